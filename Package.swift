@@ -1,0 +1,95 @@
+// swift-tools-version:6.1
+import PackageDescription
+
+// Every target builds in Swift 6 mode with existential `any` spelled out.
+let swiftSettings: [SwiftSetting] = [
+    .enableUpcomingFeature("ExistentialAny"),
+]
+
+let package = Package(
+    name: "Tandem",
+    platforms: [.macOS(.v15), .iOS(.v18), .tvOS(.v18), .watchOS(.v11), .visionOS(.v2)],
+    products: [
+        .library(name: "TandemCore", targets: ["TandemCore"]),
+        .library(name: "Tandem", targets: ["Tandem"]),
+        .library(name: "TandemServer", targets: ["TandemServer"]),
+        .library(name: "TandemPostgres", targets: ["TandemPostgres"]),
+        .library(name: "TandemTesting", targets: ["TandemTesting"]),
+        .executable(name: "tandem", targets: ["tandem"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/groue/GRDB.swift.git", from: "7.10.0"),
+        // No traits: with the defaults, alternating `swift build` and `swift test` rebuilds Hummingbird.
+        .package(url: "https://github.com/hummingbird-project/hummingbird.git", from: "2.28.1", traits: []),
+        .package(url: "https://github.com/hummingbird-project/hummingbird-websocket.git", from: "2.8.1"),
+        .package(url: "https://github.com/hummingbird-project/swift-websocket.git", from: "1.6.2"),
+        .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.2"),
+        .package(url: "https://github.com/apple/swift-log.git", from: "1.16.2"),
+    ],
+    targets: [
+        // Values, paths, queries, patches, mutations, wire messages, errors. No I/O.
+        .target(
+            name: "TandemCore",
+            swiftSettings: swiftSettings
+        ),
+        // The client library users import.
+        .target(
+            name: "Tandem",
+            dependencies: [
+                "TandemCore",
+                .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "WSClient", package: "swift-websocket"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        // The sync server.
+        .target(
+            name: "TandemServer",
+            dependencies: [
+                "TandemCore",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "HummingbirdWebSocket", package: "hummingbird-websocket"),
+                .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        // The server store on PostgreSQL (postgres-nio joins when its issue comes).
+        .target(
+            name: "TandemPostgres",
+            dependencies: ["TandemServer"],
+            swiftSettings: swiftSettings
+        ),
+        // Test support shipped to users: mocks, manual clock, in-memory server.
+        .target(
+            name: "TandemTesting",
+            dependencies: ["Tandem", "TandemServer"],
+            swiftSettings: swiftSettings
+        ),
+        // The `tandem` command line.
+        .executableTarget(
+            name: "tandem",
+            dependencies: [
+                "TandemCore",
+                "Tandem",
+                "TandemServer",
+                "TandemPostgres",
+                "TandemTesting",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "TandemCoreTests",
+            dependencies: ["TandemCore"],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "TandemTests",
+            dependencies: ["Tandem", "TandemTesting"],
+            swiftSettings: swiftSettings
+        ),
+    ],
+    swiftLanguageModes: [.v6]
+)

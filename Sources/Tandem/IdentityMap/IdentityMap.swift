@@ -1,0 +1,201 @@
+import Synchronization
+
+/// One place that holds the latest value of every entity, so every screen and task that asks for
+/// the same entity sees the same, newest data.
+///
+/// Entities are stored by type and id. A value is kept while someone holds it: an
+/// ``EntityObserver`` (which `store` and `find` return), an iteration of its `values`, an alias,
+/// or an aggregate that contains it. Once nothing holds it, it is released and `find` returns nil.
+///
+/// ```swift
+/// let map = IdentityMap()
+/// let user = try map.store(User(id: "ada", name: "Ada"), stamp: 1)
+/// Task { for await latest in user.values { print(latest.name) } }
+///
+/// map.update(User.self, id: "ada") { $0.name = "Ada Lovelace" }   // the loop prints it
+/// try map.store(User(id: "ada", name: "Old"), stamp: 0)            // throws: stamp 0 is stale
+///
+/// let me = try map.store(user.value, aliased: "current_user")      // held until removeAlias
+/// ```
+///
+/// Every method is safe from any thread or task. Closures passed to ``update(_:id:_:)`` and
+/// ``transaction(_:)`` run while the map is locked: they must not call the map themselves.
+public final class IdentityMap: Sendable {
+    let storage = Mutex(IdentityMapStorage())
+    private let subscriberIDs = Atomic<Int>(0)
+
+    public init() {}
+
+    // MARK: Storing
+
+    /// Stores an entity (and, for an ``Aggregate``, every nested entity).
+    ///
+    /// A stamp equal to or lower than the stored one is refused with ``IdentityMapError/Code/staleStamp``;
+    /// a higher one applies and becomes the stored stamp; a nil stamp applies and keeps the stored stamp.
+    /// Hold the returned observer to keep the entity in the map.
+    @discardableResult
+    public func store<T: Identifiable & Sendable>(_ entity: T, stamp: Stamp? = nil) throws(IdentityMapError) -> EntityObserver<T>
+    where T.ID: Sendable {
+        let key = try write { storage throws(IdentityMapError) in
+            let key = try storage.upsert(entity, stamp: stamp, strict: true)
+            storage.retain(key)
+            return key
+        }
+        return EntityObserver(map: self, key: key)
+    }
+
+    /// Stores several entities in one transaction.
+    @discardableResult
+    public func store<T: Identifiable & Sendable>(entities: [T], stamp: Stamp? = nil) throws(IdentityMapError) -> [EntityObserver<T>]
+    where T.ID: Sendable {
+        let keys = try write { storage throws(IdentityMapError) in
+            var keys: [NodeKey] = []
+            for entity in entities {
+                keys.append(try storage.upsert(entity, stamp: stamp, strict: true))
+            }
+            keys.forEach(storage.retain)
+            return keys
+        }
+        return keys.map { EntityObserver(map: self, key: $0) }
+    }
+
+    /// Stores an entity and points an alias at it. Aliased entities are held until the alias is removed.
+    /// The same name used for two types makes two aliases.
+    @discardableResult
+    public func store<T: Identifiable & Sendable>(_ entity: T, aliased name: String, stamp: Stamp? = nil) throws(IdentityMapError) -> AliasObserver<T>
+    where T.ID: Sendable {
+        let alias = NodeKey(alias: T.self, name: name)
+        try write { storage throws(IdentityMapError) in
+            let key = try storage.upsert(entity, stamp: stamp, strict: true)
+            storage.setAlias(alias, to: [key])
+        }
+        return find(T.self, aliased: name)
+    }
+
+    /// Stores a list of entities and points an alias at the list, in order.
+    @discardableResult
+    public func store<T: Identifiable & Sendable>(_ entities: [T], aliased name: String, stamp: Stamp? = nil) throws(IdentityMapError) -> AliasObserver<[T]>
+    where T.ID: Sendable {
+        let alias = NodeKey(alias: [T].self, name: name)
+        try write { storage throws(IdentityMapError) in
+            var keys: [NodeKey] = []
+            for entity in entities {
+                keys.append(try storage.upsert(entity, stamp: stamp, strict: true))
+            }
+            storage.setAlias(alias, to: keys)
+        }
+        return find([T].self, aliased: name)
+    }
+
+    /// Changes a stored entity in place. Returns false, changing nothing, when it is not in the map.
+    /// The stamp is kept. The closure runs under the map's lock and must not call the map.
+    @discardableResult
+    public func update<T: Identifiable & Sendable>(_ type: T.Type, id: T.ID, _ change: (inout T) -> Void) -> Bool
+    where T.ID: Sendable {
+        write { storage in
+            guard var value = storage.value(of: NodeKey(entity: T.self, id: id), as: T.self) else { return false }
+            change(&value)
+            storage.upsert(value, stamp: nil)
+            return true
+        }
+    }
+
+    /// Unsets an alias of a single entity; its observers see nil.
+    public func removeAlias<T: Identifiable>(_ type: T.Type, named name: String) {
+        write { $0.removeAlias(NodeKey(alias: T.self, name: name)) }
+    }
+
+    /// Unsets an alias of a list; its observers see nil.
+    public func removeAlias<T: Identifiable>(_ type: [T].Type, named name: String) {
+        write { $0.removeAlias(NodeKey(alias: [T].self, name: name)) }
+    }
+
+    /// Unsets every alias.
+    public func removeAllAliases() {
+        write { $0.removeAllAliases() }
+    }
+
+    /// Makes several changes that observers see as one: each observer gets one value for the whole
+    /// transaction, however many of its entities changed. The closure runs under the map's lock and
+    /// must not call the map; use the transaction it is given.
+    public func transaction<R>(_ body: (inout IdentityMapTransaction) throws -> R) rethrows -> R {
+        try storage.withLock { storage in
+            var transaction = IdentityMapTransaction(storage: storage)
+            defer { storage.finishTransaction() }
+            return try body(&transaction)
+        }
+    }
+
+    // MARK: Finding
+
+    /// An observer of a stored entity, or nil when it is not in the map.
+    public func find<T: Identifiable & Sendable>(_ type: T.Type, id: T.ID) -> EntityObserver<T>? where T.ID: Sendable {
+        let key = NodeKey(entity: T.self, id: id)
+        let found = storage.withLock { storage in
+            guard storage.node(key)?.value is T else { return false }
+            storage.retain(key)
+            return true
+        }
+        return found ? EntityObserver(map: self, key: key) : nil
+    }
+
+    /// An observer of the entity an alias points at; its value is nil while the alias is not set.
+    public func find<T: Identifiable & Sendable>(_ type: T.Type, aliased name: String) -> AliasObserver<T> where T.ID: Sendable {
+        AliasObserver(map: self, key: NodeKey(alias: T.self, name: name)) { storage, key in
+            storage.aliasValues(key, as: T.self)?.first
+        }
+    }
+
+    /// An observer of the list an alias points at; its value is nil while the alias is not set.
+    public func find<T: Identifiable & Sendable>(_ type: [T].Type, aliased name: String) -> AliasObserver<[T]> where T.ID: Sendable {
+        AliasObserver(map: self, key: NodeKey(alias: [T].self, name: name)) { storage, key in
+            storage.aliasValues(key, as: T.self)
+        }
+    }
+
+    /// The values of several entities, in the order of `ids` (absent ones left out): the current
+    /// list at once, then one list per transaction that changes any of them.
+    public func values<T: Identifiable & Sendable>(for type: T.Type, ids: [T.ID]) -> EntityObservation<[T]> where T.ID: Sendable {
+        let keys = ids.map { NodeKey(entity: T.self, id: $0) }
+        return EntityObservation(map: self, keys: keys) { storage in
+            keys.compactMap { storage.value(of: $0, as: T.self) }
+        }
+    }
+
+    // MARK: Internals
+
+    /// Runs one write as its own transaction.
+    func write<R, E: Error>(_ body: (IdentityMapStorage) throws(E) -> R) throws(E) -> R {
+        let result: Result<R, E> = storage.withLock { storage in
+            defer { storage.finishTransaction() }
+            do throws(E) {
+                return .success(try body(storage))
+            } catch {
+                return .failure(error)
+            }
+        }
+        return try result.get()
+    }
+
+    func read<R>(_ body: (IdentityMapStorage) -> R) -> R {
+        storage.withLock { body($0) }
+    }
+
+    func makeSubscriberID() -> Int {
+        subscriberIDs.wrappingAdd(1, ordering: .relaxed).newValue
+    }
+
+    func release(_ key: NodeKey) {
+        write { $0.release(key) }
+    }
+
+    func subscribe(id: Int, keys: [NodeKey], deliver: @escaping (IdentityMapStorage) -> Void) {
+        write { $0.subscribe(id: id, keys: keys, deliver: deliver) }
+    }
+
+    func unsubscribe(id: Int) {
+        // The removed subscriber (and the continuation it holds) is dropped here, outside the lock.
+        let removed = write { $0.unsubscribe(id: id) }
+        _ = removed
+    }
+}

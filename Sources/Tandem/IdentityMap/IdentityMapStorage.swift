@@ -1,0 +1,245 @@
+/// The map's graph of entities, aggregates and aliases.
+///
+/// `@unchecked Sendable`: it is not thread-safe by itself. It is created inside the ``IdentityMap``'s
+/// `Mutex`, and every access goes through that mutex's `withLock`; the type is internal, so no
+/// other code can reach it. The conformance only lets the mutex lend it to closures that run under
+/// the lock (the caller's transaction body, the observers' value builders).
+final class IdentityMapStorage: @unchecked Sendable {
+    struct Subscriber {
+        let keys: [NodeKey]
+        let deliver: (IdentityMapStorage) -> Void
+    }
+
+    private(set) var nodes: [NodeKey: Node] = [:]
+    private var subscribers: [Int: Subscriber] = [:]
+    private var subscribersByKey: [NodeKey: [Int]] = [:]
+    /// Nodes changed by the transaction under way: their observers hear once when it ends.
+    private var changed: Set<NodeKey> = []
+    /// Nodes that may have lost their last holder during the transaction under way.
+    private var releaseCandidates: Set<NodeKey> = []
+
+    // MARK: Reading
+
+    func node(_ key: NodeKey) -> Node? { nodes[key] }
+
+    /// The stored value of an entity with the same type and id as `value`.
+    func currentValue<T: Identifiable>(of value: T) -> T? where T.ID: Sendable {
+        nodes[NodeKey(entity: T.self, id: value.id)]?.value as? T
+    }
+
+    func value<T>(of key: NodeKey, as type: T.Type) -> T? {
+        nodes[key]?.value as? T
+    }
+
+    /// An alias's entities, in order; nil when the alias is not set.
+    func aliasValues<T>(_ key: NodeKey, as type: T.Type) -> [T]? {
+        guard let node = nodes[key], node.aliasActive else { return nil }
+        return node.children.compactMap { nodes[$0]?.value as? T }
+    }
+
+    // MARK: Writing
+
+    /// Stores an entity (and, for an aggregate, its nested entities). A stamp not newer than the
+    /// stored one leaves the entity as it is; `strict` makes that an error.
+    @discardableResult
+    func upsert<T: Identifiable & Sendable>(_ value: T, stamp: Stamp?, strict: Bool = false) throws(IdentityMapError) -> NodeKey
+    where T.ID: Sendable {
+        let key = NodeKey(entity: T.self, id: value.id)
+        let node = nodeCreating(key)
+        if let stamp, let current = node.stamp, stamp <= current {
+            if strict { throw .staleStamp(entity: key.description, current: current, rejected: stamp) }
+            return key
+        }
+        var stored: Any = value
+        if let aggregate = value as? any Aggregate {
+            let children = storeChildren(of: aggregate, stamp: stamp)
+            relink(key, to: children)
+            node.recompose = Self.recomposer(for: aggregate)
+            stored = node.recompose!(stored, self)
+        }
+        node.value = stored
+        if let stamp { node.stamp = stamp }
+        didChange(key)
+        return key
+    }
+
+    func upsert<T: Identifiable & Sendable>(_ value: T, stamp: Stamp?) where T.ID: Sendable {
+        // Nested entities never fail the aggregate: a stale one keeps the newer stored value.
+        _ = try? upsert(value, stamp: stamp, strict: false)
+    }
+
+    /// Points an alias at entities, keeping it alive until removed.
+    func setAlias(_ key: NodeKey, to children: [NodeKey]) {
+        let node = nodeCreating(key)
+        node.aliasActive = true
+        relink(key, to: children)
+        didChange(key)
+    }
+
+    /// Unsets an alias; its observers see nil.
+    func removeAlias(_ key: NodeKey) {
+        guard let node = nodes[key], node.aliasActive else { return }
+        node.aliasActive = false
+        relink(key, to: [])
+        didChange(key)
+        releaseCandidates.insert(key)
+    }
+
+    func removeAllAliases() {
+        for (key, node) in nodes where key.isAlias && node.aliasActive {
+            removeAlias(key)
+        }
+    }
+
+    /// Holds a node (creating an empty one if needed) for an observer.
+    func retain(_ key: NodeKey) {
+        nodeCreating(key).observers += 1
+    }
+
+    func release(_ key: NodeKey) {
+        guard let node = nodes[key] else { return }
+        node.observers -= 1
+        releaseCandidates.insert(key)
+    }
+
+    // MARK: Observation
+
+    /// Registers a subscriber on nodes (holding them) and delivers the current value at once.
+    func subscribe(id: Int, keys: [NodeKey], deliver: @escaping (IdentityMapStorage) -> Void) {
+        subscribers[id] = Subscriber(keys: keys, deliver: deliver)
+        for key in Set(keys) {
+            retain(key)
+            subscribersByKey[key, default: []].append(id)
+        }
+        deliver(self)
+    }
+
+    /// Removes a subscriber and lets go of its nodes. Returns it so the caller drops it outside the lock.
+    func unsubscribe(id: Int) -> Subscriber? {
+        guard let subscriber = subscribers.removeValue(forKey: id) else { return nil }
+        for key in Set(subscriber.keys) {
+            subscribersByKey[key]?.removeAll { $0 == id }
+            if subscribersByKey[key]?.isEmpty == true { subscribersByKey[key] = nil }
+            release(key)
+        }
+        return subscriber
+    }
+
+    /// Ends a transaction: releases what nobody holds, then tells each affected subscriber once.
+    ///
+    /// Delivery happens while the map's lock is held, on purpose: a delivery only yields into an
+    /// `AsyncStream` continuation, which enqueues and never runs observer code inline, and doing it
+    /// under the lock keeps two concurrent transactions' values in commit order for every observer.
+    func finishTransaction() {
+        sweep()
+        guard !changed.isEmpty else { return }
+        var notified = Set<Int>()
+        for key in changed {
+            for id in subscribersByKey[key] ?? [] where notified.insert(id).inserted {
+                subscribers[id]?.deliver(self)
+            }
+        }
+        changed.removeAll(keepingCapacity: true)
+    }
+
+    // MARK: Graph upkeep
+
+    private func nodeCreating(_ key: NodeKey) -> Node {
+        if let node = nodes[key] { return node }
+        let node = Node()
+        nodes[key] = node
+        releaseCandidates.insert(key)
+        return node
+    }
+
+    private func storeChildren<A: Aggregate>(of aggregate: A, stamp: Stamp?) -> [NodeKey] {
+        var keys: [NodeKey] = []
+        var seen = Set<NodeKey>()
+        for nested in A.nestedEntities {
+            for child in nested.children(aggregate) {
+                child.store(self, stamp)
+                if seen.insert(child.key).inserted { keys.append(child.key) }
+            }
+        }
+        return keys
+    }
+
+    private static func recomposer<A: Aggregate>(for aggregate: A) -> (Any, IdentityMapStorage) -> Any {
+        { value, storage in
+            guard var root = value as? A else { return value }
+            for nested in A.nestedEntities {
+                nested.recompose(&root, storage)
+            }
+            return root
+        }
+    }
+
+    /// Makes `children` the node's children, fixing their parent links.
+    private func relink(_ key: NodeKey, to children: [NodeKey]) {
+        guard let node = nodes[key] else { return }
+        for old in node.children {
+            guard let child = nodes[old] else { continue }
+            if let count = child.parents[key], count > 1 {
+                child.parents[key] = count - 1
+            } else {
+                child.parents[key] = nil
+            }
+            releaseCandidates.insert(old)
+        }
+        for new in children {
+            nodes[new]?.parents[key, default: 0] += 1
+        }
+        node.children = children
+    }
+
+    /// Marks a node changed and brings every aggregate and alias containing it up to date,
+    /// children before parents, so each recomposition reads final values.
+    private func didChange(_ key: NodeKey) {
+        changed.insert(key)
+        guard let start = nodes[key], !start.parents.isEmpty else { return }
+        // Every ancestor, found depth-first.
+        var ancestors = Set<NodeKey>()
+        var stack = Array(start.parents.keys)
+        while let next = stack.popLast() {
+            guard ancestors.insert(next).inserted, let node = nodes[next] else { continue }
+            stack.append(contentsOf: node.parents.keys)
+        }
+        // Kahn's order over the ancestors: a node waits for its changed children.
+        var waiting: [NodeKey: Int] = [:]
+        for ancestor in ancestors {
+            waiting[ancestor] = nodes[ancestor]!.children.filter { ancestors.contains($0) }.count
+        }
+        var ready = ancestors.filter { waiting[$0] == 0 }
+        var done = Set<NodeKey>()
+        while done.count < ancestors.count {
+            if ready.isEmpty {
+                // A cycle (A contains B contains A): recompose what is left in any order.
+                guard let any = ancestors.subtracting(done).first else { break }
+                ready.insert(any)
+            }
+            let next = ready.removeFirst()
+            guard done.insert(next).inserted, let node = nodes[next] else { continue }
+            if let recompose = node.recompose, let value = node.value {
+                node.value = recompose(value, self)
+            }
+            changed.insert(next)
+            for parent in node.parents.keys where ancestors.contains(parent) && !done.contains(parent) {
+                waiting[parent, default: 1] -= 1
+                if waiting[parent] == 0 { ready.insert(parent) }
+            }
+        }
+    }
+
+    /// Drops nodes nobody holds, and the links they held.
+    private func sweep() {
+        while let key = releaseCandidates.popFirst() {
+            guard let node = nodes[key], !node.isRetained else { continue }
+            nodes[key] = nil
+            for child in node.children {
+                guard let childNode = nodes[child] else { continue }
+                childNode.parents[key] = nil
+                releaseCandidates.insert(child)
+            }
+        }
+    }
+}

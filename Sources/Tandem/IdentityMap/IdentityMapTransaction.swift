@@ -1,0 +1,65 @@
+/// The writes of one ``IdentityMap/transaction(_:)``: observers see all of them as one change.
+/// Use it only inside the transaction's closure; it is not `Sendable`, so it cannot leave the task.
+///
+/// ```swift
+/// try map.transaction { tx in
+///     try tx.store(alice, stamp: 2)
+///     try tx.store(bob, stamp: 2)
+///     tx.update(Team.self, id: "t1") { $0.name = "Analytical" }
+/// }
+/// ```
+public struct IdentityMapTransaction {
+    let storage: IdentityMapStorage
+
+    /// Stores an entity; see ``IdentityMap/store(_:stamp:)``. Nothing holds it once the transaction
+    /// ends unless an observer, alias or aggregate does.
+    public mutating func store<T: Identifiable & Sendable>(_ entity: T, stamp: Stamp? = nil) throws(IdentityMapError)
+    where T.ID: Sendable {
+        try storage.upsert(entity, stamp: stamp, strict: true)
+    }
+
+    /// Stores an entity and points an alias at it.
+    public mutating func store<T: Identifiable & Sendable>(_ entity: T, aliased name: String, stamp: Stamp? = nil) throws(IdentityMapError)
+    where T.ID: Sendable {
+        let key = try storage.upsert(entity, stamp: stamp, strict: true)
+        storage.setAlias(NodeKey(alias: T.self, name: name), to: [key])
+    }
+
+    /// Stores a list and points an alias at it.
+    public mutating func store<T: Identifiable & Sendable>(_ entities: [T], aliased name: String, stamp: Stamp? = nil) throws(IdentityMapError)
+    where T.ID: Sendable {
+        var keys: [NodeKey] = []
+        for entity in entities {
+            keys.append(try storage.upsert(entity, stamp: stamp, strict: true))
+        }
+        storage.setAlias(NodeKey(alias: [T].self, name: name), to: keys)
+    }
+
+    /// Changes a stored entity; false when it is not in the map.
+    @discardableResult
+    public mutating func update<T: Identifiable & Sendable>(_ type: T.Type, id: T.ID, _ change: (inout T) -> Void) -> Bool
+    where T.ID: Sendable {
+        guard var value = storage.value(of: NodeKey(entity: T.self, id: id), as: T.self) else { return false }
+        change(&value)
+        storage.upsert(value, stamp: nil)
+        return true
+    }
+
+    /// The current value of an entity, or nil.
+    public func value<T: Identifiable & Sendable>(of type: T.Type, id: T.ID) -> T? where T.ID: Sendable {
+        storage.value(of: NodeKey(entity: T.self, id: id), as: T.self)
+    }
+
+    /// Unsets an alias of a single entity.
+    public mutating func removeAlias<T: Identifiable>(_ type: T.Type, named name: String) {
+        storage.removeAlias(NodeKey(alias: T.self, name: name))
+    }
+
+    /// Unsets an alias of a list.
+    public mutating func removeAlias<T: Identifiable>(_ type: [T].Type, named name: String) {
+        storage.removeAlias(NodeKey(alias: [T].self, name: name))
+    }
+}
+
+@available(*, unavailable)
+extension IdentityMapTransaction: Sendable {}

@@ -1,0 +1,100 @@
+/// One write to one document: `set` (replace), `set(merge:)`, `update` (field paths) or `delete`,
+/// with field transforms, an optional precondition, and the ``MutationID`` that makes it exactly-once.
+///
+/// ```swift
+/// let bump = Mutation.update(try DocumentPath("counters/visits"), fields: [:],
+///                            transforms: [.init("count", .increment(1))])
+/// let after = try bump.apply(to: current, version: 42, serverTime: ServerTime(.now))
+/// ```
+public struct Mutation: Sendable, Hashable, Codable {
+    /// What the write does to the document body.
+    public enum Kind: Sendable, Hashable, Codable {
+        /// Replaces the body.
+        case set(JSONObject)
+        /// Merges into the body: nested maps merge, other values replace. With `fields`, only those
+        /// field paths are written (and a path absent from the data is removed).
+        case merge(JSONObject, fields: [FieldPath]?)
+        /// Sets field paths on an existing document; fails with `not-found` when it does not exist.
+        case update([FieldValue])
+        /// Removes the document, leaving a tombstone.
+        case delete
+    }
+
+    /// A value for one field path of an `update`.
+    public struct FieldValue: Sendable, Hashable, Codable {
+        public var field: FieldPath
+        public var value: JSONValue
+        public init(_ field: FieldPath, _ value: JSONValue) {
+            self.field = field
+            self.value = value
+        }
+    }
+
+    /// A transform of one field path.
+    public struct Transform: Sendable, Hashable, Codable {
+        public var field: FieldPath
+        public var transform: FieldTransform
+        public init(_ field: FieldPath, _ transform: FieldTransform) {
+            self.field = field
+            self.transform = transform
+        }
+    }
+
+    /// A condition on the current document that must hold for the write to apply.
+    public enum Precondition: Sendable, Hashable, Codable {
+        /// The document must (true) or must not (false) exist.
+        case exists(Bool)
+        /// The document must be at exactly this version; version 0 means it must not exist.
+        case version(Version)
+    }
+
+    public var path: DocumentPath
+    public var kind: Kind
+    public var transforms: [Transform]
+    public var precondition: Precondition?
+    /// Set by the client that sends the write; nil for writes made directly on the server.
+    public var id: MutationID?
+
+    public init(path: DocumentPath, kind: Kind, transforms: [Transform] = [], precondition: Precondition? = nil, id: MutationID? = nil) {
+        self.path = path
+        self.kind = kind
+        self.transforms = transforms
+        self.precondition = precondition
+        self.id = id
+    }
+
+    /// Replaces the document's body.
+    public static func set(_ path: DocumentPath, _ data: JSONObject, transforms: [Transform] = []) -> Mutation {
+        Mutation(path: path, kind: .set(data), transforms: transforms)
+    }
+
+    /// Merges into the document's body (all fields, or only `fields`).
+    public static func merge(_ path: DocumentPath, _ data: JSONObject, fields: [FieldPath]? = nil, transforms: [Transform] = []) -> Mutation {
+        Mutation(path: path, kind: .merge(data, fields: fields), transforms: transforms)
+    }
+
+    /// Sets field paths of an existing document.
+    public static func update(_ path: DocumentPath, fields: [FieldPath: JSONValue], transforms: [Transform] = []) -> Mutation {
+        let values = fields.map { FieldValue($0.key, $0.value) }.sorted { $0.field.description < $1.field.description }
+        return Mutation(path: path, kind: .update(values), transforms: transforms)
+    }
+
+    /// Deletes the document.
+    public static func delete(_ path: DocumentPath) -> Mutation {
+        Mutation(path: path, kind: .delete)
+    }
+
+    /// The same mutation with a precondition.
+    public func requiring(_ precondition: Precondition) -> Mutation {
+        var copy = self
+        copy.precondition = precondition
+        return copy
+    }
+
+    /// The same mutation carrying a mutation id.
+    public func identified(by id: MutationID) -> Mutation {
+        var copy = self
+        copy.id = id
+        return copy
+    }
+}

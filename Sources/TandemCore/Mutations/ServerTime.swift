@@ -1,0 +1,13 @@
+import Foundation
+
+/// The commit time a server passes to `serverTimestamp` transforms.
+public struct ServerTime: Sendable, Hashable {
+    public var date: Date
+
+    public init(_ date: Date) { self.date = date }
+
+    /// ISO 8601 in UTC with milliseconds, e.g. `2026-11-22T04:33:00.123Z`; it sorts as text.
+    public var iso8601: String {
+        date.formatted(Date.ISO8601FormatStyle(includingFractionalSeconds: true, timeZone: TimeZone(identifier: "UTC")!))
+    }
+}

@@ -1,0 +1,72 @@
+/// The path of a document: an even number of segments, `collection/id[/subcollection/id…]`.
+///
+/// ```swift
+/// let review = try DocumentPath("products/p1/reviews/r9")
+/// review.id               // "r9"
+/// review.parent           // products/p1/reviews
+/// review.collectionGroup  // "reviews"
+/// ```
+public struct DocumentPath: Sendable, Hashable, Comparable, Codable, CustomStringConvertible {
+    /// The segments, from the root collection down.
+    public let segments: [String]
+
+    /// Parses and validates a document path; an invalid one throws `invalid-argument` naming the rule.
+    public init(_ path: String) throws(TandemError) {
+        let segments = try PathRules.segments(of: path, kind: "document")
+        try self.init(validatedSegments: segments, original: path)
+    }
+
+    /// A document path from its segments.
+    public init(segments: [String]) throws(TandemError) {
+        let original = segments.joined(separator: "/")
+        try PathRules.validate(segments, original: original, kind: "document")
+        try self.init(validatedSegments: segments, original: original)
+    }
+
+    private init(validatedSegments segments: [String], original: String) throws(TandemError) {
+        guard segments.count % 2 == 0 else {
+            throw TandemError.invalidArgument("'\(original)' has \(segments.count) segments and names a collection; a document path has an even number, like users/ada.")
+        }
+        self.segments = segments
+    }
+
+    init(unchecked segments: [String]) {
+        self.segments = segments
+    }
+
+    /// The document's id: its last segment.
+    public var id: String { segments[segments.count - 1] }
+
+    /// The collection that holds the document.
+    public var parent: CollectionPath { CollectionPath(unchecked: Array(segments.dropLast())) }
+
+    /// The name of the document's collection group: the last segment of its collection.
+    public var collectionGroup: String { segments[segments.count - 2] }
+
+    /// A subcollection of this document.
+    public func collection(_ id: String) throws(TandemError) -> CollectionPath {
+        try CollectionPath(segments: segments + [id])
+    }
+
+    /// The slash-separated form.
+    public var description: String { segments.joined(separator: "/") }
+
+    public static func < (lhs: DocumentPath, rhs: DocumentPath) -> Bool {
+        PathRules.compare(lhs.segments, rhs.segments) == .less
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.singleValueContainer()
+        let text = try container.decode(String.self)
+        do {
+            try self.init(text)
+        } catch {
+            throw DecodingError.dataCorruptedError(in: container, debugDescription: error.message)
+        }
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.singleValueContainer()
+        try container.encode(description)
+    }
+}

@@ -1,0 +1,47 @@
+/// The rules every path obeys (DESIGN §2): non-empty segments without `/`, at most 1,500 bytes a
+/// segment, at most 100 segments.
+public enum PathRules {
+    /// The most bytes (UTF-8) one segment may have.
+    public static let maximumSegmentBytes = 1_500
+    /// The most segments a path may have.
+    public static let maximumDepth = 100
+
+    /// Splits and validates a slash-separated path. A single leading or trailing `/` is tolerated.
+    static func segments(of path: String, kind: String) throws(TandemError) -> [String] {
+        var trimmed = Substring(path)
+        if trimmed.hasPrefix("/") { trimmed = trimmed.dropFirst() }
+        if trimmed.hasSuffix("/") { trimmed = trimmed.dropLast() }
+        guard !trimmed.isEmpty else {
+            throw TandemError.invalidArgument("The \(kind) path '\(path)' is empty; write it as collection/id[/subcollection/id…].")
+        }
+        let segments = trimmed.split(separator: "/", omittingEmptySubsequences: false).map(String.init)
+        try validate(segments, original: path, kind: kind)
+        return segments
+    }
+
+    static func validate(_ segments: [String], original: String, kind: String) throws(TandemError) {
+        if segments.count > maximumDepth {
+            throw TandemError.invalidArgument("The \(kind) path '\(original.prefix(200))' has \(segments.count) segments; at most \(maximumDepth) are allowed.")
+        }
+        for (position, segment) in segments.enumerated() {
+            if segment.isEmpty {
+                throw TandemError.invalidArgument("The \(kind) path '\(original)' has an empty segment at position \(position + 1); remove the doubled '/'.")
+            }
+            if segment.contains("/") {
+                throw TandemError.invalidArgument("The segment '\(segment)' of the \(kind) path '\(original)' contains '/'; segments cannot contain slashes.")
+            }
+            if segment.utf8.count > maximumSegmentBytes {
+                throw TandemError.invalidArgument("Segment \(position + 1) of the \(kind) path '\(original.prefix(200))…' is \(segment.utf8.count) bytes; at most \(maximumSegmentBytes) are allowed.")
+            }
+        }
+    }
+
+    /// Segment-by-segment comparison by UTF-8 bytes: the order ties in queries are broken by.
+    static func compare(_ a: [String], _ b: [String]) -> JSONValue.Ordering {
+        for (x, y) in zip(a, b) {
+            let order = JSONValue.compareStrings(x, y)
+            if order != .equal { return order }
+        }
+        return a.count == b.count ? .equal : (a.count < b.count ? .less : .greater)
+    }
+}

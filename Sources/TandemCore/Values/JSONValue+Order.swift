@@ -1,0 +1,103 @@
+extension JSONValue {
+    /// The rank of a value's type in the total order: null < bool < number < string < array < object.
+    /// Ints and doubles share one rank, so they compare as numbers.
+    public var typeOrder: Int {
+        switch self {
+        case .null: return 0
+        case .bool: return 1
+        case .int, .double: return 2
+        case .string: return 3
+        case .array: return 4
+        case .object: return 5
+        }
+    }
+
+    /// Compares two values in the total order of queries: by type first, then by value.
+    ///
+    /// Numbers compare exactly across int and double; NaN sorts below every other number and equals
+    /// itself. Strings compare by their UTF-8 bytes; arrays element by element; objects by their
+    /// sorted keys, then values.
+    public static func compare(_ lhs: JSONValue, _ rhs: JSONValue) -> Ordering {
+        switch (lhs, rhs) {
+        case (.null, .null): return .equal
+        case (.bool(let a), .bool(let b)): return a == b ? .equal : (!a ? .less : .greater)
+        case (.int(let a), .int(let b)): return a == b ? .equal : (a < b ? .less : .greater)
+        case (.double(let a), .double(let b)): return compareDoubles(a, b)
+        case (.int(let a), .double(let b)): return compareIntToDouble(a, b)
+        case (.double(let a), .int(let b)): return compareIntToDouble(b, a).reversed
+        case (.string(let a), .string(let b)): return compareStrings(a, b)
+        case (.array(let a), .array(let b)):
+            for (x, y) in zip(a, b) {
+                let order = compare(x, y)
+                if order != .equal { return order }
+            }
+            return a.count == b.count ? .equal : (a.count < b.count ? .less : .greater)
+        case (.object(let a), .object(let b)):
+            let keysA = a.keys.sorted(by: { compareStrings($0, $1) == .less })
+            let keysB = b.keys.sorted(by: { compareStrings($0, $1) == .less })
+            for (ka, kb) in zip(keysA, keysB) {
+                let keyOrder = compareStrings(ka, kb)
+                if keyOrder != .equal { return keyOrder }
+                let valueOrder = compare(a[ka]!, b[kb]!)
+                if valueOrder != .equal { return valueOrder }
+            }
+            return keysA.count == keysB.count ? .equal : (keysA.count < keysB.count ? .less : .greater)
+        default:
+            return lhs.typeOrder < rhs.typeOrder ? .less : .greater
+        }
+    }
+
+    /// Whether two values are equal in the order of queries (`1 == 1.0`).
+    public static func queryEquals(_ lhs: JSONValue, _ rhs: JSONValue) -> Bool {
+        compare(lhs, rhs) == .equal
+    }
+
+    /// The result of comparing two values.
+    public enum Ordering: Sendable, Hashable {
+        case less, equal, greater
+
+        var reversed: Ordering {
+            switch self {
+            case .less: return .greater
+            case .equal: return .equal
+            case .greater: return .less
+            }
+        }
+    }
+
+    static func compareStrings(_ a: String, _ b: String) -> Ordering {
+        if a == b { return .equal }
+        var ia = a.utf8.makeIterator()
+        var ib = b.utf8.makeIterator()
+        while true {
+            switch (ia.next(), ib.next()) {
+            case (nil, nil): return .equal
+            case (nil, _): return .less
+            case (_, nil): return .greater
+            case (let x?, let y?):
+                if x != y { return x < y ? .less : .greater }
+            }
+        }
+    }
+
+    static func compareDoubles(_ a: Double, _ b: Double) -> Ordering {
+        switch (a.isNaN, b.isNaN) {
+        case (true, true): return .equal
+        case (true, false): return .less
+        case (false, true): return .greater
+        case (false, false): return a == b ? .equal : (a < b ? .less : .greater)
+        }
+    }
+
+    /// Exact comparison of an int with a double, without the rounding of `Double(int)`.
+    static func compareIntToDouble(_ int: Int, _ double: Double) -> Ordering {
+        if double.isNaN { return .greater }
+        // 2^63 is exactly representable; every Int is below it and at or above -2^63.
+        if double >= 9_223_372_036_854_775_808.0 { return .less }
+        if double < -9_223_372_036_854_775_808.0 { return .greater }
+        let whole = double.rounded(.down)
+        let wholeInt = Int(whole)
+        if int != wholeInt { return int < wholeInt ? .less : .greater }
+        return whole == double ? .equal : .less
+    }
+}

@@ -1,0 +1,112 @@
+import Foundation
+import Testing
+@testable import TandemCore
+
+@Suite("JSONValue")
+struct JSONValueTests {
+    @Test("types order null < bool < number < string < array < object")
+    func typeOrder() {
+        let ascending: [JSONValue] = [.null, false, true, -5, 2.5, 3, "", "a", [], [1], [:], ["a": 1]]
+        for (i, lhs) in ascending.enumerated() {
+            for (j, rhs) in ascending.enumerated() {
+                let expected: JSONValue.Ordering = i == j ? .equal : (i < j ? .less : .greater)
+                #expect(JSONValue.compare(lhs, rhs) == expected, "\(lhs) vs \(rhs)")
+            }
+        }
+    }
+
+    @Test("ints and doubles compare as numbers, exactly")
+    func numbers() {
+        #expect(JSONValue.compare(1, 1.0) == .equal)
+        #expect(JSONValue.compare(1, 1.5) == .less)
+        #expect(JSONValue.compare(2.5, 2) == .greater)
+        #expect(JSONValue.compare(.int(Int.max), .double(9_223_372_036_854_775_807.0)) == .less)  // the double is 2^63
+        #expect(JSONValue.compare(.double(.nan), .int(Int.min)) == .less)
+        #expect(JSONValue.compare(.double(.nan), .double(.nan)) == .equal)
+        #expect(JSONValue.compare(-1, -0.5) == .less)
+        #expect(JSONValue.compare(-1, -1.5) == .greater)
+    }
+
+    @Test("strings compare by UTF-8 bytes; arrays and objects element-wise")
+    func compound() {
+        #expect(JSONValue.compare("Z", "a") == .less)
+        #expect(JSONValue.compare("ab", "abc") == .less)
+        #expect(JSONValue.compare([1, 2], [1, 3]) == .less)
+        #expect(JSONValue.compare([1, 2], [1]) == .greater)
+        #expect(JSONValue.compare(["a": 1], ["b": 0]) == .less)
+        #expect(JSONValue.compare(["a": 2], ["a": 1, "b": 1]) == .greater)
+    }
+
+    @Test("JSON text keeps ints and doubles apart and round-trips")
+    func textRoundTrip() throws {
+        let value = try JSONText.parse(#"{"i": 1, "d": 1.0, "e": 1e3, "s": "a\"b\\c\u00e9\ud83d\ude00", "n": null, "b": [true, false], "o": {"x": -0.5}}"#)
+        #expect(value[field: "i"] == .int(1))
+        #expect(value[field: "d"] == .double(1.0))
+        #expect(value[field: "e"] == .double(1000))
+        #expect(value[field: "s"] == .string("a\"b\\cé😀"))
+        #expect(value[field: "o.x"] == .double(-0.5))
+        let text = JSONText.encode(value)
+        #expect(try JSONText.parse(text) == value)
+        #expect(text.hasPrefix(#"{"b":[true,false],"d":1.0,"e":1000.0,"i":1,"#))
+    }
+
+    @Test("malformed JSON text is an invalid-argument error naming the offset", arguments: [
+        "", "{", "[1,]", "{\"a\" 1}", "tru", "01", "1.", "\"abc", "{\"a\":1} x", "\"\\x\"", "\"\\ud800\"", "-",
+    ])
+    func malformed(text: String) {
+        #expect(throws: TandemError.self) { try JSONText.parse(text) }
+        do {
+            _ = try JSONText.parse(text)
+        } catch {
+            #expect(error.code == .invalidArgument)
+            #expect(error.message.contains("Malformed JSON at byte"))
+        }
+    }
+
+    @Test("nesting deeper than the limit is refused, not a crash")
+    func deepNesting() {
+        let text = String(repeating: "[", count: 10_000) + String(repeating: "]", count: 10_000)
+        #expect(throws: TandemError.self) { try JSONText.parse(text) }
+    }
+
+    @Test("Codable round trip through Foundation's coders")
+    func codable() throws {
+        let value: JSONValue = ["a": [1, "x", nil, true, ["b": 2.5]]]
+        let data = try JSONEncoder().encode(value)
+        #expect(try JSONDecoder().decode(JSONValue.self, from: data) == value)
+    }
+
+    @Test("dotted field paths read, set and remove nested fields")
+    func fieldAccess() throws {
+        var object: JSONObject = ["address": ["city": "London", "zip": "N1"], "name": "Ada"]
+        #expect(object[field: "address.city"] == "London")
+        #expect(object[field: "address.city.x"] == nil)
+        #expect(object[field: "missing.city"] == nil)
+        object.setValue("Paris", at: "address.city")
+        object.setValue(1, at: "a.b.c")
+        object.setValue(2, at: "name.first")  // replaces a non-map on the way
+        #expect(object[field: "address.city"] == "Paris")
+        #expect(object[field: "address.zip"] == "N1")
+        #expect(object[field: "a.b.c"] == 1)
+        #expect(object[field: "name.first"] == 2)
+        #expect(object.removeValue(at: "address.zip") == "N1")
+        #expect(object[field: "address"] == ["city": "Paris"])
+    }
+
+    @Test("backticks escape dots in keys")
+    func escapedFieldPath() throws {
+        let path = try FieldPath(dotted: "`a.b`.c")
+        #expect(path.segments == ["a.b", "c"])
+        #expect(path.description == "`a.b`.c")
+        #expect(try FieldPath(dotted: path.description) == path)
+        #expect(try FieldPath(dotted: #"`x\`y`"#).segments == ["x`y"])
+        let object: JSONObject = ["a.b": ["c": 7], "a": ["b": ["c": 8]]]
+        #expect(object[field: path] == 7)
+        #expect(object[field: "a.b.c"] == 8)
+    }
+
+    @Test("invalid field paths say what is wrong", arguments: ["", ".a", "a.", "a..b", "`a"])
+    func invalidFieldPath(text: String) {
+        #expect(throws: TandemError.self) { try FieldPath(dotted: text) }
+    }
+}

@@ -1,0 +1,71 @@
+import Testing
+@testable import TandemCore
+
+@Suite("Paths")
+struct PathTests {
+    @Test("a document path has parent, id and collection group")
+    func documentPath() throws {
+        let path = try DocumentPath("products/p1/reviews/r9")
+        #expect(path.id == "r9")
+        #expect(path.parent == (try CollectionPath("products/p1/reviews")))
+        #expect(path.collectionGroup == "reviews")
+        #expect(path.parent.parent == (try DocumentPath("products/p1")))
+        #expect(try DocumentPath("/users/ada/") == (try DocumentPath("users/ada")))
+    }
+
+    @Test("a collection path has parent, id and builds documents")
+    func collectionPath() throws {
+        let root = try CollectionPath("users")
+        #expect(root.parent == nil)
+        #expect(root.collectionGroup == "users")
+        let doc = try root.document("ada")
+        #expect(doc.description == "users/ada")
+        #expect(root.contains(doc))
+        #expect(try doc.collection("posts").description == "users/ada/posts")
+        #expect(!(try CollectionPath("users/ada/posts")).contains(doc))
+    }
+
+    @Test("every invalid path throws invalid-argument naming the path and the rule")
+    func invalidPaths() throws {
+        let cases: [(String, String, Bool)] = [
+            ("users", "even number", true),
+            ("users/ada", "odd number", false),
+            ("users//ada", "empty segment", true),
+            ("", "empty", true),
+            ("users/" + String(repeating: "x", count: 1_501), "1501 bytes", true),
+            (Array(repeating: "c/d", count: 51).joined(separator: "/"), "at most 100", true),
+        ]
+        for (text, rule, isDocument) in cases {
+            do {
+                if isDocument { _ = try DocumentPath(text) } else { _ = try CollectionPath(text) }
+                Issue.record("\(text.prefix(40)) should be invalid")
+            } catch {
+                #expect(error.code == .invalidArgument)
+                #expect(error.message.contains(rule), "\(error.message)")
+            }
+        }
+        #expect(throws: TandemError.self) { try DocumentPath(segments: ["users", "a/b"]) }
+        #expect(throws: TandemError.self) { try DocumentPath(segments: ["users", ""]) }
+        // Exactly at the limits is fine.
+        _ = try DocumentPath("users/" + String(repeating: "x", count: 1_500))
+        _ = try DocumentPath(Array(repeating: "c/d", count: 50).joined(separator: "/"))
+    }
+
+    @Test("catch TandemError.Code matches the code")
+    func catchByCode() {
+        var caught = false
+        do {
+            _ = try DocumentPath("users")
+        } catch TandemError.Code.invalidArgument {
+            caught = true
+        } catch {}
+        #expect(caught)
+    }
+
+    @Test("paths order segment by segment")
+    func order() throws {
+        #expect(try DocumentPath("a/b") < DocumentPath("a/b/c/d"))
+        #expect(try DocumentPath("a/b/c/d") < DocumentPath("a/c"))
+        #expect(try DocumentPath("A/z") < DocumentPath("a/a"))
+    }
+}
