@@ -1,0 +1,35 @@
+import Tandem
+
+struct User: Identifiable, Sendable, Equatable {
+    var id: String
+    var name: String
+}
+
+struct Team: Identifiable, Sendable, Equatable {
+    var id: String
+    var name: String
+}
+
+/// An aggregate nested inside another: a comment carries its author.
+struct Comment: Aggregate, Equatable {
+    var id: Int
+    var text: String
+    var author: User
+
+    static var nestedEntities: [NestedEntity<Comment>] { [.init(\.author)] }
+}
+
+/// An aggregate with a single, an optional and an array child.
+struct Post: Aggregate, Equatable {
+    var id: String
+    var title: String
+    var author: User
+    var editor: User?
+    var comments: [Comment]
+
+    static var nestedEntities: [NestedEntity<Post>] { [.init(\.author), .init(\.editor), .init(\.comments)] }
+}
+
+let ada = User(id: "ada", name: "Ada")
+let grace = User(id: "grace", name: "Grace")
+let alan = User(id: "alan", name: "Alan")
