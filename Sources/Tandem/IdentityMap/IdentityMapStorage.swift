@@ -47,7 +47,7 @@ final class IdentityMapStorage: @unchecked Sendable {
         let key = NodeKey(entity: T.self, id: value.id)
         let node = nodeCreating(key)
         if let stamp, let current = node.stamp, stamp <= current {
-            if strict { throw .staleStamp(entity: key.description, current: current, rejected: stamp) }
+            if strict { throw .staleStamp(entity: "\(T.self) '\(value.id)'", current: current, rejected: stamp) }
             return key
         }
         var stored: Any = value

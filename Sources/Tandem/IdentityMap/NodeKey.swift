@@ -6,20 +6,17 @@ struct NodeKey: Hashable, @unchecked Sendable, CustomStringConvertible {
     let type: ObjectIdentifier
     let id: AnyHashable
     let isAlias: Bool
-    let typeName: String
 
     init<T: Identifiable>(entity type: T.Type, id: T.ID) where T.ID: Sendable {
         self.type = ObjectIdentifier(type)
         self.id = AnyHashable(id)
         self.isAlias = false
-        self.typeName = String(describing: type)
     }
 
     init<Value>(alias type: Value.Type, name: String) {
         self.type = ObjectIdentifier(type)
         self.id = AnyHashable(name)
         self.isAlias = true
-        self.typeName = String(describing: type)
     }
 
     static func == (lhs: NodeKey, rhs: NodeKey) -> Bool {
@@ -32,7 +29,7 @@ struct NodeKey: Hashable, @unchecked Sendable, CustomStringConvertible {
         hasher.combine(id)
     }
 
-    var description: String { isAlias ? "alias '\(id)' of \(typeName)" : "\(typeName) \(id)" }
+    var description: String { isAlias ? "alias '\(id)'" : "entity \(id)" }
 }
 
 /// One entry of the map's graph.

@@ -1,0 +1,40 @@
+import ArgumentParser
+
+/// `tandem bench …`: speed figures, each printed beside a baseline measured in the same run.
+struct BenchCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "bench",
+        abstract: "Run benchmarks; each figure is printed beside a baseline measured in the same run.",
+        discussion: "Build in release mode for meaningful figures: swift run -c release tandem bench core",
+        subcommands: [CoreBench.self]
+    )
+}
+
+struct CoreBench: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "core",
+        abstract: "Identity-map updates and query evaluation against hand-written baselines."
+    )
+
+    @Option(help: "Documents for the query benchmark.")
+    var documents = 100_000
+
+    @Option(help: "Updates for the identity-map benchmark.")
+    var updates = 200_000
+
+    @Option(help: "Repetitions; the best time of each is reported.")
+    var repetitions = 5
+
+    func validate() throws {
+        guard documents > 0, updates > 0, repetitions > 0 else {
+            throw ValidationError("--documents, --updates and --repetitions must be positive.")
+        }
+    }
+
+    func run() async throws {
+        var report = BenchReport(title: "tandem bench core")
+        CoreBenchmarks.identityMap(updates: updates, repetitions: repetitions, into: &report)
+        try CoreBenchmarks.query(documents: documents, repetitions: repetitions, into: &report)
+        report.print()
+    }
+}
