@@ -86,6 +86,11 @@ let package = Package(
             swiftSettings: swiftSettings
         ),
         .testTarget(
+            name: "TandemServerTests",
+            dependencies: ["TandemServer"],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
             name: "TandemTests",
             dependencies: ["Tandem", "TandemTesting"],
             swiftSettings: swiftSettings

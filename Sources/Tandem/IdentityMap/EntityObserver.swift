@@ -3,19 +3,22 @@
 public final class EntityObserver<T: Identifiable & Sendable>: Sendable where T.ID: Sendable {
     let map: IdentityMap
     let key: NodeKey
+    let hold: ObserverCount
 
-    /// Takes over one hold on `key` that the caller already counted.
-    init(map: IdentityMap, key: NodeKey) {
+    /// Takes over one hold on `key` that the caller already counted in `hold`.
+    init(map: IdentityMap, key: NodeKey, hold: ObserverCount) {
         self.map = map
         self.key = key
+        self.hold = hold
     }
 
     deinit {
-        map.release(key)
+        // Only the last hold takes the map's lock.
+        if hold.decrement() { map.releaseIfUnheld(key) }
     }
 
     /// The entity's id.
-    public var id: T.ID { key.id.base as! T.ID }
+    public var id: T.ID { key.base as! T.ID }
 
     /// The latest value.
     public var value: T {
@@ -47,7 +50,7 @@ public final class AliasObserver<Value: Sendable>: Sendable {
     }
 
     /// The alias's name.
-    public var name: String { key.id.base as! String }
+    public var name: String { key.string }
 
     /// The aliased value, or nil when the alias is not set.
     public var value: Value? {

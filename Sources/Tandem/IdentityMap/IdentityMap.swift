@@ -21,7 +21,7 @@ import Synchronization
 /// Every method is safe from any thread or task. Closures passed to ``update(_:id:_:)`` and
 /// ``transaction(_:)`` run while the map is locked: they must not call the map themselves.
 public final class IdentityMap: Sendable {
-    let storage = Mutex(IdentityMapStorage())
+    @usableFromInline let storage = Mutex(IdentityMapStorage())
     private let subscriberIDs = Atomic<Int>(0)
 
     public init() {}
@@ -36,27 +36,27 @@ public final class IdentityMap: Sendable {
     @discardableResult
     public func store<T: Identifiable & Sendable>(_ entity: T, stamp: Stamp? = nil) throws(IdentityMapError) -> EntityObserver<T>
     where T.ID: Sendable {
-        let key = try write { storage throws(IdentityMapError) in
-            let key = try storage.upsert(entity, stamp: stamp, strict: true)
-            storage.retain(key)
-            return key
+        let node = try write { storage throws(IdentityMapError) in
+            let node = try storage.upsert(entity, stamp: stamp, strict: true)
+            _ = storage.retain(node)
+            return node
         }
-        return EntityObserver(map: self, key: key)
+        return EntityObserver(map: self, key: node.key, hold: node.observers)
     }
 
     /// Stores several entities in one transaction.
     @discardableResult
     public func store<T: Identifiable & Sendable>(entities: [T], stamp: Stamp? = nil) throws(IdentityMapError) -> [EntityObserver<T>]
     where T.ID: Sendable {
-        let keys = try write { storage throws(IdentityMapError) in
-            var keys: [NodeKey] = []
+        let nodes = try write { storage throws(IdentityMapError) in
+            var nodes: [Node] = []
             for entity in entities {
-                keys.append(try storage.upsert(entity, stamp: stamp, strict: true))
+                nodes.append(try storage.upsert(entity, stamp: stamp, strict: true))
             }
-            keys.forEach(storage.retain)
-            return keys
+            for node in nodes { _ = storage.retain(node) }
+            return nodes
         }
-        return keys.map { EntityObserver(map: self, key: $0) }
+        return nodes.map { EntityObserver(map: self, key: $0.key, hold: $0.observers) }
     }
 
     /// Stores an entity and points an alias at it. Aliased entities are held until the alias is removed.
@@ -66,8 +66,8 @@ public final class IdentityMap: Sendable {
     where T.ID: Sendable {
         let alias = NodeKey(alias: T.self, name: name)
         try write { storage throws(IdentityMapError) in
-            let key = try storage.upsert(entity, stamp: stamp, strict: true)
-            storage.setAlias(alias, to: [key])
+            let node = try storage.upsert(entity, stamp: stamp, strict: true)
+            storage.setAlias(alias, to: [node.key])
         }
         return find(T.self, aliased: name)
     }
@@ -80,7 +80,7 @@ public final class IdentityMap: Sendable {
         try write { storage throws(IdentityMapError) in
             var keys: [NodeKey] = []
             for entity in entities {
-                keys.append(try storage.upsert(entity, stamp: stamp, strict: true))
+                keys.append(try storage.upsert(entity, stamp: stamp, strict: true).key)
             }
             storage.setAlias(alias, to: keys)
         }
@@ -89,14 +89,11 @@ public final class IdentityMap: Sendable {
 
     /// Changes a stored entity in place. Returns false, changing nothing, when it is not in the map.
     /// The stamp is kept. The closure runs under the map's lock and must not call the map.
-    @discardableResult
+    @inlinable @discardableResult
     public func update<T: Identifiable & Sendable>(_ type: T.Type, id: T.ID, _ change: (inout T) -> Void) -> Bool
     where T.ID: Sendable {
         write { storage in
-            guard var value = storage.value(of: NodeKey(entity: T.self, id: id), as: T.self) else { return false }
-            change(&value)
-            storage.upsert(value, stamp: nil)
-            return true
+            storage.update(NodeKey(entity: T.self, id: id), as: T.self, change)
         }
     }
 
@@ -131,12 +128,11 @@ public final class IdentityMap: Sendable {
     /// An observer of a stored entity, or nil when it is not in the map.
     public func find<T: Identifiable & Sendable>(_ type: T.Type, id: T.ID) -> EntityObserver<T>? where T.ID: Sendable {
         let key = NodeKey(entity: T.self, id: id)
-        let found = storage.withLock { storage in
-            guard storage.node(key)?.value is T else { return false }
-            storage.retain(key)
-            return true
+        let hold = storage.withLock { storage -> ObserverCount? in
+            guard let node = storage.node(key), node.value(as: T.self) != nil else { return nil }
+            return storage.retain(node)
         }
-        return found ? EntityObserver(map: self, key: key) : nil
+        return hold.map { EntityObserver(map: self, key: key, hold: $0) }
     }
 
     /// An observer of the entity an alias points at; its value is nil while the alias is not set.
@@ -165,6 +161,7 @@ public final class IdentityMap: Sendable {
     // MARK: Internals
 
     /// Runs one write as its own transaction.
+    @inlinable
     func write<R, E: Error>(_ body: (IdentityMapStorage) throws(E) -> R) throws(E) -> R {
         let result: Result<R, E> = storage.withLock { storage in
             defer { storage.finishTransaction() }
@@ -185,8 +182,9 @@ public final class IdentityMap: Sendable {
         subscriberIDs.wrappingAdd(1, ordering: .relaxed).newValue
     }
 
-    func release(_ key: NodeKey) {
-        write { $0.release(key) }
+    /// Called by a handle whose hold was the node's last observer.
+    func releaseIfUnheld(_ key: NodeKey) {
+        write { $0.releaseIfUnheld(key) }
     }
 
     func subscribe(id: Int, keys: [NodeKey], deliver: @escaping (IdentityMapStorage) -> Void) {

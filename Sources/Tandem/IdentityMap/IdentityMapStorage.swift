@@ -4,17 +4,19 @@
 /// `Mutex`, and every access goes through that mutex's `withLock`; the type is internal, so no
 /// other code can reach it. The conformance only lets the mutex lend it to closures that run under
 /// the lock (the caller's transaction body, the observers' value builders).
+@usableFromInline
 final class IdentityMapStorage: @unchecked Sendable {
     struct Subscriber {
         let keys: [NodeKey]
         let deliver: (IdentityMapStorage) -> Void
     }
 
-    private(set) var nodes: [NodeKey: Node] = [:]
+    @usableFromInline private(set) var nodes: [NodeKey: Node] = [:]
     private var subscribers: [Int: Subscriber] = [:]
-    private var subscribersByKey: [NodeKey: [Int]] = [:]
+    /// Numbers transactions, so a node is listed as changed once per transaction.
+    private var transactionNumber = 0
     /// Nodes changed by the transaction under way: their observers hear once when it ends.
-    private var changed: Set<NodeKey> = []
+    private var changed: [Node] = []
     /// Nodes that may have lost their last holder during the transaction under way.
     private var releaseCandidates: Set<NodeKey> = []
 
@@ -24,17 +26,17 @@ final class IdentityMapStorage: @unchecked Sendable {
 
     /// The stored value of an entity with the same type and id as `value`.
     func currentValue<T: Identifiable>(of value: T) -> T? where T.ID: Sendable {
-        nodes[NodeKey(entity: T.self, id: value.id)]?.value as? T
+        nodes[NodeKey(entity: T.self, id: value.id)]?.value(as: T.self)
     }
 
     func value<T>(of key: NodeKey, as type: T.Type) -> T? {
-        nodes[key]?.value as? T
+        nodes[key]?.value(as: T.self)
     }
 
     /// An alias's entities, in order; nil when the alias is not set.
     func aliasValues<T>(_ key: NodeKey, as type: T.Type) -> [T]? {
         guard let node = nodes[key], node.aliasActive else { return nil }
-        return node.children.compactMap { nodes[$0]?.value as? T }
+        return node.children.compactMap { nodes[$0]?.value(as: T.self) }
     }
 
     // MARK: Writing
@@ -42,30 +44,61 @@ final class IdentityMapStorage: @unchecked Sendable {
     /// Stores an entity (and, for an aggregate, its nested entities). A stamp not newer than the
     /// stored one leaves the entity as it is; `strict` makes that an error.
     @discardableResult
-    func upsert<T: Identifiable & Sendable>(_ value: T, stamp: Stamp?, strict: Bool = false) throws(IdentityMapError) -> NodeKey
+    func upsert<T: Identifiable & Sendable>(_ value: T, stamp: Stamp?, strict: Bool = false) throws(IdentityMapError) -> Node
     where T.ID: Sendable {
         let key = NodeKey(entity: T.self, id: value.id)
         let node = nodeCreating(key)
         if let stamp, let current = node.stamp, stamp <= current {
             if strict { throw .staleStamp(entity: "\(T.self) '\(value.id)'", current: current, rejected: stamp) }
-            return key
+            return node
         }
-        var stored: Any = value
-        if let aggregate = value as? any Aggregate {
-            let children = storeChildren(of: aggregate, stamp: stamp)
+        if node.isAggregate == nil {
+            node.isAggregate = value is any Aggregate
+        }
+        // Nested entities first: through a cycle they may store an older copy of this very entity,
+        // which the value below then replaces.
+        var children: [NodeKey]?
+        var aggregate: (any Aggregate)?
+        if node.isAggregate == true, let value = value as? any Aggregate {
+            aggregate = value
+            children = storeChildren(of: value, stamp: stamp)
+        }
+        if let box = node.typedBox(T.self) {
+            box.value = value
+        } else {
+            node.box = EntityBox(value)
+        }
+        if let aggregate, let children {
             relink(key, to: children)
-            node.recompose = Self.recomposer(for: aggregate)
-            stored = node.recompose!(stored, self)
+            if node.recompose == nil { node.recompose = Self.recomposer(for: aggregate) }
+            node.recompose!(node.box!, self)
         }
-        node.value = stored
         if let stamp { node.stamp = stamp }
-        didChange(key)
-        return key
+        didChange(key, node)
+        return node
     }
 
+    @usableFromInline
     func upsert<T: Identifiable & Sendable>(_ value: T, stamp: Stamp?) where T.ID: Sendable {
         // Nested entities never fail the aggregate: a stale one keeps the newer stored value.
         _ = try? upsert(value, stamp: stamp, strict: false)
+    }
+
+    /// Changes a stored entity in place; false when it is absent.
+    @inlinable
+    func update<T: Identifiable & Sendable>(_ key: NodeKey, as type: T.Type, _ change: (inout T) -> Void) -> Bool
+    where T.ID: Sendable {
+        guard let node = nodes[key], let box = node.typedBox(T.self) else { return false }
+        if node.isAggregate == true {
+            // Its nested entities may have changed too: store it whole.
+            var value = box.value
+            change(&value)
+            upsert(value, stamp: nil)
+        } else {
+            change(&box.value)
+            didChange(key, node)
+        }
+        return true
     }
 
     /// Points an alias at entities, keeping it alive until removed.
@@ -73,7 +106,7 @@ final class IdentityMapStorage: @unchecked Sendable {
         let node = nodeCreating(key)
         node.aliasActive = true
         relink(key, to: children)
-        didChange(key)
+        didChange(key, node)
     }
 
     /// Unsets an alias; its observers see nil.
@@ -81,7 +114,7 @@ final class IdentityMapStorage: @unchecked Sendable {
         guard let node = nodes[key], node.aliasActive else { return }
         node.aliasActive = false
         relink(key, to: [])
-        didChange(key)
+        didChange(key, node)
         releaseCandidates.insert(key)
     }
 
@@ -92,13 +125,24 @@ final class IdentityMapStorage: @unchecked Sendable {
     }
 
     /// Holds a node (creating an empty one if needed) for an observer.
-    func retain(_ key: NodeKey) {
-        nodeCreating(key).observers += 1
+    @discardableResult
+    func retain(_ key: NodeKey) -> ObserverCount {
+        retain(nodeCreating(key))
     }
 
+    func retain(_ node: Node) -> ObserverCount {
+        node.observers.increment()
+        return node.observers
+    }
+
+    /// Lets go of one hold on a node.
     func release(_ key: NodeKey) {
         guard let node = nodes[key] else { return }
-        node.observers -= 1
+        if node.observers.decrement() { releaseCandidates.insert(key) }
+    }
+
+    /// Releases a node whose last handle already counted itself out, if nothing else holds it.
+    func releaseIfUnheld(_ key: NodeKey) {
         releaseCandidates.insert(key)
     }
 
@@ -109,7 +153,7 @@ final class IdentityMapStorage: @unchecked Sendable {
         subscribers[id] = Subscriber(keys: keys, deliver: deliver)
         for key in Set(keys) {
             retain(key)
-            subscribersByKey[key, default: []].append(id)
+            nodes[key]!.subscriberIDs.append(id)
         }
         deliver(self)
     }
@@ -118,8 +162,7 @@ final class IdentityMapStorage: @unchecked Sendable {
     func unsubscribe(id: Int) -> Subscriber? {
         guard let subscriber = subscribers.removeValue(forKey: id) else { return nil }
         for key in Set(subscriber.keys) {
-            subscribersByKey[key]?.removeAll { $0 == id }
-            if subscribersByKey[key]?.isEmpty == true { subscribersByKey[key] = nil }
+            nodes[key]?.subscriberIDs.removeAll { $0 == id }
             release(key)
         }
         return subscriber
@@ -130,13 +173,22 @@ final class IdentityMapStorage: @unchecked Sendable {
     /// Delivery happens while the map's lock is held, on purpose: a delivery only yields into an
     /// `AsyncStream` continuation, which enqueues and never runs observer code inline, and doing it
     /// under the lock keeps two concurrent transactions' values in commit order for every observer.
+    @usableFromInline
     func finishTransaction() {
-        sweep()
+        if !releaseCandidates.isEmpty { sweep() }
+        transactionNumber += 1
         guard !changed.isEmpty else { return }
-        var notified = Set<Int>()
-        for key in changed {
-            for id in subscribersByKey[key] ?? [] where notified.insert(id).inserted {
+        if changed.count == 1 {
+            // One node: its subscriber ids are already unique.
+            for id in changed[0].subscriberIDs {
                 subscribers[id]?.deliver(self)
+            }
+        } else {
+            var notified = Set<Int>()
+            for node in changed {
+                for id in node.subscriberIDs where notified.insert(id).inserted {
+                    subscribers[id]?.deliver(self)
+                }
             }
         }
         changed.removeAll(keepingCapacity: true)
@@ -146,10 +198,18 @@ final class IdentityMapStorage: @unchecked Sendable {
 
     private func nodeCreating(_ key: NodeKey) -> Node {
         if let node = nodes[key] { return node }
-        let node = Node()
+        let node = Node(key: key)
         nodes[key] = node
         releaseCandidates.insert(key)
         return node
+    }
+
+    private func markChanged(_ node: Node) {
+        // Only observed nodes need to be heard of when the transaction ends.
+        if !node.subscriberIDs.isEmpty, node.changedInTransaction != transactionNumber {
+            node.changedInTransaction = transactionNumber
+            changed.append(node)
+        }
     }
 
     private func storeChildren<A: Aggregate>(of aggregate: A, stamp: Stamp?) -> [NodeKey] {
@@ -164,13 +224,13 @@ final class IdentityMapStorage: @unchecked Sendable {
         return keys
     }
 
-    private static func recomposer<A: Aggregate>(for aggregate: A) -> (Any, IdentityMapStorage) -> Any {
-        { value, storage in
-            guard var root = value as? A else { return value }
+    private static func recomposer<A: Aggregate>(for aggregate: A) -> (AnyEntityBox, IdentityMapStorage) -> Void {
+        { box, storage in
+            guard box.valueType == ObjectIdentifier(A.self) else { return }
+            let box = unsafeDowncast(box, to: EntityBox<A>.self)
             for nested in A.nestedEntities {
-                nested.recompose(&root, storage)
+                nested.recompose(&box.value, storage)
             }
-            return root
         }
     }
 
@@ -194,9 +254,10 @@ final class IdentityMapStorage: @unchecked Sendable {
 
     /// Marks a node changed and brings every aggregate and alias containing it up to date,
     /// children before parents, so each recomposition reads final values.
-    private func didChange(_ key: NodeKey) {
-        changed.insert(key)
-        guard let start = nodes[key], !start.parents.isEmpty else { return }
+    @usableFromInline
+    func didChange(_ key: NodeKey, _ start: Node) {
+        markChanged(start)
+        guard !start.parents.isEmpty else { return }
         // Every ancestor, found depth-first.
         var ancestors = Set<NodeKey>()
         var stack = Array(start.parents.keys)
@@ -207,7 +268,7 @@ final class IdentityMapStorage: @unchecked Sendable {
         // Kahn's order over the ancestors: a node waits for its changed children.
         var waiting: [NodeKey: Int] = [:]
         for ancestor in ancestors {
-            waiting[ancestor] = nodes[ancestor]!.children.filter { ancestors.contains($0) }.count
+            waiting[ancestor] = nodes[ancestor]?.children.filter { ancestors.contains($0) }.count ?? 0
         }
         var ready = ancestors.filter { waiting[$0] == 0 }
         var done = Set<NodeKey>()
@@ -219,10 +280,10 @@ final class IdentityMapStorage: @unchecked Sendable {
             }
             let next = ready.removeFirst()
             guard done.insert(next).inserted, let node = nodes[next] else { continue }
-            if let recompose = node.recompose, let value = node.value {
-                node.value = recompose(value, self)
+            if let recompose = node.recompose, let box = node.box {
+                recompose(box, self)
             }
-            changed.insert(next)
+            markChanged(node)
             for parent in node.parents.keys where ancestors.contains(parent) && !done.contains(parent) {
                 waiting[parent, default: 1] -= 1
                 if waiting[parent] == 0 { ready.insert(parent) }

@@ -9,7 +9,7 @@
 /// }
 /// ```
 public struct IdentityMapTransaction {
-    let storage: IdentityMapStorage
+    @usableFromInline let storage: IdentityMapStorage
 
     /// Stores an entity; see ``IdentityMap/store(_:stamp:)``. Nothing holds it once the transaction
     /// ends unless an observer, alias or aggregate does.
@@ -21,8 +21,8 @@ public struct IdentityMapTransaction {
     /// Stores an entity and points an alias at it.
     public mutating func store<T: Identifiable & Sendable>(_ entity: T, aliased name: String, stamp: Stamp? = nil) throws(IdentityMapError)
     where T.ID: Sendable {
-        let key = try storage.upsert(entity, stamp: stamp, strict: true)
-        storage.setAlias(NodeKey(alias: T.self, name: name), to: [key])
+        let node = try storage.upsert(entity, stamp: stamp, strict: true)
+        storage.setAlias(NodeKey(alias: T.self, name: name), to: [node.key])
     }
 
     /// Stores a list and points an alias at it.
@@ -30,19 +30,16 @@ public struct IdentityMapTransaction {
     where T.ID: Sendable {
         var keys: [NodeKey] = []
         for entity in entities {
-            keys.append(try storage.upsert(entity, stamp: stamp, strict: true))
+            keys.append(try storage.upsert(entity, stamp: stamp, strict: true).key)
         }
         storage.setAlias(NodeKey(alias: [T].self, name: name), to: keys)
     }
 
     /// Changes a stored entity; false when it is not in the map.
-    @discardableResult
+    @inlinable @discardableResult
     public mutating func update<T: Identifiable & Sendable>(_ type: T.Type, id: T.ID, _ change: (inout T) -> Void) -> Bool
     where T.ID: Sendable {
-        guard var value = storage.value(of: NodeKey(entity: T.self, id: id), as: T.self) else { return false }
-        change(&value)
-        storage.upsert(value, stamp: nil)
-        return true
+        storage.update(NodeKey(entity: T.self, id: id), as: T.self, change)
     }
 
     /// The current value of an entity, or nil.

@@ -6,14 +6,14 @@ struct BenchReport {
         var baseline: String
         /// Our time divided by the baseline's (lower is better).
         var ratio: Double
-        /// The most `ratio` may be.
-        var target: Double
+        /// The most `ratio` may be; nil for a figure shown for information.
+        var target: Double?
     }
 
     var title: String
     var rows: [Row] = []
 
-    mutating func add(_ name: String, ours: Duration, baseline: Duration, operations: Int, unit: String, target: Double) {
+    mutating func add(_ name: String, ours: Duration, baseline: Duration, operations: Int, unit: String, target: Double?) {
         let oursSeconds = ours.seconds
         let baseSeconds = baseline.seconds
         rows.append(Row(
@@ -31,12 +31,17 @@ struct BenchReport {
         #endif
         Swift.print(title)
         for row in rows {
-            let verdict = row.ratio <= row.target ? "meets" : "MISSES"
+            let verdict: String
+            if let target = row.target {
+                verdict = "target ≤ \(String(format2: target))×: " + (row.ratio <= target ? "meets" : "MISSES")
+            } else {
+                verdict = "for information, no target"
+            }
             Swift.print("""
                 - \(row.name)
                     tandem:   \(row.figure)
                     baseline: \(row.baseline)
-                    time ratio \(String(format2: row.ratio))× (target ≤ \(String(format2: row.target))×: \(verdict))
+                    time ratio \(String(format2: row.ratio))× (\(verdict))
                 """)
         }
     }

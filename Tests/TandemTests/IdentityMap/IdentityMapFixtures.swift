@@ -33,3 +33,12 @@ struct Post: Aggregate, Equatable {
 let ada = User(id: "ada", name: "Ada")
 let grace = User(id: "grace", name: "Grace")
 let alan = User(id: "alan", name: "Alan")
+
+/// An aggregate that can contain itself through others: A's friends hold B, whose friends hold A.
+struct Person: Aggregate, Equatable {
+    var id: String
+    var name: String
+    var friends: [Person]
+
+    static var nestedEntities: [NestedEntity<Person>] { [.init(\.friends)] }
+}

@@ -194,6 +194,18 @@ struct IdentityMapTests {
         _ = held
     }
 
+    @Test("aggregates that contain each other update without looping")
+    func cycles() throws {
+        let map = IdentityMap()
+        let b = Person(id: "b", name: "B", friends: [Person(id: "a", name: "A", friends: [])])
+        let a = try map.store(Person(id: "a", name: "A", friends: [b]))
+        // Now a → b → a: a change to b reaches a, and a change to a reaches b, and both terminate.
+        map.update(Person.self, id: "b") { $0.name = "B2" }
+        #expect(a.value.friends.first?.name == "B2")
+        map.update(Person.self, id: "a") { $0.name = "A2" }
+        #expect(map.find(Person.self, id: "b")?.value.friends.first?.name == "A2")
+    }
+
     // MARK: 5. Observation
 
     @Test("an observer gets the current value at once, then each change")

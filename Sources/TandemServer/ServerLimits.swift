@@ -1,0 +1,36 @@
+import TandemCore
+
+/// The limits a server enforces, with Firestore-like defaults. Past a limit a request gets a
+/// `resource-exhausted` (or `invalid-argument`) error, and nothing is written.
+public struct ServerLimits: Sendable, Hashable {
+    /// The largest document body, as compact JSON text. Default 1 MiB.
+    public var maximumDocumentBytes = 1 << 20
+    /// The largest request or message. Default 10 MiB.
+    public var maximumRequestBytes = 10 << 20
+    /// The most writes in one batch. Default 500.
+    public var maximumBatchWrites = 500
+    /// The most segments in a path. Default 100, the most paths may have.
+    public var maximumPathDepth = PathRules.maximumDepth
+    /// The most writes one connection may send per second. Default 500.
+    public var maximumWritesPerSecond = 500
+
+    public init() {}
+
+    /// Throws `resource-exhausted` when a document body is larger than allowed.
+    public func checkDocument(_ data: JSONObject, at path: DocumentPath) throws(TandemError) {
+        let size = JSONText.encode(data).utf8.count
+        if size > maximumDocumentBytes {
+            throw TandemError(.resourceExhausted, "The document \(path) is \(size) bytes; at most \(maximumDocumentBytes) are allowed. Split it into smaller documents.")
+        }
+    }
+
+    /// Throws when a batch has too many writes, or a path is too deep.
+    public func checkBatch(_ mutations: [Mutation]) throws(TandemError) {
+        if mutations.count > maximumBatchWrites {
+            throw TandemError(.resourceExhausted, "The batch has \(mutations.count) writes; at most \(maximumBatchWrites) are allowed. Split it into several batches.")
+        }
+        for mutation in mutations where mutation.path.segments.count > maximumPathDepth {
+            throw TandemError.invalidArgument("The path \(mutation.path) has \(mutation.path.segments.count) segments; this server allows at most \(maximumPathDepth).")
+        }
+    }
+}
