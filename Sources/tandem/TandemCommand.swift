@@ -8,9 +8,9 @@ struct TandemCommand: AsyncParsableCommand {
         commandName: "tandem",
         abstract: "Real-time data sync for Swift: sync server, client tools and benchmarks.",
         discussion: """
-            Tandem keeps documents in sync between a self-hostable server and offline-first Swift clients.
-            Today this command runs the benchmarks of the core library; the server and the document
-            commands (serve, demo, get, set, query, watch…) arrive with the server.
+            Tandem keeps documents in sync between a self-hostable server and offline-first Swift \
+            clients. Today this command runs the core library's benchmarks; the server and the \
+            document commands arrive with the server.
             """,
         version: TandemVersion.current,
         subcommands: [BenchCommand.self]

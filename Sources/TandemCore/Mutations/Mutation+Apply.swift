@@ -108,7 +108,7 @@ extension Mutation {
         )
     }
 
-    static func deepMerge(_ source: JSONObject, into target: inout JSONObject) {
+    package static func deepMerge(_ source: JSONObject, into target: inout JSONObject) {
         for (key, value) in source {
             if case .object(let sourceChild) = value, case .object(var targetChild)? = target[key] {
                 target[key] = nil

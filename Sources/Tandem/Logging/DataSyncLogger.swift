@@ -1,0 +1,41 @@
+/// Receives the engines' analytics events, named `{managerKey}_{event}` (`user_save_start`,
+/// `products_listener_retrying`…), with parameters such as `document_id`, `error_description`,
+/// `pending_write_count`, `retry_count`, `delay_seconds`, `count` and `filter_count`.
+///
+/// ```swift
+/// struct PrintLogger: DataSyncLogger {
+///     func trackEvent(_ event: DataSyncLogEvent) { print(event.name, event.parameters) }
+/// }
+/// ```
+public protocol DataSyncLogger: Sendable {
+    func trackEvent(_ event: DataSyncLogEvent)
+}
+
+/// One analytics event.
+public struct DataSyncLogEvent: Sendable, CustomStringConvertible {
+    /// How much the event matters: failures are `severe`.
+    public enum Severity: String, Sendable, Hashable, Comparable {
+        case info, warning, severe
+
+        public static func < (lhs: Severity, rhs: Severity) -> Bool {
+            let order: [Severity] = [.info, .warning, .severe]
+            return order.firstIndex(of: lhs)! < order.firstIndex(of: rhs)!
+        }
+    }
+
+    /// `{managerKey}_{event}`.
+    public var name: String
+    public var parameters: [String: any Sendable]
+    public var severity: Severity
+
+    public init(name: String, parameters: [String: any Sendable] = [:], severity: Severity = .info) {
+        self.name = name
+        self.parameters = parameters
+        self.severity = severity
+    }
+
+    public var description: String {
+        let rendered = parameters.keys.sorted().map { "\($0)=\(parameters[$0]!)" }.joined(separator: " ")
+        return rendered.isEmpty ? name : "\(name) \(rendered)"
+    }
+}

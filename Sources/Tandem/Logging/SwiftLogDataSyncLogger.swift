@@ -1,0 +1,30 @@
+import Logging
+
+/// Sends the engines' analytics events to swift-log: severe events log as errors, warnings as
+/// warnings, the rest at `info`, with the parameters as metadata.
+///
+/// ```swift
+/// let engine = CollectionSyncEngine<Product>(remote: remote, managerKey: "products",
+///                                            logger: SwiftLogDataSyncLogger(Logger(label: "sync")))
+/// ```
+public struct SwiftLogDataSyncLogger: DataSyncLogger {
+    public var logger: Logger
+
+    public init(_ logger: Logger) {
+        self.logger = logger
+    }
+
+    public func trackEvent(_ event: DataSyncLogEvent) {
+        var metadata = Logger.Metadata()
+        for (key, value) in event.parameters {
+            metadata[key] = .string("\(value)")
+        }
+        let level: Logger.Level
+        switch event.severity {
+        case .info: level = .info
+        case .warning: level = .warning
+        case .severe: level = .error
+        }
+        logger.log(level: level, "\(event.name)", metadata: metadata)
+    }
+}

@@ -1,0 +1,20 @@
+import TandemCore
+
+/// A write waiting for the server's acknowledgement, in the outbox.
+public struct PendingWrite: Sendable, Hashable, Codable {
+    /// The id the server applies it under, at most once.
+    public var id: MutationID
+    public var mutation: Mutation
+    /// How many times it has been sent. A write that was ever sent is never merged with a later one:
+    /// the server may already have applied it under its id.
+    public var attempts: Int
+
+    public init(id: MutationID, mutation: Mutation, attempts: Int = 0) {
+        self.id = id
+        self.mutation = mutation.identified(by: id)
+        self.attempts = attempts
+    }
+
+    /// The document it writes.
+    public var path: DocumentPath { mutation.path }
+}
