@@ -1,0 +1,232 @@
+import Foundation
+
+/// Decodes any `Decodable` straight from a ``JSONValue``: the inverse of ``JSONValueEncoder``.
+///
+/// Numbers convert where exact (an int field reads `3.0`; a double field reads `3`); dates read
+/// ISO 8601 strings or seconds since 1970; a `JSONValue` field takes the raw value. A mismatch
+/// throws a `DecodingError` naming the coding path.
+///
+/// ```swift
+/// let user = try JSONValueDecoder().decode(User.self, from: .object(document.data))
+/// ```
+public struct JSONValueDecoder: Sendable {
+    public init() {}
+
+    public func decode<T: Decodable>(_ type: T.Type, from value: JSONValue) throws -> T {
+        try ValueDecoder(value: value, codingPath: []).decodeValue(T.self)
+    }
+
+    public func decode<T: Decodable>(_ type: T.Type, from object: JSONObject) throws -> T {
+        try decode(type, from: .object(object))
+    }
+}
+
+struct ValueDecoder: Decoder {
+    let value: JSONValue
+    let codingPath: [any CodingKey]
+    var userInfo: [CodingUserInfoKey: Any] { [:] }
+
+    func decodeValue<T: Decodable>(_ type: T.Type) throws -> T {
+        if T.self == JSONValue.self { return value as! T }
+        if T.self == Date.self { return try decodeDate() as! T }
+        if T.self == Data.self {
+            guard case .string(let text) = value, let data = Data(base64Encoded: text) else {
+                throw mismatch(T.self, "a base64 string")
+            }
+            return data as! T
+        }
+        if T.self == URL.self {
+            guard case .string(let text) = value, let url = URL(string: text) else { throw mismatch(T.self, "a URL string") }
+            return url as! T
+        }
+        return try T(from: self)
+    }
+
+    private func decodeDate() throws -> Date {
+        switch value {
+        case .string(let text):
+            if let date = try? Date(text, strategy: Date.ISO8601FormatStyle(includingFractionalSeconds: true)) { return date }
+            if let date = try? Date(text, strategy: Date.ISO8601FormatStyle()) { return date }
+            throw mismatch(Date.self, "an ISO 8601 date string")
+        case .int, .double:
+            return Date(timeIntervalSince1970: value.doubleValue!)
+        default:
+            throw mismatch(Date.self, "an ISO 8601 date string or seconds since 1970")
+        }
+    }
+
+    func mismatch(_ type: Any.Type, _ expected: String) -> DecodingError {
+        DecodingError.typeMismatch(type, .init(codingPath: codingPath, debugDescription: "Expected \(expected), found \(value.typeName)."))
+    }
+
+    func container<Key: CodingKey>(keyedBy type: Key.Type) throws -> KeyedDecodingContainer<Key> {
+        guard case .object(let object) = value else { throw mismatch([String: JSONValue].self, "an object") }
+        return KeyedDecodingContainer(KeyedValueDecoder<Key>(object: object, codingPath: codingPath))
+    }
+
+    func unkeyedContainer() throws -> any UnkeyedDecodingContainer {
+        guard case .array(let array) = value else { throw mismatch([JSONValue].self, "an array") }
+        return UnkeyedValueDecoder(array: array, codingPath: codingPath)
+    }
+
+    func singleValueContainer() throws -> any SingleValueDecodingContainer {
+        SingleValueDecoder(decoder: self)
+    }
+}
+
+/// Primitive reads shared by the three containers.
+extension ValueDecoder {
+    func bool() throws -> Bool {
+        guard case .bool(let bool) = value else { throw mismatch(Bool.self, "a bool") }
+        return bool
+    }
+
+    func string() throws -> String {
+        guard case .string(let string) = value else { throw mismatch(String.self, "a string") }
+        return string
+    }
+
+    func double() throws -> Double {
+        guard let double = value.doubleValue else { throw mismatch(Double.self, "a number") }
+        return double
+    }
+
+    func integer<I: FixedWidthInteger>(_ type: I.Type) throws -> I {
+        switch value {
+        case .int(let int):
+            if let exact = I(exactly: int) { return exact }
+        case .double(let double):
+            if let exact = I(exactly: double) { return exact }
+        default:
+            break
+        }
+        throw mismatch(I.self, "an integer that fits \(I.self)")
+    }
+}
+
+struct KeyedValueDecoder<Key: CodingKey>: KeyedDecodingContainerProtocol {
+    let object: JSONObject
+    let codingPath: [any CodingKey]
+
+    var allKeys: [Key] { object.keys.compactMap { Key(stringValue: $0) } }
+
+    func contains(_ key: Key) -> Bool { object[key.stringValue] != nil }
+
+    private func decoder(_ key: any CodingKey) throws -> ValueDecoder {
+        guard let value = object[key.stringValue] else {
+            throw DecodingError.keyNotFound(key, .init(codingPath: codingPath, debugDescription: "No value for key '\(key.stringValue)'."))
+        }
+        return ValueDecoder(value: value, codingPath: codingPath + [key])
+    }
+
+    func decodeNil(forKey key: Key) throws -> Bool { (object[key.stringValue] ?? .null).isNull }
+    func decode(_ type: Bool.Type, forKey key: Key) throws -> Bool { try decoder(key).bool() }
+    func decode(_ type: String.Type, forKey key: Key) throws -> String { try decoder(key).string() }
+    func decode(_ type: Double.Type, forKey key: Key) throws -> Double { try decoder(key).double() }
+    func decode(_ type: Float.Type, forKey key: Key) throws -> Float { Float(try decoder(key).double()) }
+    func decode(_ type: Int.Type, forKey key: Key) throws -> Int { try decoder(key).integer(Int.self) }
+    func decode(_ type: Int8.Type, forKey key: Key) throws -> Int8 { try decoder(key).integer(Int8.self) }
+    func decode(_ type: Int16.Type, forKey key: Key) throws -> Int16 { try decoder(key).integer(Int16.self) }
+    func decode(_ type: Int32.Type, forKey key: Key) throws -> Int32 { try decoder(key).integer(Int32.self) }
+    func decode(_ type: Int64.Type, forKey key: Key) throws -> Int64 { try decoder(key).integer(Int64.self) }
+    func decode(_ type: UInt.Type, forKey key: Key) throws -> UInt { try decoder(key).integer(UInt.self) }
+    func decode(_ type: UInt8.Type, forKey key: Key) throws -> UInt8 { try decoder(key).integer(UInt8.self) }
+    func decode(_ type: UInt16.Type, forKey key: Key) throws -> UInt16 { try decoder(key).integer(UInt16.self) }
+    func decode(_ type: UInt32.Type, forKey key: Key) throws -> UInt32 { try decoder(key).integer(UInt32.self) }
+    func decode(_ type: UInt64.Type, forKey key: Key) throws -> UInt64 { try decoder(key).integer(UInt64.self) }
+    func decode<T: Decodable>(_ type: T.Type, forKey key: Key) throws -> T { try decoder(key).decodeValue(T.self) }
+
+    func nestedContainer<NestedKey: CodingKey>(keyedBy type: NestedKey.Type, forKey key: Key) throws -> KeyedDecodingContainer<NestedKey> {
+        try decoder(key).container(keyedBy: type)
+    }
+
+    func nestedUnkeyedContainer(forKey key: Key) throws -> any UnkeyedDecodingContainer {
+        try decoder(key).unkeyedContainer()
+    }
+
+    func superDecoder() throws -> any Decoder {
+        ValueDecoder(value: object["super"] ?? .null, codingPath: codingPath)
+    }
+
+    func superDecoder(forKey key: Key) throws -> any Decoder {
+        ValueDecoder(value: object[key.stringValue] ?? .null, codingPath: codingPath + [key])
+    }
+}
+
+struct UnkeyedValueDecoder: UnkeyedDecodingContainer {
+    let array: [JSONValue]
+    let codingPath: [any CodingKey]
+    var currentIndex = 0
+
+    init(array: [JSONValue], codingPath: [any CodingKey]) {
+        self.array = array
+        self.codingPath = codingPath
+    }
+
+    var count: Int? { array.count }
+    var isAtEnd: Bool { currentIndex >= array.count }
+
+    private mutating func next() throws -> ValueDecoder {
+        guard !isAtEnd else {
+            throw DecodingError.valueNotFound(Any.self, .init(codingPath: codingPath, debugDescription: "The array has only \(array.count) elements."))
+        }
+        defer { currentIndex += 1 }
+        return ValueDecoder(value: array[currentIndex], codingPath: codingPath + [IndexKey(intValue: currentIndex)])
+    }
+
+    mutating func decodeNil() throws -> Bool {
+        guard !isAtEnd, array[currentIndex].isNull else { return false }
+        currentIndex += 1
+        return true
+    }
+
+    mutating func decode(_ type: Bool.Type) throws -> Bool { try next().bool() }
+    mutating func decode(_ type: String.Type) throws -> String { try next().string() }
+    mutating func decode(_ type: Double.Type) throws -> Double { try next().double() }
+    mutating func decode(_ type: Float.Type) throws -> Float { Float(try next().double()) }
+    mutating func decode(_ type: Int.Type) throws -> Int { try next().integer(Int.self) }
+    mutating func decode(_ type: Int8.Type) throws -> Int8 { try next().integer(Int8.self) }
+    mutating func decode(_ type: Int16.Type) throws -> Int16 { try next().integer(Int16.self) }
+    mutating func decode(_ type: Int32.Type) throws -> Int32 { try next().integer(Int32.self) }
+    mutating func decode(_ type: Int64.Type) throws -> Int64 { try next().integer(Int64.self) }
+    mutating func decode(_ type: UInt.Type) throws -> UInt { try next().integer(UInt.self) }
+    mutating func decode(_ type: UInt8.Type) throws -> UInt8 { try next().integer(UInt8.self) }
+    mutating func decode(_ type: UInt16.Type) throws -> UInt16 { try next().integer(UInt16.self) }
+    mutating func decode(_ type: UInt32.Type) throws -> UInt32 { try next().integer(UInt32.self) }
+    mutating func decode(_ type: UInt64.Type) throws -> UInt64 { try next().integer(UInt64.self) }
+    mutating func decode<T: Decodable>(_ type: T.Type) throws -> T { try next().decodeValue(T.self) }
+
+    mutating func nestedContainer<NestedKey: CodingKey>(keyedBy type: NestedKey.Type) throws -> KeyedDecodingContainer<NestedKey> {
+        try next().container(keyedBy: type)
+    }
+
+    mutating func nestedUnkeyedContainer() throws -> any UnkeyedDecodingContainer {
+        try next().unkeyedContainer()
+    }
+
+    mutating func superDecoder() throws -> any Decoder {
+        try next()
+    }
+}
+
+struct SingleValueDecoder: SingleValueDecodingContainer {
+    let decoder: ValueDecoder
+    var codingPath: [any CodingKey] { decoder.codingPath }
+
+    func decodeNil() -> Bool { decoder.value.isNull }
+    func decode(_ type: Bool.Type) throws -> Bool { try decoder.bool() }
+    func decode(_ type: String.Type) throws -> String { try decoder.string() }
+    func decode(_ type: Double.Type) throws -> Double { try decoder.double() }
+    func decode(_ type: Float.Type) throws -> Float { Float(try decoder.double()) }
+    func decode(_ type: Int.Type) throws -> Int { try decoder.integer(Int.self) }
+    func decode(_ type: Int8.Type) throws -> Int8 { try decoder.integer(Int8.self) }
+    func decode(_ type: Int16.Type) throws -> Int16 { try decoder.integer(Int16.self) }
+    func decode(_ type: Int32.Type) throws -> Int32 { try decoder.integer(Int32.self) }
+    func decode(_ type: Int64.Type) throws -> Int64 { try decoder.integer(Int64.self) }
+    func decode(_ type: UInt.Type) throws -> UInt { try decoder.integer(UInt.self) }
+    func decode(_ type: UInt8.Type) throws -> UInt8 { try decoder.integer(UInt8.self) }
+    func decode(_ type: UInt16.Type) throws -> UInt16 { try decoder.integer(UInt16.self) }
+    func decode(_ type: UInt32.Type) throws -> UInt32 { try decoder.integer(UInt32.self) }
+    func decode(_ type: UInt64.Type) throws -> UInt64 { try decoder.integer(UInt64.self) }
+    func decode<T: Decodable>(_ type: T.Type) throws -> T { try decoder.decodeValue(T.self) }
+}
