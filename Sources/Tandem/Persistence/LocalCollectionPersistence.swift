@@ -1,0 +1,60 @@
+import TandemCore
+
+/// What a collection engine keeps between launches: the server's last confirmed documents, the
+/// writes not yet acknowledged, and where the listener stopped.
+public struct LocalCollectionState: Sendable, Hashable {
+    /// The documents as the server last confirmed them.
+    public var documents: [Document]
+    /// Writes not yet acknowledged, with the client id and next sequence number.
+    public var outbox: Outbox
+    /// The last version the listener saw, to resume from after a restart.
+    public var resumeVersion: Version?
+
+    public init(documents: [Document] = [], outbox: Outbox, resumeVersion: Version? = nil) {
+        self.documents = documents
+        self.outbox = outbox
+        self.resumeVersion = resumeVersion
+    }
+}
+
+/// One atomic change to a ``LocalCollectionState``: the cached documents and the outbox change
+/// together, so a write is never recorded in one and lost from the other.
+public struct LocalCollectionChange: Sendable, Hashable {
+    /// Start from no documents (a full reload), before applying `upserts`.
+    public var replacesAllDocuments = false
+    /// Documents the server confirmed, inserted or replaced.
+    public var upserts: [Document] = []
+    /// Documents the server deleted.
+    public var deletions: [DocumentPath] = []
+    /// Outbox entries added or rewritten (by sequence number).
+    public var outboxPuts: [PendingWrite] = []
+    /// Outbox entries acknowledged or rejected.
+    public var outboxRemovals: [MutationID] = []
+    /// Remove every outbox entry (before `outboxPuts`).
+    public var clearsOutbox = false
+    /// The outbox's next sequence number, which must never go back even when the outbox empties:
+    /// the server would take a reused number for a replay.
+    public var nextSequence: UInt64?
+    /// The listener's new resume point.
+    public var resumeVersion: Version?
+
+    public init() {}
+
+    public var isEmpty: Bool {
+        !replacesAllDocuments && upserts.isEmpty && deletions.isEmpty && outboxPuts.isEmpty && outboxRemovals.isEmpty
+            && !clearsOutbox && nextSequence == nil && resumeVersion == nil
+    }
+}
+
+/// Where a collection engine keeps its ``LocalCollectionState``. Each ``apply(_:)`` is one
+/// transaction, durable before it returns.
+public protocol LocalCollectionPersistence: Sendable {
+    /// The saved state, or nil when nothing was saved for this engine.
+    func load() throws -> LocalCollectionState?
+    /// Creates the state for a new engine, with its client id.
+    func create(clientID: String) throws -> LocalCollectionState
+    /// Applies a change atomically.
+    func apply(_ change: LocalCollectionChange) throws
+    /// Removes everything saved for this engine.
+    func clear() throws
+}

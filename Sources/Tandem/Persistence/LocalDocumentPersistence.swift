@@ -1,0 +1,32 @@
+import TandemCore
+
+/// What a `DocumentSyncEngine` keeps between launches: the document it follows, the server's last
+/// confirmed state of it, and the writes not yet acknowledged.
+public struct LocalDocumentState: Sendable, Hashable, Codable {
+    /// The id of the document the engine listens to, so it survives a restart.
+    public var documentID: String?
+    /// The last state the server confirmed; nil when there is none or it was deleted.
+    public var base: Document?
+    /// Writes not yet acknowledged, oldest first, with the client id and next sequence number.
+    public var outbox: Outbox
+    /// The last version the listener saw, to resume from after a restart.
+    public var resumeVersion: Version?
+
+    public init(documentID: String? = nil, base: Document? = nil, outbox: Outbox, resumeVersion: Version? = nil) {
+        self.documentID = documentID
+        self.base = base
+        self.outbox = outbox
+        self.resumeVersion = resumeVersion
+    }
+}
+
+/// Where a `DocumentSyncEngine` keeps its ``LocalDocumentState``. A save replaces the whole state
+/// atomically: after a crash at any point, a load reads either the state before or the state after.
+public protocol LocalDocumentPersistence: Sendable {
+    /// The saved state, or nil when nothing was saved.
+    func load() throws -> LocalDocumentState?
+    /// Replaces the saved state, durably, before returning.
+    func save(_ state: LocalDocumentState) throws
+    /// Removes the saved state.
+    func clear() throws
+}

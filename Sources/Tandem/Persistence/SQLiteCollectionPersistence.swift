@@ -1,0 +1,186 @@
+import Foundation
+import GRDB
+import Synchronization
+import TandemCore
+
+/// Keeps collection engines' state in one SQLite database in WAL mode, through GRDB: documents,
+/// outbox entries and each engine's client id, next sequence number and resume version, each keyed
+/// by manager key. Every ``apply(_:)`` is one transaction, so a cached write and its outbox entry
+/// commit together or not at all.
+///
+/// ```swift
+/// let persistence = try SQLiteCollectionPersistence(managerKey: "products")  // …/tandem/collections.sqlite
+/// ```
+public final class SQLiteCollectionPersistence: LocalCollectionPersistence {
+    public let managerKey: String
+    let pool: DatabasePool
+
+    /// Opens (creating if needed) `collections.sqlite` in `directory`, default
+    /// ``LocalStorageLocation/defaultDirectory``. Engines in one process share one connection pool per file.
+    public convenience init(managerKey: String, directory: URL? = nil) throws {
+        let directory = directory ?? LocalStorageLocation.defaultDirectory
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        let path = directory.appendingPathComponent("collections.sqlite").path
+        try self.init(managerKey: managerKey, pool: Self.sharedPool(at: path))
+    }
+
+    /// Uses an open pool; the schema is created if missing.
+    public init(managerKey: String, pool: DatabasePool) throws {
+        self.managerKey = managerKey
+        self.pool = pool
+        try Self.migrator.migrate(pool)
+    }
+
+    private static let pools = Mutex<[String: DatabasePool]>([:])
+
+    static func sharedPool(at path: String) throws -> DatabasePool {
+        try pools.withLock { pools in
+            if let pool = pools[path] { return pool }
+            let pool = try DatabasePool(path: path)
+            pools[path] = pool
+            return pool
+        }
+    }
+
+    static var migrator: DatabaseMigrator {
+        var migrator = DatabaseMigrator()
+        migrator.registerMigration("v1") { db in
+            try db.execute(sql: """
+                CREATE TABLE engine_state (
+                    manager_key TEXT PRIMARY KEY NOT NULL,
+                    client_id TEXT NOT NULL,
+                    next_sequence INTEGER NOT NULL,
+                    resume_version INTEGER
+                );
+                CREATE TABLE document (
+                    manager_key TEXT NOT NULL,
+                    path TEXT NOT NULL,
+                    data TEXT NOT NULL,
+                    version INTEGER NOT NULL,
+                    create_time REAL NOT NULL,
+                    update_time REAL NOT NULL,
+                    PRIMARY KEY (manager_key, path)
+                ) WITHOUT ROWID;
+                CREATE TABLE outbox (
+                    manager_key TEXT NOT NULL,
+                    sequence INTEGER NOT NULL,
+                    mutation TEXT NOT NULL,
+                    attempts INTEGER NOT NULL,
+                    PRIMARY KEY (manager_key, sequence)
+                ) WITHOUT ROWID;
+                """)
+        }
+        return migrator
+    }
+
+    public func load() throws -> LocalCollectionState? {
+        try pool.read { db in
+            guard let row = try Row.fetchOne(db, sql: "SELECT client_id, next_sequence, resume_version FROM engine_state WHERE manager_key = ?", arguments: [managerKey]) else {
+                return nil
+            }
+            let clientID: String = row["client_id"]
+            let nextSequence: Int64 = row["next_sequence"]
+            let resume: Int64? = row["resume_version"]
+
+            var documents: [Document] = []
+            let cursor = try Row.fetchCursor(db, sql: "SELECT path, data, version, create_time, update_time FROM document WHERE manager_key = ?", arguments: [managerKey])
+            while let row = try cursor.next() {
+                documents.append(try Self.document(from: row))
+            }
+
+            var entries: [PendingWrite] = []
+            let outboxCursor = try Row.fetchCursor(db, sql: "SELECT sequence, mutation, attempts FROM outbox WHERE manager_key = ? ORDER BY sequence", arguments: [managerKey])
+            while let row = try outboxCursor.next() {
+                let text: String = row["mutation"]
+                let mutation = try JSONValueDecoder().decode(Mutation.self, from: JSONText.parse(text))
+                let sequence: Int64 = row["sequence"]
+                entries.append(PendingWrite(id: MutationID(clientID: clientID, sequence: UInt64(sequence)), mutation: mutation, attempts: row["attempts"]))
+            }
+            let outbox = Outbox(clientID: clientID, entries: entries, nextSequence: UInt64(nextSequence))
+            return LocalCollectionState(documents: documents, outbox: outbox, resumeVersion: resume.map { Version(UInt64($0)) })
+        }
+    }
+
+    public func create(clientID: String) throws -> LocalCollectionState {
+        try pool.write { db in
+            try db.execute(sql: "DELETE FROM document WHERE manager_key = ?", arguments: [managerKey])
+            try db.execute(sql: "DELETE FROM outbox WHERE manager_key = ?", arguments: [managerKey])
+            try db.execute(
+                sql: "INSERT OR REPLACE INTO engine_state (manager_key, client_id, next_sequence, resume_version) VALUES (?, ?, 1, NULL)",
+                arguments: [managerKey, clientID])
+        }
+        return LocalCollectionState(outbox: Outbox(clientID: clientID))
+    }
+
+    public func apply(_ change: LocalCollectionChange) throws {
+        guard !change.isEmpty else { return }
+        try pool.write { db in
+            if change.replacesAllDocuments {
+                try db.execute(sql: "DELETE FROM document WHERE manager_key = ?", arguments: [managerKey])
+            }
+            if !change.upserts.isEmpty {
+                let statement = try db.cachedStatement(sql: """
+                    INSERT OR REPLACE INTO document (manager_key, path, data, version, create_time, update_time)
+                    VALUES (?, ?, ?, ?, ?, ?)
+                    """)
+                for document in change.upserts {
+                    try statement.execute(arguments: [
+                        managerKey, document.path.description, JSONText.encode(document.data), Int64(document.version.rawValue),
+                        document.createTime.timeIntervalSince1970, document.updateTime.timeIntervalSince1970,
+                    ])
+                }
+            }
+            if !change.deletions.isEmpty {
+                let statement = try db.cachedStatement(sql: "DELETE FROM document WHERE manager_key = ? AND path = ?")
+                for path in change.deletions {
+                    try statement.execute(arguments: [managerKey, path.description])
+                }
+            }
+            if change.clearsOutbox {
+                try db.execute(sql: "DELETE FROM outbox WHERE manager_key = ?", arguments: [managerKey])
+            }
+            if !change.outboxRemovals.isEmpty {
+                let statement = try db.cachedStatement(sql: "DELETE FROM outbox WHERE manager_key = ? AND sequence = ?")
+                for id in change.outboxRemovals {
+                    try statement.execute(arguments: [managerKey, Int64(id.sequence)])
+                }
+            }
+            if !change.outboxPuts.isEmpty {
+                let statement = try db.cachedStatement(sql: "INSERT OR REPLACE INTO outbox (manager_key, sequence, mutation, attempts) VALUES (?, ?, ?, ?)")
+                for entry in change.outboxPuts {
+                    let text = JSONText.encode(try JSONValueEncoder().encode(entry.mutation))
+                    try statement.execute(arguments: [managerKey, Int64(entry.id.sequence), text, entry.attempts])
+                }
+            }
+            if let next = change.nextSequence {
+                // Never backwards: a reused sequence number would read as a replay to the server.
+                try db.execute(sql: "UPDATE engine_state SET next_sequence = max(next_sequence, ?) WHERE manager_key = ?", arguments: [Int64(next), managerKey])
+            }
+            if let resume = change.resumeVersion {
+                try db.execute(sql: "UPDATE engine_state SET resume_version = ? WHERE manager_key = ?", arguments: [Int64(resume.rawValue), managerKey])
+            }
+        }
+    }
+
+    public func clear() throws {
+        try pool.write { db in
+            try db.execute(sql: "DELETE FROM document WHERE manager_key = ?", arguments: [managerKey])
+            try db.execute(sql: "DELETE FROM outbox WHERE manager_key = ?", arguments: [managerKey])
+            try db.execute(sql: "DELETE FROM engine_state WHERE manager_key = ?", arguments: [managerKey])
+        }
+    }
+
+    static func document(from row: Row) throws -> Document {
+        let pathText: String = row["path"]
+        let dataText: String = row["data"]
+        let version: Int64 = row["version"]
+        let created: Double = row["create_time"]
+        let updated: Double = row["update_time"]
+        guard case .object(let data) = try JSONText.parse(dataText) else {
+            throw TandemError(.dataLoss, "The cached document \(pathText) is not a JSON object.")
+        }
+        return Document(
+            path: try DocumentPath(pathText), data: data, version: Version(UInt64(version)),
+            createTime: Date(timeIntervalSince1970: created), updateTime: Date(timeIntervalSince1970: updated))
+    }
+}

@@ -1,0 +1,121 @@
+import Foundation
+import GRDB
+import Testing
+import TandemCore
+@testable import Tandem
+
+@Suite("SQLiteCollectionPersistence")
+struct SQLiteCollectionPersistenceTests {
+    func document(_ id: String, _ data: JSONObject, version: Version = 1) -> Document {
+        Document(path: try! DocumentPath("products/\(id)"), data: data, version: version, createTime: Date(timeIntervalSince1970: 100))
+    }
+
+    @Test("documents, outbox and resume version survive a new connection to the file")
+    func durableAcrossConnections() throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let path = directory.url.appendingPathComponent("collections.sqlite").path
+        do {
+            let persistence = try SQLiteCollectionPersistence(managerKey: "products", pool: DatabasePool(path: path))
+            #expect(try persistence.load() == nil)
+            var state = try persistence.create(clientID: "client-9")
+            let first = state.outbox.enqueue(.set(try DocumentPath("products/a"), ["price": 1.5])).entry
+            let second = state.outbox.enqueue(.update(try DocumentPath("products/b"), fields: ["n": 1])).entry
+            var change = LocalCollectionChange()
+            change.upserts = [document("a", ["price": 1.0, "tags": ["x"]], version: 3), document("b", ["n": 0])]
+            change.outboxPuts = [first, second]
+            change.nextSequence = state.outbox.nextSequence
+            change.resumeVersion = 3
+            try persistence.apply(change)
+        }
+        let reopened = try SQLiteCollectionPersistence(managerKey: "products", pool: DatabasePool(path: path))
+        let loaded = try #require(try reopened.load())
+        #expect(loaded.documents.sorted { $0.path < $1.path }.map(\.data) == [["price": 1.0, "tags": ["x"]], ["n": 0]])
+        #expect(loaded.documents.first { $0.path.id == "a" }?.version == 3)
+        #expect(loaded.outbox.entries.map(\.id.sequence) == [1, 2])
+        #expect(loaded.outbox.clientID == "client-9")
+        #expect(loaded.outbox.entries.first?.mutation.kind == .set(["price": 1.5]))
+        #expect(loaded.resumeVersion == 3)
+    }
+
+    @Test("acknowledged entries leave; the next sequence never goes back, even when the outbox empties")
+    func sequenceNeverGoesBack() throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let persistence = try SQLiteCollectionPersistence(managerKey: "k", directory: directory.url)
+        var state = try persistence.create(clientID: "c")
+        let entry = state.outbox.enqueue(.delete(try DocumentPath("products/a"))).entry
+        var change = LocalCollectionChange()
+        change.outboxPuts = [entry]
+        change.nextSequence = state.outbox.nextSequence
+        try persistence.apply(change)
+
+        var ack = LocalCollectionChange()
+        ack.outboxRemovals = [entry.id]
+        ack.nextSequence = 1  // a stale value must not lower it
+        try persistence.apply(ack)
+        var loaded = try #require(try persistence.load())
+        #expect(loaded.outbox.isEmpty)
+        #expect(loaded.outbox.enqueue(.delete(try DocumentPath("products/b"))).entry.id.sequence == 2)
+    }
+
+    @Test("deletions, full reloads and clear; manager keys are isolated in one file")
+    func deletionsAndIsolation() throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let products = try SQLiteCollectionPersistence(managerKey: "products", directory: directory.url)
+        let reviews = try SQLiteCollectionPersistence(managerKey: "reviews", directory: directory.url)
+        _ = try products.create(clientID: "p")
+        _ = try reviews.create(clientID: "r")
+        var change = LocalCollectionChange()
+        change.upserts = [document("a", [:]), document("b", [:]), document("c", [:])]
+        try products.apply(change)
+        try reviews.apply(change)
+
+        var delete = LocalCollectionChange()
+        delete.deletions = [try DocumentPath("products/b")]
+        try products.apply(delete)
+        #expect(try products.load()?.documents.map(\.path.id).sorted() == ["a", "c"])
+
+        var reload = LocalCollectionChange()
+        reload.replacesAllDocuments = true
+        reload.upserts = [document("z", ["fresh": true])]
+        try products.apply(reload)
+        #expect(try products.load()?.documents.map(\.path.id) == ["z"])
+        #expect(try reviews.load()?.documents.count == 3)
+
+        try products.clear()
+        #expect(try products.load() == nil)
+        #expect(try reviews.load()?.outbox.clientID == "r")
+    }
+
+    @Test("the in-memory apply matches the database's")
+    func inMemoryApplyAgrees() throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let persistence = try SQLiteCollectionPersistence(managerKey: "k", directory: directory.url)
+        var memory = try persistence.create(clientID: "c")
+        var changes: [LocalCollectionChange] = []
+        var outbox = memory.outbox
+        for step in 0..<20 {
+            var change = LocalCollectionChange()
+            change.upserts = [document("d\(step % 7)", ["step": .int(step)], version: Version(UInt64(step)))]
+            if step % 3 == 0 { change.deletions = [try DocumentPath("products/d\((step + 2) % 7)")] }
+            let entry = outbox.enqueue(.update(try DocumentPath("products/d\(step % 5)"), fields: ["s": .int(step)])).entry
+            change.outboxPuts = [entry]
+            if step % 4 == 3, let first = outbox.first {
+                change.outboxRemovals = [first.id]
+                outbox.remove(first.id)
+            }
+            change.nextSequence = outbox.nextSequence
+            changes.append(change)
+        }
+        for change in changes {
+            try persistence.apply(change)
+            memory.apply(change)
+        }
+        let loaded = try #require(try persistence.load())
+        #expect(loaded.documents.sorted { $0.path < $1.path } == memory.documents)
+        #expect(loaded.outbox == memory.outbox)
+    }
+}
