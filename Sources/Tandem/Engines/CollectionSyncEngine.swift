@@ -1,0 +1,245 @@
+import Foundation
+import Observation
+import Synchronization
+import TandemCore
+
+/// Keeps a collection in sync: a bulk load, then streamed changes, with a durable local cache and an
+/// outbox of pending writes that is replayed until the server acknowledges each write exactly once.
+///
+/// ```swift
+/// let engine = CollectionSyncEngine<Product>(remote: remote, managerKey: "products")
+/// await engine.startListening { $0.whereField("price", isLessThan: 100) }
+/// engine.currentCollection                    // the cached view, pending writes included
+/// try await engine.saveDocument(lamp)         // shows at once; sent in order; retried if offline
+/// try await engine.updateDocument(id: "lamp", data: ["stock": .increment(-1)])
+/// ```
+///
+/// `@Observable`: views reading `currentCollection` update when it changes. Every method is safe from
+/// the main actor and from any task.
+@Observable
+public final class CollectionSyncEngine<T: SyncModel>: Sendable {
+    @ObservationIgnored let core: SyncCore<T>
+    @ObservationIgnored let remote: any RemoteCollectionService
+    @ObservationIgnored private let query = Mutex<Query?>(nil)
+
+    /// - Parameters:
+    ///   - remote: the server side.
+    ///   - managerKey: names this engine's cache, outbox and analytics events.
+    ///   - enableLocalPersistence: keep the cache and outbox in SQLite across launches (default); when
+    ///     false they live in memory only.
+    ///   - logger: receives `{managerKey}_{event}` analytics events.
+    public convenience init(remote: any RemoteCollectionService, managerKey: String, enableLocalPersistence: Bool = true, logger: (any DataSyncLogger)? = nil) {
+        var persistence: (any LocalCollectionPersistence)?
+        var openError: (any Error)?
+        if enableLocalPersistence {
+            do {
+                persistence = try SQLiteCollectionPersistence(managerKey: managerKey)
+            } catch {
+                openError = error
+            }
+        }
+        self.init(remote: remote, managerKey: managerKey, persistence: persistence, logger: logger)
+        if let openError {
+            core.log("persistence_fail", ["error_description": "\(openError)"], severity: .severe)
+        }
+    }
+
+    /// The designated initializer: any persistence (nil for memory only), clock and retry policy.
+    /// The cache and the outbox are loaded here, before any network call.
+    public init(
+        remote: any RemoteCollectionService, managerKey: String, persistence: (any LocalCollectionPersistence)?,
+        logger: (any DataSyncLogger)? = nil, clock: any Clock<Duration> = ContinuousClock(), retryPolicy: RetryPolicy = .default
+    ) {
+        self.remote = remote
+        var loaded: LocalCollectionState?
+        var loadError: (any Error)?
+        if let persistence {
+            do {
+                loaded = try persistence.load()
+                if loaded == nil { loaded = try persistence.create(clientID: Self.newClientID(managerKey)) }
+            } catch {
+                loadError = error
+            }
+        }
+        let state = loaded ?? LocalCollectionState(outbox: Outbox(clientID: Self.newClientID(managerKey)))
+        let box = ChangeRelay()
+        core = SyncCore(
+            managerKey: managerKey, logger: logger, clock: clock, retryPolicy: retryPolicy,
+            persistence: persistence.map { .collection($0) } ?? .memory,
+            base: state.documents, outbox: state.outbox, documentID: nil, resumeVersion: state.resumeVersion,
+            commit: { [remote] in try await remote.commit($0) },
+            didChange: { box.fire() }
+        )
+        box.set { [weak self] in self?.collectionDidChange() }
+        if let loadError {
+            core.log("persistence_fail", ["error_description": "\(loadError)"], severity: .severe)
+        }
+    }
+
+    static func newClientID(_ managerKey: String) -> String {
+        "\(UUID().uuidString.lowercased())/\(managerKey)"
+    }
+
+    private func collectionDidChange() {
+        withMutation(keyPath: \.currentCollection) {}
+    }
+
+    // MARK: Listening
+
+    /// Loads the query's documents, then streams changes. The same query again does nothing; a
+    /// different one replaces the listener. Returns after the first batch is applied, or at once with
+    /// the cache if the server cannot be reached (retries continue in the background).
+    public func startListening(buildQuery: (Query) -> Query = { $0 }) async {
+        let newQuery = buildQuery(Query())
+        let unchanged = query.withLock { current -> Bool in
+            if current == newQuery && core.isListening { return true }
+            current = newQuery
+            return false
+        }
+        if unchanged { return }
+        core.log("bulkLoad_start", ["filter_count": newQuery.filterCount])
+        let remote = self.remote
+        await core.startListener { resumeFrom in remote.listen(query: newQuery, resumeFrom: resumeFrom) }
+        core.triggerFlush()
+    }
+
+    /// Stops the listener. With `clearCaches` (the default) the cached documents are dropped from
+    /// memory and disk; pending writes are kept and still sent.
+    public func stopListening(clearCaches: Bool = true) {
+        core.stopListener()
+        query.withLock { $0 = nil }
+        core.log("listener_stopped")
+        if clearCaches {
+            core.clearDocuments()
+            core.log("cachesCleared")
+        }
+    }
+
+    // MARK: Reading
+
+    /// The cached documents with pending writes applied, ordered by path.
+    public var currentCollection: [T] {
+        access(keyPath: \.currentCollection)
+        return core.ordered
+    }
+
+    /// The same as ``currentCollection``.
+    public func getCollection() -> [T] { currentCollection }
+
+    /// The cached document with this id, or nil.
+    public func getDocument(id: String) -> T? {
+        guard let path = try? remote.collectionPath().document(id) else {
+            return core.models { $0.id == id }.first
+        }
+        return core.model(at: path)
+    }
+
+    /// The cached documents passing a predicate.
+    public func getDocuments(where predicate: (T) -> Bool) -> [T] {
+        currentCollection.filter(predicate)
+    }
+
+    /// Whether a document has writes not yet acknowledged, and whether it came from the cache.
+    public func metadata(id: String) -> DocumentMetadata {
+        guard let path = try? remote.collectionPath().document(id) else { return DocumentMetadata(hasPendingWrites: false, isFromCache: true) }
+        return core.metadata(at: path)
+    }
+
+    /// Whether any write is waiting for the server.
+    public var hasPendingWrites: Bool { core.pendingWriteCount > 0 }
+    /// The writes waiting for the server, oldest first.
+    public var pendingWrites: [PendingWrite] { core.pendingWrites }
+    /// Writes the server refused for good, rolled back from the view.
+    public var rejectedWrites: [RejectedWrite] { core.rejectedWrites }
+    /// True until the server's first batch arrives in this session.
+    public var isFromCache: Bool { core.isFromCache }
+
+    /// The collection from the cache when listening (or holding data), else fetched.
+    public func getCollectionAsync(behavior: FetchBehavior = .cachedOrFetch) async throws -> [T] {
+        core.retryNowIfDown()
+        if behavior == .cachedOrFetch, core.isListening || !core.ordered.isEmpty { return currentCollection }
+        core.log("getCollection_start")
+        do {
+            let documents = try await remote.getDocuments(query: query.withLock { $0 } ?? Query())
+            let models = documents.compactMap(SyncCore<T>.decode)
+            core.log("getCollection_success", ["count": models.count])
+            return models
+        } catch {
+            core.log("getCollection_fail", ["error_description": "\(error)"], severity: .severe)
+            throw error
+        }
+    }
+
+    /// One document from the cache (with `.cachedOrFetch`, when present) or the server.
+    public func getDocumentAsync(id: String, behavior: FetchBehavior = .cachedOrFetch) async throws -> T? {
+        core.retryNowIfDown()
+        if behavior == .cachedOrFetch, let cached = getDocument(id: id) { return cached }
+        core.log("getDocument_start", ["document_id": id])
+        do {
+            let document = try await remote.getDocument(id: id)
+            core.log("getDocument_success", ["document_id": id])
+            return document.flatMap(SyncCore<T>.decode)
+        } catch {
+            core.log("getDocument_fail", ["document_id": id, "error_description": "\(error)"], severity: .severe)
+            throw error
+        }
+    }
+
+    /// The documents passing a predicate, from the cache or fetched.
+    public func getDocumentsAsync(where predicate: (T) -> Bool) async throws -> [T] {
+        try await getCollectionAsync().filter(predicate)
+    }
+
+    /// The documents matching a query, always from the server.
+    public func getDocumentsAsync(buildQuery: (Query) -> Query) async throws -> [T] {
+        core.retryNowIfDown()
+        let query = buildQuery(Query())
+        core.log("getDocumentsQuery_start", ["filter_count": query.filterCount])
+        do {
+            let models = try await remote.getDocuments(query: query).compactMap(SyncCore<T>.decode)
+            core.log("getDocumentsQuery_success", ["count": models.count, "filter_count": query.filterCount])
+            return models
+        } catch {
+            core.log("getDocumentsQuery_fail", ["error_description": "\(error)", "filter_count": query.filterCount], severity: .severe)
+            throw error
+        }
+    }
+
+    // MARK: Writing
+
+    /// Saves (replaces) a document. It shows in ``currentCollection`` at once and is sent in order.
+    /// Returns once acknowledged or durably queued; throws when the server refuses it for good.
+    public func saveDocument(_ model: T) async throws {
+        core.retryNowIfDown()
+        let path = try remote.collectionPath().document(model.id)
+        try await core.write(.set(path, try JSONValueEncoder().encodeObject(model)), event: "save")
+    }
+
+    /// Updates fields (dotted paths) of a document, with transforms such as `.increment(1)`.
+    public func updateDocument(id: String, data: [String: FieldUpdate]) async throws {
+        core.retryNowIfDown()
+        let path = try remote.collectionPath().document(id)
+        try await core.write(try FieldUpdate.mutation(path, data), event: "update")
+    }
+
+    /// Deletes a document.
+    public func deleteDocument(id: String) async throws {
+        core.retryNowIfDown()
+        let path = try remote.collectionPath().document(id)
+        try await core.write(.delete(path), event: "delete")
+    }
+}
+
+/// Forwards the core's change signal to the engine, which exists only after the core does.
+final class ChangeRelay: Sendable {
+    private let handler = Mutex<(@Sendable () -> Void)?>(nil)
+    func set(_ handler: @escaping @Sendable () -> Void) { self.handler.withLock { $0 = handler } }
+    func fire() { handler.withLock { $0 }?() }
+}
+
+extension Query {
+    /// How many filters the query has, for analytics.
+    var filterCount: Int {
+        operations.filter { if case .filter = $0 { return true } else { return false } }.count
+    }
+}

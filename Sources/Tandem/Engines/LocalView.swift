@@ -1,0 +1,113 @@
+import Foundation
+import TandemCore
+
+/// The documents an engine shows: the server's last confirmed state (`base`) with the pending
+/// writes of the outbox applied on top, per document. A pure value; the engine owns one under a lock.
+struct LocalView: Sendable {
+    private(set) var base: [DocumentPath: Document] = [:]
+    private(set) var outbox: Outbox
+    /// The view: base plus pending writes.
+    private(set) var documents: [DocumentPath: Document] = [:]
+    /// How many outbox entries write each document.
+    private var pendingCount: [DocumentPath: Int] = [:]
+
+    init(base: [Document], outbox: Outbox, now: Date) {
+        self.outbox = outbox
+        for document in base { self.base[document.path] = document }
+        documents = self.base
+        for entry in outbox.entries { pendingCount[entry.path, default: 0] += 1 }
+        for path in pendingCount.keys { recompute(path, now: now) }
+    }
+
+    func hasPendingWrites(_ path: DocumentPath) -> Bool { (pendingCount[path] ?? 0) > 0 }
+
+    var hasPendingWrites: Bool { !outbox.isEmpty }
+
+    /// Rebuilds one document of the view from its base and its pending writes. Returns whether the
+    /// view of it changed.
+    @discardableResult
+    mutating func recompute(_ path: DocumentPath, now: Date) -> Bool {
+        var document = base[path]
+        if (pendingCount[path] ?? 0) > 0 {
+            for entry in outbox.entries where entry.path == path {
+                document = Self.applyLocally(entry.mutation, to: document, now: now)
+            }
+        }
+        let old = documents[path]
+        documents[path] = document
+        return old != document
+    }
+
+    /// A pending write as the local view shows it: optimistic, without preconditions; an update of
+    /// a document the view does not have shows nothing, as the server would refuse it.
+    static func applyLocally(_ mutation: Mutation, to document: Document?, now: Date) -> Document? {
+        if case .update = mutation.kind, document == nil { return nil }
+        guard let body = mutation.applyToBody(document?.data, serverTime: ServerTime(now)) else { return nil }
+        return Document(path: mutation.path, data: body, version: document?.version ?? .zero,
+                        createTime: document?.createTime ?? now, updateTime: now)
+    }
+
+    /// Applies a listener batch to the base. Returns the paths whose view changed.
+    mutating func applyRemote(_ batch: RemoteChangeBatch, now: Date) -> Set<DocumentPath> {
+        var touched = Set<DocumentPath>()
+        if batch.isSnapshot {
+            let incoming = Set(batch.changes.map(\.path))
+            for path in base.keys where !incoming.contains(path) {
+                base[path] = nil
+                touched.insert(path)
+            }
+        }
+        for change in batch.changes {
+            if let current = base[change.path], current.version > change.version { continue }  // older news
+            base[change.path] = change.document
+            touched.insert(change.path)
+        }
+        return touched.filter { recompute($0, now: now) }
+    }
+
+    /// Replaces the base of one document (a fetch or an acknowledgement) unless it is older.
+    @discardableResult
+    mutating func setBase(_ document: Document?, at path: DocumentPath, version: Version, now: Date) -> Bool {
+        if let current = base[path], current.version > version { return recompute(path, now: now) }
+        base[path] = document
+        return recompute(path, now: now)
+    }
+
+    /// Removes every document from the base (pending writes stay).
+    mutating func clearBase(now: Date) {
+        let paths = Set(base.keys)
+        base.removeAll()
+        for path in paths { recompute(path, now: now) }
+    }
+
+    mutating func enqueue(_ mutation: Mutation, now: Date) -> Outbox.Enqueued {
+        let result = outbox.enqueue(mutation)
+        if case .appended = result { pendingCount[mutation.path, default: 0] += 1 }
+        recompute(mutation.path, now: now)
+        return result
+    }
+
+    mutating func markAttempted(_ id: MutationID) {
+        outbox.markAttempted(id)
+    }
+
+    /// Takes an entry out of the outbox (acknowledged or rejected) and rebuilds its document.
+    @discardableResult
+    mutating func removeEntry(_ id: MutationID, now: Date) -> PendingWrite? {
+        guard let entry = outbox.remove(id) else { return nil }
+        if let count = pendingCount[entry.path], count > 1 {
+            pendingCount[entry.path] = count - 1
+        } else {
+            pendingCount[entry.path] = nil
+        }
+        recompute(entry.path, now: now)
+        return entry
+    }
+
+    mutating func clearOutbox(now: Date) {
+        let paths = Array(pendingCount.keys)
+        outbox.removeAll()
+        pendingCount.removeAll()
+        for path in paths { recompute(path, now: now) }
+    }
+}

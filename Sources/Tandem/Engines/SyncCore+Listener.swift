@@ -1,0 +1,180 @@
+import Foundation
+import Synchronization
+import TandemCore
+
+extension SyncCore {
+    typealias Listen = @Sendable (Version?) -> AsyncThrowingStream<RemoteChangeBatch, any Error>
+
+    /// Starts (or replaces) the listener. Returns once the first batch is applied, or at once after
+    /// the first failure (the cache stays as it is and retries run on the clock): it never hangs.
+    func startListener(_ listen: @escaping Listen) async {
+        await withCheckedContinuation { (started: CheckedContinuation<Void, Never>) in
+            let once = ResumeOnce(started)
+            let (previous, generation) = state.withLock { state -> (Task<Void, Never>?, Int) in
+                state.listenerGeneration += 1
+                state.listenerFailures = 0
+                state.listenerDown = false
+                return (state.listener, state.listenerGeneration)
+            }
+            previous?.cancel()
+            let task = Task {
+                await self.runListener(listen, generation: generation, started: once)
+            }
+            state.withLock { state in
+                if state.listenerGeneration == generation { state.listener = task } else { task.cancel() }
+            }
+        }
+    }
+
+    /// Stops the listener; pending writes stay.
+    func stopListener() {
+        let (task, wake) = state.withLock { state -> (Task<Void, Never>?, CheckedContinuation<Void, Never>?) in
+            state.listenerGeneration += 1
+            state.listenerDown = false
+            defer {
+                state.listener = nil
+                state.wake = nil
+            }
+            return (state.listener, state.wake)
+        }
+        task?.cancel()
+        wake?.resume()
+    }
+
+    var isListening: Bool { state.withLock { $0.listener != nil } }
+
+    /// Called by reads and writes: a listener waiting to retry tries again now.
+    func retryNowIfDown() {
+        let wake = state.withLock { state -> CheckedContinuation<Void, Never>? in
+            guard state.listenerDown else { return nil }
+            defer { state.wake = nil }
+            return state.wake
+        }
+        wake?.resume()
+        triggerFlush()
+    }
+
+    private func isCurrent(_ generation: Int) -> Bool {
+        state.withLock { $0.listenerGeneration == generation } && !Task.isCancelled
+    }
+
+    private func runListener(_ listen: Listen, generation: Int, started: ResumeOnce) async {
+        defer { started.resume() }
+        while isCurrent(generation) {
+            let resumeFrom = state.withLock { $0.resumeVersion }
+            log("listener_start")
+            var receivedAny = false
+            do {
+                for try await batch in listen(resumeFrom) {
+                    guard isCurrent(generation) else { return }
+                    apply(batch)
+                    if !receivedAny {
+                        receivedAny = true
+                        state.withLock { state in
+                            state.listenerFailures = 0
+                            state.listenerDown = false
+                        }
+                        log("listener_success", ["count": batch.changes.count])
+                        started.resume()
+                        triggerFlush()
+                    }
+                }
+                guard isCurrent(generation) else { return }
+                throw TandemError(.unavailable, "The listener's stream ended.")
+            } catch {
+                guard isCurrent(generation) else { return }
+                let failures = state.withLock { state -> Int in
+                    state.listenerFailures = receivedAny ? 1 : state.listenerFailures + 1
+                    state.listenerDown = true
+                    return state.listenerFailures
+                }
+                log("listener_fail", ["error_description": "\(error)", "retry_count": failures], severity: .severe)
+                started.resume()
+                guard let delay = retryPolicy.delay(afterFailures: failures) else {
+                    log("listener_stopped", ["error_description": "The retry policy gave up."], severity: .severe)
+                    state.withLock { if $0.listenerGeneration == generation { $0.listener = nil } }
+                    return
+                }
+                log("listener_retrying", ["retry_count": failures, "delay_seconds": delay.doubleSeconds], severity: .warning)
+                await waitForRetry(delay)
+            }
+        }
+    }
+
+    /// Sleeps on the clock, or less when a read or write wakes the listener, or the listener stops.
+    private func waitForRetry(_ delay: Duration) async {
+        let clock = self.clock
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask {
+                try? await clock.sleep(for: delay)
+            }
+            group.addTask {
+                await withTaskCancellationHandler {
+                    await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                        let resumeNow = self.state.withLock { state -> Bool in
+                            if Task.isCancelled || !state.listenerDown { return true }
+                            state.wake = continuation
+                            return false
+                        }
+                        if resumeNow { continuation.resume() }
+                    }
+                } onCancel: {
+                    let wake = self.state.withLock { state -> CheckedContinuation<Void, Never>? in
+                        defer { state.wake = nil }
+                        return state.wake
+                    }
+                    wake?.resume()
+                }
+            }
+            await group.next()
+            group.cancelAll()
+        }
+    }
+
+    /// Applies a listener batch to the view, the models and the persistence, in one step.
+    func apply(_ batch: RemoteChangeBatch) {
+        let changed = state.withLock { state -> Set<DocumentPath> in
+            let changed = state.view.applyRemote(batch, now: Date())
+            state.resumeVersion = batch.version
+            state.isFromCache = false
+            var change = LocalCollectionChange()
+            change.replacesAllDocuments = batch.isSnapshot
+            for remote in batch.changes {
+                if let document = remote.document {
+                    change.upserts.append(document)
+                } else if !batch.isSnapshot {
+                    change.deletions.append(remote.path)
+                }
+            }
+            change.resumeVersion = batch.version
+            try? persistence.persist(change, view: state.view, documentID: state.documentID, resumeVersion: batch.version)
+            Self.refreshModels(changed, in: &state)
+            return changed
+        }
+        if batch.isSnapshot {
+            log("bulkLoad_success", ["count": batch.changes.count])
+        } else {
+            for remote in batch.changes {
+                log(remote.document == nil ? "documentDeleted" : "documentUpdated", ["document_id": remote.path.id])
+            }
+        }
+        if !changed.isEmpty || batch.isSnapshot { notifyChanged() }
+    }
+}
+
+/// Resumes a continuation at most once, from any task.
+final class ResumeOnce: Sendable {
+    private let continuation: Mutex<CheckedContinuation<Void, Never>?>
+
+    init(_ continuation: CheckedContinuation<Void, Never>) {
+        self.continuation = Mutex(continuation)
+    }
+
+    func resume() {
+        let taken = continuation.withLock { value -> CheckedContinuation<Void, Never>? in
+            defer { value = nil }
+            return value
+        }
+        taken?.resume()
+    }
+}

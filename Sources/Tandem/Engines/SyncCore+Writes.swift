@@ -1,0 +1,188 @@
+import Foundation
+import TandemCore
+
+extension SyncCore {
+    /// Applies a write to the view and records it in the outbox, durably, in one step; then sends
+    /// it (in order, after earlier writes) and waits for the first answer.
+    ///
+    /// Returns when the server acknowledged it, or when it stays queued because the server cannot
+    /// be reached (it is retried and replayed, never lost). Throws the server's error when the
+    /// write is refused for good: it is then rolled back from the view and listed in `rejected`.
+    @discardableResult
+    func write(_ mutation: Mutation, event: String) async throws -> WriteOutcome {
+        let parameters: [String: any Sendable] = ["document_id": mutation.path.id]
+        log("\(event)_start", parameters)
+        do {
+            try mutation.validate()
+        } catch {
+            log("\(event)_fail", parameters.merging(["error_description": error.message]) { $1 }, severity: .severe)
+            throw error
+        }
+        let entry: PendingWrite
+        let pendingCount: Int
+        do {
+            (entry, pendingCount) = try state.withLock { state throws -> (PendingWrite, Int) in
+                let previousLast = state.view.outbox.entries.last
+                let result = state.view.enqueue(mutation, now: Date())
+                var change = LocalCollectionChange()
+                change.outboxPuts = [result.entry]
+                change.nextSequence = state.view.outbox.nextSequence
+                do {
+                    try persistence.persist(change, view: state.view, documentID: state.documentID, resumeVersion: state.resumeVersion)
+                } catch {
+                    // Not durable, so not accepted: undo it in memory too.
+                    switch result {
+                    case .appended(let entry): state.view.removeEntry(entry.id, now: Date())
+                    case .merged: state.view.restoreLast(previousLast!, now: Date())
+                    }
+                    throw error
+                }
+                Self.refreshModels([mutation.path], in: &state)
+                return (result.entry, state.view.outbox.count)
+            }
+        } catch {
+            log("\(event)_fail", parameters.merging(["error_description": "\(error)"]) { $1 }, severity: .severe)
+            throw error
+        }
+        notifyChanged()
+        log("pendingWriteAdded", ["document_id": mutation.path.id, "pending_write_count": pendingCount])
+
+        let outcome = await withCheckedContinuation { (continuation: CheckedContinuation<WriteOutcome, Never>) in
+            state.withLock { $0.waiters[entry.id, default: []].append(continuation) }
+            triggerFlush()
+        }
+        switch outcome {
+        case .acknowledged, .queued:
+            log("\(event)_success", parameters)
+        case .rejected(let error):
+            log("\(event)_fail", parameters.merging(["error_description": error.message]) { $1 }, severity: .severe)
+            throw error
+        }
+        return outcome
+    }
+
+    /// Starts the sender unless it is running. Any write, read or reconnect calls this.
+    func triggerFlush() {
+        let start = state.withLock { state -> Bool in
+            if state.flushing { return false }
+            if state.view.outbox.isEmpty { return false }
+            state.flushing = true
+            state.flushRetry?.cancel()
+            state.flushRetry = nil
+            return true
+        }
+        if start {
+            Task { await self.flush() }
+        }
+    }
+
+    /// Sends the outbox in order, one write at a time, until it is empty or a transient failure
+    /// stops it (then a retry is scheduled with backoff).
+    func flush() async {
+        log("syncPendingWrites_start", ["pending_write_count": pendingWriteCount])
+        while true {
+            // Mark the first entry as sent before sending, durably: once sent it is never merged.
+            let next: PendingWrite? = state.withLock { state in
+                guard var entry = state.view.outbox.first else {
+                    state.flushing = false
+                    return nil
+                }
+                state.view.markAttempted(entry.id)
+                entry.attempts += 1
+                var change = LocalCollectionChange()
+                change.outboxPuts = [entry]
+                try? persistence.persist(change, view: state.view, documentID: state.documentID, resumeVersion: state.resumeVersion)
+                return entry
+            }
+            guard let entry = next else { break }
+            do {
+                let acknowledgements = try await commit([entry.mutation])
+                let acknowledgement = acknowledgements.first { $0.id == entry.id }
+                    ?? WriteAcknowledgement(id: entry.id, version: acknowledgements.last?.version ?? .zero, document: nil)
+                acknowledged(entry, acknowledgement)
+            } catch let error where TandemError.isPermanent(error) {
+                rejected(entry, error as! TandemError)
+            } catch {
+                transientFailure(error)
+                return
+            }
+        }
+        let cleared = state.withLock { $0.view.outbox.isEmpty }
+        if cleared { log("pendingWritesCleared") }
+        log("syncPendingWrites_complete", ["pending_write_count": pendingWriteCount])
+    }
+
+    private func acknowledged(_ entry: PendingWrite, _ acknowledgement: WriteAcknowledgement) {
+        let waiters = state.withLock { state -> [CheckedContinuation<WriteOutcome, Never>] in
+            state.flushFailures = 0
+            state.view.removeEntry(entry.id, now: Date())
+            state.view.setBase(acknowledgement.document, at: entry.path, version: acknowledgement.version, now: Date())
+            var change = LocalCollectionChange()
+            change.outboxRemovals = [entry.id]
+            if let document = acknowledgement.document {
+                change.upserts = [document]
+            } else {
+                change.deletions = [entry.path]
+            }
+            try? persistence.persist(change, view: state.view, documentID: state.documentID, resumeVersion: state.resumeVersion)
+            Self.refreshModels([entry.path], in: &state)
+            return state.waiters.removeValue(forKey: entry.id) ?? []
+        }
+        notifyChanged()
+        waiters.forEach { $0.resume(returning: .acknowledged(acknowledgement)) }
+    }
+
+    private func rejected(_ entry: PendingWrite, _ error: TandemError) {
+        let waiters = state.withLock { state -> [CheckedContinuation<WriteOutcome, Never>] in
+            state.view.removeEntry(entry.id, now: Date())
+            state.rejected.append(RejectedWrite(mutation: entry.mutation, error: error))
+            var change = LocalCollectionChange()
+            change.outboxRemovals = [entry.id]
+            try? persistence.persist(change, view: state.view, documentID: state.documentID, resumeVersion: state.resumeVersion)
+            Self.refreshModels([entry.path], in: &state)
+            return state.waiters.removeValue(forKey: entry.id) ?? []
+        }
+        notifyChanged()
+        log("writeRejected", ["document_id": entry.path.id, "error_description": error.message], severity: .severe)
+        waiters.forEach { $0.resume(returning: .rejected(error)) }
+    }
+
+    private func transientFailure(_ error: any Error) {
+        let (waiters, failures) = state.withLock { state -> ([CheckedContinuation<WriteOutcome, Never>], Int) in
+            state.flushing = false
+            state.flushFailures += 1
+            let waiters = state.waiters.values.flatMap { $0 }
+            state.waiters.removeAll()
+            return (waiters, state.flushFailures)
+        }
+        waiters.forEach { $0.resume(returning: .queued) }
+        guard let delay = retryPolicy.delay(afterFailures: failures) else { return }
+        log("syncPendingWrites_retrying", [
+            "error_description": "\(error)", "retry_count": failures, "delay_seconds": delay.doubleSeconds,
+            "pending_write_count": pendingWriteCount,
+        ], severity: .warning)
+        let retry = Task { [clock] in
+            do {
+                try await clock.sleep(for: delay)
+            } catch {
+                return
+            }
+            self.triggerFlush()
+        }
+        state.withLock { state in
+            if state.flushing { retry.cancel() } else { state.flushRetry = retry }
+        }
+    }
+}
+
+extension LocalView {
+    /// Puts back the newest entry as it was before a merge that could not be stored.
+    mutating func restoreLast(_ entry: PendingWrite, now: Date) {
+        removeEntry(entry.id, now: now)
+        var outbox = self.outbox
+        var entries = outbox.entries
+        entries.append(entry)
+        outbox = Outbox(clientID: outbox.clientID, entries: entries, nextSequence: outbox.nextSequence)
+        self = LocalView(base: Array(base.values), outbox: outbox, now: now)
+    }
+}

@@ -1,0 +1,184 @@
+import Foundation
+import Synchronization
+import TandemCore
+
+/// The machinery the three engines share: the local view and its decoded models, the outbox and
+/// its single in-order sender, the listener with retry, persistence and analytics events.
+///
+/// State lives in one mutex. Persistence writes happen under it on purpose: the durable order of
+/// outbox entries must be the in-memory order, and they are short local writes with no suspension.
+final class SyncCore<T: SyncModel>: Sendable {
+    enum WriteOutcome: Sendable {
+        case acknowledged(WriteAcknowledgement)
+        case rejected(TandemError)
+        /// Not confirmed yet (offline or a transient failure): kept in the outbox and retried.
+        case queued
+    }
+
+    struct State {
+        var view: LocalView
+        var models: [DocumentPath: T] = [:]
+        var orderedPaths: [DocumentPath] = []
+        var ordered: [T] = []
+        var resumeVersion: Version?
+        var documentID: String?
+        var isFromCache = true
+        var rejected: [RejectedWrite] = []
+        // The sender.
+        var flushing = false
+        var flushFailures = 0
+        var flushRetry: Task<Void, Never>?
+        var waiters: [MutationID: [CheckedContinuation<WriteOutcome, Never>]] = [:]
+        // The listener.
+        var listener: Task<Void, Never>?
+        var listenerGeneration = 0
+        var listenerFailures = 0
+        var listenerDown = false
+        var wake: CheckedContinuation<Void, Never>?
+        var observers: [Int: @Sendable () -> Void] = [:]
+        var nextObserver = 0
+    }
+
+    let managerKey: String
+    let logger: (any DataSyncLogger)?
+    let clock: any Clock<Duration>
+    let retryPolicy: RetryPolicy
+    let persistence: EnginePersistence
+    let commit: @Sendable ([Mutation]) async throws -> [WriteAcknowledgement]
+    let state: Mutex<State>
+    /// Called, outside the lock, after the view changed.
+    let didChange: @Sendable () -> Void
+
+    init(
+        managerKey: String, logger: (any DataSyncLogger)?, clock: any Clock<Duration>, retryPolicy: RetryPolicy,
+        persistence: EnginePersistence, base: [Document], outbox: Outbox, documentID: String?, resumeVersion: Version?,
+        commit: @escaping @Sendable ([Mutation]) async throws -> [WriteAcknowledgement],
+        didChange: @escaping @Sendable () -> Void
+    ) {
+        self.managerKey = managerKey
+        self.logger = logger
+        self.clock = clock
+        self.retryPolicy = retryPolicy
+        self.persistence = persistence
+        self.commit = commit
+        self.didChange = didChange
+        var initial = State(view: LocalView(base: base, outbox: outbox, now: Date()))
+        initial.resumeVersion = resumeVersion
+        initial.documentID = documentID
+        Self.rebuildModels(&initial)
+        state = Mutex(initial)
+    }
+
+    // MARK: Events
+
+    func log(_ event: String, _ parameters: [String: any Sendable] = [:], severity: DataSyncLogEvent.Severity = .info) {
+        logger?.trackEvent(DataSyncLogEvent(name: "\(managerKey)_\(event)", parameters: parameters, severity: severity))
+    }
+
+    // MARK: Models
+
+    /// Decodes a view document into a model; the document id fills a missing `id` field.
+    static func decode(_ document: Document) -> T? {
+        var data = document.data
+        if data["id"] == nil { data["id"] = .string(document.path.id) }
+        return try? JSONValueDecoder().decode(T.self, from: .object(data))
+    }
+
+    static func rebuildModels(_ state: inout State) {
+        state.models = [:]
+        for (path, document) in state.view.documents {
+            if let model = decode(document) { state.models[path] = model }
+        }
+        state.orderedPaths = state.models.keys.sorted()
+        state.ordered = state.orderedPaths.map { state.models[$0]! }
+    }
+
+    /// Brings the decoded models of some paths in line with the view.
+    static func refreshModels(_ paths: some Sequence<DocumentPath>, in state: inout State) {
+        for path in paths {
+            let model = state.view.documents[path].flatMap(decode)
+            let index = binarySearch(state.orderedPaths, path)
+            let present = index < state.orderedPaths.count && state.orderedPaths[index] == path
+            switch (model, present) {
+            case (let model?, true):
+                state.models[path] = model
+                state.ordered[index] = model
+            case (let model?, false):
+                state.models[path] = model
+                state.orderedPaths.insert(path, at: index)
+                state.ordered.insert(model, at: index)
+            case (nil, true):
+                state.models[path] = nil
+                state.orderedPaths.remove(at: index)
+                state.ordered.remove(at: index)
+            case (nil, false):
+                break
+            }
+        }
+    }
+
+    static func binarySearch(_ paths: [DocumentPath], _ path: DocumentPath) -> Int {
+        var low = 0
+        var high = paths.count
+        while low < high {
+            let middle = (low + high) / 2
+            if paths[middle] < path { low = middle + 1 } else { high = middle }
+        }
+        return low
+    }
+
+    var ordered: [T] { state.withLock { $0.ordered } }
+
+    func model(at path: DocumentPath) -> T? { state.withLock { $0.models[path] } }
+
+    func models(where predicate: (DocumentPath) -> Bool) -> [T] {
+        state.withLock { state in
+            zip(state.orderedPaths, state.ordered).filter { predicate($0.0) }.map(\.1)
+        }
+    }
+
+    func metadata(at path: DocumentPath) -> DocumentMetadata {
+        state.withLock { DocumentMetadata(hasPendingWrites: $0.view.hasPendingWrites(path), isFromCache: $0.isFromCache) }
+    }
+
+    var pendingWriteCount: Int { state.withLock { $0.view.outbox.count } }
+    var pendingWrites: [PendingWrite] { state.withLock { $0.view.outbox.entries } }
+    var rejectedWrites: [RejectedWrite] { state.withLock { $0.rejected } }
+    var isFromCache: Bool { state.withLock { $0.isFromCache } }
+
+    /// Observers of every change, for the engines' streams. Returns a token for `removeObserver`.
+    func addObserver(_ observer: @escaping @Sendable () -> Void) -> Int {
+        state.withLock { state in
+            state.nextObserver += 1
+            state.observers[state.nextObserver] = observer
+            return state.nextObserver
+        }
+    }
+
+    func removeObserver(_ token: Int) {
+        _ = state.withLock { $0.observers.removeValue(forKey: token) }
+    }
+
+    func notifyChanged() {
+        let observers = state.withLock { Array($0.observers.values) }
+        didChange()
+        observers.forEach { $0() }
+    }
+}
+
+extension SyncCore {
+    /// Drops the cached documents (memory and disk); pending writes stay in the view and the outbox.
+    func clearDocuments() {
+        state.withLock { state in
+            state.view.clearBase(now: Date())
+            state.resumeVersion = nil
+            state.isFromCache = true
+            var change = LocalCollectionChange()
+            change.replacesAllDocuments = true
+            try? persistence.persist(change, view: state.view, documentID: state.documentID, resumeVersion: nil)
+            Self.rebuildModels(&state)
+        }
+        notifyChanged()
+    }
+
+}

@@ -1,0 +1,56 @@
+import TandemCore
+
+/// One change the server reports to a listener: a document written (its new state) or removed.
+public struct RemoteChange: Sendable, Hashable {
+    public var path: DocumentPath
+    /// The document as committed; nil when it was deleted.
+    public var document: Document?
+    /// The version of the commit.
+    public var version: Version
+
+    public init(path: DocumentPath, document: Document?, version: Version) {
+        self.path = path
+        self.document = document
+        self.version = version
+    }
+
+    /// A document written.
+    public static func upsert(_ document: Document) -> RemoteChange {
+        RemoteChange(path: document.path, document: document, version: document.version)
+    }
+
+    /// A document deleted at `version`.
+    public static func removal(_ path: DocumentPath, version: Version) -> RemoteChange {
+        RemoteChange(path: path, document: nil, version: version)
+    }
+}
+
+/// What a listener receives: a complete snapshot first (and again after a reset), then the changes of
+/// each commit, never half of one. `version` is the resume point after the batch.
+public struct RemoteChangeBatch: Sendable, Hashable {
+    /// Whether the batch holds every document the listener covers, replacing what the cache had.
+    public var isSnapshot: Bool
+    public var changes: [RemoteChange]
+    /// The version the listener has seen everything up to, once this batch is applied.
+    public var version: Version
+
+    public init(isSnapshot: Bool, changes: [RemoteChange], version: Version) {
+        self.isSnapshot = isSnapshot
+        self.changes = changes
+        self.version = version
+    }
+}
+
+/// The server's answer to a write: the version it committed at, and the document after it.
+public struct WriteAcknowledgement: Sendable, Hashable {
+    public var id: MutationID
+    public var version: Version
+    /// The document as committed; nil when the write deleted it.
+    public var document: Document?
+
+    public init(id: MutationID, version: Version, document: Document?) {
+        self.id = id
+        self.version = version
+        self.document = document
+    }
+}

@@ -1,0 +1,42 @@
+import TandemCore
+
+/// The server side of a `CollectionSyncEngine`: one collection, read, listened to, and written.
+///
+/// The collection path is re-read on every call (it may follow the signed-in user); when it is not
+/// available, calls throw `TandemError` `unavailable` and streams end with it.
+public protocol RemoteCollectionService: Sendable {
+    /// The collection now, or an `unavailable` error.
+    func collectionPath() throws -> CollectionPath
+    /// The documents matching a query, fetched once.
+    func getDocuments(query: Query) async throws -> [Document]
+    /// One document, or nil.
+    func getDocument(id: String) async throws -> Document?
+    /// A snapshot of the query's documents, then each commit that changes them. With `resumeFrom`,
+    /// only what changed after that version (or a new snapshot when the server cannot tell).
+    func listen(query: Query, resumeFrom: Version?) -> AsyncThrowingStream<RemoteChangeBatch, any Error>
+    /// Applies writes atomically, each at most once by its `MutationID`. A write already applied is
+    /// answered with its original acknowledgement.
+    func commit(_ mutations: [Mutation]) async throws -> [WriteAcknowledgement]
+}
+
+/// The server side of a `DocumentSyncEngine`: documents of one collection, addressed by id.
+public protocol RemoteDocumentService: Sendable {
+    /// The collection now, or an `unavailable` error.
+    func collectionPath() throws -> CollectionPath
+    /// One document, or nil.
+    func getDocument(id: String) async throws -> Document?
+    /// The document's state, then each commit that changes it.
+    func listen(documentID: String, resumeFrom: Version?) -> AsyncThrowingStream<RemoteChangeBatch, any Error>
+    /// Applies writes atomically, each at most once by its `MutationID`.
+    func commit(_ mutations: [Mutation]) async throws -> [WriteAcknowledgement]
+}
+
+/// The server side of a `CollectionGroupSyncEngine`: every collection with one name, read-only.
+public protocol RemoteCollectionGroupService: Sendable {
+    /// The collection-group name, such as `reviews`.
+    var groupName: String { get }
+    /// The documents matching a query across the group, fetched once.
+    func getDocuments(query: Query) async throws -> [Document]
+    /// A snapshot of the query's documents across the group, then each commit that changes them.
+    func listen(query: Query, resumeFrom: Version?) -> AsyncThrowingStream<RemoteChangeBatch, any Error>
+}

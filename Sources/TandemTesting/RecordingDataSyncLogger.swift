@@ -1,0 +1,22 @@
+import Synchronization
+import Tandem
+
+/// A ``DataSyncLogger`` that keeps every event, for tests to assert on.
+public final class RecordingDataSyncLogger: DataSyncLogger {
+    private let recorded = Mutex<[DataSyncLogEvent]>([])
+
+    public init() {}
+
+    public func trackEvent(_ event: DataSyncLogEvent) {
+        recorded.withLock { $0.append(event) }
+    }
+
+    /// Every event so far, in order.
+    public var events: [DataSyncLogEvent] { recorded.withLock { $0 } }
+
+    /// The names of the events so far.
+    public var names: [String] { events.map(\.name) }
+
+    /// The events with this name.
+    public func events(named name: String) -> [DataSyncLogEvent] { events.filter { $0.name == name } }
+}
