@@ -97,6 +97,9 @@ public final class CollectionSyncEngine<T: SyncModel>: Sendable {
             return false
         }
         if unchanged { return }
+        // A resume version belongs to the query that reached it: a new query (or the first listen of
+        // this session, whose cache may come from another query) starts from a full snapshot.
+        core.resetResumeVersion()
         core.log("bulkLoad_start", ["filter_count": newQuery.filterCount])
         let remote = self.remote
         await core.startListener { resumeFrom in remote.listen(query: newQuery, resumeFrom: resumeFrom) }

@@ -181,4 +181,8 @@ extension SyncCore {
         notifyChanged()
     }
 
+
+    func resetResumeVersion() {
+        state.withLock { $0.resumeVersion = nil }
+    }
 }

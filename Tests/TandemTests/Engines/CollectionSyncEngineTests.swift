@@ -1,0 +1,191 @@
+import Foundation
+import Testing
+import TandemCore
+import TandemTesting
+@testable import Tandem
+
+@Suite("CollectionSyncEngine")
+struct CollectionSyncEngineTests {
+    func makeEngine(
+        remote: MockRemoteCollectionService, persistence: (any LocalCollectionPersistence)? = nil,
+        logger: RecordingDataSyncLogger = RecordingDataSyncLogger(), clock: ManualClock = ManualClock()
+    ) -> CollectionSyncEngine<Product> {
+        CollectionSyncEngine<Product>(remote: remote, managerKey: "products", persistence: persistence, logger: logger, clock: clock)
+    }
+
+    @Test("startListening loads the collection, then streams changes from other clients")
+    func loadAndStream() async throws {
+        let remote = MockRemoteCollectionService(collection: Product.mocks, collectionPath: { "products" })
+        let engine = makeEngine(remote: remote)
+        #expect(engine.isFromCache)
+        await engine.startListening()
+        #expect(engine.currentCollection.map(\.id) == ["desk", "lamp"])
+        #expect(!engine.isFromCache)
+        try remote.simulateUpdate(Product(id: "chair", name: "Chair", price: 50, stock: 9))
+        try remote.simulateDelete(id: "desk")
+        #expect(await eventually { engine.currentCollection.map(\.id) == ["chair", "lamp"] })
+    }
+
+    @Test("a write shows at once with pending writes, and clears when acknowledged")
+    func latencyCompensation() async throws {
+        let clock = ManualClock()
+        let store = InMemoryDocumentStore(clock: clock)
+        let remote = MockRemoteCollectionService(collectionPath: { "products" }, store: store)
+        let engine = makeEngine(remote: remote, clock: clock)
+        await engine.startListening()
+        store.setLatency(.seconds(1))
+        let save = Task { try await engine.saveDocument(Product(id: "lamp", name: "Lamp", price: 30, stock: 3)) }
+        await clock.waitForSleepers(count: 1)  // the commit is on its way
+        #expect(engine.getDocument(id: "lamp")?.name == "Lamp")
+        #expect(engine.metadata(id: "lamp").hasPendingWrites)
+        clock.advance(by: .seconds(1))
+        try await save.value
+        #expect(!engine.metadata(id: "lamp").hasPendingWrites)
+        #expect(store.documents[try DocumentPath("products/lamp")]?.data["price"] == .double(30))
+    }
+
+    @Test("offline writes queue, then replay in order after the listener reconnects")
+    func offlineReplay() async throws {
+        let clock = ManualClock()
+        let logger = RecordingDataSyncLogger()
+        let remote = MockRemoteCollectionService(collection: Product.mocks, collectionPath: { "products" })
+        let engine = makeEngine(remote: remote, logger: logger, clock: clock)
+        await engine.startListening()
+        remote.store.goOffline()
+        try await engine.updateDocument(id: "lamp", data: ["stock": .increment(-1)])
+        try await engine.saveDocument(Product(id: "rug", name: "Rug", price: 80, stock: 2))
+        try await engine.updateDocument(id: "rug", data: ["name": "Red rug"])  // merges into the queued save
+        #expect(engine.pendingWrites.count == 2)
+        #expect(engine.getDocument(id: "lamp")?.stock == 2)
+        #expect(engine.getDocument(id: "rug")?.name == "Red rug")
+
+        remote.store.goOnline()
+        // Whatever is waiting to retry (listener or sender) goes once the clock passes its delay.
+        #expect(await eventually {
+            clock.advance(by: .seconds(60))
+            return !engine.hasPendingWrites
+        })
+        let documents = remote.store.documents
+        #expect(documents[try DocumentPath("products/lamp")]?.data["stock"] == .int(2))
+        #expect(documents[try DocumentPath("products/rug")]?.data["name"] == "Red rug")
+        #expect(logger.names.contains("products_pendingWritesCleared"))
+    }
+
+    @Test("an acknowledgement lost after the commit does not apply an increment twice")
+    func exactlyOnce() async throws {
+        let clock = ManualClock()
+        let remote = MockRemoteCollectionService(collection: Product.mocks, collectionPath: { "products" })
+        let engine = makeEngine(remote: remote, clock: clock)
+        await engine.startListening()
+        remote.store.dropNextAcknowledgements(1)
+        try await engine.updateDocument(id: "lamp", data: ["stock": .increment(5)])
+        #expect(engine.hasPendingWrites, "the answer was lost, so the write stays queued")
+        #expect(await eventually {
+            clock.advance(by: .seconds(2))
+            return !engine.hasPendingWrites
+        })
+        #expect(remote.store.documents[try DocumentPath("products/lamp")]?.data["stock"] == .int(8))
+        #expect(remote.store.appliedWriteCount == 1)
+        #expect(engine.getDocument(id: "lamp")?.stock == 8)
+    }
+
+    @Test("a write refused for good is rolled back, thrown to the caller, logged and listed")
+    func rejection() async throws {
+        let logger = RecordingDataSyncLogger()
+        let remote = MockRemoteCollectionService(collection: Product.mocks, collectionPath: { "products" })
+        let engine = makeEngine(remote: remote, logger: logger)
+        await engine.startListening()
+        remote.store.failNextCalls(1, with: TandemError(.permissionDenied, "No."))
+        do {
+            try await engine.updateDocument(id: "lamp", data: ["price": 1])
+            Issue.record("expected permission-denied")
+        } catch let error as TandemError {
+            #expect(error.code == .permissionDenied)
+        }
+        #expect(engine.getDocument(id: "lamp")?.price == 30, "rolled back")
+        #expect(!engine.hasPendingWrites)
+        #expect(engine.rejectedWrites.map(\.error.code) == [.permissionDenied])
+        #expect(logger.events(named: "products_update_fail").first?.severity == .severe)
+        #expect(logger.names.contains("products_writeRejected"))
+    }
+
+    @Test("listener failures retry after 2, 4, 8 s on the clock, and reset after a good batch")
+    func retryBackoff() async throws {
+        let clock = ManualClock()
+        let logger = RecordingDataSyncLogger()
+        let remote = MockRemoteCollectionService(collection: Product.mocks, collectionPath: { "products" })
+        let engine = makeEngine(remote: remote, logger: logger, clock: clock)
+        remote.store.failNextCalls(3)
+        await engine.startListening()  // returns after the first failure, never hangs
+        #expect(engine.currentCollection.isEmpty)
+        for expected in [2.0, 4.0, 8.0] {
+            #expect(await eventually { logger.retryDelays("products_listener_retrying").count == Int(expected).trailingZeroBitCount })
+            #expect(logger.retryDelays("products_listener_retrying").last == expected)
+            await clock.waitForSleepers(count: 1)
+            clock.advance(by: .seconds(Int(expected)))
+        }
+        #expect(await eventually { engine.currentCollection.count == 2 })
+        remote.store.goOffline()  // ends the live listener
+        #expect(await eventually { logger.retryDelays("products_listener_retrying").count == 4 })
+        #expect(logger.retryDelays("products_listener_retrying").last == 2, "the first good batch reset the backoff")
+        engine.stopListening()
+    }
+
+    @Test("a read while the listener is down retries at once")
+    func readWakesListener() async throws {
+        let clock = ManualClock()
+        let remote = MockRemoteCollectionService(collection: Product.mocks, collectionPath: { "products" })
+        let engine = makeEngine(remote: remote, clock: clock)
+        remote.store.failNextCalls(1)
+        await engine.startListening()
+        await clock.waitForSleepers(count: 1)
+        _ = try await engine.getCollectionAsync()
+        #expect(await eventually { engine.currentCollection.count == 2 }, "reconnected without advancing the clock")
+        engine.stopListening()
+    }
+
+    @Test("the same query is a no-op; a different one swaps the listener")
+    func queries() async throws {
+        let remote = MockRemoteCollectionService(collection: Product.mocks, collectionPath: { "products" })
+        let engine = makeEngine(remote: remote)
+        await engine.startListening { $0.whereField("price", isLessThan: 100) }
+        #expect(engine.currentCollection.map(\.id) == ["lamp"])
+        await engine.startListening { $0.whereField("price", isLessThan: 100) }
+        #expect(remote.store.listenerCount == 1)
+        await engine.startListening { $0.whereField("price", isGreaterThan: 100) }
+        #expect(engine.currentCollection.map(\.id) == ["desk"])
+        #expect(await eventually { remote.store.listenerCount == 1 })
+    }
+
+    @Test("a nil collection path is a typed error, not a crash or a hang")
+    func unavailablePath() async throws {
+        let remote = MockRemoteCollectionService(collectionPath: { nil })
+        let engine = makeEngine(remote: remote)
+        await #expect(throws: TandemError.self) { try await engine.saveDocument(Product.mocks[0]) }
+        await engine.startListening()
+        #expect(engine.currentCollection.isEmpty)
+        engine.stopListening()
+    }
+
+    @Test("a new engine with the same key has the cache and the outbox before any network")
+    func persistenceAcrossLaunches() async throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let remote = MockRemoteCollectionService(collection: Product.mocks, collectionPath: { "products" })
+        do {
+            let engine = makeEngine(remote: remote, persistence: try SQLiteCollectionPersistence(managerKey: "products", directory: directory.url))
+            await engine.startListening()
+            remote.store.goOffline()
+            try await engine.updateDocument(id: "desk", data: ["stock": .increment(2)])
+            engine.stopListening(clearCaches: false)
+        }
+        let relaunched = makeEngine(remote: remote, persistence: try SQLiteCollectionPersistence(managerKey: "products", directory: directory.url))
+        #expect(relaunched.currentCollection.map(\.id) == ["desk", "lamp"])
+        #expect(relaunched.getDocument(id: "desk")?.stock == 3)
+        #expect(relaunched.pendingWrites.count == 1)
+        remote.store.goOnline()
+        await relaunched.startListening()
+        #expect(await eventually { !relaunched.hasPendingWrites })
+        #expect(remote.store.documents[try DocumentPath("products/desk")]?.data["stock"] == .int(3))
+    }
+}
