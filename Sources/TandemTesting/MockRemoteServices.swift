@@ -61,6 +61,14 @@ public final class MockRemoteCollectionService: RemoteCollectionService {
         }
     }
 
+    public func listenDocument(id: String, resumeFrom: Version?) -> AsyncThrowingStream<RemoteChangeBatch, any Error> {
+        do {
+            return store.listen(.document(try collectionPath().document(id)), query: Query(), resumeFrom: resumeFrom)
+        } catch {
+            return AsyncThrowingStream { $0.finish(throwing: error) }
+        }
+    }
+
     public func commit(_ mutations: [Mutation]) async throws -> [WriteAcknowledgement] {
         try await store.commit(mutations)
     }
@@ -130,6 +138,11 @@ public final class MockRemoteCollectionGroupService: RemoteCollectionGroupServic
             mockDocuments([model], in: "parents/p\(index % 2)/\(groupName)")
         }
         self.store = store ?? InMemoryDocumentStore(documents: documents)
+    }
+
+    /// An empty group over `store`.
+    public convenience init(groupName: String = "mocks", store: InMemoryDocumentStore? = nil) {
+        self.init(collection: [MockModel](), groupName: groupName, store: store)
     }
 
     public func getDocuments(query: Query) async throws -> [Document] {

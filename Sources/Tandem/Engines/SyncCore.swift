@@ -168,8 +168,9 @@ final class SyncCore<T: SyncModel>: Sendable {
 
 extension SyncCore {
     /// Drops the cached documents (memory and disk); pending writes stay in the view and the outbox.
-    func clearDocuments() {
+    func clearDocuments(forgetDocumentID: Bool = false) {
         state.withLock { state in
+            if forgetDocumentID { state.documentID = nil }
             state.view.clearBase(now: Date())
             state.resumeVersion = nil
             state.isFromCache = true
@@ -184,5 +185,24 @@ extension SyncCore {
 
     func resetResumeVersion() {
         state.withLock { $0.resumeVersion = nil }
+    }
+
+    var documentID: String? { state.withLock { $0.documentID } }
+
+    /// Points a document engine at another document: the old cached document goes, its pending
+    /// writes stay. Returns whether the id changed.
+    func switchDocument(to id: String) -> Bool {
+        let switched = state.withLock { state -> Bool in
+            guard state.documentID != id else { return false }
+            state.documentID = id
+            state.view.clearBase(now: Date())
+            state.resumeVersion = nil
+            state.isFromCache = true
+            try? persistence.persist(LocalCollectionChange(), view: state.view, documentID: id, resumeVersion: nil)
+            Self.rebuildModels(&state)
+            return true
+        }
+        if switched { notifyChanged() }
+        return switched
     }
 }

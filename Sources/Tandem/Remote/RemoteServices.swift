@@ -14,6 +14,8 @@ public protocol RemoteCollectionService: Sendable {
     /// A snapshot of the query's documents, then each commit that changes them. With `resumeFrom`,
     /// only what changed after that version (or a new snapshot when the server cannot tell).
     func listen(query: Query, resumeFrom: Version?) -> AsyncThrowingStream<RemoteChangeBatch, any Error>
+    /// One document's state, then each commit that changes it.
+    func listenDocument(id: String, resumeFrom: Version?) -> AsyncThrowingStream<RemoteChangeBatch, any Error>
     /// Applies writes atomically, each at most once by its `MutationID`. A write already applied is
     /// answered with its original acknowledgement.
     func commit(_ mutations: [Mutation]) async throws -> [WriteAcknowledgement]

@@ -1,0 +1,133 @@
+import Foundation
+import Observation
+import Synchronization
+import TandemCore
+
+/// Keeps every collection with one name in sync (all `reviews` under any product), read-only, with
+/// a durable local cache. Documents are identified by their full path, so equal ids under different
+/// parents never collide.
+///
+/// ```swift
+/// let reviews = CollectionGroupSyncEngine<Review>(remote: remote, managerKey: "reviews")
+/// await reviews.startListening { $0.whereField("rating", isGreaterThan: 3) }
+/// reviews.currentCollection
+/// ```
+@Observable
+public final class CollectionGroupSyncEngine<T: SyncModel>: Sendable {
+    @ObservationIgnored let core: SyncCore<T>
+    @ObservationIgnored let remote: any RemoteCollectionGroupService
+    @ObservationIgnored private let query = Mutex<Query?>(nil)
+
+    /// - Parameters:
+    ///   - enableLocalPersistence: keep the cache in SQLite across launches (default).
+    public convenience init(remote: any RemoteCollectionGroupService, managerKey: String, enableLocalPersistence: Bool = true, logger: (any DataSyncLogger)? = nil) {
+        var persistence: (any LocalCollectionPersistence)?
+        if enableLocalPersistence {
+            persistence = try? SQLiteCollectionPersistence(managerKey: managerKey)
+        }
+        self.init(remote: remote, managerKey: managerKey, persistence: persistence, logger: logger)
+    }
+
+    /// The designated initializer. The cache loads here, before any network call.
+    public init(
+        remote: any RemoteCollectionGroupService, managerKey: String, persistence: (any LocalCollectionPersistence)?,
+        logger: (any DataSyncLogger)? = nil, clock: any Clock<Duration> = ContinuousClock(), retryPolicy: RetryPolicy = .default
+    ) {
+        self.remote = remote
+        var loaded: LocalCollectionState?
+        if let persistence {
+            loaded = try? persistence.load()
+            if loaded == nil { loaded = try? persistence.create(clientID: CollectionSyncEngine<T>.newClientID(managerKey)) }
+        }
+        let state = loaded ?? LocalCollectionState(outbox: Outbox(clientID: CollectionSyncEngine<T>.newClientID(managerKey)))
+        let relay = ChangeRelay()
+        core = SyncCore(
+            managerKey: managerKey, logger: logger, clock: clock, retryPolicy: retryPolicy,
+            persistence: persistence.map { .collection($0) } ?? .memory,
+            base: state.documents, outbox: Outbox(clientID: state.outbox.clientID), documentID: nil, resumeVersion: state.resumeVersion,
+            commit: { _ in throw TandemError(.unimplemented, "A collection group is read-only; write through a CollectionSyncEngine.") },
+            didChange: { relay.fire() }
+        )
+        relay.set { [weak self] in self?.collectionDidChange() }
+    }
+
+    private func collectionDidChange() {
+        withMutation(keyPath: \.currentCollection) {}
+    }
+
+    /// Loads the group's matching documents, then streams changes. The same query again does nothing;
+    /// a different one restarts the listener. Returns after the first batch, or at once with the cache
+    /// if the server cannot be reached.
+    public func startListening(buildQuery: (Query) -> Query = { $0 }) async {
+        let newQuery = buildQuery(Query())
+        let unchanged = query.withLock { current -> Bool in
+            if current == newQuery && core.isListening { return true }
+            current = newQuery
+            return false
+        }
+        if unchanged { return }
+        core.resetResumeVersion()
+        core.log("bulkLoad_start", ["filter_count": newQuery.filterCount])
+        let remote = self.remote
+        await core.startListener { resumeFrom in remote.listen(query: newQuery, resumeFrom: resumeFrom) }
+    }
+
+    /// Stops the listener; with `clearCaches` (the default) the cache is dropped from memory and disk.
+    public func stopListening(clearCaches: Bool = true) {
+        core.stopListener()
+        query.withLock { $0 = nil }
+        core.log("listener_stopped")
+        if clearCaches {
+            core.clearDocuments()
+            core.log("cachesCleared")
+        }
+    }
+
+    /// The cached documents of the group, ordered by full path.
+    public var currentCollection: [T] {
+        access(keyPath: \.currentCollection)
+        return core.ordered
+    }
+
+    /// The cached documents with their full paths, for telling equal ids apart.
+    public var currentDocuments: [(path: DocumentPath, model: T)] {
+        core.state.withLock { state in zip(state.orderedPaths, state.ordered).map { ($0, $1) } }
+    }
+
+    public func getCollection() -> [T] { currentCollection }
+
+    public func getDocuments(where predicate: (T) -> Bool) -> [T] { currentCollection.filter(predicate) }
+
+    public var isFromCache: Bool { core.isFromCache }
+
+    /// The documents matching a query across the group, always from the server.
+    public func getDocumentsAsync(buildQuery: (Query) -> Query) async throws -> [T] {
+        core.retryNowIfDown()
+        let query = buildQuery(Query())
+        core.log("getDocumentsQuery_start", ["filter_count": query.filterCount])
+        do {
+            let models = try await remote.getDocuments(query: query).compactMap(SyncCore<T>.decode)
+            core.log("getDocumentsQuery_success", ["count": models.count, "filter_count": query.filterCount])
+            return models
+        } catch {
+            core.log("getDocumentsQuery_fail", ["error_description": "\(error)"], severity: .severe)
+            throw error
+        }
+    }
+
+    /// The query's documents across the group, in query order, after every change. A listener of its own.
+    public func streamCollection(buildQuery: (Query) -> Query = { $0 }) -> AsyncThrowingStream<[T], any Error> {
+        let query = buildQuery(Query())
+        let remote = self.remote
+        return core.snapshots(query: query) { resumeFrom in remote.listen(query: query, resumeFrom: resumeFrom) }
+    }
+
+    /// Documents added or changed, and ids removed, across the group. A listener of its own.
+    public func streamCollectionUpdates(buildQuery: (Query) -> Query = { $0 })
+        -> (updates: AsyncThrowingStream<T, any Error>, deletions: AsyncThrowingStream<String, any Error>)
+    {
+        let query = buildQuery(Query())
+        let remote = self.remote
+        return core.updatesAndDeletions { resumeFrom in remote.listen(query: query, resumeFrom: resumeFrom) }
+    }
+}

@@ -1,0 +1,173 @@
+import Foundation
+import Observation
+import Synchronization
+import TandemCore
+
+/// Keeps one document in sync (a profile, settings), with a durable local copy and an outbox of
+/// pending writes replayed until each is acknowledged exactly once.
+///
+/// ```swift
+/// let engine = DocumentSyncEngine<UserModel>(remote: remote, managerKey: "user")
+/// try await engine.startListening(documentId: "user_123")
+/// engine.currentDocument                                   // cached, pending writes included
+/// try await engine.updateDocument(data: ["name": "Ada"])   // the listened document
+/// ```
+///
+/// Switching to another id keeps the previous document's pending writes: they are still sent.
+@Observable
+public final class DocumentSyncEngine<T: SyncModel>: Sendable {
+    @ObservationIgnored let core: SyncCore<T>
+    @ObservationIgnored let remote: any RemoteDocumentService
+
+    /// - Parameters:
+    ///   - remote: the server side.
+    ///   - managerKey: names this engine's saved state and analytics events.
+    ///   - enableLocalPersistence: keep the document, its id and the outbox in a file across launches
+    ///     (default); when false they live in memory only.
+    public convenience init(remote: any RemoteDocumentService, managerKey: String, enableLocalPersistence: Bool = true, logger: (any DataSyncLogger)? = nil) {
+        self.init(remote: remote, managerKey: managerKey,
+                  persistence: enableLocalPersistence ? FileDocumentPersistence(managerKey: managerKey) : nil, logger: logger)
+    }
+
+    /// The designated initializer. The saved document, its id and the outbox load here, before any
+    /// network call.
+    public init(
+        remote: any RemoteDocumentService, managerKey: String, persistence: (any LocalDocumentPersistence)?,
+        logger: (any DataSyncLogger)? = nil, clock: any Clock<Duration> = ContinuousClock(), retryPolicy: RetryPolicy = .default
+    ) {
+        self.remote = remote
+        var saved: LocalDocumentState?
+        var loadError: (any Error)?
+        do {
+            saved = try persistence?.load()
+        } catch {
+            loadError = error
+        }
+        let state = saved ?? LocalDocumentState(outbox: Outbox(clientID: CollectionSyncEngine<T>.newClientID(managerKey)))
+        let relay = ChangeRelay()
+        core = SyncCore(
+            managerKey: managerKey, logger: logger, clock: clock, retryPolicy: retryPolicy,
+            persistence: persistence.map { .document($0) } ?? .memory,
+            base: state.base.map { [$0] } ?? [], outbox: state.outbox, documentID: state.documentID, resumeVersion: state.resumeVersion,
+            commit: { [remote] in try await remote.commit($0) },
+            didChange: { relay.fire() }
+        )
+        relay.set { [weak self] in self?.documentDidChange() }
+        if let loadError {
+            core.log("persistence_fail", ["error_description": "\(loadError)"], severity: .severe)
+        }
+    }
+
+    private func documentDidChange() {
+        withMutation(keyPath: \.currentDocument) {}
+    }
+
+    // MARK: Listening
+
+    /// Follows a document: its state, then each change. Listening to another id replaces the
+    /// listener and the cached document, and keeps every pending write. Returns after the first
+    /// state arrives, or at once with the cache if the server cannot be reached.
+    public func startListening(documentId: String) async throws {
+        _ = try remote.collectionPath().document(documentId)  // a valid path now, or a typed error
+        let switched = core.switchDocument(to: documentId)
+        if !switched && core.isListening { return }
+        let remote = self.remote
+        await core.startListener { resumeFrom in remote.listen(documentID: documentId, resumeFrom: resumeFrom) }
+        core.triggerFlush()
+    }
+
+    /// Stops the listener. With `clearCaches` (the default) the cached document and its id are
+    /// dropped from memory and disk; pending writes are kept and still sent.
+    public func stopListening(clearCaches: Bool = true) {
+        core.stopListener()
+        core.log("listener_stopped")
+        if clearCaches {
+            core.clearDocuments(forgetDocumentID: true)
+            core.log("cachesCleared")
+        }
+    }
+
+    // MARK: Reading
+
+    /// The listened document as cached, pending writes included; nil when none.
+    public var currentDocument: T? {
+        access(keyPath: \.currentDocument)
+        guard let id = core.documentID else { return nil }
+        return cached(id)
+    }
+
+    private func cached(_ id: String) -> T? {
+        if let path = try? remote.collectionPath().document(id) { return core.model(at: path) }
+        return core.models { $0.id == id }.first
+    }
+
+    /// The same as ``currentDocument``.
+    public func getDocument() -> T? { currentDocument }
+
+    /// The listened document, or `not-found`.
+    public func getDocumentOrThrow() throws -> T {
+        guard let document = currentDocument else {
+            throw TandemError(.notFound, "No document is cached for \(core.managerKey); call startListening(documentId:) first or fetch it with getDocumentAsync(id:).")
+        }
+        return document
+    }
+
+    /// The id of the listened document (kept across launches), or `failed-precondition`.
+    public func getDocumentId() throws -> String {
+        guard let id = core.documentID else {
+            throw TandemError(.failedPrecondition, "\(core.managerKey) follows no document; call startListening(documentId:) first.")
+        }
+        return id
+    }
+
+    /// Whether the document has writes not yet acknowledged, and whether it came from the cache.
+    public func metadata(id: String? = nil) -> DocumentMetadata {
+        guard let id = id ?? core.documentID, let path = try? remote.collectionPath().document(id) else {
+            return DocumentMetadata(hasPendingWrites: false, isFromCache: true)
+        }
+        return core.metadata(at: path)
+    }
+
+    public var hasPendingWrites: Bool { core.pendingWriteCount > 0 }
+    public var pendingWrites: [PendingWrite] { core.pendingWrites }
+    public var rejectedWrites: [RejectedWrite] { core.rejectedWrites }
+
+    /// A document (default: the listened one) from the cache or the server.
+    public func getDocumentAsync(id: String? = nil, behavior: FetchBehavior = .cachedOrFetch) async throws -> T? {
+        core.retryNowIfDown()
+        let id = try id ?? getDocumentId()
+        if behavior == .cachedOrFetch, let cached = cached(id) { return cached }
+        core.log("getDocument_start", ["document_id": id])
+        do {
+            let document = try await remote.getDocument(id: id)
+            core.log("getDocument_success", ["document_id": id])
+            return document.flatMap(SyncCore<T>.decode)
+        } catch {
+            core.log("getDocument_fail", ["document_id": id, "error_description": "\(error)"], severity: .severe)
+            throw error
+        }
+    }
+
+    // MARK: Writing
+
+    /// Saves (replaces) a document; it shows at once if it is the listened one.
+    public func saveDocument(_ model: T) async throws {
+        core.retryNowIfDown()
+        let path = try remote.collectionPath().document(model.id)
+        try await core.write(.set(path, try JSONValueEncoder().encodeObject(model)), event: "save")
+    }
+
+    /// Updates fields (dotted paths, transforms allowed) of a document, by default the listened one.
+    public func updateDocument(id: String? = nil, data: [String: FieldUpdate]) async throws {
+        core.retryNowIfDown()
+        let path = try remote.collectionPath().document(try id ?? getDocumentId())
+        try await core.write(try FieldUpdate.mutation(path, data), event: "update")
+    }
+
+    /// Deletes a document, by default the listened one.
+    public func deleteDocument(id: String? = nil) async throws {
+        core.retryNowIfDown()
+        let path = try remote.collectionPath().document(try id ?? getDocumentId())
+        try await core.write(.delete(path), event: "delete")
+    }
+}

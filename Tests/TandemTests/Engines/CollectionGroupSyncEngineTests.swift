@@ -1,0 +1,84 @@
+import Foundation
+import Testing
+import TandemCore
+import TandemTesting
+@testable import Tandem
+
+struct Review: SyncModel, Equatable {
+    var id: String
+    var rating: Int
+}
+
+@Suite("CollectionGroupSyncEngine and pass-through streams")
+struct CollectionGroupSyncEngineTests {
+    func store() throws -> InMemoryDocumentStore {
+        InMemoryDocumentStore(documents: [
+            Document(path: try DocumentPath("products/p1/reviews/r1"), data: ["rating": 5]),
+            Document(path: try DocumentPath("products/p2/reviews/r1"), data: ["rating": 2]),  // the same id, another parent
+            Document(path: try DocumentPath("products/p2/reviews/r2"), data: ["rating": 4]),
+            Document(path: try DocumentPath("shops/s1/reviews/r3"), data: ["rating": 3]),
+            Document(path: try DocumentPath("products/p1/notes/n1"), data: ["rating": 5]),
+        ])
+    }
+
+    @Test("a group query spans parents, and equal ids under different parents stay apart")
+    func group() async throws {
+        let store = try store()
+        let remote = MockRemoteCollectionGroupService(groupName: "reviews", store: store)
+        let engine = CollectionGroupSyncEngine<Review>(remote: remote, managerKey: "reviews", persistence: nil, clock: ManualClock())
+        await engine.startListening()
+        #expect(engine.currentCollection.count == 4)
+        #expect(engine.currentDocuments.map(\.path.description) == [
+            "products/p1/reviews/r1", "products/p2/reviews/r1", "products/p2/reviews/r2", "shops/s1/reviews/r3",
+        ])
+        await engine.startListening { $0.whereField("rating", isGreaterThanOrEqualTo: 4) }
+        #expect(engine.currentCollection.map(\.rating) == [5, 4])
+        store.simulateWrite(Document(path: try DocumentPath("shops/s9/reviews/r8"), data: ["rating": 5]))
+        #expect(await eventually { engine.currentCollection.count == 3 })
+        let fetched = try await engine.getDocumentsAsync { $0.whereField("rating", isLessThan: 3) }
+        #expect(fetched.map(\.rating) == [2])
+    }
+
+    @Test("streamCollection yields query-ordered snapshots without touching currentCollection")
+    func streamCollection() async throws {
+        let remote = MockRemoteCollectionService(collection: Product.mocks, collectionPath: { "products" })
+        let engine = CollectionSyncEngine<Product>(remote: remote, managerKey: "products", persistence: nil, clock: ManualClock())
+        var snapshots = engine.streamCollection { $0.order(by: "price", descending: true) }.makeAsyncIterator()
+        #expect(try await snapshots.next()?.map(\.id) == ["desk", "lamp"])
+        try remote.simulateUpdate(Product(id: "sofa", name: "Sofa", price: 900, stock: 1))
+        #expect(try await snapshots.next()?.map(\.id) == ["sofa", "desk", "lamp"])
+        #expect(engine.currentCollection.isEmpty, "pass-through streams never fill the engine's view")
+    }
+
+    @Test("streamCollectionUpdates splits updates and deletions; streamDocument follows one document")
+    func updatesAndDeletions() async throws {
+        let remote = MockRemoteCollectionService(collection: Product.mocks, collectionPath: { "products" })
+        let engine = CollectionSyncEngine<Product>(remote: remote, managerKey: "products", persistence: nil, clock: ManualClock())
+        let (updates, deletions) = engine.streamCollectionUpdates()
+        var updateIterator = updates.makeAsyncIterator()
+        var deletionIterator = deletions.makeAsyncIterator()
+        var document = engine.streamDocument(id: "lamp").makeAsyncIterator()
+        #expect(try await document.next()??.name == "Lamp")
+        #expect(Set([try await updateIterator.next()?.id, try await updateIterator.next()?.id]) == ["desk", "lamp"])
+        try remote.simulateDelete(id: "lamp")
+        #expect(try await deletionIterator.next() == "lamp")
+        #expect(try await document.next() == .some(nil))
+    }
+
+    @Test("a pass-through stream retries with backoff when it fails")
+    func streamRetries() async throws {
+        let clock = ManualClock()
+        let logger = RecordingDataSyncLogger()
+        let remote = MockRemoteCollectionService(collection: Product.mocks, collectionPath: { "products" })
+        let engine = CollectionSyncEngine<Product>(remote: remote, managerKey: "products", persistence: nil, logger: logger, clock: clock)
+        remote.store.failNextCalls(2)
+        var snapshots = engine.streamCollection().makeAsyncIterator()
+        let first = Task { try await snapshots.next() }
+        await clock.waitForSleepers(count: 1)
+        clock.advance(by: .seconds(2))
+        await clock.waitForSleepers(count: 1)
+        clock.advance(by: .seconds(4))
+        #expect(try await first.value?.count == 2)
+        #expect(logger.retryDelays("products_listener_retrying") == [2, 4])
+    }
+}
