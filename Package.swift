@@ -80,6 +80,13 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+        // A child process for the crash test: it writes through an engine and is killed mid-way.
+        .executableTarget(
+            name: "CrashWriter",
+            dependencies: ["Tandem", "TandemTesting"],
+            path: "Tests/CrashWriter",
+            swiftSettings: swiftSettings
+        ),
         .testTarget(
             name: "TandemCoreTests",
             dependencies: ["TandemCore"],

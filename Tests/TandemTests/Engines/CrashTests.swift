@@ -1,0 +1,128 @@
+import Foundation
+import Testing
+import TandemCore
+import TandemTesting
+@testable import Tandem
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The crash test: a child process writes through a CollectionSyncEngine with local persistence and
+/// is killed with SIGKILL at a random point; a new engine with the same key must hold every write
+/// whose call had returned, and none twice.
+@Suite("Crash safety", .serialized)
+struct CrashTests {
+    struct Counter: SyncModel {
+        var id: String
+        var n: Int
+    }
+
+    /// The CrashWriter executable, built beside the test bundle.
+    static var writer: URL? {
+        var directory = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
+        for _ in 0..<4 {
+            let candidate = directory.appendingPathComponent("CrashWriter")
+            if FileManager.default.isExecutableFile(atPath: candidate.path) { return candidate }
+            directory = directory.deletingLastPathComponent()
+        }
+        return nil
+    }
+
+    /// Runs the writer from `first`, kills it after `killAfter` returned writes, and gives the
+    /// indices it reported as returned.
+    func runAndKill(_ writer: URL, directory: URL, first: Int, killAfter: Int) async throws -> [Int] {
+        let process = Process()
+        process.executableURL = writer
+        process.arguments = [directory.path, String(first), "100000"]
+        let output = Pipe()
+        process.standardOutput = output
+        try process.run()
+        let pid = process.processIdentifier
+        let lines: [String] = await withCheckedContinuation { continuation in
+            DispatchQueue.global().async {
+                var lines: [String] = []
+                var buffer = Data()
+                let handle = output.fileHandleForReading
+                var killed = false
+                while true {
+                    let chunk = handle.availableData
+                    if chunk.isEmpty { break }  // the child is gone
+                    buffer.append(chunk)
+                    while let newline = buffer.firstIndex(of: 0x0A) {
+                        lines.append(String(decoding: buffer[buffer.startIndex..<newline], as: UTF8.self))
+                        buffer.removeSubrange(buffer.startIndex...newline)
+                    }
+                    if !killed && lines.count >= killAfter {
+                        kill(pid, SIGKILL)
+                        killed = true
+                    }
+                }
+                continuation.resume(returning: lines)
+            }
+        }
+        process.waitUntilExit()
+        #expect(process.terminationReason == .uncaughtSignal, "the writer was killed, not finished")
+        return lines.compactMap { $0.hasPrefix("returned ") ? Int($0.dropFirst(9)) : nil }
+    }
+
+    @Test("no returned write is lost and none is recorded twice", arguments: [1, 2, 3, 4, 5] as [UInt64])
+    func killedWriter(seed: UInt64) async throws {
+        let writer = try #require(Self.writer, "CrashWriter is not built; run `swift build --build-tests` first")
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        var random = SplitMix64(seed: seed)
+        var returned: [Int] = []
+        let rounds = 2
+        var next = 0
+        for _ in 0..<rounds {
+            let round = try await runAndKill(writer, directory: directory.url, first: next, killAfter: Int.random(in: 1...40, using: &random))
+            returned += round
+            next = (returned.max() ?? -1) + 2  // skip the index a kill may have cut in half
+        }
+        #expect(!returned.isEmpty)
+
+        let persistence = try SQLiteCollectionPersistence(managerKey: "crash", directory: directory.url)
+        let state = try #require(try persistence.load())
+        let entries = state.outbox.entries
+        let sequences = entries.map(\.id.sequence)
+        #expect(sequences == sequences.sorted() && Set(sequences).count == sequences.count, "ids are unique and in order")
+        var saved: [String: Int] = [:]
+        var increments = 0
+        for entry in entries {
+            switch entry.mutation.kind {
+            case .set: saved[entry.path.id, default: 0] += 1
+            case .update: increments += 1
+            default: Issue.record("unexpected write \(entry.mutation)")
+            }
+        }
+        for index in returned {
+            #expect(saved["w\(index)"] == 1, "write \(index) returned, so it is recorded exactly once")
+        }
+        #expect(saved.values.allSatisfy { $0 == 1 })
+        #expect(increments >= returned.count && increments <= returned.count + rounds, "one increment per returned write, plus at most the one cut off in each round")
+
+        // Back online, a new engine replays the outbox exactly once.
+        let store = InMemoryDocumentStore(documents: [Document(path: try DocumentPath("counters/total"), data: ["id": "total", "n": 0])])
+        let remote = MockRemoteCollectionService(collectionPath: { "counters" }, store: store)
+        let engine = CollectionSyncEngine<Counter>(remote: remote, managerKey: "crash", persistence: persistence, clock: ManualClock())
+        await engine.startListening()
+        #expect(await eventually { !engine.hasPendingWrites })
+        #expect(store.documents[try DocumentPath("counters/total")]?.data["n"] == .int(increments))
+        for index in returned {
+            #expect(store.documents[try DocumentPath("counters/w\(index)")] != nil)
+        }
+    }
+}
+
+/// A seeded generator (the core tests have their own copy; test targets do not share code).
+struct SplitMix64: RandomNumberGenerator {
+    var state: UInt64
+    init(seed: UInt64) { state = seed }
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+}
