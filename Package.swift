@@ -77,6 +77,7 @@ let package = Package(
                 "TandemPostgres",
                 "TandemTesting",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "GRDB", package: "GRDB.swift"),
             ],
             swiftSettings: swiftSettings
         ),

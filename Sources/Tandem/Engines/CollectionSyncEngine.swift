@@ -18,7 +18,7 @@ import TandemCore
 /// the main actor and from any task.
 @Observable
 public final class CollectionSyncEngine<T: SyncModel>: Sendable {
-    @ObservationIgnored let core: SyncCore<T>
+    @ObservationIgnored package let core: SyncCore<T>
     @ObservationIgnored let remote: any RemoteCollectionService
     @ObservationIgnored private let query = Mutex<Query?>(nil)
 

@@ -83,12 +83,38 @@ struct LocalView: Sendable {
     mutating func enqueue(_ mutation: Mutation, now: Date) -> Outbox.Enqueued {
         let result = outbox.enqueue(mutation)
         if case .appended = result { pendingCount[mutation.path, default: 0] += 1 }
-        recompute(mutation.path, now: now)
+        // The view already holds every earlier pending write; a merge means the same as applying
+        // the two writes in turn, so applying just the new one on top is exact.
+        documents[mutation.path] = Self.applyLocally(mutation, to: documents[mutation.path], now: now)
         return result
     }
 
     mutating func markAttempted(_ id: MutationID) {
         outbox.markAttempted(id)
+    }
+
+    /// Records an acknowledged write: the server's result becomes the base, the entry leaves the
+    /// outbox. When the server computed what the view had assumed (no server timestamps, no
+    /// concurrent change), the view stays as it is without replaying the remaining pending writes.
+    mutating func acknowledge(_ entry: PendingWrite, result: Document?, version: Version, now: Date) {
+        let assumed = Self.applyLocally(entry.mutation, to: base[entry.path], now: now)
+        let isFirstForPath = outbox.entries.first(where: { $0.path == entry.path })?.id == entry.id
+        guard outbox.remove(entry.id) != nil else { return }
+        if let count = pendingCount[entry.path], count > 1 {
+            pendingCount[entry.path] = count - 1
+        } else {
+            pendingCount[entry.path] = nil
+        }
+        if let current = base[entry.path], current.version > version {
+            recompute(entry.path, now: now)
+            return
+        }
+        base[entry.path] = result
+        if isFirstForPath, assumed?.data == result?.data {
+            if pendingCount[entry.path] == nil { documents[entry.path] = result }
+            return
+        }
+        recompute(entry.path, now: now)
     }
 
     /// Takes an entry out of the outbox (acknowledged or rejected) and rebuilds its document.

@@ -132,7 +132,7 @@ extension SyncCore {
     }
 
     /// Applies a listener batch to the view, the models and the persistence, in one step.
-    func apply(_ batch: RemoteChangeBatch) {
+    package func apply(_ batch: RemoteChangeBatch) {
         let changed = state.withLock { state -> Set<DocumentPath> in
             let changed = state.view.applyRemote(batch, now: Date())
             state.resumeVersion = batch.version

@@ -115,8 +115,7 @@ extension SyncCore {
     private func acknowledged(_ entry: PendingWrite, _ acknowledgement: WriteAcknowledgement) {
         let waiters = state.withLock { state -> [CheckedContinuation<WriteOutcome, Never>] in
             state.flushFailures = 0
-            state.view.removeEntry(entry.id, now: Date())
-            state.view.setBase(acknowledgement.document, at: entry.path, version: acknowledgement.version, now: Date())
+            state.view.acknowledge(entry, result: acknowledgement.document, version: acknowledgement.version, now: Date())
             var change = LocalCollectionChange()
             change.outboxRemovals = [entry.id]
             if let document = acknowledgement.document {
@@ -180,7 +179,7 @@ extension LocalView {
     mutating func restoreLast(_ entry: PendingWrite, now: Date) {
         removeEntry(entry.id, now: now)
         var outbox = self.outbox
-        var entries = outbox.entries
+        var entries = Array(outbox.entries)
         entries.append(entry)
         outbox = Outbox(clientID: outbox.clientID, entries: entries, nextSequence: outbox.nextSequence)
         self = LocalView(base: Array(base.values), outbox: outbox, now: now)

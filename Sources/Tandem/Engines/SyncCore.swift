@@ -7,7 +7,7 @@ import TandemCore
 ///
 /// State lives in one mutex. Persistence writes happen under it on purpose: the durable order of
 /// outbox entries must be the in-memory order, and they are short local writes with no suspension.
-final class SyncCore<T: SyncModel>: Sendable {
+package final class SyncCore<T: SyncModel>: Sendable {
     enum WriteOutcome: Sendable {
         case acknowledged(WriteAcknowledgement)
         case rejected(TandemError)
@@ -142,7 +142,7 @@ final class SyncCore<T: SyncModel>: Sendable {
     }
 
     var pendingWriteCount: Int { state.withLock { $0.view.outbox.count } }
-    var pendingWrites: [PendingWrite] { state.withLock { $0.view.outbox.entries } }
+    var pendingWrites: [PendingWrite] { state.withLock { Array($0.view.outbox.entries) } }
     var rejectedWrites: [RejectedWrite] { state.withLock { $0.rejected } }
     var isFromCache: Bool { state.withLock { $0.isFromCache } }
 

@@ -11,14 +11,15 @@ import TandemCore
 public struct Outbox: Sendable, Hashable, Codable {
     /// This outbox's client id: the first half of every ``MutationID`` it issues.
     public let clientID: String
-    /// The writes, oldest first.
-    public private(set) var entries: [PendingWrite]
+    /// The writes, oldest first. A slice, so that taking the oldest off (every acknowledgement)
+    /// costs nothing however long the queue is.
+    public private(set) var entries: ArraySlice<PendingWrite>
     /// The sequence number the next new write gets.
     public private(set) var nextSequence: UInt64
 
     public init(clientID: String, entries: [PendingWrite] = [], nextSequence: UInt64 = 1) {
         self.clientID = clientID
-        self.entries = entries
+        self.entries = entries[...]
         self.nextSequence = max(nextSequence, (entries.map(\.id.sequence).max() ?? 0) + 1)
     }
 
@@ -54,8 +55,9 @@ public struct Outbox: Sendable, Hashable, Codable {
         if let last = entries.last, last.attempts == 0, last.path == mutation.path,
            let merged = Self.merge(last.mutation, then: mutation)
         {
-            entries[entries.count - 1].mutation = merged.identified(by: last.id)
-            return .merged(into: entries[entries.count - 1])
+            let lastIndex = entries.index(before: entries.endIndex)
+            entries[lastIndex].mutation = merged.identified(by: last.id)
+            return .merged(into: entries[lastIndex])
         }
         let entry = PendingWrite(id: MutationID(clientID: clientID, sequence: nextSequence), mutation: mutation)
         nextSequence += 1
@@ -73,12 +75,32 @@ public struct Outbox: Sendable, Hashable, Codable {
     @discardableResult
     public mutating func remove(_ id: MutationID) -> PendingWrite? {
         guard let index = entries.firstIndex(where: { $0.id == id }) else { return nil }
+        if index == entries.startIndex { return entries.removeFirst() }
         return entries.remove(at: index)
     }
 
     /// Removes every entry.
     public mutating func removeAll() {
         entries.removeAll()
+    }
+
+    private enum CodingKeys: String, CodingKey {
+        case clientID, entries, nextSequence
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        self.init(
+            clientID: try container.decode(String.self, forKey: .clientID),
+            entries: try container.decode([PendingWrite].self, forKey: .entries),
+            nextSequence: try container.decode(UInt64.self, forKey: .nextSequence))
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(clientID, forKey: .clientID)
+        try container.encode(Array(entries), forKey: .entries)
+        try container.encode(nextSequence, forKey: .nextSequence)
     }
 
     /// One write standing for `first` followed by `second` on the same document, or nil when no

@@ -10,7 +10,7 @@ extension LocalCollectionState {
             for path in change.deletions { byPath[path] = nil }
             documents = byPath.values.sorted { $0.path < $1.path }
         }
-        var entries = outbox.entries
+        var entries = Array(outbox.entries)
         if change.clearsOutbox { entries = [] }
         let removed = Set(change.outboxRemovals)
         entries.removeAll { removed.contains($0.id) }

@@ -6,7 +6,7 @@ struct BenchCommand: AsyncParsableCommand {
         commandName: "bench",
         abstract: "Run benchmarks; each figure is printed beside a baseline measured in the same run.",
         discussion: "Build in release mode for meaningful figures: swift run -c release tandem bench core",
-        subcommands: [CoreBench.self]
+        subcommands: [CoreBench.self, EnginesBench.self]
     )
 }
 
@@ -36,5 +36,28 @@ struct CoreBench: AsyncParsableCommand {
         CoreBenchmarks.identityMap(updates: updates, repetitions: repetitions, into: &report)
         try CoreBenchmarks.query(documents: documents, repetitions: repetitions, into: &report)
         report.print()
+    }
+}
+
+struct EnginesBench: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "engines",
+        abstract: "Engine cold start, remote-change latency and outbox flush rate."
+    )
+
+    @Option(help: "Documents cached.")
+    var documents = 100_000
+
+    @Option(help: "Repetitions of the cold start; the best time is reported.")
+    var repetitions = 3
+
+    func validate() throws {
+        guard documents > 0, repetitions > 0 else {
+            throw ValidationError("--documents and --repetitions must be positive.")
+        }
+    }
+
+    func run() async throws {
+        try await EngineBenchmarks.run(documents: documents, repetitions: repetitions).print()
     }
 }

@@ -12,6 +12,8 @@ struct BenchReport {
 
     var title: String
     var rows: [Row] = []
+    /// Figures without a same-run baseline (latencies, rates), printed as they are.
+    var notes: [String] = []
 
     mutating func add(_ name: String, ours: Duration, baseline: Duration, operations: Int, unit: String, target: Double?) {
         let oursSeconds = ours.seconds
@@ -43,6 +45,9 @@ struct BenchReport {
                     baseline: \(row.baseline)
                     time ratio \(String(format2: row.ratio))× (\(verdict))
                 """)
+        }
+        for note in notes {
+            Swift.print("- \(note)")
         }
     }
 

@@ -77,7 +77,7 @@ struct OutboxTests {
         var outbox = Outbox(clientID: "c")
         outbox.enqueue(.set(a, [:]))
         outbox.enqueue(.set(b, [:]))
-        let restored = Outbox(clientID: "c", entries: outbox.entries, nextSequence: 1)
+        let restored = Outbox(clientID: "c", entries: Array(outbox.entries), nextSequence: 1)
         var copy = restored
         #expect(copy.enqueue(.delete(a)).entry.id.sequence == 3)
     }
