@@ -58,7 +58,11 @@ struct LocalView: Sendable {
             }
         }
         for change in batch.changes {
-            if let current = base[change.path], current.version > change.version { continue }  // older news
+            if let current = base[change.path] {
+                if current.version > change.version { continue }  // older news
+                // The echo of a commit the view already has, such as our own acknowledged write.
+                if current.version == change.version && current == change.document { continue }
+            }
             base[change.path] = change.document
             touched.insert(change.path)
         }

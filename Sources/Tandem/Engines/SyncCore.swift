@@ -65,7 +65,7 @@ package final class SyncCore<T: SyncModel>: Sendable {
         var initial = State(view: LocalView(base: base, outbox: outbox, now: Date()))
         initial.resumeVersion = resumeVersion
         initial.documentID = documentID
-        Self.rebuildModels(&initial)
+        Self.rebuildModels(&initial, orderHint: base.map(\.path))
         state = Mutex(initial)
     }
 
@@ -84,13 +84,31 @@ package final class SyncCore<T: SyncModel>: Sendable {
         return try? JSONValueDecoder().decode(T.self, from: .object(data))
     }
 
-    static func rebuildModels(_ state: inout State) {
-        state.models = [:]
-        for (path, document) in state.view.documents {
-            if let model = decode(document) { state.models[path] = model }
+    /// Decodes every view document. `orderHint` lists paths in the order they probably sort in (the
+    /// persistence's order); checking that order costs one pass, where sorting would cost n log n.
+    static func rebuildModels(_ state: inout State, orderHint: [DocumentPath] = []) {
+        var paths = orderHint.filter { state.view.documents[$0] != nil }
+        if paths.count != state.view.documents.count {
+            paths = Array(state.view.documents.keys)
         }
-        state.orderedPaths = state.models.keys.sorted()
-        state.ordered = state.orderedPaths.map { state.models[$0]! }
+        if !zip(paths, paths.dropFirst()).allSatisfy({ $0 < $1 }) {
+            paths.sort()
+        }
+        var models: [DocumentPath: T] = [:]
+        models.reserveCapacity(paths.count)
+        var orderedPaths: [DocumentPath] = []
+        var ordered: [T] = []
+        orderedPaths.reserveCapacity(paths.count)
+        ordered.reserveCapacity(paths.count)
+        for path in paths {
+            guard let model = state.view.documents[path].flatMap(decode) else { continue }
+            models[path] = model
+            orderedPaths.append(path)
+            ordered.append(model)
+        }
+        state.models = models
+        state.orderedPaths = orderedPaths
+        state.ordered = ordered
     }
 
     /// Brings the decoded models of some paths in line with the view.

@@ -83,7 +83,8 @@ public final class SQLiteCollectionPersistence: LocalCollectionPersistence {
             let resume: Int64? = row["resume_version"]
 
             var documents: [Document] = []
-            let cursor = try Row.fetchCursor(db, sql: "SELECT path, data, version, create_time, update_time FROM document WHERE manager_key = ?", arguments: [managerKey])
+            // In path order (the table is clustered by it), so the engine rarely needs to sort.
+            let cursor = try Row.fetchCursor(db, sql: "SELECT path, data, version, create_time, update_time FROM document WHERE manager_key = ? ORDER BY path", arguments: [managerKey])
             while let row = try cursor.next() {
                 documents.append(try Self.document(from: row))
             }
@@ -171,16 +172,17 @@ public final class SQLiteCollectionPersistence: LocalCollectionPersistence {
     }
 
     static func document(from row: Row) throws -> Document {
-        let pathText: String = row["path"]
-        let dataText: String = row["data"]
-        let version: Int64 = row["version"]
-        let created: Double = row["create_time"]
-        let updated: Double = row["update_time"]
-        guard case .object(let data) = try JSONText.parse(dataText) else {
-            throw TandemError(.dataLoss, "The cached document \(pathText) is not a JSON object.")
+        // By position: the columns of the SELECT above, without a lookup by name per row.
+        let pathText: String = row[0]
+        let dataText: String = row[1]
+        let version: Int64 = row[2]
+        let created: Double = row[3]
+        let updated: Double = row[4]
+        guard case .object(let data) = try JSONText.parse(dataText), let path = DocumentPath(trusted: pathText) else {
+            throw TandemError(.dataLoss, "The cached document \(pathText) is damaged; clear this engine's cache to reload it from the server.")
         }
         return Document(
-            path: try DocumentPath(pathText), data: data, version: Version(UInt64(version)),
+            path: path, data: data, version: Version(UInt64(version)),
             createTime: Date(timeIntervalSince1970: created), updateTime: Date(timeIntervalSince1970: updated))
     }
 }

@@ -34,6 +34,14 @@ public struct DocumentPath: Sendable, Hashable, Comparable, Codable, CustomStrin
         self.segments = segments
     }
 
+    /// A path Tandem itself wrote and validated before (a cache row): split, with only the checks
+    /// that keep `id` and `parent` safe (an even, non-zero number of segments); nil otherwise.
+    package init?(trusted path: String) {
+        let segments = path.split(separator: "/", omittingEmptySubsequences: false).map(String.init)
+        guard !segments.isEmpty, segments.count % 2 == 0 else { return nil }
+        self.segments = segments
+    }
+
     /// The document's id: its last segment.
     public var id: String { segments[segments.count - 1] }
 
