@@ -100,7 +100,12 @@ let package = Package(
         ),
         .testTarget(
             name: "TandemTests",
-            dependencies: ["Tandem", "TandemTesting"],
+            dependencies: [
+                "Tandem",
+                "TandemTesting",
+                .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
             swiftSettings: swiftSettings
         ),
     ],

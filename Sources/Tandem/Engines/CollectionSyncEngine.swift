@@ -215,7 +215,7 @@ public final class CollectionSyncEngine<T: SyncModel>: Sendable {
     public func saveDocument(_ model: T) async throws {
         core.retryNowIfDown()
         let path = try remote.collectionPath().document(model.id)
-        try await core.write(.set(path, try JSONValueEncoder().encodeObject(model)), event: "save")
+        try await core.write(.set(path, try JSONValueEncoder().encodeObject(model)), event: "save", parameters: model.eventParameters)
     }
 
     /// Updates fields (dotted paths) of a document, with transforms such as `.increment(1)`.

@@ -154,7 +154,7 @@ public final class DocumentSyncEngine<T: SyncModel>: Sendable {
     public func saveDocument(_ model: T) async throws {
         core.retryNowIfDown()
         let path = try remote.collectionPath().document(model.id)
-        try await core.write(.set(path, try JSONValueEncoder().encodeObject(model)), event: "save")
+        try await core.write(.set(path, try JSONValueEncoder().encodeObject(model)), event: "save", parameters: model.eventParameters)
     }
 
     /// Updates fields (dotted paths, transforms allowed) of a document, by default the listened one.

@@ -89,6 +89,9 @@ extension SyncCore {
                     return state.listenerFailures
                 }
                 log("listener_fail", ["error_description": "\(error)", "retry_count": failures], severity: .severe)
+                if !receivedAny && state.withLock({ $0.isFromCache }) {
+                    log("bulkLoad_fail", ["error_description": "\(error)"], severity: .severe)
+                }
                 started.resume()
                 guard let delay = retryPolicy.delay(afterFailures: failures) else {
                     log("listener_stopped", ["error_description": "The retry policy gave up."], severity: .severe)

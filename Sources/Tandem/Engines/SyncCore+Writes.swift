@@ -9,8 +9,8 @@ extension SyncCore {
     /// be reached (it is retried and replayed, never lost). Throws the server's error when the
     /// write is refused for good: it is then rolled back from the view and listed in `rejected`.
     @discardableResult
-    func write(_ mutation: Mutation, event: String) async throws -> WriteOutcome {
-        let parameters: [String: any Sendable] = ["document_id": mutation.path.id]
+    func write(_ mutation: Mutation, event: String, parameters extra: [String: any Sendable] = [:]) async throws -> WriteOutcome {
+        let parameters = extra.merging(["document_id": mutation.path.id]) { $1 }
         log("\(event)_start", parameters)
         do {
             try mutation.validate()

@@ -1,4 +1,6 @@
 import Foundation
+import Logging
+import Synchronization
 import Testing
 import TandemCore
 import TandemTesting
@@ -80,5 +82,70 @@ struct CollectionGroupSyncEngineTests {
         clock.advance(by: .seconds(4))
         #expect(try await first.value?.count == 2)
         #expect(logger.retryDelays("products_listener_retrying") == [2, 4])
+    }
+}
+
+@Suite("Engine details")
+struct EngineDetailTests {
+    @Test("the group engine's listener backs off 2, 4 s on the clock too")
+    func groupBackoff() async throws {
+        let clock = ManualClock()
+        let logger = RecordingDataSyncLogger()
+        let store = InMemoryDocumentStore(documents: [Document(path: try DocumentPath("a/1/reviews/r"), data: ["rating": 1])])
+        let engine = CollectionGroupSyncEngine<Review>(
+            remote: MockRemoteCollectionGroupService(groupName: "reviews", store: store), managerKey: "reviews",
+            persistence: nil, logger: logger, clock: clock)
+        store.failNextCalls(2)
+        await engine.startListening()
+        #expect(logger.names.contains("reviews_bulkLoad_fail"))
+        await clock.waitForSleepers(count: 1)
+        clock.advance(by: .seconds(2))
+        #expect(await eventually { logger.retryDelays("reviews_listener_retrying") == [2, 4] })
+        await clock.waitForSleepers(count: 1)
+        clock.advance(by: .seconds(4))
+        #expect(await eventually { engine.currentCollection.count == 1 })
+        engine.stopListening()
+    }
+
+    @Test("an acknowledgement never clears fields it did not send")
+    func acknowledgementKeepsLaterFields() throws {
+        let path = try DocumentPath("items/a")
+        let base = Document(path: path, data: ["x": 0, "y": 0], version: 1)
+        var view = LocalView(base: [base], outbox: Outbox(clientID: "c"), now: Date())
+        let first = view.enqueue(.update(path, fields: ["x": 1]), now: Date()).entry
+        view.markAttempted(first.id)  // sent, so the next write is not merged into it
+        _ = view.enqueue(.update(path, fields: ["y": 2]), now: Date())
+        // The server applied only the first write.
+        view.acknowledge(first, result: Document(path: path, data: ["x": 1, "y": 0], version: 2), version: 2, now: Date())
+        #expect(view.documents[path]?.data == ["x": 1, "y": 2], "the queued y survives the acknowledgement of x")
+        #expect(view.hasPendingWrites(path))
+    }
+
+    @Test("mock persistences seed an engine before any network, and saves carry the model's event parameters")
+    func mocks() async throws {
+        let persistence = MockLocalCollectionPersistence(collection: Product.mocks, collectionPath: "products")
+        let remote = MockRemoteCollectionService(collectionPath: { "products" })
+        remote.store.goOffline()
+        let logger = RecordingDataSyncLogger()
+        let engine = CollectionSyncEngine<Product>(remote: remote, managerKey: "products", persistence: persistence, logger: logger, clock: ManualClock())
+        #expect(engine.currentCollection.map(\.id) == ["desk", "lamp"])
+        try await engine.saveDocument(Product(id: "rug", name: "Rug", price: 1, stock: 1))
+        #expect(persistence.appliedChanges.contains { !$0.outboxPuts.isEmpty })
+        #expect(logger.events(named: "products_save_start").first?.parameters["id"] as? String == "rug")
+    }
+}
+
+@Suite("swift-log bridge")
+struct SwiftLogBridgeTests {
+    @Test("events become log records at their severity, with parameters as metadata")
+    func bridge() {
+        let handler = CapturingLogHandler()
+        let logger = SwiftLogDataSyncLogger(Logger(label: "sync", factory: { _ in handler }))
+        logger.trackEvent(DataSyncLogEvent(name: "products_save_fail", parameters: ["document_id": "a"], severity: .severe))
+        logger.trackEvent(DataSyncLogEvent(name: "products_save_start"))
+        let records = handler.records
+        #expect(records.map(\.level) == [.error, .info])
+        #expect(records.first?.message == "products_save_fail")
+        #expect(records.first?.metadata["document_id"] == "a")
     }
 }
