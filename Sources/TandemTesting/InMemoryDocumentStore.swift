@@ -165,7 +165,7 @@ public final class InMemoryDocumentStore: Sendable {
                 if before[mutation.path] == nil { before[mutation.path] = .some(previous) }
                 let result = try mutation.apply(to: previous, version: version, serverTime: ServerTime(Date()))
                 working[mutation.path] = result
-                changes.append(RemoteChange(path: mutation.path, document: result, version: version))
+                changes.append(RemoteChange(path: mutation.path, document: result, version: version, mutationID: mutation.id))
                 acknowledgements.append(WriteAcknowledgement(id: mutation.id ?? MutationID(clientID: "server", sequence: version.rawValue), version: version, document: result))
             }
             // All writes held: commit them together.
@@ -225,7 +225,7 @@ public final class InMemoryDocumentStore: Sendable {
                 let matchesNow = change.document.map { listener.query.matchesFilters($0.data) } ?? false
                 let matchedBefore = (before[change.path] ?? nil).map { listener.query.matchesFilters($0.data) } ?? false
                 if matchesNow {
-                    relevant.append(change)
+                    relevant.append(change)  // with its mutation id, so the writer knows its echo
                 } else if matchedBefore {
                     relevant.append(.removal(change.path, version: change.version))
                 }

@@ -10,6 +10,10 @@ struct LocalView: Sendable {
     private(set) var documents: [DocumentPath: Document] = [:]
     /// How many outbox entries write each document.
     private var pendingCount: [DocumentPath: Int] = [:]
+    /// Pending writes the listener has already seen committed (their echo, recognized by mutation
+    /// id): the base includes them, so the view must not apply them again. They leave the outbox
+    /// with their acknowledgement.
+    private var confirmed: Set<MutationID> = []
 
     init(base: [Document], outbox: Outbox, now: Date) {
         self.outbox = outbox
@@ -29,7 +33,7 @@ struct LocalView: Sendable {
     mutating func recompute(_ path: DocumentPath, now: Date) -> Bool {
         var document = base[path]
         if (pendingCount[path] ?? 0) > 0 {
-            for entry in outbox.entries where entry.path == path {
+            for entry in outbox.entries where entry.path == path && !confirmed.contains(entry.id) {
                 document = Self.applyLocally(entry.mutation, to: document, now: now)
             }
         }
@@ -57,16 +61,36 @@ struct LocalView: Sendable {
                 touched.insert(path)
             }
         }
+        var settled = Set<DocumentPath>()
         for change in batch.changes {
             if let current = base[change.path] {
                 if current.version > change.version { continue }  // older news
                 // The echo of a commit the view already has, such as our own acknowledged write.
                 if current.version == change.version && current == change.document { continue }
             }
+            if let id = change.mutationID, let echoed = echo(of: id, change, now: now) {
+                // Our own pending write, committed: the view already shows it.
+                base[change.path] = change.document
+                if echoed { settled.insert(change.path) } else { touched.insert(change.path) }
+                continue
+            }
             base[change.path] = change.document
             touched.insert(change.path)
         }
-        return touched.filter { recompute($0, now: now) }
+        return touched.subtracting(settled).filter { recompute($0, now: now) }
+    }
+
+    /// Recognizes a listener change as the commit of one of our pending writes. Returns nil when it
+    /// is not ours; true when the view needs no rebuild (the write was the oldest unconfirmed one for
+    /// the document and the server computed what the view assumed); false when it must be rebuilt.
+    private mutating func echo(of id: MutationID, _ change: RemoteChange, now: Date) -> Bool? {
+        guard id.clientID == outbox.clientID, (pendingCount[change.path] ?? 0) > 0,
+              let entry = outbox.entries.first(where: { $0.id == id }), entry.path == change.path
+        else { return nil }
+        let oldest = outbox.entries.first { $0.path == change.path && !confirmed.contains($0.id) }
+        let assumed = Self.applyLocally(entry.mutation, to: base[change.path], now: now)
+        confirmed.insert(id)
+        return oldest?.id == id && assumed?.data == change.document?.data
     }
 
     /// Replaces the base of one document (a fetch or an acknowledgement) unless it is older.
@@ -109,6 +133,11 @@ struct LocalView: Sendable {
         } else {
             pendingCount[entry.path] = nil
         }
+        if confirmed.remove(entry.id) != nil {
+            // The listener brought this commit first: the base and the view already include it.
+            if pendingCount[entry.path] == nil { recompute(entry.path, now: now) }
+            return
+        }
         if let current = base[entry.path], current.version > version {
             recompute(entry.path, now: now)
             return
@@ -125,6 +154,7 @@ struct LocalView: Sendable {
     @discardableResult
     mutating func removeEntry(_ id: MutationID, now: Date) -> PendingWrite? {
         guard let entry = outbox.remove(id) else { return nil }
+        confirmed.remove(id)
         if let count = pendingCount[entry.path], count > 1 {
             pendingCount[entry.path] = count - 1
         } else {
@@ -136,6 +166,7 @@ struct LocalView: Sendable {
 
     mutating func clearOutbox(now: Date) {
         let paths = Array(pendingCount.keys)
+        confirmed.removeAll()
         outbox.removeAll()
         pendingCount.removeAll()
         for path in paths { recompute(path, now: now) }

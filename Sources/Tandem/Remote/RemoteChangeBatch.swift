@@ -7,11 +7,15 @@ public struct RemoteChange: Sendable, Hashable {
     public var document: Document?
     /// The version of the commit.
     public var version: Version
+    /// The client write that made the change, when the server reports it: a client recognizes the
+    /// echo of its own pending write by it.
+    public var mutationID: MutationID?
 
-    public init(path: DocumentPath, document: Document?, version: Version) {
+    public init(path: DocumentPath, document: Document?, version: Version, mutationID: MutationID? = nil) {
         self.path = path
         self.document = document
         self.version = version
+        self.mutationID = mutationID
     }
 
     /// A document written.

@@ -149,3 +149,45 @@ struct SwiftLogBridgeTests {
         #expect(records.first?.metadata["document_id"] == "a")
     }
 }
+
+@Suite("Local view echoes")
+struct LocalViewEchoTests {
+    let path = try! DocumentPath("counters/a")
+
+    func change(_ n: Int, _ version: Version, _ id: MutationID?) -> RemoteChangeBatch {
+        RemoteChangeBatch(isSnapshot: false, changes: [
+            RemoteChange(path: path, document: Document(path: path, data: ["n": .int(n)], version: version), version: version, mutationID: id),
+        ], version: version)
+    }
+
+    @Test("the echo of our own write before its acknowledgement is not applied twice")
+    func echoBeforeAcknowledgement() throws {
+        var view = LocalView(base: [Document(path: path, data: ["n": 0], version: 1)], outbox: Outbox(clientID: "me"), now: Date())
+        let first = view.enqueue(.update(path, fields: [:], transforms: [.init("n", .increment(1))]), now: Date()).entry
+        let second = view.enqueue(.update(path, fields: [:], transforms: [.init("n", .increment(1))]), now: Date()).entry
+        #expect(view.documents[path]?.data["n"] == 2)
+        #expect(view.applyRemote(change(1, 2, first.id), now: Date()).isEmpty, "our own echo changes nothing")
+        #expect(view.documents[path]?.data["n"] == 2)
+        // A rebuild for any reason must not count the confirmed write twice.
+        view.recompute(path, now: Date())
+        #expect(view.documents[path]?.data["n"] == 2)
+        view.acknowledge(first, result: Document(path: path, data: ["n": 1], version: 2), version: 2, now: Date())
+        #expect(view.documents[path]?.data["n"] == 2)
+        _ = view.applyRemote(change(2, 3, second.id), now: Date())
+        view.acknowledge(second, result: Document(path: path, data: ["n": 2], version: 3), version: 3, now: Date())
+        #expect(view.documents[path]?.data["n"] == 2)
+        #expect(!view.hasPendingWrites(path))
+    }
+
+    @Test("a foreign change between our write and its echo is kept")
+    func foreignChangeInterleaved() throws {
+        var view = LocalView(base: [Document(path: path, data: ["n": 0], version: 1)], outbox: Outbox(clientID: "me"), now: Date())
+        let mine = view.enqueue(.update(path, fields: [:], transforms: [.init("n", .increment(1))]), now: Date()).entry
+        _ = view.applyRemote(change(10, 2, MutationID(clientID: "other", sequence: 1)), now: Date())
+        #expect(view.documents[path]?.data["n"] == 11)
+        _ = view.applyRemote(change(11, 3, mine.id), now: Date())
+        #expect(view.documents[path]?.data["n"] == 11)
+        view.acknowledge(mine, result: Document(path: path, data: ["n": 11], version: 3), version: 3, now: Date())
+        #expect(view.documents[path]?.data["n"] == 11)
+    }
+}

@@ -131,6 +131,21 @@ struct CollectionSyncEngineTests {
         engine.stopListening()
     }
 
+    @Test("stopListening cancels a scheduled retry")
+    func stopCancelsRetry() async throws {
+        let clock = ManualClock()
+        let remote = MockRemoteCollectionService(collection: Product.mocks, collectionPath: { "products" })
+        let engine = makeEngine(remote: remote, clock: clock)
+        remote.store.failNextCalls(1)
+        await engine.startListening()
+        await clock.waitForSleepers(count: 1)
+        engine.stopListening()
+        #expect(await eventually { clock.sleeperCount == 0 }, "the retry's sleep was cancelled")
+        clock.advance(by: .seconds(60))
+        #expect(remote.store.listenerCount == 0)
+        #expect(engine.currentCollection.isEmpty)
+    }
+
     @Test("a read while the listener is down retries at once")
     func readWakesListener() async throws {
         let clock = ManualClock()
