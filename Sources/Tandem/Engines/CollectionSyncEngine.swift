@@ -234,10 +234,18 @@ public final class CollectionSyncEngine<T: SyncModel>: Sendable {
 }
 
 /// Forwards the core's change signal to the engine, which exists only after the core does.
+///
+/// The handler sits in a class box: a closure kept directly in a `Mutex` is re-wrapped in a
+/// reabstraction thunk on every `withLock` (inout) access, so each call got slower than the last.
 final class ChangeRelay: Sendable {
-    private let handler = Mutex<(@Sendable () -> Void)?>(nil)
-    func set(_ handler: @escaping @Sendable () -> Void) { self.handler.withLock { $0 = handler } }
-    func fire() { handler.withLock { $0 }?() }
+    private final class Handler: Sendable {
+        let call: @Sendable () -> Void
+        init(_ call: @escaping @Sendable () -> Void) { self.call = call }
+    }
+
+    private let handler = Mutex<Handler?>(nil)
+    func set(_ handler: @escaping @Sendable () -> Void) { self.handler.withLock { $0 = Handler(handler) } }
+    func fire() { handler.withLock { $0 }?.call() }
 }
 
 extension Query {
