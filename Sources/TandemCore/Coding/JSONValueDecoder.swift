@@ -23,8 +23,29 @@ public struct JSONValueDecoder: Sendable {
 
 struct ValueDecoder: Decoder {
     let value: JSONValue
-    let codingPath: [any CodingKey]
+    /// The path to the container holding this value, and this value's key in it. The full
+    /// `codingPath` is built only when asked for (errors, nested containers), which saves an
+    /// array allocation for every primitive field.
+    let parentPath: [any CodingKey]
+    let key: (any CodingKey)?
     var userInfo: [CodingUserInfoKey: Any] { [:] }
+
+    init(value: JSONValue, codingPath: [any CodingKey]) {
+        self.value = value
+        self.parentPath = codingPath
+        self.key = nil
+    }
+
+    init(value: JSONValue, parentPath: [any CodingKey], key: any CodingKey) {
+        self.value = value
+        self.parentPath = parentPath
+        self.key = key
+    }
+
+    var codingPath: [any CodingKey] {
+        guard let key else { return parentPath }
+        return parentPath + [key]
+    }
 
     func decodeValue<T: Decodable>(_ type: T.Type) throws -> T {
         if T.self == JSONValue.self { return value as! T }
@@ -116,7 +137,7 @@ struct KeyedValueDecoder<Key: CodingKey>: KeyedDecodingContainerProtocol {
         guard let value = object[key.stringValue] else {
             throw DecodingError.keyNotFound(key, .init(codingPath: codingPath, debugDescription: "No value for key '\(key.stringValue)'."))
         }
-        return ValueDecoder(value: value, codingPath: codingPath + [key])
+        return ValueDecoder(value: value, parentPath: codingPath, key: key)
     }
 
     func decodeNil(forKey key: Key) throws -> Bool { (object[key.stringValue] ?? .null).isNull }
@@ -171,7 +192,7 @@ struct UnkeyedValueDecoder: UnkeyedDecodingContainer {
             throw DecodingError.valueNotFound(Any.self, .init(codingPath: codingPath, debugDescription: "The array has only \(array.count) elements."))
         }
         defer { currentIndex += 1 }
-        return ValueDecoder(value: array[currentIndex], codingPath: codingPath + [IndexKey(intValue: currentIndex)])
+        return ValueDecoder(value: array[currentIndex], parentPath: codingPath, key: IndexKey(intValue: currentIndex))
     }
 
     mutating func decodeNil() throws -> Bool {

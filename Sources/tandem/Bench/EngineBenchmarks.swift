@@ -116,18 +116,10 @@ extension EngineBenchmarks {
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: directory) }
         try coldStart(count: documents, repetitions: repetitions, directory: directory, into: &report)
+        if ProcessInfo.processInfo.environment["TANDEM_BENCH_COLD_ONLY"] != nil { return report }
         let (p50, p99) = try await remoteChange(count: documents, changes: 500, directory: directory)
         report.notes.append("engines: one remote change with \(documents) documents cached (persisted): p50 \(BenchReport.time(p50.seconds)), p99 \(BenchReport.time(p99.seconds)) (target p50 ≤ 1 ms: \(p50 <= .milliseconds(1) ? "meets" : "MISSES"))")
         let writes = 10_000
-        if ProcessInfo.processInfo.environment["TANDEM_PROBE"] != nil {
-            let store = InMemoryDocumentStore(documents: [Document(path: try DocumentPath("items/item-0"), data: ["stock": 0])])
-            let path = try DocumentPath("items/item-0")
-            let started = ContinuousClock.now
-            for step in 0..<writes {
-                _ = try await store.commit([Mutation.update(path, fields: [:], transforms: [.init("stock", .increment(1))]).identified(by: MutationID(clientID: "p", sequence: UInt64(step + 1)))])
-            }
-            print("probe: store alone \(ContinuousClock.now - started)")
-        }
         let (queue, flush) = try await flush(count: writes)
         report.notes.append("engines: \(writes) updates queued offline in \(BenchReport.time(queue.seconds)) (\(BenchReport.rate(Double(writes) / queue.seconds)) writes/s), flushed to the in-memory server in \(BenchReport.time(flush.seconds)) (\(BenchReport.rate(Double(writes) / flush.seconds)) writes/s)")
         return report
