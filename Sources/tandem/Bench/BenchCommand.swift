@@ -51,6 +51,9 @@ struct EnginesBench: AsyncParsableCommand {
     @Option(help: "Repetitions of the cold start; the best time is reported.")
     var repetitions = 3
 
+    @Flag(help: "Measure only the cold start (for profiling it).")
+    var coldStartOnly = false
+
     func validate() throws {
         guard documents > 0, repetitions > 0 else {
             throw ValidationError("--documents and --repetitions must be positive.")
@@ -58,6 +61,6 @@ struct EnginesBench: AsyncParsableCommand {
     }
 
     func run() async throws {
-        try await EngineBenchmarks.run(documents: documents, repetitions: repetitions).print()
+        try await EngineBenchmarks.run(documents: documents, repetitions: repetitions, coldStartOnly: coldStartOnly).print()
     }
 }

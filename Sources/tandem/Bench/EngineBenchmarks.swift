@@ -110,13 +110,13 @@ enum EngineBenchmarks {
 }
 
 extension EngineBenchmarks {
-    static func run(documents: Int, repetitions: Int) async throws -> BenchReport {
+    static func run(documents: Int, repetitions: Int, coldStartOnly: Bool = false) async throws -> BenchReport {
         var report = BenchReport(title: "tandem bench engines")
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("tandem-bench-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: directory) }
         try coldStart(count: documents, repetitions: repetitions, directory: directory, into: &report)
-        if ProcessInfo.processInfo.environment["TANDEM_BENCH_COLD_ONLY"] != nil { return report }
+        if coldStartOnly { return report }
         let (p50, p99) = try await remoteChange(count: documents, changes: 500, directory: directory)
         report.notes.append("engines: one remote change with \(documents) documents cached (persisted): p50 \(BenchReport.time(p50.seconds)), p99 \(BenchReport.time(p99.seconds)) (target p50 ≤ 1 ms: \(p50 <= .milliseconds(1) ? "meets" : "MISSES"))")
         let writes = 10_000
