@@ -16,7 +16,6 @@ import TandemCore
 public final class CollectionGroupSyncEngine<T: SyncModel>: Sendable {
     @ObservationIgnored let core: SyncCore<T>
     @ObservationIgnored let remote: any RemoteCollectionGroupService
-    @ObservationIgnored private let query = Mutex<Query?>(nil)
 
     /// - Parameters:
     ///   - enableLocalPersistence: keep the cache in SQLite across launches (default).
@@ -59,28 +58,13 @@ public final class CollectionGroupSyncEngine<T: SyncModel>: Sendable {
     /// a different one restarts the listener. Returns after the first batch, or at once with the cache
     /// if the server cannot be reached.
     public func startListening(buildQuery: (Query) -> Query = { $0 }) async {
-        let newQuery = buildQuery(Query())
-        let unchanged = query.withLock { current -> Bool in
-            if current == newQuery && core.isListening { return true }
-            current = newQuery
-            return false
-        }
-        if unchanged { return }
-        core.resetResumeVersion()
-        core.log("bulkLoad_start", ["filter_count": newQuery.filterCount])
         let remote = self.remote
-        await core.startListener { resumeFrom in remote.listen(query: newQuery, resumeFrom: resumeFrom) }
+        await core.listen(to: buildQuery(Query())) { query, resumeFrom in remote.listen(query: query, resumeFrom: resumeFrom) }
     }
 
     /// Stops the listener; with `clearCaches` (the default) the cache is dropped from memory and disk.
     public func stopListening(clearCaches: Bool = true) {
-        core.stopListener()
-        query.withLock { $0 = nil }
-        core.log("listener_stopped")
-        if clearCaches {
-            core.clearDocuments()
-            core.log("cachesCleared")
-        }
+        core.stopListening(clearCaches: clearCaches)
     }
 
     /// The cached documents of the group, ordered by full path.
@@ -102,17 +86,8 @@ public final class CollectionGroupSyncEngine<T: SyncModel>: Sendable {
 
     /// The documents matching a query across the group, always from the server.
     public func getDocumentsAsync(buildQuery: (Query) -> Query) async throws -> [T] {
-        core.retryNowIfDown()
-        let query = buildQuery(Query())
-        core.log("getDocumentsQuery_start", ["filter_count": query.filterCount])
-        do {
-            let models = try await remote.getDocuments(query: query).compactMap(SyncCore<T>.decode)
-            core.log("getDocumentsQuery_success", ["count": models.count, "filter_count": query.filterCount])
-            return models
-        } catch {
-            core.log("getDocumentsQuery_fail", ["error_description": "\(error)"], severity: .severe)
-            throw error
-        }
+        let remote = self.remote
+        return try await core.fetch(buildQuery(Query())) { try await remote.getDocuments(query: $0) }
     }
 
     /// The query's documents across the group, in query order, after every change. A listener of its own.

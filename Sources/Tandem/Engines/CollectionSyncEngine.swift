@@ -20,7 +20,6 @@ import TandemCore
 public final class CollectionSyncEngine<T: SyncModel>: Sendable {
     @ObservationIgnored package let core: SyncCore<T>
     @ObservationIgnored let remote: any RemoteCollectionService
-    @ObservationIgnored private let query = Mutex<Query?>(nil)
 
     /// - Parameters:
     ///   - remote: the server side.
@@ -90,32 +89,14 @@ public final class CollectionSyncEngine<T: SyncModel>: Sendable {
     /// different one replaces the listener. Returns after the first batch is applied, or at once with
     /// the cache if the server cannot be reached (retries continue in the background).
     public func startListening(buildQuery: (Query) -> Query = { $0 }) async {
-        let newQuery = buildQuery(Query())
-        let unchanged = query.withLock { current -> Bool in
-            if current == newQuery && core.isListening { return true }
-            current = newQuery
-            return false
-        }
-        if unchanged { return }
-        // A resume version belongs to the query that reached it: a new query (or the first listen of
-        // this session, whose cache may come from another query) starts from a full snapshot.
-        core.resetResumeVersion()
-        core.log("bulkLoad_start", ["filter_count": newQuery.filterCount])
         let remote = self.remote
-        await core.startListener { resumeFrom in remote.listen(query: newQuery, resumeFrom: resumeFrom) }
-        core.triggerFlush()
+        await core.listen(to: buildQuery(Query())) { query, resumeFrom in remote.listen(query: query, resumeFrom: resumeFrom) }
     }
 
     /// Stops the listener. With `clearCaches` (the default) the cached documents are dropped from
     /// memory and disk; pending writes are kept and still sent.
     public func stopListening(clearCaches: Bool = true) {
-        core.stopListener()
-        query.withLock { $0 = nil }
-        core.log("listener_stopped")
-        if clearCaches {
-            core.clearDocuments()
-            core.log("cachesCleared")
-        }
+        core.stopListening(clearCaches: clearCaches)
     }
 
     // MARK: Reading
@@ -163,7 +144,7 @@ public final class CollectionSyncEngine<T: SyncModel>: Sendable {
         if behavior == .cachedOrFetch, core.isListening || !core.ordered.isEmpty { return currentCollection }
         core.log("getCollection_start")
         do {
-            let documents = try await remote.getDocuments(query: query.withLock { $0 } ?? Query())
+            let documents = try await remote.getDocuments(query: core.query ?? Query())
             let models = documents.compactMap(SyncCore<T>.decode)
             core.log("getCollection_success", ["count": models.count])
             return models
@@ -195,17 +176,8 @@ public final class CollectionSyncEngine<T: SyncModel>: Sendable {
 
     /// The documents matching a query, always from the server.
     public func getDocumentsAsync(buildQuery: (Query) -> Query) async throws -> [T] {
-        core.retryNowIfDown()
-        let query = buildQuery(Query())
-        core.log("getDocumentsQuery_start", ["filter_count": query.filterCount])
-        do {
-            let models = try await remote.getDocuments(query: query).compactMap(SyncCore<T>.decode)
-            core.log("getDocumentsQuery_success", ["count": models.count, "filter_count": query.filterCount])
-            return models
-        } catch {
-            core.log("getDocumentsQuery_fail", ["error_description": "\(error)", "filter_count": query.filterCount], severity: .severe)
-            throw error
-        }
+        let remote = self.remote
+        return try await core.fetch(buildQuery(Query())) { try await remote.getDocuments(query: $0) }
     }
 
     // MARK: Writing
@@ -246,11 +218,4 @@ final class ChangeRelay: Sendable {
     private let handler = Mutex<Handler?>(nil)
     func set(_ handler: @escaping @Sendable () -> Void) { self.handler.withLock { $0 = Handler(handler) } }
     func fire() { handler.withLock { $0 }?.call() }
-}
-
-extension Query {
-    /// How many filters the query has, for analytics.
-    var filterCount: Int {
-        operations.filter { if case .filter = $0 { return true } else { return false } }.count
-    }
 }

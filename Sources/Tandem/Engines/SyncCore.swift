@@ -22,6 +22,8 @@ package final class SyncCore<T: SyncModel>: Sendable {
         var ordered: [T] = []
         var resumeVersion: Version?
         var documentID: String?
+        /// The query a collection engine's listener follows.
+        var query: Query?
         var isFromCache = true
         var rejected: [RejectedWrite] = []
         // The sender.
@@ -201,9 +203,6 @@ extension SyncCore {
     }
 
 
-    func resetResumeVersion() {
-        state.withLock { $0.resumeVersion = nil }
-    }
 
     var documentID: String? { state.withLock { $0.documentID } }
 
