@@ -25,7 +25,7 @@ func resolveCollection(_ provider: @Sendable () -> String?) throws -> Collection
 /// let remote = MockRemoteCollectionService(collection: Product.mocks)
 /// remote.store.goOffline()
 /// ```
-public final class MockRemoteCollectionService: RemoteCollectionService {
+public final class MockRemoteCollectionService: RemoteCollectionService, InMemoryCollectionBacked {
     public let store: InMemoryDocumentStore
     private let path: @Sendable () -> String?
 
@@ -49,10 +49,6 @@ public final class MockRemoteCollectionService: RemoteCollectionService {
         try await store.query(.collection(collectionPath()), query)
     }
 
-    public func getDocument(id: String) async throws -> Document? {
-        try await store.get(collectionPath().document(id))
-    }
-
     public func listen(query: Query, resumeFrom: Version?) -> AsyncThrowingStream<RemoteChangeBatch, any Error> {
         do {
             return store.listen(.collection(try collectionPath()), query: query, resumeFrom: resumeFrom)
@@ -69,23 +65,10 @@ public final class MockRemoteCollectionService: RemoteCollectionService {
         }
     }
 
-    public func commit(_ mutations: [Mutation]) async throws -> [WriteAcknowledgement] {
-        try await store.commit(mutations)
-    }
-
-    /// Writes a model as another client would.
-    public func simulateUpdate<T: SyncModel>(_ model: T) throws {
-        store.simulateWrite(Document(path: try collectionPath().document(model.id), data: try JSONValueEncoder().encodeObject(model)))
-    }
-
-    /// Deletes a document as another client would.
-    public func simulateDelete(id: String) throws {
-        store.simulateDelete(try collectionPath().document(id))
-    }
 }
 
 /// A ``RemoteDocumentService`` over an ``InMemoryDocumentStore``.
-public final class MockRemoteDocumentService: RemoteDocumentService {
+public final class MockRemoteDocumentService: RemoteDocumentService, InMemoryCollectionBacked {
     public let store: InMemoryDocumentStore
     private let path: @Sendable () -> String?
 
@@ -101,10 +84,6 @@ public final class MockRemoteDocumentService: RemoteDocumentService {
 
     public func collectionPath() throws -> CollectionPath { try resolveCollection(path) }
 
-    public func getDocument(id: String) async throws -> Document? {
-        try await store.get(collectionPath().document(id))
-    }
-
     public func listen(documentID: String, resumeFrom: Version?) -> AsyncThrowingStream<RemoteChangeBatch, any Error> {
         do {
             return store.listen(.document(try collectionPath().document(documentID)), query: Query(), resumeFrom: resumeFrom)
@@ -113,17 +92,6 @@ public final class MockRemoteDocumentService: RemoteDocumentService {
         }
     }
 
-    public func commit(_ mutations: [Mutation]) async throws -> [WriteAcknowledgement] {
-        try await store.commit(mutations)
-    }
-
-    public func simulateUpdate<T: SyncModel>(_ model: T) throws {
-        store.simulateWrite(Document(path: try collectionPath().document(model.id), data: try JSONValueEncoder().encodeObject(model)))
-    }
-
-    public func simulateDelete(id: String) throws {
-        store.simulateDelete(try collectionPath().document(id))
-    }
 }
 
 /// A read-only ``RemoteCollectionGroupService`` over an ``InMemoryDocumentStore``.
@@ -157,4 +125,30 @@ public final class MockRemoteCollectionGroupService: RemoteCollectionGroupServic
 /// A model for mocks made without one.
 struct MockModel: SyncModel {
     var id: String
+}
+
+/// What the collection-backed mocks share: an in-memory store and a collection path.
+public protocol InMemoryCollectionBacked: Sendable {
+    var store: InMemoryDocumentStore { get }
+    func collectionPath() throws -> CollectionPath
+}
+
+extension InMemoryCollectionBacked {
+    public func getDocument(id: String) async throws -> Document? {
+        try await store.get(collectionPath().document(id))
+    }
+
+    public func commit(_ mutations: [Mutation]) async throws -> [WriteAcknowledgement] {
+        try await store.commit(mutations)
+    }
+
+    /// Writes a model as another client would.
+    public func simulateUpdate<T: SyncModel>(_ model: T) throws {
+        store.simulateWrite(Document(path: try collectionPath().document(model.id), data: try JSONValueEncoder().encodeObject(model)))
+    }
+
+    /// Deletes a document as another client would.
+    public func simulateDelete(id: String) throws {
+        store.simulateDelete(try collectionPath().document(id))
+    }
 }
