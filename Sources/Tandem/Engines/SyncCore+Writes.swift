@@ -18,10 +18,10 @@ extension SyncCore {
             log("\(event)_fail", parameters.merging(["error_description": error.message]) { $1 }, severity: .severe)
             throw error
         }
-        let entry: PendingWrite
-        let pendingCount: Int
-        do {
-            (entry, pendingCount) = try state.withLock { state throws -> (PendingWrite, Int) in
+        // The waiter is registered in the same locked step as the enqueue: a sender already running
+        // could otherwise send and acknowledge the entry before anyone waits for its answer.
+        let outcome = await withCheckedContinuation { (continuation: CheckedContinuation<WriteOutcome, Never>) in
+            let enqueued = state.withLock { state -> Result<Int, any Error> in
                 let previousLast = state.view.outbox.entries.last
                 let result = state.view.enqueue(mutation, now: Date())
                 var change = LocalCollectionChange()
@@ -35,23 +35,25 @@ extension SyncCore {
                     case .appended(let entry): state.view.removeEntry(entry.id, now: Date())
                     case .merged: state.view.restoreLast(previousLast!, now: Date())
                     }
-                    throw error
+                    return .failure(error)
                 }
                 Self.refreshModels([mutation.path], in: &state)
-                return (result.entry, state.view.outbox.count)
+                state.waiters[result.entry.id, default: []].append(continuation)
+                return .success(state.view.outbox.count)
             }
-        } catch {
-            log("\(event)_fail", parameters.merging(["error_description": "\(error)"]) { $1 }, severity: .severe)
-            throw error
-        }
-        notifyChanged()
-        log("pendingWriteAdded", ["document_id": mutation.path.id, "pending_write_count": pendingCount])
-
-        let outcome = await withCheckedContinuation { (continuation: CheckedContinuation<WriteOutcome, Never>) in
-            state.withLock { $0.waiters[entry.id, default: []].append(continuation) }
-            triggerFlush()
+            switch enqueued {
+            case .failure(let error):
+                continuation.resume(returning: .notStored(error))
+            case .success(let pendingCount):
+                notifyChanged()
+                log("pendingWriteAdded", ["document_id": mutation.path.id, "pending_write_count": pendingCount])
+                triggerFlush()
+            }
         }
         switch outcome {
+        case .notStored(let error):
+            log("\(event)_fail", parameters.merging(["error_description": "\(error)"]) { $1 }, severity: .severe)
+            throw error
         case .acknowledged, .queued:
             log("\(event)_success", parameters)
         case .rejected(let error):

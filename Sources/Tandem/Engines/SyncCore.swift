@@ -13,6 +13,8 @@ package final class SyncCore<T: SyncModel>: Sendable {
         case rejected(TandemError)
         /// Not confirmed yet (offline or a transient failure): kept in the outbox and retried.
         case queued
+        /// Not accepted: the local store could not record it, so nothing was queued.
+        case notStored(any Error)
     }
 
     struct State {

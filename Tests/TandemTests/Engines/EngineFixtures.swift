@@ -24,10 +24,12 @@ extension RecordingDataSyncLogger {
     }
 }
 
-/// Waits, without sleeping on the wall clock, until a condition holds: each check yields to other
-/// tasks. Fails after many rounds, so a broken engine fails the test instead of hanging it.
+/// Waits, without sleeping, until a condition holds: each check yields to other tasks. Gives up
+/// after 30 seconds of checking, so a broken engine fails the test instead of hanging it (a count
+/// of rounds was too short when many suites run at once on two cores).
 func eventually(_ what: String = "condition", _ condition: () -> Bool) async -> Bool {
-    for _ in 0..<20_000 {
+    let deadline = ContinuousClock.now.advanced(by: .seconds(30))
+    while ContinuousClock.now < deadline {
         if condition() { return true }
         await Task.yield()
     }
