@@ -33,12 +33,7 @@ public final class CollectionGroupSyncEngine<T: SyncModel>: Sendable {
         logger: (any DataSyncLogger)? = nil, clock: any Clock<Duration> = ContinuousClock(), retryPolicy: RetryPolicy = .default
     ) {
         self.remote = remote
-        var loaded: LocalCollectionState?
-        if let persistence {
-            loaded = try? persistence.load()
-            if loaded == nil { loaded = try? persistence.create(clientID: CollectionSyncEngine<T>.newClientID(managerKey)) }
-        }
-        let state = loaded ?? LocalCollectionState(outbox: Outbox(clientID: CollectionSyncEngine<T>.newClientID(managerKey)))
+        let (state, loadError) = SyncCore<T>.loadCollectionState(persistence, managerKey: managerKey)
         let relay = ChangeRelay()
         core = SyncCore(
             managerKey: managerKey, logger: logger, clock: clock, retryPolicy: retryPolicy,
@@ -48,6 +43,9 @@ public final class CollectionGroupSyncEngine<T: SyncModel>: Sendable {
             didChange: { relay.fire() }
         )
         relay.set { [weak self] in self?.collectionDidChange() }
+        if let loadError {
+            core.log("persistence_fail", ["error_description": "\(loadError)"], severity: .severe)
+        }
     }
 
     private func collectionDidChange() {

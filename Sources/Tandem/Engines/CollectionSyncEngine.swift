@@ -50,17 +50,7 @@ public final class CollectionSyncEngine<T: SyncModel>: Sendable {
         logger: (any DataSyncLogger)? = nil, clock: any Clock<Duration> = ContinuousClock(), retryPolicy: RetryPolicy = .default
     ) {
         self.remote = remote
-        var loaded: LocalCollectionState?
-        var loadError: (any Error)?
-        if let persistence {
-            do {
-                loaded = try persistence.load()
-                if loaded == nil { loaded = try persistence.create(clientID: Self.newClientID(managerKey)) }
-            } catch {
-                loadError = error
-            }
-        }
-        let state = loaded ?? LocalCollectionState(outbox: Outbox(clientID: Self.newClientID(managerKey)))
+        let (state, loadError) = SyncCore<T>.loadCollectionState(persistence, managerKey: managerKey)
         let box = ChangeRelay()
         core = SyncCore(
             managerKey: managerKey, logger: logger, clock: clock, retryPolicy: retryPolicy,
@@ -73,10 +63,6 @@ public final class CollectionSyncEngine<T: SyncModel>: Sendable {
         if let loadError {
             core.log("persistence_fail", ["error_description": "\(loadError)"], severity: .severe)
         }
-    }
-
-    static func newClientID(_ managerKey: String) -> String {
-        "\(UUID().uuidString.lowercased())/\(managerKey)"
     }
 
     private func collectionDidChange() {
@@ -158,15 +144,8 @@ public final class CollectionSyncEngine<T: SyncModel>: Sendable {
     public func getDocumentAsync(id: String, behavior: FetchBehavior = .cachedOrFetch) async throws -> T? {
         core.retryNowIfDown()
         if behavior == .cachedOrFetch, let cached = getDocument(id: id) { return cached }
-        core.log("getDocument_start", ["document_id": id])
-        do {
-            let document = try await remote.getDocument(id: id)
-            core.log("getDocument_success", ["document_id": id])
-            return document.flatMap(SyncCore<T>.decode)
-        } catch {
-            core.log("getDocument_fail", ["document_id": id, "error_description": "\(error)"], severity: .severe)
-            throw error
-        }
+        let remote = self.remote
+        return try await core.fetchDocument(id: id) { try await remote.getDocument(id: $0) }
     }
 
     /// The documents passing a predicate, from the cache or fetched.

@@ -43,7 +43,7 @@ public final class DocumentSyncEngine<T: SyncModel>: Sendable {
         } catch {
             loadError = error
         }
-        let state = saved ?? LocalDocumentState(outbox: Outbox(clientID: CollectionSyncEngine<T>.newClientID(managerKey)))
+        let state = saved ?? LocalDocumentState(outbox: Outbox(clientID: SyncCore<T>.newClientID(managerKey)))
         let relay = ChangeRelay()
         core = SyncCore(
             managerKey: managerKey, logger: logger, clock: clock, retryPolicy: retryPolicy,
@@ -137,15 +137,8 @@ public final class DocumentSyncEngine<T: SyncModel>: Sendable {
         core.retryNowIfDown()
         let id = try id ?? getDocumentId()
         if behavior == .cachedOrFetch, let cached = cached(id) { return cached }
-        core.log("getDocument_start", ["document_id": id])
-        do {
-            let document = try await remote.getDocument(id: id)
-            core.log("getDocument_success", ["document_id": id])
-            return document.flatMap(SyncCore<T>.decode)
-        } catch {
-            core.log("getDocument_fail", ["document_id": id, "error_description": "\(error)"], severity: .severe)
-            throw error
-        }
+        let remote = self.remote
+        return try await core.fetchDocument(id: id) { try await remote.getDocument(id: $0) }
     }
 
     // MARK: Writing

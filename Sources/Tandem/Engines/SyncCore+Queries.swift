@@ -1,3 +1,4 @@
+import Foundation
 import TandemCore
 
 extension SyncCore {
@@ -40,6 +41,39 @@ extension SyncCore {
             return models
         } catch {
             log("getDocumentsQuery_fail", ["error_description": "\(error)", "filter_count": query.filterCount], severity: .severe)
+            throw error
+        }
+    }
+}
+
+extension SyncCore {
+    /// A new client id for an engine's outbox.
+    static func newClientID(_ managerKey: String) -> String {
+        "\(UUID().uuidString.lowercased())/\(managerKey)"
+    }
+
+    /// A collection engine's saved state, created on first use; a fresh in-memory state (and the
+    /// error, for the engine to log) when the persistence cannot be read.
+    static func loadCollectionState(_ persistence: (any LocalCollectionPersistence)?, managerKey: String) -> (LocalCollectionState, (any Error)?) {
+        let fresh = LocalCollectionState(outbox: Outbox(clientID: newClientID(managerKey)))
+        guard let persistence else { return (fresh, nil) }
+        do {
+            if let loaded = try persistence.load() { return (loaded, nil) }
+            return (try persistence.create(clientID: newClientID(managerKey)), nil)
+        } catch {
+            return (fresh, error)
+        }
+    }
+
+    /// Fetches one document from the server once, with its analytics events.
+    func fetchDocument(id: String, _ fetch: (String) async throws -> Document?) async throws -> T? {
+        log("getDocument_start", ["document_id": id])
+        do {
+            let document = try await fetch(id)
+            log("getDocument_success", ["document_id": id])
+            return document.flatMap(Self.decode)
+        } catch {
+            log("getDocument_fail", ["document_id": id, "error_description": "\(error)"], severity: .severe)
             throw error
         }
     }
