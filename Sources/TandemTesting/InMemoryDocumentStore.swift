@@ -166,15 +166,15 @@ public final class InMemoryDocumentStore: Sendable {
                 let result = try mutation.apply(to: previous, version: version, serverTime: ServerTime(Date()))
                 working[mutation.path] = result
                 changes.append(RemoteChange(path: mutation.path, document: result, version: version, mutationID: mutation.id))
-                acknowledgements.append(WriteAcknowledgement(id: mutation.id ?? MutationID(clientID: "server", sequence: version.rawValue), version: version, document: result))
+                acknowledgements.append(WriteAcknowledgement(id: mutation.id, version: version, document: result))
             }
             // All writes held: commit them together.
             state.documents = working
             state.version = version
             state.log += changes
             state.appliedCount += changes.count
-            for acknowledgement in acknowledgements where acknowledgement.id.clientID != "server" {
-                state.applied[acknowledgement.id] = acknowledgement
+            for acknowledgement in acknowledgements {
+                if let id = acknowledgement.id { state.applied[id] = acknowledgement }
             }
             let notifications = Self.notifications(for: changes, before: before, listeners: state.listeners.values, version: version)
             var dropped = false

@@ -9,10 +9,10 @@ struct TandemCommand: AsyncParsableCommand {
         abstract: "Real-time data sync for Swift: sync server, client tools and benchmarks.",
         discussion: """
             Tandem keeps documents in sync between a self-hostable server and offline-first Swift \
-            clients. Today this command runs the core library's benchmarks; the server and the \
-            document commands arrive with the server.
+            clients. `tandem serve` runs the server; the other commands talk to one (--url, default \
+            http://127.0.0.1:8080).
             """,
         version: TandemVersion.current,
-        subcommands: [BenchCommand.self]
+        subcommands: [ServeCommand.self, BenchCommand.self]
     )
 }

@@ -31,6 +31,9 @@ public struct TandemError: Error, Sendable, Hashable, CustomStringConvertible {
         public static let aborted = Code(rawValue: "aborted")
         /// A limit was exceeded: document size, batch size, rate.
         public static let resourceExhausted = Code(rawValue: "resource-exhausted")
+        /// A position is outside what is kept, such as a change token older than the retained history:
+        /// reload from a full snapshot.
+        public static let outOfRange = Code(rawValue: "out-of-range")
         /// The service cannot be reached now; retry later.
         public static let unavailable = Code(rawValue: "unavailable")
         /// The request carries no valid credentials.

@@ -8,6 +8,6 @@ public struct ServerTime: Sendable, Hashable {
 
     /// ISO 8601 in UTC with milliseconds, e.g. `2026-11-22T04:33:00.123Z`; it sorts as text.
     public var iso8601: String {
-        date.formatted(Date.ISO8601FormatStyle(includingFractionalSeconds: true, timeZone: TimeZone(identifier: "UTC")!))
+        WireTimestamp.format(date)
     }
 }

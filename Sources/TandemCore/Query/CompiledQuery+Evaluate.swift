@@ -163,3 +163,16 @@ extension CompiledQuery {
 extension JSONValue.Ordering {
     var reversedOrdering: JSONValue.Ordering { reversed }
 }
+
+extension CompiledQuery {
+    /// Whether a document's fields pass every filter and both cursors: membership in the result
+    /// when the query has no limit.
+    public func matchesFiltersAndCursors(_ data: JSONObject) -> Bool {
+        guard matchesFilters(data) else { return false }
+        if start == nil && end == nil { return true }
+        let keys = orders.map { data[field: $0.field] }
+        if let start, !passes(keys, start, isStart: true) { return false }
+        if let end, !passes(keys, end, isStart: false) { return false }
+        return true
+    }
+}

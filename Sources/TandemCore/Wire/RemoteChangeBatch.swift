@@ -1,5 +1,3 @@
-import TandemCore
-
 /// One change the server reports to a listener: a document written (its new state) or removed.
 public struct RemoteChange: Sendable, Hashable {
     public var path: DocumentPath
@@ -47,12 +45,13 @@ public struct RemoteChangeBatch: Sendable, Hashable {
 
 /// The server's answer to a write: the version it committed at, and the document after it.
 public struct WriteAcknowledgement: Sendable, Hashable {
-    public var id: MutationID
+    /// The mutation's id; nil for a write made without one (over HTTP, say).
+    public var id: MutationID?
     public var version: Version
     /// The document as committed; nil when the write deleted it.
     public var document: Document?
 
-    public init(id: MutationID, version: Version, document: Document?) {
+    public init(id: MutationID?, version: Version, document: Document?) {
         self.id = id
         self.version = version
         self.document = document

@@ -1,0 +1,94 @@
+/// A message from a client to the server over the `/v1/stream` WebSocket, one JSON text frame each:
+/// `{"type": "hello" | "listen" | "unlisten" | "write" | "get" | "query" | "heartbeat", …}`.
+///
+/// Requests carry an `id` chosen by the client; the server's answer (or error) carries the same id.
+/// A listener is named by the id of its `listen` request.
+public enum ClientMessage: Sendable, Hashable {
+    /// The first message: who the client is, the protocol it speaks, and its bearer token if any.
+    case hello(clientID: String, protocolVersion: Int, token: String?)
+    /// Starts a listener; with `resumeFrom`, only what changed after that version is sent.
+    case listen(id: Int, target: ListenTarget, resumeFrom: Version?)
+    /// Stops the listener started by the `listen` with this id.
+    case unlisten(id: Int)
+    /// Commits mutations atomically, each at most once by its `MutationID`.
+    case write(id: Int, mutations: [Mutation])
+    /// Reads one document.
+    case get(id: Int, path: DocumentPath)
+    /// Runs a query once.
+    case query(id: Int, target: ListenTarget)
+    /// Keeps the connection alive; the server answers with a heartbeat.
+    case heartbeat
+
+    /// The request id, when the message is a request.
+    public var requestID: Int? {
+        switch self {
+        case .hello, .heartbeat: return nil
+        case .listen(let id, _, _), .unlisten(let id), .write(let id, _), .get(let id, _), .query(let id, _): return id
+        }
+    }
+
+    public var wireValue: JSONValue {
+        switch self {
+        case .hello(let clientID, let protocolVersion, let token):
+            var object: JSONObject = ["type": "hello", "clientId": .string(clientID), "protocol": .int(protocolVersion)]
+            if let token { object["token"] = .string(token) }
+            return .object(object)
+        case .listen(let id, let target, let resumeFrom):
+            var object: JSONObject = ["type": "listen", "id": .int(id), "target": target.wireValue]
+            if let resumeFrom { object["resumeFrom"] = .int(Int(clamping: resumeFrom.rawValue)) }
+            return .object(object)
+        case .unlisten(let id):
+            return .object(["type": "unlisten", "id": .int(id)])
+        case .write(let id, let mutations):
+            return .object(["type": "write", "id": .int(id), "mutations": .array(mutations.map(\.wireValue))])
+        case .get(let id, let path):
+            return .object(["type": "get", "id": .int(id), "path": .string(path.description)])
+        case .query(let id, let target):
+            return .object(["type": "query", "id": .int(id), "target": target.wireValue])
+        case .heartbeat:
+            return ["type": "heartbeat"]
+        }
+    }
+
+    /// The message as JSON text.
+    public var text: String { JSONText.encode(wireValue) }
+
+    /// Reads a message. A malformed or unknown one throws `invalid-argument`; `requestID(in:)` still
+    /// finds the id to answer it by, when there is one.
+    public init(wire value: JSONValue) throws(TandemError) {
+        let object = try WireObject(value, context: "the message")
+        let type = try object.string("type")
+        switch type {
+        case "hello":
+            let clientID = try object.string("clientId")
+            guard !clientID.isEmpty, clientID.utf8.count <= 256 else {
+                throw TandemError.invalidArgument("The hello's clientId must be 1 to 256 bytes; keep one random id per installation.")
+            }
+            self = .hello(clientID: clientID, protocolVersion: try object.int("protocol"), token: try object.optionalString("token"))
+        case "listen":
+            self = .listen(id: try object.int("id"), target: try ListenTarget(wire: try object.value("target")), resumeFrom: try object.optionalVersion("resumeFrom"))
+        case "unlisten":
+            self = .unlisten(id: try object.int("id"))
+        case "write":
+            var mutations: [Mutation] = []
+            for (index, entry) in try object.array("mutations").enumerated() {
+                mutations.append(try Mutation(wire: entry, context: "mutation \(index + 1) of the write"))
+            }
+            self = .write(id: try object.int("id"), mutations: mutations)
+        case "get":
+            self = .get(id: try object.int("id"), path: try object.documentPath("path"))
+        case "query":
+            self = .query(id: try object.int("id"), target: try ListenTarget(wire: try object.value("target")))
+        case "heartbeat":
+            self = .heartbeat
+        default:
+            throw TandemError.invalidArgument("Unknown message type '\(type)'; this server speaks protocol \(TandemVersion.wireProtocol): hello, listen, unlisten, write, get, query, heartbeat.")
+        }
+    }
+
+    /// The `id` of a message that may not parse as a whole, so an error can answer it.
+    public static func requestID(in value: JSONValue) -> Int? {
+        guard case .object(let object) = value, case .int(let id)? = object["id"] else { return nil }
+        return id
+    }
+}

@@ -1,0 +1,119 @@
+/// A message from the server to a client over `/v1/stream`, one JSON text frame each:
+/// `{"type": "welcome" | "ack" | "snapshot" | "changes" | "documents" | "error" | "heartbeat", …}`.
+public enum ServerMessage: Sendable, Hashable {
+    /// The answer to `hello`: the protocol and server version, and how often the client should send
+    /// heartbeats (the server closes a connection silent for three intervals).
+    case welcome(protocolVersion: Int, serverVersion: String, heartbeatSeconds: Int)
+    /// The answer to `write`: one acknowledgement per mutation, in order.
+    case ack(id: Int, acknowledgements: [WriteAcknowledgement])
+    /// Part of a listener's batch. A batch may span several messages; every one but the last says
+    /// `more`, and a client applies the batch only once it has the last (never half of a batch).
+    /// `reset` says the listener's resume version was too old: this is a full snapshot.
+    case batch(target: Int, batch: RemoteChangeBatch, reset: Bool, more: Bool)
+    /// The answer to `get` and `query`: the documents, and the version they were read at.
+    case documents(id: Int, documents: [Document], version: Version)
+    /// A request failed, or (without an id) the connection is in trouble. For a listener, `id` is
+    /// the listen id and the listener is gone.
+    case error(id: Int?, TandemError)
+    /// The answer to a heartbeat.
+    case heartbeat
+
+    public var wireValue: JSONValue {
+        switch self {
+        case .welcome(let protocolVersion, let serverVersion, let heartbeatSeconds):
+            return .object(["type": "welcome", "protocol": .int(protocolVersion), "server": .string(serverVersion), "heartbeatSeconds": .int(heartbeatSeconds)])
+        case .ack(let id, let acknowledgements):
+            return .object(["type": "ack", "id": .int(id), "results": .array(acknowledgements.map(\.wireValue))])
+        case .batch(let target, let batch, let reset, let more):
+            var object: JSONObject = [
+                "type": .string(batch.isSnapshot ? "snapshot" : "changes"),
+                "target": .int(target),
+                "version": .int(Int(clamping: batch.version.rawValue)),
+                "changes": .array(batch.changes.map(\.wireValue)),
+            ]
+            if reset { object["reset"] = true }
+            if more { object["more"] = true }
+            return .object(object)
+        case .documents(let id, let documents, let version):
+            return .object(["type": "documents", "id": .int(id), "documents": .array(documents.map(\.wireValue)), "version": .int(Int(clamping: version.rawValue))])
+        case .error(let id, let error):
+            var object: JSONObject = ["type": "error", "code": .string(error.code.rawValue), "message": .string(error.message)]
+            if let id { object["id"] = .int(id) }
+            return .object(object)
+        case .heartbeat:
+            return ["type": "heartbeat"]
+        }
+    }
+
+    /// The message as JSON text.
+    public var text: String { JSONText.encode(wireValue) }
+
+    public init(wire value: JSONValue) throws(TandemError) {
+        let object = try WireObject(value, context: "the server's message")
+        let type = try object.string("type")
+        switch type {
+        case "welcome":
+            self = .welcome(protocolVersion: try object.int("protocol"), serverVersion: try object.string("server"), heartbeatSeconds: try object.int("heartbeatSeconds"))
+        case "ack":
+            var acknowledgements: [WriteAcknowledgement] = []
+            for entry in try object.array("results") { acknowledgements.append(try WriteAcknowledgement(wire: entry)) }
+            self = .ack(id: try object.int("id"), acknowledgements: acknowledgements)
+        case "snapshot", "changes":
+            var changes: [RemoteChange] = []
+            for entry in try object.array("changes") { changes.append(try RemoteChange(wire: entry)) }
+            let batch = RemoteChangeBatch(isSnapshot: type == "snapshot", changes: changes, version: try object.version("version"))
+            self = .batch(target: try object.int("target"), batch: batch, reset: try object.bool("reset", default: false), more: try object.bool("more", default: false))
+        case "documents":
+            var documents: [Document] = []
+            for entry in try object.array("documents") { documents.append(try Document(wire: entry)) }
+            self = .documents(id: try object.int("id"), documents: documents, version: try object.version("version"))
+        case "error":
+            self = .error(id: try object.optionalInt("id"), TandemError(TandemError.Code(rawValue: try object.string("code")), try object.string("message")))
+        case "heartbeat":
+            self = .heartbeat
+        default:
+            throw TandemError.invalidArgument("Unknown server message type '\(type)'; the server may speak a newer protocol than this client (\(TandemVersion.wireProtocol)).")
+        }
+    }
+}
+
+extension RemoteChange {
+    /// `{"path", "version", "document": {…} | null, "mutationId"?}`.
+    public var wireValue: JSONValue {
+        var object: JSONObject = [
+            "path": .string(path.description),
+            "version": .int(Int(clamping: version.rawValue)),
+            "document": document?.wireValue ?? .null,
+        ]
+        if let mutationID { object["mutationId"] = mutationID.wireValue }
+        return .object(object)
+    }
+
+    public init(wire value: JSONValue) throws(TandemError) {
+        let object = try WireObject(value, context: "a change")
+        self.init(
+            path: try object.documentPath("path"),
+            document: object.has("document") ? try Document(wire: try object.value("document")) : nil,
+            version: try object.version("version"),
+            mutationID: object.has("mutationId") ? try MutationID(wire: try object.value("mutationId")) : nil
+        )
+    }
+}
+
+extension WriteAcknowledgement {
+    /// `{"mutationId"?, "version", "document": {…} | null}`; a write made without an id carries none.
+    public var wireValue: JSONValue {
+        var object: JSONObject = ["version": .int(Int(clamping: version.rawValue)), "document": document?.wireValue ?? .null]
+        if let id { object["mutationId"] = id.wireValue }
+        return .object(object)
+    }
+
+    public init(wire value: JSONValue) throws(TandemError) {
+        let object = try WireObject(value, context: "an acknowledgement")
+        self.init(
+            id: object.has("mutationId") ? try MutationID(wire: try object.value("mutationId")) : nil,
+            version: try object.version("version"),
+            document: object.has("document") ? try Document(wire: try object.value("document")) : nil
+        )
+    }
+}

@@ -1,0 +1,85 @@
+import Foundation
+
+/// Timestamps on the wire: ISO 8601 in UTC with milliseconds (`2026-11-22T04:33:00.123Z`), written and
+/// read without a formatter, because a snapshot carries two per document.
+package enum WireTimestamp {
+    /// Milliseconds since 1970, the precision the server stores (rounded to the nearest, so a
+    /// millisecond time read back from a `Date` keeps its value).
+    package static func milliseconds(_ date: Date) -> Int64 {
+        Int64((date.timeIntervalSince1970 * 1000).rounded())
+    }
+
+    package static func date(milliseconds: Int64) -> Date {
+        Date(timeIntervalSince1970: Double(milliseconds) / 1000)
+    }
+
+    package static func format(_ date: Date) -> String {
+        let millis = milliseconds(date)
+        var days = millis >= 0 ? millis / 86_400_000 : (millis - 86_399_999) / 86_400_000
+        let msOfDay = millis - days * 86_400_000
+        // Days since 1970-01-01 to a civil date (proleptic Gregorian), after Howard Hinnant's algorithm.
+        days += 719_468
+        let era = (days >= 0 ? days : days - 146_096) / 146_097
+        let dayOfEra = days - era * 146_097
+        let yearOfEra = (dayOfEra - dayOfEra / 1460 + dayOfEra / 36524 - dayOfEra / 146_096) / 365
+        let dayOfYear = dayOfEra - (365 * yearOfEra + yearOfEra / 4 - yearOfEra / 100)
+        let mp = (5 * dayOfYear + 2) / 153
+        let day = dayOfYear - (153 * mp + 2) / 5 + 1
+        let month = mp < 10 ? mp + 3 : mp - 9
+        let year = yearOfEra + era * 400 + (month <= 2 ? 1 : 0)
+
+        var bytes = [UInt8](repeating: 0, count: 24)
+        func put(_ value: Int64, _ width: Int, at offset: Int) {
+            var value = value
+            for index in stride(from: offset + width - 1, through: offset, by: -1) {
+                bytes[index] = UInt8(truncatingIfNeeded: 48 + value % 10)
+                value /= 10
+            }
+        }
+        put(year, 4, at: 0); bytes[4] = 45
+        put(month, 2, at: 5); bytes[7] = 45
+        put(day, 2, at: 8); bytes[10] = 84
+        put(msOfDay / 3_600_000, 2, at: 11); bytes[13] = 58
+        put(msOfDay / 60_000 % 60, 2, at: 14); bytes[16] = 58
+        put(msOfDay / 1000 % 60, 2, at: 17); bytes[19] = 46
+        put(msOfDay % 1000, 3, at: 20); bytes[23] = 90
+        return String(decoding: bytes, as: UTF8.self)
+    }
+
+    /// Parses `YYYY-MM-DDTHH:MM:SS[.fff]Z`; nil for anything else.
+    package static func parse(_ text: String) -> Date? {
+        let bytes = Array(text.utf8)
+        guard bytes.count >= 20, bytes.last == 90 else { return nil }
+        func number(_ offset: Int, _ width: Int) -> Int64? {
+            var value: Int64 = 0
+            for index in offset..<(offset + width) {
+                let byte = bytes[index]
+                guard byte >= 48 && byte <= 57 else { return nil }
+                value = value * 10 + Int64(byte - 48)
+            }
+            return value
+        }
+        guard bytes[4] == 45, bytes[7] == 45, bytes[10] == 84 || bytes[10] == 116, bytes[13] == 58, bytes[16] == 58,
+              let year = number(0, 4), let month = number(5, 2), let day = number(8, 2),
+              let hour = number(11, 2), let minute = number(14, 2), let second = number(17, 2),
+              (1...12).contains(month), (1...31).contains(day), hour < 24, minute < 60, second < 61 else { return nil }
+        var millis: Int64 = 0
+        if bytes.count > 20 {
+            guard bytes[19] == 46, bytes.count >= 22 else { return nil }
+            let digits = bytes.count - 21
+            guard let fraction = number(20, digits) else { return nil }
+            millis = digits >= 3 ? fraction / Int64(pow(10, Double(digits - 3))) : fraction * Int64(pow(10, Double(3 - digits)))
+        } else if bytes.count != 20 {
+            return nil
+        }
+        // Civil date to days since 1970-01-01.
+        let y = month <= 2 ? year - 1 : year
+        let era = (y >= 0 ? y : y - 399) / 400
+        let yearOfEra = y - era * 400
+        let dayOfYear = (153 * (month > 2 ? month - 3 : month + 9) + 2) / 5 + day - 1
+        let dayOfEra = yearOfEra * 365 + yearOfEra / 4 - yearOfEra / 100 + dayOfYear
+        let days = era * 146_097 + dayOfEra - 719_468
+        let total = ((days * 24 + hour) * 60 + minute) * 60_000 + second * 1000 + millis
+        return date(milliseconds: total)
+    }
+}

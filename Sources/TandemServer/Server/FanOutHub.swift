@@ -1,0 +1,225 @@
+import Synchronization
+import TandemCore
+
+/// Matches each commit against the live listeners and sends every listener only what affects it.
+///
+/// Listeners are indexed by document path, collection path and collection-group name, so a commit
+/// looks up its candidates instead of scanning every listener. A listener is registered before its
+/// snapshot is read; commits that arrive while it loads are buffered and replayed after the snapshot
+/// (those the snapshot already holds are dropped), so none is missed and none is sent twice.
+final class FanOutHub: Sendable {
+    struct State {
+        var listeners: [ListenerKey: ListenerState] = [:]
+        var byDocument: [DocumentPath: Set<ListenerKey>] = [:]
+        var byCollection: [CollectionPath: Set<ListenerKey>] = [:]
+        var byGroup: [String: Set<ListenerKey>] = [:]
+    }
+
+    let state = Mutex(State())
+    let store: any ServerStore
+    /// Changes per frame, so a large snapshot or catch-up is sent as several frames of one batch.
+    let framing: Int
+
+    init(store: any ServerStore, framing: Int = 500) {
+        self.store = store
+        self.framing = framing
+    }
+
+    var listenerCount: Int { state.withLock { $0.listeners.count } }
+
+    // MARK: Listening
+
+    /// Starts a listener: registers it, loads its snapshot (or its changes since `resumeFrom`), sends
+    /// that, then goes live. A failure is sent as an error frame answering the listen.
+    func listen(_ key: ListenerKey, target: ListenTarget, resumeFrom: Version?, outbox: SessionOutbox) async {
+        let listener: ListenerState
+        do {
+            listener = try ListenerState(target: target, outbox: outbox)
+        } catch {
+            outbox.send(.error(id: key.target, error))
+            return
+        }
+        state.withLock { state in
+            state.listeners[key] = listener
+            switch target {
+            case .document(let path): state.byDocument[path, default: []].insert(key)
+            case .collection(let path, _): state.byCollection[path, default: []].insert(key)
+            case .collectionGroup(let group, _): state.byGroup[group, default: []].insert(key)
+            }
+        }
+        do {
+            let load = try await initialLoad(target: target, resumeFrom: resumeFrom, hasLimit: listener.hasLimit)
+            activate(key, load)
+        } catch {
+            unlisten(key)
+            outbox.send(.error(id: key.target, error as? TandemError ?? TandemError(.unavailable, "The listener could not load: \(error).")))
+        }
+    }
+
+    /// Stops one listener.
+    func unlisten(_ key: ListenerKey) {
+        state.withLock { state in
+            guard let listener = state.listeners.removeValue(forKey: key) else { return }
+            switch listener.target {
+            case .document(let path): state.byDocument.remove(key, at: path)
+            case .collection(let path, _): state.byCollection.remove(key, at: path)
+            case .collectionGroup(let group, _): state.byGroup.remove(key, at: group)
+            }
+        }
+    }
+
+    /// Stops every listener of a session.
+    func removeSession(_ session: Int) {
+        let keys = state.withLock { $0.listeners.keys.filter { $0.session == session } }
+        keys.forEach(unlisten)
+    }
+
+    struct Load {
+        var changes: [RemoteChange]
+        var isSnapshot: Bool
+        var reset: Bool
+        var version: Version
+        /// The paths in the result and their versions; nil when unknown (after a resume).
+        var members: [DocumentPath: Version]?
+    }
+
+    private func initialLoad(target: ListenTarget, resumeFrom: Version?, hasLimit: Bool) async throws -> Load {
+        if let resumeFrom, !hasLimit {
+            do {
+                var changes: [RemoteChange] = []
+                var since = resumeFrom
+                while true {
+                    let page = try await store.changes(since: since, in: target, limit: 1000)
+                    changes += page.changes
+                    since = page.version
+                    if !page.hasMore { break }
+                }
+                return Load(changes: changes, isSnapshot: false, reset: false, version: since, members: nil)
+            } catch TandemError.Code.outOfRange {
+                var load = try await snapshot(target)
+                load.reset = true
+                return load
+            }
+        }
+        return try await snapshot(target)
+    }
+
+    private func snapshot(_ target: ListenTarget) async throws -> Load {
+        let snapshot = try await store.read(target)
+        var members: [DocumentPath: Version] = [:]
+        for document in snapshot.documents { members[document.path] = document.version }
+        return Load(changes: snapshot.documents.map(RemoteChange.upsert), isSnapshot: true, reset: false, version: snapshot.version, members: members)
+    }
+
+    /// Sends a listener its loaded batch and the commits buffered meanwhile, and makes it live.
+    private func activate(_ key: ListenerKey, _ load: Load) {
+        var requery = false
+        state.withLock { state in
+            guard var listener = state.listeners[key], case .loading(let buffered) = listener.phase else { return }
+            send(load.changes, to: key, listener: listener, version: load.version, isSnapshot: load.isSnapshot, reset: load.reset)
+            listener.members = load.members
+            listener.phase = .live(load.version)
+            for batch in buffered where batch.version > load.version {
+                if listener.hasLimit {
+                    requery = true
+                    listener.phase = .loading([])
+                    break
+                }
+                let changes = listener.deliver(batch.changes, version: batch.version)
+                if !changes.isEmpty { send(changes, to: key, listener: listener, version: batch.version, isSnapshot: false, reset: false) }
+            }
+            state.listeners[key] = listener
+        }
+        if requery { startRequery(key) }
+    }
+
+    // MARK: Commits
+
+    /// Called by the store after each durable commit, in version order.
+    func publish(_ batch: CommittedBatch) {
+        var requeries: [ListenerKey] = []
+        state.withLock { state in
+            var affected: [ListenerKey: [RemoteChange]] = [:]
+            for change in batch.changes {
+                for key in state.byDocument[change.path] ?? [] { affected[key, default: []].append(change) }
+                for key in state.byCollection[change.path.parent] ?? [] { affected[key, default: []].append(change) }
+                for key in state.byGroup[change.path.collectionGroup] ?? [] { affected[key, default: []].append(change) }
+            }
+            for (key, changes) in affected {
+                guard var listener = state.listeners[key] else { continue }
+                switch listener.phase {
+                case .loading(var buffered):
+                    buffered.append(CommittedBatch(version: batch.version, changes: changes))
+                    listener.phase = .loading(buffered)
+                case .live:
+                    if listener.hasLimit {
+                        // A limit's result depends on documents outside it: read it again.
+                        listener.phase = .loading([])
+                        requeries.append(key)
+                    } else {
+                        let delivered = listener.deliver(changes, version: batch.version)
+                        listener.phase = .live(batch.version)
+                        if !delivered.isEmpty { send(delivered, to: key, listener: listener, version: batch.version, isSnapshot: false, reset: false) }
+                    }
+                }
+                state.listeners[key] = listener
+            }
+        }
+        requeries.forEach(startRequery)
+    }
+
+    /// Reads a limit query again and sends the difference from what the listener has.
+    private func startRequery(_ key: ListenerKey) {
+        Task {
+            guard let target = state.withLock({ $0.listeners[key]?.target }) else { return }
+            do {
+                let snapshot = try await store.read(target)
+                var requery = false
+                state.withLock { state in
+                    guard var listener = state.listeners[key], case .loading(let buffered) = listener.phase else { return }
+                    let previous = listener.members ?? [:]
+                    var members: [DocumentPath: Version] = [:]
+                    var changes: [RemoteChange] = []
+                    for document in snapshot.documents {
+                        members[document.path] = document.version
+                        if previous[document.path] != document.version { changes.append(.upsert(document)) }
+                    }
+                    for path in previous.keys where members[path] == nil {
+                        changes.append(.removal(path, version: snapshot.version))
+                    }
+                    listener.members = members
+                    listener.phase = .live(snapshot.version)
+                    if !changes.isEmpty { send(changes, to: key, listener: listener, version: snapshot.version, isSnapshot: false, reset: false) }
+                    if buffered.contains(where: { $0.version > snapshot.version }) {
+                        listener.phase = .loading([])
+                        requery = true
+                    }
+                    state.listeners[key] = listener
+                }
+                if requery { startRequery(key) }
+            } catch {
+                let outbox = state.withLock { $0.listeners[key]?.outbox }
+                unlisten(key)
+                outbox?.send(.error(id: key.target, error as? TandemError ?? TandemError(.unavailable, "The listener could not reload: \(error).")))
+            }
+        }
+    }
+
+    /// Sends one batch, in frames of at most `framing` changes.
+    private func send(_ changes: [RemoteChange], to key: ListenerKey, listener: ListenerState, version: Version, isSnapshot: Bool, reset: Bool) {
+        var start = 0
+        repeat {
+            let end = min(start + framing, changes.count)
+            let part = RemoteChangeBatch(isSnapshot: isSnapshot, changes: Array(changes[start..<end]), version: version)
+            if !listener.outbox.send(.batch(target: key.target, batch: part, reset: reset, more: end < changes.count)) { return }
+            start = end
+        } while start < changes.count
+    }
+}
+
+extension Dictionary where Value == Set<ListenerKey> {
+    mutating func remove(_ key: ListenerKey, at index: Key) {
+        self[index]?.remove(key)
+        if self[index]?.isEmpty == true { self[index] = nil }
+    }
+}

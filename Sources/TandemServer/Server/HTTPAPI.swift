@@ -1,0 +1,189 @@
+import Foundation
+import Hummingbird
+import HummingbirdWebSocket
+import TandemCore
+
+/// The HTTP endpoints: documents by path, one-off queries, batch commits, the change feed, health.
+/// Bodies are JSON; transforms are written in place as `{"$increment": 1}` and the like.
+struct HTTPAPI: Sendable {
+    let store: any ServerStore
+    let limits: ServerLimits
+    let hub: FanOutHub
+
+    func register(on router: Router<BasicWebSocketRequestContext>) {
+        router.get("/health") { _, _ in
+            Self.json(.object(["status": "ok", "version": .string(TandemVersion.current), "protocol": .int(TandemVersion.wireProtocol)]))
+        }
+        router.get("/metrics") { _, _ in
+            let version = try await store.currentVersion()
+            let text = """
+                # TYPE tandem_commit_version gauge
+                tandem_commit_version \(version.rawValue)
+                # TYPE tandem_listeners gauge
+                tandem_listeners \(hub.listenerCount)
+
+                """
+            return Response(status: .ok, headers: [.contentType: "text/plain; version=0.0.4"], body: .init(byteBuffer: ByteBuffer(string: text)))
+        }
+        router.get("/v1/documents/**") { request, context in
+            try await handle {
+                let path = try Self.documentPath(context)
+                guard let document = try await store.document(at: path) else {
+                    throw TandemError(.notFound, "No document at \(path).")
+                }
+                return document.wireValue
+            }
+        }
+        router.put("/v1/documents/**") { request, context in
+            try await handle {
+                let path = try Self.documentPath(context)
+                let body = try await Self.body(request, limits: limits)
+                let merge = request.uri.queryParameters.get("merge") == "true"
+                let mutation = try Mutation(wire: .object(["op": "set", "path": .string(path.description), "data": body, "merge": .bool(merge)]), context: "the request body")
+                return try await commitOne(mutation.requiring(Self.precondition(request)))
+            }
+        }
+        router.patch("/v1/documents/**") { request, context in
+            try await handle {
+                let path = try Self.documentPath(context)
+                let body = try await Self.body(request, limits: limits)
+                let mutation = try Mutation(wire: .object(["op": "update", "path": .string(path.description), "fields": body]), context: "the request body")
+                return try await commitOne(mutation.requiring(Self.precondition(request)))
+            }
+        }
+        router.delete("/v1/documents/**") { request, context in
+            try await handle {
+                let path = try Self.documentPath(context)
+                return try await commitOne(Mutation.delete(path).requiring(Self.precondition(request)))
+            }
+        }
+        router.post("/v1/query") { request, _ in
+            try await handle {
+                let target = try ListenTarget(wire: try await Self.body(request, limits: limits))
+                let snapshot = try await store.read(target)
+                return .object(["documents": .array(snapshot.documents.map(\.wireValue)), "version": .int(Int(clamping: snapshot.version.rawValue))])
+            }
+        }
+        router.post("/v1/commit") { request, _ in
+            try await handle {
+                let body = try WireObject(try await Self.body(request, limits: limits), context: "the commit body")
+                var mutations: [Mutation] = []
+                for (index, entry) in try body.array("writes").enumerated() {
+                    mutations.append(try Mutation(wire: entry, context: "write \(index + 1)"))
+                }
+                let result = try await store.commit(mutations)
+                var object: JSONObject = ["results": .array(result.acknowledgements.map(\.wireValue))]
+                if let batch = result.batch { object["version"] = .int(Int(clamping: batch.version.rawValue)) }
+                return .object(object)
+            }
+        }
+        router.get("/v1/changes") { request, _ in
+            try await handle {
+                let parameters = request.uri.queryParameters
+                let since = try Self.integer(parameters.get("since"), name: "since") ?? 0
+                let limit = try Self.integer(parameters.get("limit"), name: "limit") ?? 1000
+                guard since >= 0, limit > 0 else {
+                    throw TandemError.invalidArgument("since must be 0 or more and limit more than 0.")
+                }
+                let page = try await store.changes(since: Version(UInt64(since)), in: nil, limit: min(limit, 10_000))
+                return .object([
+                    "changes": .array(page.changes.map(\.wireValue)),
+                    "version": .int(Int(clamping: page.version.rawValue)),
+                    "hasMore": .bool(page.hasMore),
+                ])
+            }
+        }
+    }
+
+    private func commitOne(_ mutation: Mutation) async throws -> JSONValue {
+        let result = try await store.commit([mutation])
+        guard let acknowledgement = result.acknowledgements.first else {
+            throw TandemError(.internal, "The commit returned no acknowledgement.")
+        }
+        if let document = acknowledgement.document { return document.wireValue }
+        return .object(["path": .string(mutation.path.description), "version": .int(Int(clamping: acknowledgement.version.rawValue)), "deleted": true])
+    }
+
+    private func handle(_ body: () async throws -> JSONValue) async throws -> Response {
+        do {
+            return Self.json(try await body())
+        } catch {
+            return Self.errorResponse(StreamSession.tandemError(error))
+        }
+    }
+
+    // MARK: Parsing
+
+    static func documentPath(_ context: BasicWebSocketRequestContext) throws -> DocumentPath {
+        let segments = context.parameters.getCatchAll().map { String($0).removingPercentEncoding ?? String($0) }
+        return try DocumentPath(segments: segments)
+    }
+
+    static func body(_ request: Request, limits: ServerLimits) async throws -> JSONValue {
+        var request = request
+        let buffer: ByteBuffer
+        do {
+            buffer = try await request.collectBody(upTo: limits.maximumRequestBytes)
+        } catch {
+            throw TandemError(.resourceExhausted, "The request body is over \(limits.maximumRequestBytes) bytes; send smaller batches.")
+        }
+        guard buffer.readableBytes > 0 else {
+            throw TandemError.invalidArgument("The request needs a JSON body.")
+        }
+        return try JSONText.parse(bytes: buffer.readableBytesView)
+    }
+
+    static func precondition(_ request: Request) throws -> Mutation.Precondition? {
+        let parameters = request.uri.queryParameters
+        if let exists = parameters.get("exists") {
+            guard exists == "true" || exists == "false" else { throw TandemError.invalidArgument("exists must be true or false, got '\(exists)'.") }
+            return .exists(exists == "true")
+        }
+        if let version = try integer(parameters.get("version"), name: "version") {
+            guard version >= 0 else { throw TandemError.invalidArgument("version must be 0 or more.") }
+            return .version(Version(UInt64(version)))
+        }
+        return nil
+    }
+
+    static func integer(_ text: String?, name: String) throws -> Int? {
+        guard let text else { return nil }
+        guard let value = Int(text) else { throw TandemError.invalidArgument("\(name) must be an integer, got '\(text)'.") }
+        return value
+    }
+
+    // MARK: Responses
+
+    static func json(_ value: JSONValue, status: HTTPResponse.Status = .ok) -> Response {
+        Response(status: status, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(string: JSONText.encode(value))))
+    }
+
+    static func errorResponse(_ error: TandemError) -> Response {
+        json(.object(["error": .object(["code": .string(error.code.rawValue), "message": .string(error.message)])]), status: status(for: error.code))
+    }
+
+    static func status(for code: TandemError.Code) -> HTTPResponse.Status {
+        switch code {
+        case .invalidArgument: return .badRequest
+        case .unauthenticated: return .unauthorized
+        case .permissionDenied: return .forbidden
+        case .notFound: return .notFound
+        case .alreadyExists, .aborted: return .conflict
+        case .failedPrecondition: return .preconditionFailed
+        case .outOfRange: return .gone
+        case .resourceExhausted: return .contentTooLarge
+        case .unimplemented: return .notImplemented
+        case .unavailable: return .serviceUnavailable
+        case .deadlineExceeded: return .gatewayTimeout
+        default: return .internalServerError
+        }
+    }
+}
+
+extension Mutation {
+    func requiring(_ precondition: Precondition?) -> Mutation {
+        var copy = self
+        if let precondition { copy.precondition = precondition }
+        return copy
+    }
+}

@@ -1,0 +1,89 @@
+import Synchronization
+
+/// Lets concurrent writers share one durable commit: the first writer to arrive starts a drain that
+/// takes every request queued so far, processes them together, answers each, and repeats until the
+/// queue is empty. Writers that arrive during a commit wait for the next one.
+final class GroupCommitQueue<Request: Sendable, Response: Sendable>: Sendable {
+    typealias Process = @Sendable ([Request]) async -> [Result<Response, any Error>]
+
+    private struct Entry: Sendable {
+        var request: Request
+        var ticket: Ticket<Response>
+    }
+
+    private struct State {
+        var queue: [Entry] = []
+        var draining = false
+    }
+
+    private let state = Mutex(State())
+
+    init() {}
+
+    /// Queues a request and waits for its answer. The drain runs in its own task, so cancelling one
+    /// writer never fails the others sharing its commit.
+    /// `process` commits a group of requests and answers each, in order.
+    func submit(_ request: Request, process: @escaping Process) async throws -> Response {
+        let ticket = Ticket<Response>()
+        let startDrain = state.withLock { state -> Bool in
+            state.queue.append(Entry(request: request, ticket: ticket))
+            if state.draining { return false }
+            state.draining = true
+            return true
+        }
+        if startDrain {
+            Task { await self.drain(process) }
+        }
+        return try await ticket.value()
+    }
+
+    private func drain(_ process: Process) async {
+        while true {
+            let entries = state.withLock { state -> [Entry] in
+                if state.queue.isEmpty {
+                    state.draining = false
+                    return []
+                }
+                defer { state.queue.removeAll(keepingCapacity: true) }
+                return state.queue
+            }
+            if entries.isEmpty { return }
+            let results = await process(entries.map(\.request))
+            for (entry, result) in zip(entries, results) {
+                entry.ticket.fulfill(result)
+            }
+        }
+    }
+}
+
+/// A one-shot answer that may arrive before or after someone waits for it.
+final class Ticket<Value: Sendable>: Sendable {
+    private enum State {
+        case empty
+        case waiting(CheckedContinuation<Value, any Error>)
+        case done(Result<Value, any Error>)
+    }
+
+    private let state = Mutex(State.empty)
+
+    func value() async throws -> Value {
+        try await withCheckedThrowingContinuation { continuation in
+            let ready = state.withLock { state -> Result<Value, any Error>? in
+                if case .done(let result) = state { return result }
+                state = .waiting(continuation)
+                return nil
+            }
+            if let ready { continuation.resume(with: ready) }
+        }
+    }
+
+    func fulfill(_ result: Result<Value, any Error>) {
+        let waiter = state.withLock { state -> CheckedContinuation<Value, any Error>? in
+            defer { state = .done(result) }
+            if case .waiting(let continuation) = state { return continuation }
+            return nil
+        }
+        // Never resume a continuation while holding a lock.
+        waiter?.resume(with: result)
+    }
+}

@@ -1,0 +1,193 @@
+import Foundation
+import GRDB
+import TandemCore
+
+extension SQLiteServerStore {
+    /// Commits every queued request in one transaction, each in its own savepoint so a request that
+    /// fails (a precondition, say) is rolled back alone. Called by one drain at a time.
+    func commitTogether(_ requests: [[Mutation]]) async -> [Result<CommitResult, any Error>] {
+        let time = ServerTime(WireTimestamp.date(milliseconds: WireTimestamp.milliseconds(configuration.now())))
+        let start = lastVersion.withLock { $0 }
+        let limits = configuration.limits
+        do {
+            let (results, last) = try await pool.write { db -> ([Result<CommitResult, any Error>], Version) in
+                var version = start
+                var results: [Result<CommitResult, any Error>] = []
+                for mutations in requests {
+                    var outcome: Result<CommitResult, any Error>!
+                    try db.inSavepoint {
+                        do {
+                            let result = try Self.apply(mutations, db: db, version: version.next, committed: version, time: time, limits: limits)
+                            if result.batch != nil { version = version.next }
+                            outcome = .success(result)
+                            return .commit
+                        } catch let error as TandemError {
+                            outcome = .failure(error)
+                            return .rollback
+                        }
+                    }
+                    results.append(outcome)
+                }
+                if version != start {
+                    try db.execute(sql: "UPDATE meta SET value = ? WHERE key = 'version'", arguments: [Int64(version.rawValue)])
+                }
+                return (results, version)
+            }
+            lastVersion.withLock { $0 = last }
+            // Durable now: tell the listeners, in version order, before answering the writers.
+            for case .success(let result) in results {
+                if let batch = result.batch, !batch.changes.isEmpty { publish(batch) }
+            }
+            return results
+        } catch {
+            let failure = TandemError(.unavailable, "The server database failed to commit: \(error). Nothing was written; retry.", cause: error)
+            return requests.map { _ in .failure(failure) }
+        }
+    }
+
+    /// Applies one request's mutations in order at `version`. Throws a `TandemError` (and the
+    /// savepoint is rolled back) when any mutation is refused.
+    static func apply(_ mutations: [Mutation], db: Database, version: Version, committed: Version, time: ServerTime, limits: ServerLimits) throws -> CommitResult {
+        var working: [DocumentPath: Document?] = [:]
+        var changedOrder: [DocumentPath] = []
+        var writer: [DocumentPath: MutationID] = [:]
+        var highWaters: [String: Int64] = [:]
+        var acknowledgements: [WriteAcknowledgement] = []
+        var applied: [(MutationID, Document?)] = []
+        var appliedAny = false
+
+        for mutation in mutations {
+            if let id = mutation.id {
+                // -1: the client has no applied mutation yet.
+                let highWater: Int64
+                if let known = highWaters[id.clientID] {
+                    highWater = known
+                } else {
+                    highWater = try Int64.fetchOne(db, sql: "SELECT high_water FROM clients WHERE client_id = ?", arguments: [id.clientID]) ?? -1
+                    highWaters[id.clientID] = highWater
+                }
+                if Int64(clamping: id.sequence) <= highWater {
+                    acknowledgements.append(try storedAcknowledgement(db, id: id, committed: committed))
+                    continue
+                }
+            }
+            let existing: Document?
+            if let entry = working[mutation.path] {
+                existing = entry
+            } else {
+                existing = try fetchDocument(db, path: mutation.path)
+            }
+            let after = try mutation.apply(to: existing, version: version, serverTime: time)
+            if let after { try limits.checkDocument(after.data, at: mutation.path) }
+            appliedAny = true
+            if existing != nil || after != nil {
+                if working[mutation.path] == nil { changedOrder.append(mutation.path) }
+                working[mutation.path] = .some(after)
+            }
+            if let id = mutation.id {
+                writer[mutation.path] = id
+                highWaters[id.clientID] = Int64(clamping: id.sequence)
+                applied.append((id, after))
+            } else {
+                writer[mutation.path] = nil
+            }
+            acknowledgements.append(WriteAcknowledgement(id: mutation.id, version: version, document: after))
+        }
+        guard appliedAny else { return CommitResult(acknowledgements: acknowledgements, batch: nil) }
+
+        let timeMillis = WireTimestamp.milliseconds(time.date)
+        var changes: [RemoteChange] = []
+        let upsert = try db.cachedStatement(sql: """
+            INSERT OR REPLACE INTO documents
+                (path, collection, collection_group, version, create_time, update_time, data, mutation_client, mutation_sequence)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+            """)
+        for path in changedOrder {
+            let document = working[path]!
+            let id = writer[path]
+            try upsert.execute(arguments: [
+                path.description, path.parent.description, path.collectionGroup, Int64(version.rawValue),
+                document.map { WireTimestamp.milliseconds($0.createTime) } ?? timeMillis, timeMillis,
+                document.map { JSONText.encode($0.data) }, id?.clientID, id.map { Int64($0.sequence) },
+            ])
+            changes.append(RemoteChange(path: path, document: document, version: version, mutationID: id))
+        }
+        let client = try db.cachedStatement(sql: """
+            INSERT INTO clients (client_id, high_water) VALUES (?, ?)
+            ON CONFLICT (client_id) DO UPDATE SET high_water = max(high_water, excluded.high_water)
+            """)
+        let result = try db.cachedStatement(sql: "INSERT OR REPLACE INTO mutation_results (client_id, sequence, version, commit_time, document) VALUES (?, ?, ?, ?, ?)")
+        for (id, document) in applied {
+            try client.execute(arguments: [id.clientID, Int64(id.sequence)])
+            try result.execute(arguments: [id.clientID, Int64(id.sequence), Int64(version.rawValue), timeMillis, document.map { JSONText.encode($0.wireValue) }])
+        }
+        return CommitResult(acknowledgements: acknowledgements, batch: CommittedBatch(version: version, changes: changes))
+    }
+
+    /// The answer first given to a mutation already applied; if it was pruned, the document as it is now.
+    static func storedAcknowledgement(_ db: Database, id: MutationID, committed: Version) throws -> WriteAcknowledgement {
+        if let row = try Row.fetchOne(db, sql: "SELECT version, document FROM mutation_results WHERE client_id = ? AND sequence = ?", arguments: [id.clientID, Int64(id.sequence)]) {
+            let version = Version(UInt64(row[0] as Int64))
+            let text: String? = row[1]
+            let document = try text.map { text throws(TandemError) in try Document(wire: try JSONText.parse(text)) }
+            return WriteAcknowledgement(id: id, version: version, document: document)
+        }
+        return WriteAcknowledgement(id: id, version: committed, document: nil)
+    }
+
+    // MARK: Rows
+
+    static func fetchDocument(_ db: Database, path: DocumentPath) throws -> Document? {
+        let statement = try db.cachedStatement(sql: "SELECT * FROM documents WHERE path = ? AND data IS NOT NULL")
+        guard let row = try Row.fetchOne(statement, arguments: [path.description]) else { return nil }
+        return try document(from: row)
+    }
+
+    static func fetchDocuments(_ db: Database, sql: String, arguments: StatementArguments) throws -> [Document] {
+        var documents: [Document] = []
+        let rows = try Row.fetchCursor(db, sql: sql, arguments: arguments)
+        while let row = try rows.next() {
+            documents.append(try document(from: row))
+        }
+        return documents
+    }
+
+    static func fetchChanges(_ db: Database, sql: String, arguments: StatementArguments) throws -> [RemoteChange] {
+        var changes: [RemoteChange] = []
+        let rows = try Row.fetchCursor(db, sql: sql, arguments: arguments)
+        while let row = try rows.next() {
+            let path = try documentPath(row)
+            let version = Version(UInt64(row[3] as Int64))
+            let client: String? = row[7]
+            let sequence: Int64? = row[8]
+            let id = client.flatMap { client in sequence.map { MutationID(clientID: client, sequence: UInt64($0)) } }
+            let document = row.hasNull(atIndex: 6) ? nil : try self.document(from: row)
+            changes.append(RemoteChange(path: path, document: document, version: version, mutationID: id))
+        }
+        return changes
+    }
+
+    /// A row of `SELECT * FROM documents` as a document (the row must not be a tombstone).
+    static func document(from row: Row) throws -> Document {
+        let path = try documentPath(row)
+        let text: String = row[6]
+        guard case .object(let data) = try JSONText.parse(text) else {
+            throw TandemError(.dataLoss, "The stored body of \(path) is not a JSON object.")
+        }
+        return Document(
+            path: path,
+            data: data,
+            version: Version(UInt64(row[3] as Int64)),
+            createTime: WireTimestamp.date(milliseconds: row[4]),
+            updateTime: WireTimestamp.date(milliseconds: row[5])
+        )
+    }
+
+    static func documentPath(_ row: Row) throws -> DocumentPath {
+        let text: String = row[0]
+        guard let path = DocumentPath(trusted: text) else {
+            throw TandemError(.dataLoss, "The stored path '\(text)' is not a document path.")
+        }
+        return path
+    }
+}

@@ -1,0 +1,233 @@
+import Foundation
+import GRDB
+import ServiceLifecycle
+import Synchronization
+import TandemCore
+
+/// The embedded default ``ServerStore``: one SQLite database file in WAL mode, through GRDB.
+///
+/// Each document is one row: its path, collection path, collection-group name, version, create and
+/// update times, and its body as JSON (NULL for a tombstone). One version sequence numbers the commits;
+/// the highest applied sequence of each client, and the answer given to each mutation, are written in
+/// the same transaction as the write. Concurrent commits share one transaction (group commit); each
+/// writer is answered only after it is durable.
+///
+/// ```swift
+/// let store = try SQLiteServerStore(path: "./.tandem/tandem.sqlite")
+/// let result = try await store.commit([.set(try DocumentPath("users/ada"), ["name": "Ada"])])
+/// ```
+public final class SQLiteServerStore: ServerStore {
+    let pool: DatabasePool
+    let configuration: SQLiteServerStoreConfiguration
+    private let observers = Mutex<[@Sendable (CommittedBatch) -> Void]>([])
+    /// The last committed version; touched only by the one drain that commits at a time.
+    let lastVersion: Mutex<Version>
+    private let queue = GroupCommitQueue<[Mutation], CommitResult>()
+
+    /// Opens (creating if needed) the database at `path`.
+    public init(path: String, configuration: SQLiteServerStoreConfiguration = SQLiteServerStoreConfiguration()) throws {
+        var config = Configuration()
+        let durable = configuration.durableCommits
+        config.prepareDatabase { db in
+            try db.execute(sql: durable ? "PRAGMA synchronous = FULL" : "PRAGMA synchronous = NORMAL")
+        }
+        config.label = "tandem-server"
+        do {
+            pool = try DatabasePool(path: path, configuration: config)
+            try Self.migrator.migrate(pool)
+            lastVersion = Mutex(Version(UInt64(try pool.read { db in
+                try Int64.fetchOne(db, sql: "SELECT value FROM meta WHERE key = 'version'") ?? 0
+            })))
+        } catch {
+            throw TandemError(.unavailable, "Cannot open the server database at \(path): \(error). Check that the directory exists and is writable.", cause: error)
+        }
+        self.configuration = configuration
+    }
+
+    /// Opens the database `tandem.sqlite` in a directory, creating the directory if needed.
+    public convenience init(directory: URL, configuration: SQLiteServerStoreConfiguration = SQLiteServerStoreConfiguration()) throws {
+        do {
+            try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        } catch {
+            throw TandemError(.unavailable, "Cannot create the data directory \(directory.path): \(error).", cause: error)
+        }
+        try self.init(path: directory.appendingPathComponent("tandem.sqlite").path, configuration: configuration)
+    }
+
+    static var migrator: DatabaseMigrator {
+        var migrator = DatabaseMigrator()
+        migrator.registerMigration("v1") { db in
+            try db.execute(sql: """
+                CREATE TABLE documents (
+                    path TEXT PRIMARY KEY NOT NULL,
+                    collection TEXT NOT NULL,
+                    collection_group TEXT NOT NULL,
+                    version INTEGER NOT NULL,
+                    create_time INTEGER NOT NULL,
+                    update_time INTEGER NOT NULL,
+                    data TEXT,
+                    mutation_client TEXT,
+                    mutation_sequence INTEGER
+                ) WITHOUT ROWID;
+                CREATE INDEX documents_by_collection ON documents(collection, version);
+                CREATE INDEX documents_by_group ON documents(collection_group, version);
+                CREATE INDEX documents_by_version ON documents(version);
+                CREATE TABLE clients (
+                    client_id TEXT PRIMARY KEY NOT NULL,
+                    high_water INTEGER NOT NULL
+                ) WITHOUT ROWID;
+                CREATE TABLE mutation_results (
+                    client_id TEXT NOT NULL,
+                    sequence INTEGER NOT NULL,
+                    version INTEGER NOT NULL,
+                    commit_time INTEGER NOT NULL,
+                    document TEXT,
+                    PRIMARY KEY (client_id, sequence)
+                ) WITHOUT ROWID;
+                CREATE TABLE meta (key TEXT PRIMARY KEY NOT NULL, value INTEGER NOT NULL) WITHOUT ROWID;
+                INSERT INTO meta (key, value) VALUES ('version', 0), ('pruned_through', 0);
+                """)
+        }
+        return migrator
+    }
+
+    // MARK: Service
+
+    /// Prunes old tombstones every `pruneInterval` until the service group shuts down.
+    public func run() async throws {
+        while !Task.isCancelled && !Task.isShuttingDownGracefully {
+            do {
+                try await Task.sleep(for: configuration.pruneInterval)
+            } catch {
+                return
+            }
+            _ = try? await pruneTombstones(olderThan: configuration.now().addingTimeInterval(-configuration.tombstoneRetention.seconds))
+        }
+    }
+
+    public func observeCommits(_ observer: @escaping @Sendable (CommittedBatch) -> Void) {
+        observers.withLock { $0.append(observer) }
+    }
+
+    func publish(_ batch: CommittedBatch) {
+        for observer in observers.withLock({ $0 }) { observer(batch) }
+    }
+
+    // MARK: Writes
+
+    public func commit(_ mutations: [Mutation]) async throws -> CommitResult {
+        try configuration.limits.checkBatch(mutations)
+        for mutation in mutations { try mutation.validate() }
+        return try await queue.submit(mutations) { requests in await self.commitTogether(requests) }
+    }
+
+    /// Deletes tombstones (and stored mutation answers) last written before `date`. Returns how many
+    /// tombstones went. Listeners resuming from before the newest pruned one get a full snapshot.
+    @discardableResult
+    public func pruneTombstones(olderThan date: Date) async throws -> Int {
+        let cutoff = WireTimestamp.milliseconds(date)
+        return try await pool.write { db in
+            let newest = try Int64.fetchOne(db, sql: "SELECT max(version) FROM documents WHERE data IS NULL AND update_time < ?", arguments: [cutoff])
+            try db.execute(sql: "DELETE FROM mutation_results WHERE commit_time < ?", arguments: [cutoff])
+            guard let newest else { return 0 }
+            try db.execute(sql: "DELETE FROM documents WHERE data IS NULL AND update_time < ?", arguments: [cutoff])
+            let count = db.changesCount
+            try db.execute(sql: "UPDATE meta SET value = max(value, ?) WHERE key = 'pruned_through'", arguments: [newest])
+            return count
+        }
+    }
+
+    // MARK: Reads
+
+    public func currentVersion() async throws -> Version {
+        lastVersion.withLock { $0 }
+    }
+
+    public func document(at path: DocumentPath) async throws -> Document? {
+        try await readDatabase { db in try Self.fetchDocument(db, path: path) }
+    }
+
+    public func read(_ target: ListenTarget) async throws -> StoreSnapshot {
+        try await readDatabase { db in
+            let version = try Self.committedVersion(db)
+            switch target {
+            case .document(let path):
+                return StoreSnapshot(documents: try Self.fetchDocument(db, path: path).map { [$0] } ?? [], version: version)
+            case .collection(let path, let query):
+                let rows = try Self.fetchDocuments(db, sql: "SELECT * FROM documents WHERE collection = ? AND data IS NOT NULL", arguments: [path.description])
+                return StoreSnapshot(documents: try query.evaluate(rows), version: version)
+            case .collectionGroup(let group, let query):
+                let rows = try Self.fetchDocuments(db, sql: "SELECT * FROM documents WHERE collection_group = ? AND data IS NOT NULL", arguments: [group])
+                return StoreSnapshot(documents: try query.evaluate(rows), version: version)
+            }
+        }
+    }
+
+    public func changes(since version: Version, in target: ListenTarget?, limit: Int) async throws -> ChangePage {
+        let limit = max(1, limit)
+        return try await readDatabase { db in
+            let current = try Self.committedVersion(db)
+            let prunedThrough = try Int64.fetchOne(db, sql: "SELECT value FROM meta WHERE key = 'pruned_through'") ?? 0
+            if Int64(version.rawValue) < prunedThrough {
+                throw TandemError(.outOfRange, "Changes since version \(version) are no longer kept (tombstones through \(prunedThrough) were pruned); reload a full snapshot.")
+            }
+            var scope = ""
+            var scopeArguments = StatementArguments()
+            switch target {
+            case .document(let path)?:
+                scope = " AND path = ?"
+                scopeArguments = [path.description]
+            case .collection(let path, _)?:
+                scope = " AND collection = ?"
+                scopeArguments = [path.description]
+            case .collectionGroup(let group, _)?:
+                scope = " AND collection_group = ?"
+                scopeArguments = [group]
+            case nil:
+                break
+            }
+            let since = Int64(version.rawValue)
+            var rows = try Self.fetchChanges(db, sql: "SELECT * FROM documents WHERE version > ?\(scope) ORDER BY version, path LIMIT ?", arguments: [since] + scopeArguments + [limit])
+            var hasMore = false
+            var pageVersion = max(version, current)
+            if rows.count == limit, let last = rows.last?.version {
+                // Finish the last commit whole, then see whether anything follows it.
+                let through = Int64(last.rawValue)
+                rows = try Self.fetchChanges(db, sql: "SELECT * FROM documents WHERE version > ? AND version <= ?\(scope) ORDER BY version, path", arguments: [since, through] + scopeArguments)
+                hasMore = try Bool.fetchOne(db, sql: "SELECT EXISTS (SELECT 1 FROM documents WHERE version > ?\(scope))", arguments: [through] + scopeArguments) ?? false
+                if hasMore { pageVersion = last }
+            }
+            if let query = target?.query {
+                let compiled = try CompiledQuery(query)
+                rows = rows.map { change in
+                    guard let document = change.document, !compiled.matchesFiltersAndCursors(document.data) else { return change }
+                    return RemoteChange(path: change.path, document: nil, version: change.version, mutationID: change.mutationID)
+                }
+            }
+            return ChangePage(changes: rows, version: pageVersion, hasMore: hasMore)
+        }
+    }
+
+    func readDatabase<T: Sendable>(_ body: @escaping @Sendable (Database) throws -> T) async throws -> T {
+        do {
+            return try await pool.read(body)
+        } catch let error as TandemError {
+            throw error
+        } catch is CancellationError {
+            throw TandemError(.cancelled, "The read was cancelled.")
+        } catch {
+            throw TandemError(.unavailable, "The server database failed to read: \(error).", cause: error)
+        }
+    }
+
+    static func committedVersion(_ db: Database) throws -> Version {
+        Version(UInt64(try Int64.fetchOne(db, sql: "SELECT value FROM meta WHERE key = 'version'") ?? 0))
+    }
+}
+
+extension Duration {
+    var seconds: Double {
+        let (seconds, attoseconds) = components
+        return Double(seconds) + Double(attoseconds) / 1e18
+    }
+}
