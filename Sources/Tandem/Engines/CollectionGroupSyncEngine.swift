@@ -42,6 +42,7 @@ public final class CollectionGroupSyncEngine<T: SyncModel>: Sendable {
             commit: { _ in throw TandemError(.unimplemented, "A collection group is read-only; write through a CollectionSyncEngine.") },
             didChange: { relay.fire() }
         )
+        core.bindReachability(of: remote)
         relay.set { [weak self] in self?.collectionDidChange() }
         if let loadError {
             core.log("persistence_fail", ["error_description": "\(loadError)"], severity: .severe)

@@ -59,6 +59,7 @@ public final class CollectionSyncEngine<T: SyncModel>: Sendable {
             commit: { [remote] in try await remote.commit($0) },
             didChange: { box.fire() }
         )
+        core.bindReachability(of: remote)
         box.set { [weak self] in self?.collectionDidChange() }
         if let loadError {
             core.log("persistence_fail", ["error_description": "\(loadError)"], severity: .severe)

@@ -52,6 +52,7 @@ public final class DocumentSyncEngine<T: SyncModel>: Sendable {
             commit: { [remote] in try await remote.commit($0) },
             didChange: { relay.fire() }
         )
+        core.bindReachability(of: remote)
         relay.set { [weak self] in self?.documentDidChange() }
         if let loadError {
             core.log("persistence_fail", ["error_description": "\(loadError)"], severity: .severe)

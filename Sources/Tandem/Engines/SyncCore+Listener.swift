@@ -47,6 +47,8 @@ extension SyncCore {
     func retryNowIfDown() {
         let wake = state.withLock { state -> CheckedContinuation<Void, Never>? in
             guard state.listenerDown else { return nil }
+            // Cleared too, so a listener that has failed but not yet started waiting retries at once.
+            state.listenerDown = false
             defer { state.wake = nil }
             return state.wake
         }

@@ -225,3 +225,11 @@ extension SyncCore {
         return switched
     }
 }
+
+extension SyncCore {
+    /// When the remote reports reconnections, a reconnection wakes the listener and the sender.
+    func bindReachability(of remote: Any) {
+        guard let reporting = remote as? any ReachabilityReporting else { return }
+        reporting.whenReachable { [weak self] in self?.retryNowIfDown() }
+    }
+}

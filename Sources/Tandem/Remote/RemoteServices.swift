@@ -42,3 +42,10 @@ public protocol RemoteCollectionGroupService: Sendable {
     /// A snapshot of the query's documents across the group, then each commit that changes them.
     func listen(query: Query, resumeFrom: Version?) -> AsyncThrowingStream<RemoteChangeBatch, any Error>
 }
+
+/// Lets a remote tell its engine when the server is reachable again, so the engine resumes its
+/// listener and sends its outbox at once instead of waiting out its backoff.
+public protocol ReachabilityReporting: Sendable {
+    /// Calls `action` after each reconnection. Engines register once, when they are made.
+    func whenReachable(_ action: @escaping @Sendable () -> Void)
+}

@@ -112,6 +112,8 @@ extension Mutation {
         default:
             throw TandemError.invalidArgument("Unknown write op '\(op)' for \(path); use set, update or delete.")
         }
+        // Sentinels come out of a dictionary: put them in a stable order.
+        transforms.sort { $0.field.description < $1.field.description }
         var precondition: Precondition?
         if object.has("precondition") {
             let condition = WireObject(fields: try object.object("precondition"), context: "the precondition of \(path)")

@@ -1,0 +1,42 @@
+import TandemCore
+
+extension TandemClient {
+    /// Listens to a document or a query: a snapshot first, then each commit that changes it, never half
+    /// of one. With `resumeFrom`, only what changed after that version comes (or a new snapshot when
+    /// the server no longer keeps that history).
+    ///
+    /// By default the stream outlives disconnections: the client resumes it from the last version it
+    /// delivered, so nothing is missed and nothing comes twice. With `failWhenDisconnected`, it ends
+    /// with `unavailable` instead (engines use this to run their own retry and show the cache).
+    /// An error the server sends for the listener ends it. Dropping the stream stops the listener.
+    public func listen(_ target: ListenTarget, resumeFrom: Version? = nil, failWhenDisconnected: Bool = false) -> AsyncThrowingStream<RemoteChangeBatch, any Error> {
+        let (stream, continuation) = AsyncThrowingStream.makeStream(of: RemoteChangeBatch.self)
+        let (id, failNow, wake) = state.withLock { state -> (Int, Bool, CheckedContinuation<Void, Never>?) in
+            let id = state.nextRequestID
+            state.nextRequestID += 1
+            let connected = state.connection?.welcomed == true
+            if failWhenDisconnected && !connected {
+                return (id, true, Self.requestWake(&state))
+            }
+            state.listeners[id] = Listener(target: target, lastVersion: resumeFrom, failWhenDisconnected: failWhenDisconnected, continuation: continuation)
+            if connected {
+                state.connection?.frames.yield(ClientMessage.listen(id: id, target: target, resumeFrom: resumeFrom).text)
+            }
+            return (id, false, connected ? nil : Self.requestWake(&state))
+        }
+        wake?.resume()
+        if failNow {
+            continuation.finish(throwing: TandemError(.unavailable, "Not connected to the Tandem server at \(url.absoluteString); retrying in the background."))
+            return stream
+        }
+        continuation.onTermination = { [weak self] _ in
+            self?.state.withLock { state in
+                guard state.listeners.removeValue(forKey: id) != nil else { return }
+                if state.connection?.welcomed == true {
+                    state.connection?.frames.yield(ClientMessage.unlisten(id: id).text)
+                }
+            }
+        }
+        return stream
+    }
+}

@@ -1,0 +1,189 @@
+import Foundation
+import Logging
+import ServiceLifecycle
+import Synchronization
+import TandemCore
+
+/// The connection to a Tandem server: one WebSocket to `/v1/stream`, kept up for as long as the
+/// client runs.
+///
+/// `TandemClient` is a `Service`: its `run()` connects, says hello with a persistent client id, sends
+/// heartbeats, notices a dead connection, reconnects with backoff on the configured clock, resumes
+/// every listener from the last version it saw, and tells the engines bound to it to send their
+/// outboxes. Reads and writes made while it is disconnected fail at once with `unavailable` (the
+/// engines keep such writes queued) and trigger an immediate reconnect attempt.
+///
+/// ```swift
+/// let client = TandemClient(url: URL(string: "http://127.0.0.1:8080")!)
+/// let todos = CollectionSyncEngine<Todo>(
+///     remote: TandemRemoteCollectionService(client: client, collection: try CollectionPath("todos")),
+///     managerKey: "todos")
+/// try await withThrowingDiscardingTaskGroup { group in
+///     group.addTask { try await client.run() }
+///     await todos.startListening()
+///     try await todos.saveDocument(Todo(id: "1", title: "Write the docs"))
+/// }
+/// ```
+public final class TandemClient: Service, Sendable {
+    /// The server's base URL, such as `http://127.0.0.1:8080`.
+    public let url: URL
+    public let configuration: TandemClientConfiguration
+    /// The id this client says hello with.
+    public let clientID: String
+    let streamURL: String
+
+    struct Connection {
+        var generation: Int
+        var frames: AsyncStream<String>.Continuation
+        var welcomed = false
+        var dropNextAck = false
+    }
+
+    struct Listener {
+        var target: ListenTarget
+        var lastVersion: Version?
+        var failWhenDisconnected: Bool
+        var continuation: AsyncThrowingStream<RemoteChangeBatch, any Error>.Continuation
+        /// Frames of a batch that is still arriving.
+        var partial: [RemoteChange] = []
+    }
+
+    struct State {
+        var connection: Connection?
+        var generation = 0
+        var nextRequestID = 1
+        var pending: [Int: CheckedContinuation<ServerMessage, any Error>] = [:]
+        var listeners: [Int: Listener] = [:]
+        var online = true
+        var stopped = false
+        var wakeRequested = false
+        var wake: CheckedContinuation<Void, Never>?
+        var connectedWaiters: [CheckedContinuation<Void, Never>] = []
+        var reachability: [ReachabilityHandler] = []
+        var dropNextAcknowledgement = false
+        var connectionAttempts = 0
+    }
+
+    let state = Mutex(State())
+
+    /// - Parameter url: the server's base URL (`http://` or `ws://`, with host and port).
+    public init(url: URL, configuration: TandemClientConfiguration = TandemClientConfiguration()) {
+        self.url = url
+        self.configuration = configuration
+        clientID = configuration.clientID ?? ClientIdentity.load(from: configuration.storageDirectory)
+        var components = URLComponents(url: url, resolvingAgainstBaseURL: false) ?? URLComponents()
+        components.scheme = (components.scheme == "https" || components.scheme == "wss") ? "wss" : "ws"
+        let base = components.path.hasSuffix("/") ? String(components.path.dropLast()) : components.path
+        components.path = base + "/v1/stream"
+        streamURL = components.string ?? "ws://127.0.0.1:8080/v1/stream"
+    }
+
+    // MARK: Status
+
+    /// Whether the client is connected and the server has said welcome.
+    public var isConnected: Bool { state.withLock { $0.connection?.welcomed ?? false } }
+
+    /// How many times the client has tried to connect.
+    public var connectionAttempts: Int { state.withLock { $0.connectionAttempts } }
+
+    /// Returns once the client is connected (at once if it is).
+    public func waitUntilConnected() async {
+        await withCheckedContinuation { continuation in
+            let now = state.withLock { state -> Bool in
+                if state.connection?.welcomed == true { return true }
+                state.connectedWaiters.append(continuation)
+                return false
+            }
+            if now { continuation.resume() }
+        }
+    }
+
+    /// Takes the client offline (closing the connection, and not reconnecting) or back online.
+    /// Engines bound to it keep working from their caches and queue their writes meanwhile.
+    public func setOnline(_ online: Bool) {
+        let (frames, wake) = state.withLock { state -> (AsyncStream<String>.Continuation?, CheckedContinuation<Void, Never>?) in
+            state.online = online
+            if online {
+                state.wakeRequested = true
+                defer { state.wake = nil }
+                return (nil, state.wake)
+            }
+            return (state.connection?.frames, nil)
+        }
+        frames?.finish()
+        wake?.resume()
+    }
+
+    /// Fault injection for tests: the next acknowledgement the server sends is discarded and the
+    /// connection dropped, as if the network failed after the commit and before the answer.
+    public func dropNextAcknowledgement() {
+        state.withLock { $0.dropNextAcknowledgement = true }
+    }
+
+    /// Calls `action` after each (re)connection; engines use it to resume and send their outboxes.
+    public func whenReachable(_ action: @escaping @Sendable () -> Void) {
+        state.withLock { $0.reachability.append(ReachabilityHandler(action)) }
+    }
+
+    // MARK: Requests
+
+    /// Reads one document, or nil.
+    public func document(at path: DocumentPath) async throws -> Document? {
+        guard case .documents(_, let documents, _) = try await request({ .get(id: $0, path: path) }) else {
+            throw TandemError(.internal, "The server answered a get with the wrong message.")
+        }
+        return documents.first
+    }
+
+    /// Runs a query (or reads a document) once.
+    public func documents(_ target: ListenTarget) async throws -> [Document] {
+        guard case .documents(_, let documents, _) = try await request({ .query(id: $0, target: target) }) else {
+            throw TandemError(.internal, "The server answered a query with the wrong message.")
+        }
+        return documents
+    }
+
+    /// Commits mutations atomically; each is applied at most once by its `MutationID`.
+    public func commit(_ mutations: [Mutation]) async throws -> [WriteAcknowledgement] {
+        guard case .ack(_, let acknowledgements) = try await request({ .write(id: $0, mutations: mutations) }) else {
+            throw TandemError(.internal, "The server answered a write with the wrong message.")
+        }
+        return acknowledgements
+    }
+
+    /// Sends a request and waits for its answer; an error frame answering it is thrown.
+    func request(_ make: (Int) -> ClientMessage) async throws -> ServerMessage {
+        let answer = try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<ServerMessage, any Error>) in
+            let (sent, wake) = state.withLock { state -> (Bool, CheckedContinuation<Void, Never>?) in
+                guard let connection = state.connection, connection.welcomed else {
+                    return (false, Self.requestWake(&state))
+                }
+                let id = state.nextRequestID
+                state.nextRequestID += 1
+                state.pending[id] = continuation
+                connection.frames.yield(make(id).text)
+                return (true, nil)
+            }
+            wake?.resume()
+            if !sent {
+                continuation.resume(throwing: TandemError(.unavailable, "Not connected to the Tandem server at \(url.absoluteString); retrying in the background."))
+            }
+        }
+        if case .error(_, let error) = answer { throw error }
+        return answer
+    }
+
+    /// Asks the connection loop to try now, if it is waiting out a backoff.
+    static func requestWake(_ state: inout State) -> CheckedContinuation<Void, Never>? {
+        guard state.online, !state.stopped else { return nil }
+        state.wakeRequested = true
+        defer { state.wake = nil }
+        return state.wake
+    }
+}
+
+/// A boxed callback (a closure stored straight in a `Mutex` gains a thunk on every access).
+final class ReachabilityHandler: Sendable {
+    let call: @Sendable () -> Void
+    init(_ call: @escaping @Sendable () -> Void) { self.call = call }
+}

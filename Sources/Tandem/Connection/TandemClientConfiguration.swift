@@ -1,0 +1,28 @@
+import Foundation
+import Logging
+
+/// How a ``TandemClient`` connects and stays connected.
+public struct TandemClientConfiguration: Sendable {
+    /// The id the client says hello with. When nil, one is made once and kept in
+    /// `tandem-client-id` inside ``storageDirectory``, so it survives relaunches.
+    public var clientID: String?
+    /// Where the persistent client id is kept. Default ``LocalStorageLocation/defaultDirectory``.
+    public var storageDirectory: URL = LocalStorageLocation.defaultDirectory
+    /// A bearer token sent with hello, when the server checks access.
+    public var token: String?
+    /// How often a heartbeat is sent. Default 10 s.
+    public var heartbeatInterval: Duration = .seconds(10)
+    /// How many heartbeat intervals may pass without hearing from the server before the connection
+    /// is taken as dead, closed and reconnected. Default 3.
+    public var missedHeartbeatsAllowed = 3
+    /// The backoff between connection attempts: 2, 4, 8, 16, 32, 60 s by default, with jitter.
+    /// A connection that was up reconnects once at once before backing off.
+    public var reconnectPolicy: RetryPolicy = .exponential(jitter: 0.2)
+    /// The clock every delay runs on.
+    public var clock: any Clock<Duration> = ContinuousClock()
+    /// The largest message accepted from the server. Default 256 MiB.
+    public var maximumMessageBytes = 256 << 20
+    public var logger = Logger(label: "tandem.client")
+
+    public init() {}
+}

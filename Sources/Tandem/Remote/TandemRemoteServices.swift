@@ -1,0 +1,106 @@
+import TandemCore
+
+/// A ``RemoteCollectionService`` on a Tandem server, through a ``TandemClient``: a
+/// `CollectionSyncEngine` given one syncs with the server unchanged.
+///
+/// ```swift
+/// let remote = TandemRemoteCollectionService(client: client, collection: try CollectionPath("todos"))
+/// let todos = CollectionSyncEngine<Todo>(remote: remote, managerKey: "todos")
+/// ```
+public struct TandemRemoteCollectionService: RemoteCollectionService, ReachabilityReporting {
+    public let client: TandemClient
+    private let path: @Sendable () throws -> CollectionPath
+
+    /// A fixed collection.
+    public init(client: TandemClient, collection: CollectionPath) {
+        self.client = client
+        self.path = { collection }
+    }
+
+    /// A collection read on every call (one that follows the signed-in user, say); throw
+    /// `unavailable` when there is none.
+    public init(client: TandemClient, collection: @escaping @Sendable () throws -> CollectionPath) {
+        self.client = client
+        self.path = collection
+    }
+
+    public func collectionPath() throws -> CollectionPath { try path() }
+
+    public func getDocuments(query: Query) async throws -> [Document] {
+        try await client.documents(.collection(try path(), query))
+    }
+
+    public func getDocument(id: String) async throws -> Document? {
+        try await client.document(at: try path().document(id))
+    }
+
+    public func listen(query: Query, resumeFrom: Version?) -> AsyncThrowingStream<RemoteChangeBatch, any Error> {
+        do {
+            return client.listen(.collection(try path(), query), resumeFrom: resumeFrom, failWhenDisconnected: true)
+        } catch {
+            return AsyncThrowingStream { $0.finish(throwing: error) }
+        }
+    }
+
+    public func listenDocument(id: String, resumeFrom: Version?) -> AsyncThrowingStream<RemoteChangeBatch, any Error> {
+        do {
+            return client.listen(.document(try path().document(id)), resumeFrom: resumeFrom, failWhenDisconnected: true)
+        } catch {
+            return AsyncThrowingStream { $0.finish(throwing: error) }
+        }
+    }
+
+    public func commit(_ mutations: [Mutation]) async throws -> [WriteAcknowledgement] {
+        try await client.commit(mutations)
+    }
+
+    public func whenReachable(_ action: @escaping @Sendable () -> Void) {
+        client.whenReachable(action)
+    }
+}
+
+/// A ``RemoteDocumentService`` on a Tandem server, for a `DocumentSyncEngine`.
+public struct TandemRemoteDocumentService: RemoteDocumentService, ReachabilityReporting {
+    let collection: TandemRemoteCollectionService
+
+    public init(client: TandemClient, collection: CollectionPath) {
+        self.collection = TandemRemoteCollectionService(client: client, collection: collection)
+    }
+
+    public init(client: TandemClient, collection: @escaping @Sendable () throws -> CollectionPath) {
+        self.collection = TandemRemoteCollectionService(client: client, collection: collection)
+    }
+
+    public func collectionPath() throws -> CollectionPath { try collection.collectionPath() }
+
+    public func getDocument(id: String) async throws -> Document? { try await collection.getDocument(id: id) }
+
+    public func listen(documentID: String, resumeFrom: Version?) -> AsyncThrowingStream<RemoteChangeBatch, any Error> {
+        collection.listenDocument(id: documentID, resumeFrom: resumeFrom)
+    }
+
+    public func commit(_ mutations: [Mutation]) async throws -> [WriteAcknowledgement] { try await collection.commit(mutations) }
+
+    public func whenReachable(_ action: @escaping @Sendable () -> Void) { collection.whenReachable(action) }
+}
+
+/// A ``RemoteCollectionGroupService`` on a Tandem server, for a `CollectionGroupSyncEngine`.
+public struct TandemRemoteCollectionGroupService: RemoteCollectionGroupService, ReachabilityReporting {
+    public let client: TandemClient
+    public let groupName: String
+
+    public init(client: TandemClient, groupName: String) {
+        self.client = client
+        self.groupName = groupName
+    }
+
+    public func getDocuments(query: Query) async throws -> [Document] {
+        try await client.documents(.collectionGroup(groupName, query))
+    }
+
+    public func listen(query: Query, resumeFrom: Version?) -> AsyncThrowingStream<RemoteChangeBatch, any Error> {
+        client.listen(.collectionGroup(groupName, query), resumeFrom: resumeFrom, failWhenDisconnected: true)
+    }
+
+    public func whenReachable(_ action: @escaping @Sendable () -> Void) { client.whenReachable(action) }
+}

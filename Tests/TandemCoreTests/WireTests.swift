@@ -1,0 +1,110 @@
+import Foundation
+import Testing
+import TandemCore
+
+@Suite("Wire format")
+struct WireTests {
+    let path = try! DocumentPath("users/ada")
+
+    @Test("every client message survives a trip through JSON text")
+    func clientMessagesRoundTrip() throws {
+        let query = Query().whereField("age", isGreaterThanOrEqualTo: 18).order(by: "score", descending: true).limit(to: 10).start(after: 3)
+        let mutation = Mutation.update(path, fields: ["name": "Ada", "address.city": "London"], transforms: [.init("visits", .increment(1))])
+            .requiring(.version(7)).identified(by: MutationID(clientID: "c1", sequence: 42))
+        let messages: [ClientMessage] = [
+            .hello(clientID: "c1", protocolVersion: 1, token: "t"),
+            .listen(id: 3, target: .collection(try CollectionPath("users"), query), resumeFrom: 9),
+            .listen(id: 4, target: .document(path), resumeFrom: nil),
+            .listen(id: 5, target: .collectionGroup("reviews", Query()), resumeFrom: nil),
+            .unlisten(id: 3),
+            .write(id: 6, mutations: [mutation, .delete(path), .set(path, ["a": 1.0], transforms: [.init("t", .serverTimestamp)])]),
+            .get(id: 7, path: path),
+            .query(id: 8, target: .collection(try CollectionPath("users"), query)),
+            .heartbeat,
+        ]
+        for message in messages {
+            let decoded = try ClientMessage(wire: try JSONText.parse(message.text))
+            #expect(decoded == message)
+        }
+    }
+
+    @Test("every server message survives a trip through JSON text")
+    func serverMessagesRoundTrip() throws {
+        let document = Document(path: path, data: ["n": 1, "x": 1.5], version: 4, createTime: Date(timeIntervalSince1970: 1_700_000_000.123), updateTime: Date(timeIntervalSince1970: 1_700_000_100.5))
+        let messages: [ServerMessage] = [
+            .welcome(protocolVersion: 1, serverVersion: "0.1.0", heartbeatSeconds: 10),
+            .ack(id: 2, acknowledgements: [WriteAcknowledgement(id: MutationID(clientID: "c", sequence: 1), version: 4, document: document), WriteAcknowledgement(id: nil, version: 4, document: nil)]),
+            .batch(target: 3, batch: RemoteChangeBatch(isSnapshot: true, changes: [.upsert(document)], version: 4), reset: true, more: true),
+            .batch(target: 3, batch: RemoteChangeBatch(isSnapshot: false, changes: [RemoteChange(path: path, document: nil, version: 5, mutationID: MutationID(clientID: "c", sequence: 2))], version: 5), reset: false, more: false),
+            .documents(id: 4, documents: [document], version: 9),
+            .error(id: 5, TandemError(.failedPrecondition, "no")),
+            .error(id: nil, TandemError(.invalidArgument, "bad")),
+            .heartbeat,
+        ]
+        for message in messages {
+            #expect(try ServerMessage(wire: try JSONText.parse(message.text)) == message)
+        }
+    }
+
+    @Test("transforms travel as $-sentinels inside set data and update fields")
+    func sentinels() throws {
+        let text = #"{"op":"set","path":"users/ada","merge":true,"data":{"name":"Ada","stats":{"visits":{"$increment":2},"seen":{"$serverTimestamp":true}},"old":{"$delete":true},"tags":{"$arrayUnion":["a"]},"gone":{"$arrayRemove":[1]}}}"#
+        let mutation = try Mutation(wire: try JSONText.parse(text))
+        guard case .merge(let data, nil) = mutation.kind else { Issue.record("expected a merge"); return }
+        #expect(data == ["name": "Ada", "stats": [:]])
+        let transforms = Dictionary(uniqueKeysWithValues: mutation.transforms.map { ($0.field.description, $0.transform) })
+        #expect(transforms["stats.visits"] == .increment(2))
+        #expect(transforms["stats.seen"] == .serverTimestamp)
+        #expect(transforms["old"] == .delete)
+        #expect(transforms["tags"] == .arrayUnion(["a"]))
+        #expect(transforms["gone"] == .arrayRemove([1]))
+        #expect(try Mutation(wire: try JSONText.parse(mutation.wireValue.description)) == mutation)
+    }
+
+    @Test("malformed wire input is invalid-argument and says what is wrong", arguments: [
+        (#"{"type":"nope"}"#, "Unknown message type"),
+        (#"{"type":"listen","id":1}"#, "missing the field 'target'"),
+        (#"{"type":"listen","id":"1","target":{"document":"a/b"}}"#, "must be an integer"),
+        (#"{"type":"get","id":1,"path":"users"}"#, "names a collection"),
+        (#"{"type":"write","id":1,"mutations":[{"op":"set","path":"a/b","data":{"n":{"$incr":1}}}]}"#, "Unknown transform"),
+        (#"{"type":"write","id":1,"mutations":[{"op":"update","path":"a/b","fields":{"n":{"$increment":"x"}}}]}"#, "needs a number"),
+        (#"{"type":"write","id":1,"mutations":[{"op":"upsert","path":"a/b"}]}"#, "Unknown write op"),
+        (#"{"type":"query","id":1,"target":{"collection":"c","query":[{"where":"a","op":"~","value":1}]}}"#, "Unknown filter operator"),
+        (#"{"type":"listen","id":1,"target":{"collection":"c"},"resumeFrom":-3}"#, "negative"),
+        (#"[1,2]"#, "JSON object"),
+    ])
+    func malformed(text: String, fragment: String) throws {
+        do {
+            _ = try ClientMessage(wire: try JSONText.parse(text))
+            Issue.record("expected an error for \(text)")
+        } catch {
+            #expect(error.code == .invalidArgument)
+            #expect(error.message.contains(fragment), "\(error.message)")
+        }
+    }
+
+    @Test("the id of a message that does not parse is still found, to answer it")
+    func requestIDOfBadMessage() throws {
+        #expect(ClientMessage.requestID(in: try JSONText.parse(#"{"type":"write","id":12,"mutations":7}"#)) == 12)
+    }
+
+    @Test("timestamps are ISO 8601 UTC with milliseconds, both ways, before and after 1970")
+    func timestamps() throws {
+        let cases: [(Int64, String)] = [
+            (0, "1970-01-01T00:00:00.000Z"),
+            (1_700_000_000_123, "2023-11-14T22:13:20.123Z"),
+            (951_782_400_000, "2000-02-29T00:00:00.000Z"),
+            (-1, "1969-12-31T23:59:59.999Z"),
+            (-86_400_001, "1969-12-30T23:59:59.999Z"),
+            (4_102_444_799_999, "2099-12-31T23:59:59.999Z"),
+        ]
+        for (millis, expected) in cases {
+            let date = Date(timeIntervalSince1970: Double(millis) / 1000)
+            #expect(ServerTime(date).iso8601 == expected)
+            let document = try Document(wire: Document(path: path, data: [:], createTime: date).wireValue)
+            #expect(document.createTime == date)
+        }
+        #expect(try Document(wire: ["path": "a/b", "version": 1, "createTime": "2026-11-22T04:33:00Z", "updateTime": "2026-11-22T04:33:00.5Z", "data": [:]]).updateTime.timeIntervalSince1970 == 1_795_321_980.5)
+        #expect(throws: TandemError.self) { try Document(wire: ["path": "a/b", "version": 1, "createTime": "yesterday", "updateTime": "x", "data": [:]]) }
+    }
+}

@@ -1,0 +1,139 @@
+import Foundation
+import Synchronization
+import Testing
+import TandemCore
+import TandemServer
+
+@Suite("SQLite server store")
+struct SQLiteServerStoreTests {
+    let directory = FileManager.default.temporaryDirectory.appendingPathComponent("tandem-store-\(UUID().uuidString)")
+
+    func makeStore(_ configure: (inout SQLiteServerStoreConfiguration) -> Void = { _ in }) throws -> SQLiteServerStore {
+        var configuration = SQLiteServerStoreConfiguration()
+        configure(&configuration)
+        return try SQLiteServerStore(directory: directory, configuration: configuration)
+    }
+
+    func path(_ text: String) -> DocumentPath { try! DocumentPath(text) }
+
+    @Test("each commit gets the next version; documents keep create time and path metadata")
+    func commitsAndReads() async throws {
+        let store = try makeStore()
+        let first = try await store.commit([.set(path("users/ada"), ["name": "Ada"]), .set(path("users/bob"), ["name": "Bob"])])
+        #expect(first.batch?.version == 1)
+        #expect(first.acknowledgements.map(\.version) == [1, 1])
+        let second = try await store.commit([.update(path("users/ada"), fields: ["age": 36])])
+        #expect(second.batch?.version == 2)
+        let ada = try #require(try await store.document(at: path("users/ada")))
+        #expect(ada.data == ["name": "Ada", "age": 36])
+        #expect(ada.version == 2)
+        #expect(ada.createTime <= ada.updateTime)
+        let snapshot = try await store.read(.collection(try CollectionPath("users"), Query().order(by: "name", descending: true)))
+        #expect(snapshot.documents.map(\.path.id) == ["bob", "ada"])
+        #expect(snapshot.version == 2)
+        #expect(try await store.currentVersion() == 2)
+    }
+
+    @Test("a mutation id applied once is answered with its original result, never applied again")
+    func exactlyOnce() async throws {
+        let store = try makeStore()
+        let id = MutationID(clientID: "phone", sequence: 1)
+        let bump = Mutation.update(path("counters/a"), fields: [:], transforms: [.init("n", .increment(1))])
+        _ = try await store.commit([.set(path("counters/a"), ["n": 0])])
+        let original = try await store.commit([bump.identified(by: id)])
+        let replay = try await store.commit([bump.identified(by: id)])
+        #expect(replay.acknowledgements == original.acknowledgements)
+        #expect(replay.batch == nil)
+        #expect(try await store.document(at: path("counters/a"))?.data["n"] == 1)
+        // An older sequence of the same client is a replay too; a newer one applies.
+        _ = try await store.commit([bump.identified(by: MutationID(clientID: "phone", sequence: 2))])
+        #expect(try await store.document(at: path("counters/a"))?.data["n"] == 2)
+        // It survives a restart of the store.
+        let reopened = try makeStore()
+        _ = try await reopened.commit([bump.identified(by: id)])
+        #expect(try await reopened.document(at: path("counters/a"))?.data["n"] == 2)
+    }
+
+    @Test("a batch with one refused write writes nothing")
+    func atomicBatch() async throws {
+        let store = try makeStore()
+        _ = try await store.commit([.set(path("a/1"), ["v": 1])])
+        do {
+            _ = try await store.commit([
+                .set(path("a/2"), ["v": 2]),
+                Mutation.set(path("a/1"), ["v": 9]).requiring(.version(99)),
+            ])
+            Issue.record("expected failed-precondition")
+        } catch {
+            #expect((error as? TandemError)?.code == .failedPrecondition)
+        }
+        #expect(try await store.document(at: path("a/2")) == nil)
+        #expect(try await store.document(at: path("a/1"))?.data == ["v": 1])
+        #expect(try await store.currentVersion() == 1)
+    }
+
+    @Test("concurrent commits share transactions yet each gets its own version, published in order")
+    func groupCommit() async throws {
+        let store = try makeStore()
+        let published = Mutex<[Version]>([])
+        store.observeCommits { batch in published.withLock { $0.append(batch.version) } }
+        let versions = try await withThrowingTaskGroup(of: Version.self) { group in
+            for index in 0..<64 {
+                group.addTask {
+                    let result = try await store.commit([.set(self.path("items/\(index)"), ["i": .int(index)])])
+                    return try #require(result.batch?.version)
+                }
+            }
+            return try await group.reduce(into: []) { $0.append($1) }
+        }
+        #expect(Set(versions) == Set((1...64).map { Version(UInt64($0)) }))
+        #expect(published.withLock { $0 } == (1...64).map { Version(UInt64($0)) })
+        #expect(try await store.read(.collection(try CollectionPath("items"), Query())).documents.count == 64)
+    }
+
+    @Test("the change feed pages by version, never splitting a commit, and reports deletes")
+    func changeFeed() async throws {
+        let store = try makeStore()
+        _ = try await store.commit([.set(path("c/1"), [:]), .set(path("c/2"), [:]), .set(path("c/3"), [:])])  // v1
+        _ = try await store.commit([.set(path("c/4"), [:])])  // v2
+        _ = try await store.commit([.delete(path("c/1"))])  // v3
+        let first = try await store.changes(since: 0, in: nil, limit: 2)
+        #expect(first.changes.map(\.path.id) == ["2", "3"])  // c/1 moved on to v3; v1 comes whole
+        #expect(first.version == 1)
+        #expect(first.hasMore)
+        let second = try await store.changes(since: first.version, in: nil, limit: 2)
+        #expect(second.changes.map(\.path.id) == ["4", "1"])
+        #expect(second.changes.last?.document == nil)
+        #expect(!second.hasMore)
+        #expect(second.version == 3)
+        let scoped = try await store.changes(since: 0, in: .collection(try CollectionPath("c"), Query().whereField("x", isEqualTo: 1)), limit: 10)
+        #expect(scoped.changes.allSatisfy { $0.document == nil })  // nothing matches: each is a removal
+    }
+
+    @Test("after pruning, changes from before the pruned tombstones are out-of-range")
+    func pruning() async throws {
+        let store = try makeStore()
+        _ = try await store.commit([.set(path("c/1"), [:])])
+        _ = try await store.commit([.delete(path("c/1"))])
+        #expect(try await store.pruneTombstones(olderThan: Date().addingTimeInterval(60)) == 1)
+        await #expect(throws: TandemError(.outOfRange, "Changes since version 0 are no longer kept (tombstones through 2 were pruned); reload a full snapshot.")) {
+            _ = try await store.changes(since: 0, in: nil, limit: 10)
+        }
+        #expect(try await store.changes(since: 2, in: nil, limit: 10).changes.isEmpty)
+    }
+
+    @Test("over-size documents and batches are resource-exhausted and write nothing")
+    func limits() async throws {
+        let store = try makeStore()
+        let big = String(repeating: "x", count: 1 << 20)
+        await #expect(throws: TandemError.self) { _ = try await store.commit([.set(self.path("a/big"), ["s": .string(big)])]) }
+        let many = (0..<501).map { Mutation.set(path("a/\($0)"), [:]) }
+        do {
+            _ = try await store.commit(many)
+            Issue.record("expected resource-exhausted")
+        } catch {
+            #expect((error as? TandemError)?.code == .resourceExhausted)
+        }
+        #expect(try await store.currentVersion() == 0)
+    }
+}
