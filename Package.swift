@@ -103,6 +103,19 @@ let package = Package(
             dependencies: ["TandemServer"],
             swiftSettings: swiftSettings
         ),
+        // The real server and client over real sockets on 127.0.0.1, and the CLI.
+        .testTarget(
+            name: "TandemIntegrationTests",
+            dependencies: [
+                "Tandem",
+                "TandemServer",
+                "TandemTesting",
+                .product(name: "WSClient", package: "swift-websocket"),
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "HummingbirdWebSocket", package: "hummingbird-websocket"),
+            ],
+            swiftSettings: swiftSettings
+        ),
         .testTarget(
             name: "TandemTests",
             dependencies: [

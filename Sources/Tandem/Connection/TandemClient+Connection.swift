@@ -151,12 +151,15 @@ extension TandemClient {
                 }
             }
             do {
+                // Reading goes on after a drop is decided, until the close handshake completes.
+                var dropping = false
                 for try await message in inbound.messages(maxSize: configuration.maximumMessageBytes) {
                     heard.reset()
-                    guard case .text(let text) = message else { continue }
+                    guard !dropping, case .text(let text) = message else { continue }
                     if !receive(text, generation: generation, welcomed: welcomed) {
+                        dropping = true
+                        connectionEnded()
                         framesContinuation.finish()
-                        break
                     }
                 }
             } catch {

@@ -53,7 +53,7 @@ extension SyncCore {
             return state.wake
         }
         wake?.resume()
-        triggerFlush()
+        triggerFlush(retryIfRunning: true)
     }
 
     private func isCurrent(_ generation: Int) -> Bool {

@@ -63,10 +63,16 @@ extension SyncCore {
         return outcome
     }
 
-    /// Starts the sender unless it is running. Any write, read or reconnect calls this.
-    func triggerFlush() {
+    /// Starts the sender unless it is running. Any write, read or reconnect calls this. With
+    /// `retryIfRunning` (a reconnection), a send under way that then fails is retried at once: it
+    /// may have failed on the connection that was just replaced.
+    func triggerFlush(retryIfRunning: Bool = false) {
         let start = state.withLock { state -> Bool in
-            if state.flushing { return false }
+            if state.flushing {
+                if retryIfRunning { state.flushAfterFailure = true }
+                return false
+            }
+            state.flushAfterFailure = false
             if state.view.outbox.isEmpty { return false }
             state.flushing = true
             state.flushRetry?.cancel()
@@ -149,14 +155,19 @@ extension SyncCore {
     }
 
     private func transientFailure(_ error: any Error) {
-        let (waiters, failures) = state.withLock { state -> ([CheckedContinuation<WriteOutcome, Never>], Int) in
+        let (waiters, failures, again) = state.withLock { state -> ([CheckedContinuation<WriteOutcome, Never>], Int, Bool) in
             state.flushing = false
             state.flushFailures += 1
             let waiters = state.waiters.values.flatMap { $0 }
             state.waiters.removeAll()
-            return (waiters, state.flushFailures)
+            defer { state.flushAfterFailure = false }
+            return (waiters, state.flushFailures, state.flushAfterFailure)
         }
         waiters.forEach { $0.resume(returning: .queued) }
+        if again {
+            triggerFlush()
+            return
+        }
         guard let delay = retryPolicy.delay(afterFailures: failures) else { return }
         log("syncPendingWrites_retrying", [
             "error_description": "\(error)", "retry_count": failures, "delay_seconds": delay.doubleSeconds,

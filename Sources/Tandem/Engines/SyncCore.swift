@@ -32,6 +32,8 @@ package final class SyncCore<T: SyncModel>: Sendable {
         var flushing = false
         var flushFailures = 0
         var flushRetry: Task<Void, Never>?
+        /// A reconnection arrived while a send was under way: if that send fails, retry at once.
+        var flushAfterFailure = false
         var waiters: [MutationID: [CheckedContinuation<WriteOutcome, Never>]] = [:]
         // The listener.
         var listener: Task<Void, Never>?

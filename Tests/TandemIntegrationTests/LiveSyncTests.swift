@@ -1,0 +1,191 @@
+import Foundation
+import Synchronization
+import Testing
+import Tandem
+import TandemCore
+import TandemServer
+import TandemTesting
+
+/// Engines and clients against a real server on 127.0.0.1, over real WebSockets.
+@Suite("Live sync over the real server")
+struct LiveSyncTests {
+    let notes = collectionPath("notes")
+
+    func engine(_ client: TandemClient, key: String, persistence: (any LocalCollectionPersistence)? = nil) -> CollectionSyncEngine<Note> {
+        CollectionSyncEngine<Note>(remote: TandemRemoteCollectionService(client: client, collection: notes), managerKey: key, persistence: persistence)
+    }
+
+    @Test("two clients see each other's writes")
+    func twoClients() async throws {
+        let server = try await LiveServer.start()
+        let a = RunningClient(server, id: "client-a")
+        let b = RunningClient(server, id: "client-b")
+        let engineA = engine(a.client, key: "a")
+        let engineB = engine(b.client, key: "b")
+        await a.client.waitUntilConnected()
+        await b.client.waitUntilConnected()
+        await engineA.startListening()
+        await engineB.startListening()
+
+        try await engineA.saveDocument(Note(id: "1", text: "from A"))
+        #expect(await eventually { engineB.getDocument(id: "1")?.text == "from A" })
+        try await engineB.updateDocument(id: "1", data: ["n": .increment(5)])
+        try await engineB.saveDocument(Note(id: "2", text: "from B"))
+        #expect(await eventually { engineA.getDocument(id: "1")?.n == 5 && engineA.getDocument(id: "2") != nil })
+        #expect(!engineA.hasPendingWrites && !engineB.hasPendingWrites)
+        #expect(try await server.store.document(at: documentPath("notes/1"))?.data["n"] == 5)
+
+        await a.stop()
+        await b.stop()
+        await server.stop()
+    }
+
+    @Test("an offline client's queued writes replay after reconnect, in order, into a SQLite cache")
+    func offlineReplay() async throws {
+        let server = try await LiveServer.start()
+        let directory = TemporaryDirectory()
+        let b = RunningClient(server, id: "client-b")
+        let engineB = engine(b.client, key: "b", persistence: try SQLiteCollectionPersistence(managerKey: "b", directory: directory.url))
+        await b.client.waitUntilConnected()
+        await engineB.startListening()
+
+        b.client.setOnline(false)
+        #expect(await eventually { !b.client.isConnected })
+        for index in 1...5 {
+            try await engineB.saveDocument(Note(id: "\(index)", text: "offline \(index)"))
+        }
+        try await engineB.updateDocument(id: "1", data: ["n": .increment(1)])
+        #expect(engineB.currentCollection.count == 5)
+        #expect(engineB.hasPendingWrites)
+        #expect(try await server.store.currentVersion() == 0)
+
+        b.client.setOnline(true)
+        #expect(await eventually { !engineB.hasPendingWrites })
+        let feed = try await server.store.changes(since: 0, in: nil, limit: 100)
+        // One commit per queued write, in the order they were made (the update merged into the
+        // set of note 1 only if that set had not been sent yet).
+        let order = feed.changes.sorted { $0.version < $1.version }.map(\.path.id)
+        #expect(order.filter { $0 != "1" } == ["2", "3", "4", "5"])
+        #expect(try await server.store.document(at: documentPath("notes/1"))?.data == ["id": "1", "text": "offline 1", "n": 1])
+        #expect(try await server.store.read(.collection(notes, Query())).documents.count == 5)
+
+        await b.stop()
+        await server.stop()
+    }
+
+    @Test("a connection dropped after commit and before the acknowledgement applies an increment once")
+    func droppedAcknowledgement() async throws {
+        let server = try await LiveServer.start()
+        _ = try await server.store.commit([.set(documentPath("notes/c"), ["id": "c", "text": "counter", "n": 0])])
+        let a = RunningClient(server, id: "client-a")
+        let engineA = engine(a.client, key: "a")
+        await a.client.waitUntilConnected()
+        await engineA.startListening()
+
+        a.client.dropNextAcknowledgement()
+        try await engineA.updateDocument(id: "c", data: ["n": .increment(1)])
+        // The server applied it; the answer was lost with the connection; the replay gets the original.
+        #expect(await eventually { !engineA.hasPendingWrites })
+        #expect(a.client.connectionAttempts >= 2)
+        #expect(try await server.store.document(at: documentPath("notes/c"))?.data["n"] == 1)
+        #expect(await eventually { engineA.getDocument(id: "c")?.n == 1 })
+        #expect(engineA.rejectedWrites.isEmpty)
+
+        await a.stop()
+        await server.stop()
+    }
+
+    @Test("a listener that reconnects misses nothing and sees nothing twice")
+    func listenerResume() async throws {
+        let server = try await LiveServer.start()
+        let writer = RunningClient(server, id: "writer")
+        let reader = RunningClient(server, id: "reader")
+        await writer.client.waitUntilConnected()
+        await reader.client.waitUntilConnected()
+        let recorder = BatchRecorder()
+        let listening = Task {
+            for try await batch in reader.client.listen(.collection(notes, Query())) { recorder.append(batch) }
+        }
+        #expect(await eventually { recorder.count >= 1 })  // the empty snapshot
+        for index in 1...3 {
+            _ = try await writer.client.commit([.set(documentPath("notes/\(index)"), ["text": "v1"])])
+        }
+        #expect(await eventually { recorder.documentIDs == ["1", "2", "3"] })
+
+        reader.client.setOnline(false)
+        #expect(await eventually { !reader.client.isConnected })
+        let before = recorder.count
+        _ = try await writer.client.commit([.set(documentPath("notes/4"), ["text": "v1"])])
+        _ = try await writer.client.commit([.set(documentPath("notes/1"), ["text": "v2"]), .delete(documentPath("notes/2"))])
+        _ = try await writer.client.commit([.set(documentPath("notes/5"), ["text": "v1"])])
+        reader.client.setOnline(true)
+        #expect(await eventually { recorder.documentIDs == ["1", "3", "4", "5"] })
+
+        let resumed = recorder.batches.dropFirst(before)
+        #expect(resumed.allSatisfy { !$0.isSnapshot })
+        let changes = resumed.flatMap(\.changes)
+        #expect(changes.map(\.path.id).sorted() == ["1", "2", "4", "5"])  // each change once, none from before
+        let versions = recorder.batches.map(\.version)
+        #expect(versions == versions.sorted())
+        listening.cancel()
+        await writer.stop()
+        await reader.stop()
+        await server.stop()
+    }
+
+    @Test("a collection-group engine spans parents, with equal ids under different parents")
+    func collectionGroup() async throws {
+        let server = try await LiveServer.start()
+        let a = RunningClient(server, id: "client-a")
+        await a.client.waitUntilConnected()
+        let reviews = CollectionGroupSyncEngine<Note>(remote: TandemRemoteCollectionGroupService(client: a.client, groupName: "reviews"), managerKey: "reviews", persistence: nil)
+        await reviews.startListening { $0.order(by: "n") }
+        _ = try await a.client.commit([
+            .set(documentPath("products/lamp/reviews/r1"), ["id": "r1", "text": "bright", "n": 1]),
+            .set(documentPath("products/desk/reviews/r1"), ["id": "r1", "text": "sturdy", "n": 2]),
+            .set(documentPath("products/desk/notes/r9"), ["id": "r9", "text": "not a review", "n": 3]),
+        ])
+        #expect(await eventually { reviews.currentDocuments.count == 2 })
+        #expect(reviews.currentDocuments.map(\.path.description).sorted() == ["products/desk/reviews/r1", "products/lamp/reviews/r1"])
+        let fetched = try await a.client.documents(.collectionGroup("reviews", Query().whereField("n", isGreaterThan: 1)))
+        #expect(fetched.map(\.path.description) == ["products/desk/reviews/r1"])
+        await a.stop()
+        await server.stop()
+    }
+
+    @Test("a limited query listener follows documents moving in and out of its limit")
+    func limitedListener() async throws {
+        let server = try await LiveServer.start()
+        let a = RunningClient(server, id: "client-a")
+        await a.client.waitUntilConnected()
+        let top = engine(a.client, key: "top")
+        for index in 1...4 {
+            _ = try await a.client.commit([.set(documentPath("notes/\(index)"), ["id": .string("\(index)"), "text": "t", "n": .int(index)])])
+        }
+        await top.startListening { $0.order(by: "n", descending: true).limit(to: 2) }
+        #expect(top.currentCollection.map(\.id).sorted() == ["3", "4"])
+        _ = try await a.client.commit([.delete(documentPath("notes/4"))])
+        #expect(await eventually { top.currentCollection.map(\.id).sorted() == ["2", "3"] })
+        _ = try await a.client.commit([.update(documentPath("notes/1"), fields: ["n": 10])])
+        #expect(await eventually { top.currentCollection.map(\.id).sorted() == ["1", "3"] })
+        await a.stop()
+        await server.stop()
+    }
+}
+
+/// Batches a listener received, in order.
+final class BatchRecorder: Sendable {
+    private let state = Mutex<[RemoteChangeBatch]>([])
+    func append(_ batch: RemoteChangeBatch) { state.withLock { $0.append(batch) } }
+    var batches: [RemoteChangeBatch] { state.withLock { $0 } }
+    var count: Int { state.withLock { $0.count } }
+    /// The documents present after applying every batch, by id.
+    var documentIDs: [String] {
+        var present: [DocumentPath: Bool] = [:]
+        for batch in batches {
+            if batch.isSnapshot { present = [:] }
+            for change in batch.changes { present[change.path] = change.document != nil }
+        }
+        return present.filter(\.value).map(\.key.id).sorted()
+    }
+}
