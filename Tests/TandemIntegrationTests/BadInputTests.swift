@@ -1,0 +1,124 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import Testing
+import TandemCore
+import TandemServer
+import TandemTesting
+
+/// Every kind of bad input gets its stable code, nothing is partly written, and the connection stays
+/// usable where the protocol allows.
+@Suite("Bad input")
+struct BadInputTests {
+    static let big = String(repeating: "x", count: (1 << 20) + 10)
+
+    func expectError(_ message: ServerMessage?, id: Int?, _ code: TandemError.Code, _ fragment: String = "", sourceLocation: SourceLocation = #_sourceLocation) {
+        guard case .error(let answered, let error) = message else {
+            Issue.record("expected an error frame, got \(String(describing: message))", sourceLocation: sourceLocation)
+            return
+        }
+        #expect(answered == id, sourceLocation: sourceLocation)
+        #expect(error.code == code, "\(error)", sourceLocation: sourceLocation)
+        #expect(fragment.isEmpty || error.message.contains(fragment), "\(error.message)", sourceLocation: sourceLocation)
+    }
+
+    @Test("over the WebSocket: each bad message gets an error frame and the session goes on")
+    func webSocket() async throws {
+        let server = try await LiveServer.start()
+        let stream = RawStream(port: server.port)
+
+        stream.send(#"{"type":"get","id":1,"path":"a/b"}"#)
+        expectError(await stream.next(), id: 1, .failedPrecondition, "hello")
+        stream.send(.hello(clientID: "raw", protocolVersion: 99, token: nil))
+        expectError(await stream.next(), id: nil, .failedPrecondition, "protocol")
+        stream.send(.hello(clientID: "raw", protocolVersion: TandemVersion.wireProtocol, token: nil))
+        guard case .welcome? = await stream.next() else { Issue.record("expected welcome"); return }
+
+        stream.send("{not json")
+        expectError(await stream.next(), id: nil, .invalidArgument, "not valid JSON")
+        stream.send(#"{"type":"frobnicate","id":2}"#)
+        expectError(await stream.next(), id: 2, .invalidArgument, "Unknown message type")
+        stream.send(#"{"type":"get","id":3,"path":"users"}"#)
+        expectError(await stream.next(), id: 3, .invalidArgument, "names a collection")
+        stream.send(#"{"type":"write","id":4,"mutations":[{"op":"set","path":"a/b","data":"text"}]}"#)
+        expectError(await stream.next(), id: 4, .invalidArgument, "must be a JSON object")
+        stream.send(#"{"type":"write","id":5,"mutations":[{"op":"update","path":"a/b","fields":{"n":{"$increment":"one"}}}]}"#)
+        expectError(await stream.next(), id: 5, .invalidArgument, "needs a number")
+        stream.send(.write(id: 6, mutations: [.set(documentPath("a/ok"), ["n": 1]), .set(documentPath("a/big"), ["s": .string(Self.big)])]))
+        expectError(await stream.next(), id: 6, .resourceExhausted, "bytes")
+        stream.send(.write(id: 7, mutations: (0...500).map { .set(documentPath("a/\($0)"), [:]) }))
+        expectError(await stream.next(), id: 7, .resourceExhausted, "500")
+        stream.send(.write(id: 8, mutations: [Mutation.set(documentPath("a/ok"), [:]).requiring(.exists(true))]))
+        expectError(await stream.next(), id: 8, .failedPrecondition, "must exist")
+        stream.send(.write(id: 9, mutations: [.update(documentPath("a/none"), fields: ["n": 1])]))
+        expectError(await stream.next(), id: 9, .notFound)
+        stream.send(#"{"type":"listen","id":10,"target":{"collection":"a","query":[{"limitToLast":2}]}}"#)
+        expectError(await stream.next(), id: 10, .invalidArgument, "order")
+        stream.sendBinary([1, 2, 3])
+        expectError(await stream.next(), id: nil, .invalidArgument, "text frames")
+        #expect(try await server.store.currentVersion() == 0)  // nothing was partly written
+
+        // Still usable.
+        stream.send(.write(id: 11, mutations: [.set(documentPath("a/ok"), ["n": 1])]))
+        guard case .ack(11, let acknowledgements)? = await stream.next() else { Issue.record("expected an ack"); return }
+        #expect(acknowledgements.first?.version == 1)
+        stream.send(.heartbeat)
+        stream.send(.get(id: 12, path: documentPath("a/ok")))
+        guard case .documents(12, let documents, _)? = await stream.next() else { Issue.record("expected documents"); return }
+        #expect(documents.first?.data == ["n": 1])
+        await stream.close()
+        await server.stop()
+    }
+
+    func call(_ server: LiveServer, _ method: String, _ path: String, body: String? = nil) async throws -> (Int, JSONValue) {
+        var request = URLRequest(url: URL(string: "\(server.url.absoluteString)\(path)")!)
+        request.httpMethod = method
+        if let body { request.httpBody = Data(body.utf8) }
+        let (data, response) = try await URLSession.shared.data(for: request)
+        let status = (response as? HTTPURLResponse)?.statusCode ?? 0
+        return (status, (try? JSONText.parse(bytes: data)) ?? .null)
+    }
+
+    func code(_ body: JSONValue) -> String? {
+        body[field: "error"]?[field: "code"]?.stringValue
+    }
+
+    @Test("over HTTP: each bad request gets a 4xx with its code and writes nothing")
+    func http() async throws {
+        let server = try await LiveServer.start()
+        var (status, body) = try await call(server, "PUT", "/v1/documents/a/b", body: "{oops")
+        #expect(status == 400 && code(body) == "invalid-argument")
+        (status, body) = try await call(server, "GET", "/v1/documents/users")
+        #expect(status == 400 && code(body) == "invalid-argument")
+        (status, body) = try await call(server, "PUT", "/v1/documents/a/b", body: "[1, 2]")
+        #expect(status == 400 && code(body) == "invalid-argument")
+        (status, body) = try await call(server, "PATCH", "/v1/documents/a/b", body: #"{"n": {"$increment": "x"}}"#)
+        #expect(status == 400 && code(body) == "invalid-argument")
+        (status, body) = try await call(server, "PUT", "/v1/documents/a/big", body: JSONText.encode(["s": .string(Self.big)]))
+        #expect(status == 413 && code(body) == "resource-exhausted")
+        let many = JSONText.encode(["writes": .array((0...500).map { Mutation.set(documentPath("a/\($0)"), [:]).wireValue })])
+        (status, body) = try await call(server, "POST", "/v1/commit", body: many)
+        #expect(status == 413 && code(body) == "resource-exhausted")
+        (status, body) = try await call(server, "POST", "/v1/query", body: #"{"collection": "a", "query": [{"where": "n", "op": "~", "value": 1}]}"#)
+        #expect(status == 400 && code(body) == "invalid-argument")
+        (status, body) = try await call(server, "GET", "/v1/changes?since=yesterday")
+        #expect(status == 400 && code(body) == "invalid-argument")
+        (status, body) = try await call(server, "GET", "/v1/documents/a/missing")
+        #expect(status == 404 && code(body) == "not-found")
+        (status, body) = try await call(server, "PUT", "/v1/documents/a/b?exists=true", body: "{}")
+        #expect(status == 412 && code(body) == "failed-precondition")
+        #expect(try await server.store.currentVersion() == 0)
+
+        // And the good path: a transform, a precondition, the change feed.
+        (status, body) = try await call(server, "PUT", "/v1/documents/a/b", body: #"{"n": {"$increment": 2}, "tags": {"$arrayUnion": ["x"]}}"#)
+        #expect(status == 200 && body[field: "data"] == ["n": 2, "tags": ["x"]] && body[field: "version"] == 1)
+        (status, body) = try await call(server, "PATCH", "/v1/documents/a/b?version=1", body: #"{"n": {"$increment": 1}, "tags": {"$delete": true}}"#)
+        #expect(status == 200 && body[field: "data"] == ["n": 3])
+        (status, body) = try await call(server, "GET", "/v1/changes?since=0&limit=1")
+        #expect(status == 200 && body[field: "hasMore"] == false && body[field: "changes"]?.arrayValue?.count == 1)
+        (status, body) = try await call(server, "GET", "/health")
+        #expect(status == 200 && body[field: "status"] == "ok")
+        await server.stop()
+    }
+}

@@ -1,0 +1,99 @@
+import Foundation
+import Hummingbird
+import HummingbirdWebSocket
+import Logging
+import Testing
+import Tandem
+import TandemCore
+import TandemTesting
+
+/// The client's connection lifecycle on a manual clock: heartbeats, dead connections, backoff.
+@Suite("Client connection")
+struct ConnectionTests {
+    /// A WebSocket server that accepts `/v1/stream` and never says a word.
+    static func silentServer() async throws -> (port: Int, task: Task<Void, any Error>) {
+        let router = Router(context: BasicWebSocketRequestContext.self)
+        router.ws("/v1/stream") { inbound, _, _ in
+            for try await _ in inbound {}
+        }
+        var logger = Logger(label: "silent")
+        logger.logLevel = .critical
+        let (ports, continuation) = AsyncStream.makeStream(of: Int.self)
+        let app = Application(
+            router: router,
+            server: .http1WebSocketUpgrade(webSocketRouter: router),
+            configuration: .init(address: .hostname("127.0.0.1", port: 0)),
+            onServerRunning: { channel in continuation.yield(channel.localAddress?.port ?? 0) },
+            logger: logger
+        )
+        let task = Task { try await app.run() }
+        var iterator = ports.makeAsyncIterator()
+        return (await iterator.next() ?? 0, task)
+    }
+
+    static func configure(_ clock: ManualClock) -> (inout TandemClientConfiguration) -> Void {
+        { configuration in
+            configuration.clock = clock
+            configuration.heartbeatInterval = .seconds(1)
+            configuration.missedHeartbeatsAllowed = 3
+            configuration.reconnectPolicy = .exponential(initial: .seconds(2), maximum: .seconds(60))
+        }
+    }
+
+    /// Waits until something sleeps on the clock until `offset` from now.
+    func sleeper(on clock: ManualClock, after offset: Duration) async -> Bool {
+        let deadline = clock.now.advanced(by: offset)
+        return await eventually { clock.pendingDeadlines.contains(deadline) }
+    }
+
+    @Test("a connection that stays silent for three heartbeats is dropped and replaced after the backoff")
+    func deadConnection() async throws {
+        let (port, serverTask) = try await Self.silentServer()
+        let clock = ManualClock()
+        let running = RunningClient(url: URL(string: "http://127.0.0.1:\(port)")!, id: "c", configure: Self.configure(clock))
+        #expect(await sleeper(on: clock, after: .seconds(1)))  // the first heartbeat
+        for _ in 0..<3 {
+            clock.advance(by: .seconds(1))
+            #expect(await sleeper(on: clock, after: .seconds(1)))
+        }
+        #expect(running.client.connectionAttempts == 1)
+        clock.advance(by: .seconds(1))  // a fourth silent interval: dead
+        #expect(await sleeper(on: clock, after: .seconds(2)))  // the backoff before attempt 2
+        #expect(running.client.connectionAttempts == 1)
+        clock.advance(by: .seconds(2))
+        #expect(await eventually { running.client.connectionAttempts == 2 })
+        #expect(!running.client.isConnected)
+        await running.stop()
+        serverTask.cancel()
+    }
+
+    @Test("reconnects back off 2, 4, 8 s on the clock; a request while down tries at once; success resets")
+    func backoff() async throws {
+        let first = try await LiveServer.start()
+        let port = first.port
+        await first.stop()
+        let clock = ManualClock()
+        let running = RunningClient(url: URL(string: "http://127.0.0.1:\(port)")!, id: "c", configure: Self.configure(clock))
+        for (attempt, delay) in [(1, 2), (2, 4), (3, 8)] {
+            #expect(await sleeper(on: clock, after: .seconds(delay)), "attempt \(attempt)")
+            #expect(running.client.connectionAttempts == attempt)
+            clock.advance(by: .seconds(delay))
+        }
+        #expect(await sleeper(on: clock, after: .seconds(16)))
+        #expect(running.client.connectionAttempts == 4)
+        await #expect(throws: TandemError.self) { _ = try await running.client.document(at: documentPath("a/b")) }
+        #expect(await eventually { running.client.connectionAttempts == 5 })  // no clock advance needed
+
+        let server = try await LiveServer.start(directory: first.directory, port: port)
+        #expect(await sleeper(on: clock, after: .seconds(32)))
+        clock.advance(by: .seconds(32))
+        await running.client.waitUntilConnected()
+        #expect(try await running.client.document(at: documentPath("a/b")) == nil)
+        let attempts = running.client.connectionAttempts
+        await server.stop()
+        // A connection that was up is retried at once, then the backoff starts again from 2 s.
+        #expect(await sleeper(on: clock, after: .seconds(2)))
+        #expect(running.client.connectionAttempts == attempts + 1)
+        await running.stop()
+    }
+}

@@ -1,0 +1,108 @@
+import Foundation
+import Logging
+import Synchronization
+import TandemCore
+import NIOCore
+import WSClient
+
+/// A bare WebSocket to `/v1/stream`, for sending the server exactly the bytes a test wants.
+final class RawStream: Sendable {
+    private let inbox = Inbox()
+    private let outgoing: AsyncStream<WebSocketOutboundWriter.OutboundFrame>.Continuation
+    private let task: Task<Void, any Error>
+
+    init(port: Int) {
+        let inbox = self.inbox
+        let (frames, outgoing) = AsyncStream.makeStream(of: WebSocketOutboundWriter.OutboundFrame.self)
+        self.outgoing = outgoing
+        var logger = Logger(label: "raw")
+        logger.logLevel = .critical
+        let client = WebSocketClient(url: "ws://127.0.0.1:\(port)/v1/stream", configuration: .init(maxFrameSize: 1 << 20), logger: logger) { inbound, outbound, _ in
+            await withDiscardingTaskGroup { group in
+                group.addTask {
+                    for await frame in frames {
+                        if case .text(let text) = frame {
+                            try? await outbound.writeTextMessage(text)
+                        } else {
+                            try? await outbound.write(frame)
+                        }
+                    }
+                }
+                do {
+                    for try await message in inbound.messages(maxSize: 64 << 20) {
+                        if case .text(let text) = message {
+                            inbox.put(try? ServerMessage(wire: try JSONText.parse(text)))
+                        }
+                    }
+                } catch {}
+                inbox.close()
+                outgoing.finish()
+            }
+        }
+        task = Task { try await client.run() }
+    }
+
+    func send(_ text: String) { outgoing.yield(.text(text)) }
+    func send(_ message: ClientMessage) { send(message.text) }
+    func sendBinary(_ bytes: [UInt8]) { outgoing.yield(.binary(ByteBuffer(bytes: bytes))) }
+
+    /// The next message that is not a heartbeat; nil when the connection closed.
+    func next() async -> ServerMessage? {
+        while let message = await inbox.take() {
+            if message == .heartbeat { continue }
+            return message
+        }
+        return nil
+    }
+
+    func close() async {
+        outgoing.finish()
+        task.cancel()
+        _ = try? await task.value
+    }
+}
+
+/// Messages received and not yet taken; nil once the connection closed.
+final class Inbox: Sendable {
+    private struct State {
+        var queue: [ServerMessage?] = []
+        var closed = false
+        var waiter: CheckedContinuation<ServerMessage??, Never>?
+    }
+    private let state = Mutex(State())
+
+    func put(_ message: ServerMessage?) {
+        let waiter = state.withLock { state -> CheckedContinuation<ServerMessage??, Never>? in
+            if let waiter = state.waiter {
+                state.waiter = nil
+                return waiter
+            }
+            state.queue.append(message)
+            return nil
+        }
+        waiter?.resume(returning: .some(message))
+    }
+
+    func close() {
+        let waiter = state.withLock { state -> CheckedContinuation<ServerMessage??, Never>? in
+            state.closed = true
+            defer { state.waiter = nil }
+            return state.waiter
+        }
+        waiter?.resume(returning: nil)
+    }
+
+    /// The next message (which may be nil when it did not parse), or nil when closed.
+    func take() async -> ServerMessage? {
+        let next: ServerMessage?? = await withCheckedContinuation { continuation in
+            let ready = state.withLock { state -> ServerMessage??? in
+                if !state.queue.isEmpty { return .some(.some(state.queue.removeFirst())) }
+                if state.closed { return .some(nil) }
+                state.waiter = continuation
+                return nil
+            }
+            if let ready { continuation.resume(returning: ready) }
+        }
+        return next ?? nil
+    }
+}
