@@ -13,6 +13,9 @@ struct TandemCommand: AsyncParsableCommand {
             http://127.0.0.1:8080).
             """,
         version: TandemVersion.current,
-        subcommands: [ServeCommand.self, BenchCommand.self]
+        subcommands: [
+            ServeCommand.self, DemoCommand.self, GetCommand.self, SetCommand.self, UpdateCommand.self, DeleteCommand.self,
+            QueryCommand.self, WatchCommand.self, ImportCommand.self, ExportCommand.self, BenchCommand.self,
+        ]
     )
 }

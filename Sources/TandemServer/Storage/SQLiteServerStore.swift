@@ -95,13 +95,12 @@ public final class SQLiteServerStore: ServerStore {
 
     /// Prunes old tombstones every `pruneInterval` until the service group shuts down.
     public func run() async throws {
-        while !Task.isCancelled && !Task.isShuttingDownGracefully {
-            do {
+        let configuration = self.configuration
+        try? await cancelWhenGracefulShutdown {
+            while !Task.isCancelled {
                 try await Task.sleep(for: configuration.pruneInterval)
-            } catch {
-                return
+                _ = try? await self.pruneTombstones(olderThan: configuration.now().addingTimeInterval(-configuration.tombstoneRetention.seconds))
             }
-            _ = try? await pruneTombstones(olderThan: configuration.now().addingTimeInterval(-configuration.tombstoneRetention.seconds))
         }
     }
 

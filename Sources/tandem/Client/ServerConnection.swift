@@ -1,0 +1,90 @@
+import ArgumentParser
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import TandemCore
+
+/// The `--url` every client command takes.
+struct ServerOptions: ParsableArguments {
+    @Option(help: "The Tandem server's URL.")
+    var url = "http://127.0.0.1:8080"
+
+    func connection() throws -> ServerConnection {
+        guard let base = URL(string: url), let scheme = base.scheme, ["http", "https"].contains(scheme), base.host != nil else {
+            throw TandemError.invalidArgument("--url must be an http(s) URL with a host, such as http://127.0.0.1:8080; got '\(url)'.")
+        }
+        return ServerConnection(base: base)
+    }
+}
+
+/// The server's HTTP API, as the CLI uses it. Error answers become `TandemError`s with their code.
+struct ServerConnection: Sendable {
+    let base: URL
+
+    func call(_ method: String, _ path: String, body: JSONValue? = nil) async throws -> JSONValue {
+        let text = base.absoluteString.hasSuffix("/") ? String(base.absoluteString.dropLast()) : base.absoluteString
+        guard let url = URL(string: text + path) else {
+            throw TandemError.invalidArgument("Cannot make a URL from \(text)\(path).")
+        }
+        var request = URLRequest(url: url)
+        request.httpMethod = method
+        if let body {
+            request.httpBody = Data(JSONText.encode(body).utf8)
+            request.setValue("application/json", forHTTPHeaderField: "Content-Type")
+        }
+        let data: Data
+        let response: URLResponse
+        do {
+            (data, response) = try await URLSession.shared.data(for: request)
+        } catch {
+            throw TandemError(.unavailable, "Cannot reach the Tandem server at \(base.absoluteString): \(error.localizedDescription). Is `tandem serve` running there?")
+        }
+        let status = (response as? HTTPURLResponse)?.statusCode ?? 0
+        let value = (try? JSONText.parse(bytes: data)) ?? .null
+        if status >= 400 {
+            if let code = value[field: "error.code"]?.stringValue, let message = value[field: "error.message"]?.stringValue {
+                throw TandemError(TandemError.Code(rawValue: code), message)
+            }
+            throw TandemError(.unknown, "The server answered HTTP \(status).")
+        }
+        return value
+    }
+
+    /// `/v1/documents/…` with each segment escaped.
+    static func documentsPath(_ path: DocumentPath) -> String {
+        "/v1/documents/" + path.segments.map { $0.addingPercentEncoding(withAllowedCharacters: .urlPathSegmentAllowed) ?? $0 }.joined(separator: "/")
+    }
+}
+
+extension CharacterSet {
+    static let urlPathSegmentAllowed: CharacterSet = {
+        var set = CharacterSet.urlPathAllowed
+        set.remove(charactersIn: "/;?#%")
+        return set
+    }()
+}
+
+/// Runs a command body, printing a `TandemError` as `error: code: message` on stderr and exiting 1.
+func reportingErrors(_ body: () async throws -> Void) async throws {
+    do {
+        try await body()
+    } catch let error as TandemError {
+        Console.error("error: \(error.code.rawValue): \(error.message)")
+        throw ExitCode(1)
+    }
+}
+
+/// Parses a JSON argument, which must be an object.
+func parseObjectArgument(_ text: String, name: String) throws -> JSONValue {
+    let value: JSONValue
+    do {
+        value = try JSONText.parse(text)
+    } catch {
+        throw TandemError.invalidArgument("\(name) is not valid JSON (\(error.message)). Quote it for the shell: '{\"name\": \"Ada\"}'.")
+    }
+    guard case .object = value else {
+        throw TandemError.invalidArgument("\(name) must be a JSON object such as '{\"name\": \"Ada\"}', got \(value.typeName).")
+    }
+    return value
+}

@@ -1,0 +1,165 @@
+import Foundation
+import Synchronization
+
+/// The `tandem` executable, built beside the tests, run as a child process.
+enum CLIProcess {
+    struct Result {
+        var status: Int32
+        var out: String
+        var err: String
+        var lines: [String] { out.split(separator: "\n").map(String.init) }
+    }
+
+    static var executable: URL? {
+        var directory = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
+        for _ in 0..<4 {
+            let candidate = directory.appendingPathComponent("tandem")
+            if FileManager.default.isExecutableFile(atPath: candidate.path) { return candidate }
+            directory = directory.deletingLastPathComponent()
+        }
+        return nil
+    }
+
+    /// Runs `tandem ARGS…` to completion.
+    static func run(_ arguments: [String], input: String? = nil) async throws -> Result {
+        let process = Process()
+        process.executableURL = executable
+        process.arguments = arguments
+        let out = Pipe(), err = Pipe()
+        process.standardOutput = out
+        process.standardError = err
+        let collectedOut = Collector(out.fileHandleForReading)
+        let collectedErr = Collector(err.fileHandleForReading)
+        let exited = Exit()
+        process.terminationHandler = { exited.fire($0.terminationStatus) }
+        try process.run()
+        let status = await exited.wait()
+        return Result(status: status, out: await collectedOut.text(), err: await collectedErr.text())
+    }
+}
+
+/// A running `tandem` process whose standard output is read line by line.
+final class RunningProcess: Sendable {
+    let process: Process
+    private let lines: Lines
+    private let exited = Exit()
+
+    init(_ arguments: [String]) throws {
+        let process = Process()
+        process.executableURL = CLIProcess.executable
+        process.arguments = arguments
+        let out = Pipe()
+        process.standardOutput = out
+        process.standardError = FileHandle.nullDevice
+        lines = Lines(out.fileHandleForReading)
+        let exited = self.exited
+        process.terminationHandler = { exited.fire($0.terminationStatus) }
+        try process.run()
+        self.process = process
+    }
+
+    /// The next line printed, or nil once output ends.
+    func nextLine() async -> String? { await lines.next() }
+
+    func signal(_ signal: Int32) { kill(process.processIdentifier, signal) }
+
+    func waitForExit() async -> Int32 { await exited.wait() }
+}
+
+/// Reads a pipe to its end on a background queue.
+final class Collector: Sendable {
+    private let data = Mutex(Data())
+    private let done = Exit()
+
+    init(_ handle: FileHandle) {
+        DispatchQueue.global().async {
+            while true {
+                let chunk = handle.availableData
+                if chunk.isEmpty { break }
+                self.data.withLock { $0.append(chunk) }
+            }
+            self.done.fire(0)
+        }
+    }
+
+    func text() async -> String {
+        _ = await done.wait()
+        return String(decoding: data.withLock { $0 }, as: UTF8.self)
+    }
+}
+
+/// Splits a pipe into lines as they arrive.
+final class Lines: Sendable {
+    private struct State {
+        var queue: [String] = []
+        var ended = false
+        var waiter: CheckedContinuation<String?, Never>?
+    }
+    private let state = Mutex(State())
+
+    init(_ handle: FileHandle) {
+        DispatchQueue.global().async {
+            var buffer = Data()
+            while true {
+                let chunk = handle.availableData
+                if chunk.isEmpty { break }
+                buffer.append(chunk)
+                while let newline = buffer.firstIndex(of: UInt8(ascii: "\n")) {
+                    self.put(String(decoding: buffer[buffer.startIndex..<newline], as: UTF8.self))
+                    buffer.removeSubrange(buffer.startIndex...newline)
+                }
+            }
+            self.put(nil)
+        }
+    }
+
+    private func put(_ line: String?) {
+        let waiter = state.withLock { state -> CheckedContinuation<String?, Never>? in
+            if let line { state.queue.append(line) } else { state.ended = true }
+            guard let waiter = state.waiter else { return nil }
+            state.waiter = nil
+            return waiter
+        }
+        guard let waiter else { return }
+        let next = state.withLock { state -> String? in state.queue.isEmpty ? nil : state.queue.removeFirst() }
+        waiter.resume(returning: next)
+    }
+
+    func next() async -> String? {
+        await withCheckedContinuation { continuation in
+            let ready = state.withLock { state -> String?? in
+                if !state.queue.isEmpty { return .some(state.queue.removeFirst()) }
+                if state.ended { return .some(nil) }
+                state.waiter = continuation
+                return nil
+            }
+            if let ready { continuation.resume(returning: ready) }
+        }
+    }
+}
+
+/// A one-shot exit status that can be awaited.
+final class Exit: Sendable {
+    private let state = Mutex<(status: Int32?, waiters: [CheckedContinuation<Int32, Never>])>((nil, []))
+
+    func fire(_ status: Int32) {
+        let waiters = state.withLock { state -> [CheckedContinuation<Int32, Never>] in
+            guard state.status == nil else { return [] }
+            state.status = status
+            defer { state.waiters = [] }
+            return state.waiters
+        }
+        waiters.forEach { $0.resume(returning: status) }
+    }
+
+    func wait() async -> Int32 {
+        await withCheckedContinuation { continuation in
+            let status = state.withLock { state -> Int32? in
+                if let status = state.status { return status }
+                state.waiters.append(continuation)
+                return nil
+            }
+            if let status { continuation.resume(returning: status) }
+        }
+    }
+}

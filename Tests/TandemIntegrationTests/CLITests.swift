@@ -1,0 +1,189 @@
+import Foundation
+import Synchronization
+import Testing
+import Tandem
+import TandemCore
+import TandemTesting
+
+/// The `tandem` command line, run as a child process against real servers.
+@Suite("CLI", .serialized)
+struct CLITests {
+    /// Starts `tandem serve` on a free port and returns it with its URL.
+    static func serve(_ directory: URL) async throws -> (RunningProcess, String) {
+        let process = try RunningProcess(["serve", "--port", "0", "--data-dir", directory.path])
+        let line = try #require(await process.nextLine(), "tandem serve printed nothing")
+        #expect(line.hasPrefix("listening on http://127.0.0.1:"))
+        return (process, String(line.dropFirst("listening on ".count)))
+    }
+
+    @Test("serve prints where it listens and shuts down cleanly on SIGTERM")
+    func serve() async throws {
+        try #require(CLIProcess.executable != nil, "tandem is not built; run `swift build --build-tests` first")
+        let directory = TemporaryDirectory()
+        let (server, url) = try await Self.serve(directory.url)
+        let health = try await CLIProcess.run(["get", "a/b", "--url", url])
+        #expect(health.status == 1 && health.err.contains("not-found"))
+        server.signal(SIGTERM)
+        #expect(await server.waitForExit() == 0)
+        #expect(FileManager.default.fileExists(atPath: directory.url.appendingPathComponent("tandem.sqlite").path))
+    }
+
+    @Test("get, set, update, delete and query print JSON; errors go to stderr with their code")
+    func documentCommands() async throws {
+        let server = try await LiveServer.start()
+        let url = server.url.absoluteString
+        var result = try await CLIProcess.run(["set", "users/ada", #"{"name": "Ada", "age": 36, "visits": {"$increment": 1}}"#, "--url", url])
+        #expect(result.status == 0)
+        #expect(try JSONText.parse(result.out)[field: "data"] == ["name": "Ada", "age": 36, "visits": 1])
+        result = try await CLIProcess.run(["set", "users/bob", #"{"name": "Bob", "age": 17}"#, "--url", url])
+        result = try await CLIProcess.run(["set", "users/bob", #"{"city": "Paris"}"#, "--merge", "--url", url])
+        #expect(try JSONText.parse(result.out)[field: "data"] == ["name": "Bob", "age": 17, "city": "Paris"])
+        result = try await CLIProcess.run(["update", "users/ada", #"{"address.city": "London", "visits": {"$increment": 2}}"#, "--url", url])
+        #expect(try JSONText.parse(result.out)[field: "data"] == ["name": "Ada", "age": 36, "visits": 3, "address": ["city": "London"]])
+        result = try await CLIProcess.run(["get", "users/ada", "--url", url])
+        #expect(try JSONText.parse(result.out)[field: "version"] == 4)
+
+        result = try await CLIProcess.run(["query", "users", "--where", "age >= 18", "--url", url])
+        #expect(result.lines.count == 1 && result.out.contains("users/ada"))
+        result = try await CLIProcess.run(["query", "users", "--order-by", "age:desc", "--limit", "2", "--url", url])
+        #expect(try result.lines.map { try JSONText.parse($0)[field: "path"] } == ["users/ada", "users/bob"])
+        result = try await CLIProcess.run(["query", "users", "--group", "--where", "name in [\"Bob\"]", "--url", url])
+        #expect(result.lines.count == 1 && result.out.contains("users/bob"))
+
+        result = try await CLIProcess.run(["delete", "users/bob", "--url", url])
+        #expect(result.status == 0 && result.out.contains("\"deleted\":true"))
+        result = try await CLIProcess.run(["get", "users/bob", "--url", url])
+        #expect(result.status == 1 && result.err.hasPrefix("error: not-found:") && result.out.isEmpty)
+        result = try await CLIProcess.run(["update", "users/zed", #"{"a": 1}"#, "--url", url])
+        #expect(result.status == 1 && result.err.contains("not-found"))
+        result = try await CLIProcess.run(["set", "users", "{}", "--url", url])
+        #expect(result.status == 1 && result.err.contains("invalid-argument"))
+        result = try await CLIProcess.run(["set", "users/x", "{oops", "--url", url])
+        #expect(result.status == 1 && result.err.contains("invalid-argument") && result.err.contains("not valid JSON"))
+        result = try await CLIProcess.run(["query", "users", "--where", "age ~ 3", "--url", url])
+        #expect(result.status == 1 && result.err.contains("Unknown operator"))
+        result = try await CLIProcess.run(["get", "users/ada", "--url", "http://127.0.0.1:1"])
+        #expect(result.status == 1 && result.err.contains("unavailable"))
+        await server.stop()
+    }
+
+    @Test("watch prints one line per change and stops after --count")
+    func watch() async throws {
+        let server = try await LiveServer.start()
+        _ = try await server.store.commit([.set(documentPath("notes/1"), ["text": "first"])])
+        let watcher = try RunningProcess(["watch", "notes", "--where", "text != \"skip\"", "--count", "4", "--url", server.url.absoluteString])
+        var lines: [JSONValue] = []
+        lines.append(try JSONText.parse(try #require(await watcher.nextLine())))  // the snapshot
+        _ = try await server.store.commit([.set(documentPath("notes/2"), ["text": "second"])])
+        _ = try await server.store.commit([.set(documentPath("notes/3"), ["text": "skip"])])
+        _ = try await server.store.commit([.update(documentPath("notes/1"), fields: ["text": "first, edited"])])
+        _ = try await server.store.commit([.delete(documentPath("notes/2"))])
+        while let line = await watcher.nextLine() { lines.append(try JSONText.parse(line)) }
+        #expect(await watcher.waitForExit() == 0)
+        #expect(lines.map { $0[field: "type"] } == ["added", "added", "modified", "removed"])
+        #expect(lines.map { $0[field: "path"] } == ["notes/1", "notes/2", "notes/1", "notes/2"])
+        #expect(lines[2][field: "data"] == ["text": "first, edited"])
+        #expect(lines[3][field: "data"] == .null)
+        await server.stop()
+    }
+
+    @Test("import checks the whole file first; export prints JSON lines that import back")
+    func importExport() async throws {
+        let server = try await LiveServer.start()
+        let url = server.url.absoluteString
+        let directory = TemporaryDirectory()
+        let file = directory.url.appendingPathComponent("items.jsonl")
+        let lines = (0..<1200).map { #"{"id": "item\#($0)", "n": \#($0)}"# } + [#"{"n": "no id"}"#]
+        try lines.joined(separator: "\n").write(to: file, atomically: true, encoding: .utf8)
+        var result = try await CLIProcess.run(["import", file.path, "--collection", "items", "--url", url])
+        #expect(result.status == 0)
+        #expect(result.out.hasPrefix("imported 1201 documents into items"))  // a summary, not a progress bar
+        #expect(try await server.store.read(.collection(collectionPath("items"), Query())).documents.count == 1201)
+
+        result = try await CLIProcess.run(["export", "items", "--url", url])
+        #expect(result.lines.count == 1201)
+        let exported = directory.url.appendingPathComponent("export.jsonl")
+        try result.out.write(to: exported, atomically: true, encoding: .utf8)
+        result = try await CLIProcess.run(["import", exported.path, "--collection", "copy", "--url", url])
+        #expect(result.status == 0)
+        let copy = try await server.store.read(.collection(collectionPath("copy"), Query())).documents
+        let original = try await server.store.read(.collection(collectionPath("items"), Query())).documents
+        #expect(copy.map(\.path.id) == original.map(\.path.id))
+
+        let bad = directory.url.appendingPathComponent("bad.jsonl")
+        try "{\"id\": \"a\"}\n[1, 2]\n".write(to: bad, atomically: true, encoding: .utf8)
+        result = try await CLIProcess.run(["import", bad.path, "--collection", "bad", "--url", url])
+        #expect(result.status == 1 && result.err.contains("Line 2") && result.err.contains("Nothing was imported"))
+        #expect(try await server.store.read(.collection(collectionPath("bad"), Query())).documents.isEmpty)
+        await server.stop()
+    }
+
+    @Test("demo runs a server and two clients and exits 0 when they agree")
+    func demo() async throws {
+        let result = try await CLIProcess.run(["demo"])
+        #expect(result.status == 0, "\(result.out)\n\(result.err)")
+        #expect(result.out.contains("B (offline)"))
+        #expect(result.lines.last?.hasPrefix("ok: A, B and the server agree") == true)
+    }
+
+    @Test("a server killed with SIGKILL and restarted still has every acknowledged write")
+    func sigkill() async throws {
+        let directory = TemporaryDirectory()
+        var (server, url) = try await Self.serve(directory.url)
+        let acknowledged = AcknowledgedIDs()
+        for round in 0..<2 {
+            let client = RunningClient(url: URL(string: url)!, id: "writer")
+            await client.client.waitUntilConnected()
+            // Sixteen writers at once, so commits are grouped, then the kill mid-stream.
+            await withTaskGroup(of: Void.self) { group in
+                for writer in 0..<16 {
+                    group.addTask {
+                        for index in 0..<25 {
+                            let id = round * 1000 + writer * 25 + index
+                            let mutation = Mutation.set(documentPath("items/\(id)"), ["n": .int(id)])
+                                .identified(by: MutationID(clientID: "writer-\(round)-\(writer)", sequence: UInt64(index + 1)))
+                            if (try? await client.client.commit([mutation])) != nil { acknowledged.add(id) }
+                        }
+                    }
+                }
+            }
+            let before = acknowledged.count
+            // Kill while more writes are in flight.
+            let flood = Task {
+                for index in 0..<500 {
+                    let id = round * 1000 + 500 + index
+                    if (try? await client.client.commit([.set(documentPath("items/\(id)"), ["n": .int(id)])])) != nil {
+                        acknowledged.add(id)
+                    } else {
+                        return
+                    }
+                }
+            }
+            #expect(await eventually { acknowledged.count > before + 20 })
+            server.signal(SIGKILL)
+            #expect(await server.waitForExit() != 0)
+            await flood.value
+            await client.stop()
+            (server, url) = try await Self.serve(directory.url)
+        }
+        let check = RunningClient(url: URL(string: url)!, id: "checker")
+        await check.client.waitUntilConnected()
+        let stored = try await check.client.documents(.collection(collectionPath("items"), Query()))
+        let values = Dictionary(uniqueKeysWithValues: stored.map { ($0.path.id, $0.data["n"]) })
+        #expect(acknowledged.count > 800)
+        for id in acknowledged.ids {
+            #expect(values["\(id)"] == .int(id), "acknowledged write \(id) is missing after SIGKILL")
+        }
+        await check.stop()
+        server.signal(SIGTERM)
+        _ = await server.waitForExit()
+    }
+}
+
+/// Ids whose writes the server acknowledged.
+final class AcknowledgedIDs: Sendable {
+    private let state = Mutex<Set<Int>>([])
+    func add(_ id: Int) { _ = state.withLock { $0.insert(id) } }
+    var ids: Set<Int> { state.withLock { $0 } }
+    var count: Int { state.withLock { $0.count } }
+}
