@@ -6,7 +6,7 @@ struct BenchCommand: AsyncParsableCommand {
         commandName: "bench",
         abstract: "Run benchmarks; each figure is printed beside a baseline measured in the same run.",
         discussion: "Build in release mode for meaningful figures: swift run -c release tandem bench core",
-        subcommands: [CoreBench.self, EnginesBench.self]
+        subcommands: [CoreBench.self, EnginesBench.self, ServerBench.self]
     )
 }
 
@@ -62,5 +62,28 @@ struct EnginesBench: AsyncParsableCommand {
 
     func run() async throws {
         try await EngineBenchmarks.run(documents: documents, repetitions: repetitions, coldStartOnly: coldStartOnly).print()
+    }
+}
+
+struct ServerBench: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "server",
+        abstract: "Server write throughput, commit-to-listener latency and initial sync, over real sockets on loopback."
+    )
+
+    @Option(help: "Documents in the initial-sync collection.")
+    var documents = 100_000
+
+    @Option(help: "Writes by the single client (the 16 clients write twice as many in all).")
+    var writes = 2_000
+
+    func validate() throws {
+        guard documents > 0, writes > 0 else {
+            throw ValidationError("--documents and --writes must be positive.")
+        }
+    }
+
+    func run() async throws {
+        try await ServerBenchmarks.run(documents: documents, writes: writes).print()
     }
 }

@@ -1,0 +1,255 @@
+import Foundation
+import GRDB
+import Hummingbird
+import HummingbirdWebSocket
+import Logging
+import Synchronization
+import Tandem
+import TandemCore
+import TandemServer
+import TandemTesting
+import WSClient
+
+/// The figures of `tandem bench server`: a real server on loopback, real WebSocket clients.
+enum ServerBenchmarks {
+    static func client(_ server: LiveServer, _ id: String) -> (TandemClient, Task<Void, any Error>) {
+        var configuration = TandemClientConfiguration()
+        configuration.clientID = id
+        configuration.logger.logLevel = .critical
+        let client = TandemClient(url: server.url, configuration: configuration)
+        return (client, Task { try await client.run() })
+    }
+
+    static func body(_ index: Int) -> JSONObject {
+        ["name": .string("Item number \(index)"), "price": .double(Double(index % 1_000) / 4), "stock": .int(index % 50), "tags": ["bulk"]]
+    }
+
+    // MARK: Writes
+
+    /// Acknowledged writes/s with `clients` clients each committing one write at a time, against GRDB
+    /// inserting the same documents into a table like the server's, `clients` per transaction, with
+    /// the same durability (WAL, synchronous FULL).
+    static func writes(clients: Int, perClient: Int, directory: URL, into report: inout BenchReport) async throws {
+        let server = try await LiveServer.start(directory: directory.appendingPathComponent("writes-\(clients)"))
+        let running = (0..<clients).map { client(server, "bench-writer-\($0)") }
+        for (client, _) in running { await client.waitUntilConnected() }
+        let clock = ContinuousClock()
+        let ours = try await clock.measure {
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for (index, (client, _)) in running.enumerated() {
+                    group.addTask {
+                        for step in 0..<perClient {
+                            let id = index * perClient + step
+                            let mutation = Mutation.set(try DocumentPath("items/item-\(id)"), body(id))
+                                .identified(by: MutationID(clientID: "bench-writer-\(index)", sequence: UInt64(step + 1)))
+                            _ = try await client.commit([mutation])
+                        }
+                    }
+                }
+                try await group.waitForAll()
+            }
+        }
+        let total = clients * perClient
+        let stored = try await server.store.read(.collection(try CollectionPath("items"), Query())).documents.count
+        precondition(stored == total, "bench: the server holds \(stored) of \(total) documents")
+        for (_, task) in running { task.cancel() }
+        await server.stop()
+
+        var configuration = Configuration()
+        configuration.prepareDatabase { db in try db.execute(sql: "PRAGMA synchronous = FULL") }
+        let pool = try DatabasePool(path: directory.appendingPathComponent("baseline-\(clients).sqlite").path, configuration: configuration)
+        try await pool.write { db in
+            try db.execute(sql: "CREATE TABLE documents (path TEXT PRIMARY KEY NOT NULL, collection TEXT NOT NULL, version INTEGER NOT NULL, update_time INTEGER NOT NULL, data TEXT) WITHOUT ROWID")
+        }
+        let baseline = try await clock.measure {
+            var version = 0
+            for start in stride(from: 0, to: total, by: clients) {
+                version += 1
+                let batch = start..<min(start + clients, total)
+                let stamp = version
+                try await pool.write { db in
+                    for id in batch {
+                        try db.execute(sql: "INSERT OR REPLACE INTO documents VALUES (?, 'items', ?, ?, ?)",
+                                       arguments: ["items/item-\(id)", stamp, 0, JSONText.encode(body(id))])
+                    }
+                }
+            }
+        }
+        report.add("server: acknowledged writes/s, \(clients) client\(clients == 1 ? "" : "s") writing one at a time vs GRDB inserts \(clients) per transaction",
+                   ours: ours, baseline: baseline, operations: total, unit: "writes", target: 4)
+    }
+
+    // MARK: Latency
+
+    /// Commit-to-listener latency with `listeners` listeners, spread over at most 20 connections.
+    static func latency(listeners: Int, commits: Int, directory: URL) async throws -> (commitToListener: [Duration], endToEnd: [Duration]) {
+        let server = try await LiveServer.start(directory: directory.appendingPathComponent("latency-\(listeners)"))
+        let clock = ContinuousClock()
+        let published = Locked<[Version: ContinuousClock.Instant]>([:])
+        server.store.observeCommits { batch in
+            let now = ContinuousClock.now
+            published.withLock { $0[batch.version] = now }
+        }
+        let connections = min(listeners, 20)
+        let clients = (0..<connections).map { client(server, "bench-listener-\($0)") }
+        for (client, _) in clients { await client.waitUntilConnected() }
+        let arrivals = Locked<[Version: [ContinuousClock.Instant]]>([:])
+        let ready = Locked(0)
+        let collection = try CollectionPath("latency")
+        var listening: [Task<Void, any Error>] = []
+        for index in 0..<listeners {
+            let (client, _) = clients[index % connections]
+            listening.append(Task {
+                for try await batch in client.listen(.collection(collection, Query())) {
+                    let now = ContinuousClock.now
+                    if batch.isSnapshot {
+                        ready.withLock { $0 += 1 }
+                    } else {
+                        arrivals.withLock { $0[batch.version, default: []].append(now) }
+                    }
+                }
+            })
+        }
+        while ready.withLock({ $0 }) < listeners { try await Task.sleep(for: .milliseconds(1)) }
+        let (writer, writerTask) = client(server, "bench-latency-writer")
+        await writer.waitUntilConnected()
+        var commitToListener: [Duration] = []
+        var endToEnd: [Duration] = []
+        for step in 0..<commits {
+            let sent = clock.now
+            let acknowledgements = try await writer.commit([.set(try collection.document("doc-\(step % 10)"), ["step": .int(step)])])
+            let version = acknowledgements[0].version
+            // A benchmark may poll: wait for every listener to have this commit.
+            while arrivals.withLock({ $0[version]?.count ?? 0 }) < listeners { await Task.yield() }
+            let times = arrivals.withLock { $0.removeValue(forKey: version) ?? [] }
+            let committed = published.withLock { $0[version]! }
+            commitToListener += times.map { committed.duration(to: $0) }
+            endToEnd += times.map { sent.duration(to: $0) }
+        }
+        listening.forEach { $0.cancel() }
+        writerTask.cancel()
+        for (_, task) in clients { task.cancel() }
+        await server.stop()
+        return (commitToListener.sorted(), endToEnd.sorted())
+    }
+
+    /// WebSocket echo round trips on the same loopback: the floor any push can reach.
+    static func echo(roundTrips: Int) async throws -> [Duration] {
+        let router = Router(context: BasicWebSocketRequestContext.self)
+        router.ws("/echo") { inbound, outbound, _ in
+            for try await message in inbound.messages(maxSize: 1 << 20) {
+                if case .text(let text) = message { try await outbound.writeTextMessage(text) }
+            }
+        }
+        var logger = Logger(label: "echo")
+        logger.logLevel = .critical
+        let (ports, portContinuation) = AsyncStream.makeStream(of: Int.self)
+        let app = Application(router: router, server: .http1WebSocketUpgrade(webSocketRouter: router),
+                              configuration: .init(address: .hostname("127.0.0.1", port: 0)),
+                              onServerRunning: { portContinuation.yield($0.localAddress?.port ?? 0) }, logger: logger)
+        let serverTask = Task { try await app.run() }
+        var portIterator = ports.makeAsyncIterator()
+        let port = await portIterator.next() ?? 0
+        let samples = Locked<[Duration]>([])
+        let payload = ServerMessage.batch(target: 1, batch: RemoteChangeBatch(isSnapshot: false, changes: [], version: 1), reset: false, more: false).text
+        let client = WebSocketClient(url: "ws://127.0.0.1:\(port)/echo", logger: logger) { inbound, outbound, _ in
+            var iterator = inbound.messages(maxSize: 1 << 20).makeAsyncIterator()
+            for _ in 0..<roundTrips {
+                let start = ContinuousClock.now
+                try await outbound.writeTextMessage(payload)
+                _ = try await iterator.next()
+                let elapsed = ContinuousClock.now - start
+                samples.withLock { $0.append(elapsed) }
+            }
+            try await outbound.close(.normalClosure, reason: nil)
+        }
+        try await client.run()
+        serverTask.cancel()
+        return samples.withLock { $0 }.sorted()
+    }
+
+    // MARK: Initial sync
+
+    /// A CollectionSyncEngine with a SQLite cache syncing a `count`-document collection from the
+    /// server, against GRDB inserting the same documents into a fresh file in one transaction.
+    static func initialSync(count: Int, directory: URL, into report: inout BenchReport) async throws {
+        let server = try await LiveServer.start(directory: directory.appendingPathComponent("sync-server"))
+        let collection = try CollectionPath("catalog")
+        for start in stride(from: 0, to: count, by: 500) {
+            _ = try await server.store.commit(try (start..<min(start + 500, count)).map { .set(try collection.document("item-\($0)"), body($0)) })
+        }
+        let (tandemClient, task) = client(server, "bench-sync")
+        await tandemClient.waitUntilConnected()
+        struct Item: SyncModel {
+            var id: String
+            var name: String
+            var price: Double
+            var stock: Int
+            var tags: [String]
+        }
+        let clock = ContinuousClock()
+        var synced = 0
+        let ours = try await clock.measure {
+            let engine = CollectionSyncEngine<Item>(
+                remote: TandemRemoteCollectionService(client: tandemClient, collection: collection), managerKey: "catalog",
+                persistence: try SQLiteCollectionPersistence(managerKey: "catalog", directory: directory.appendingPathComponent("sync-client")))
+            await engine.startListening()
+            synced = engine.currentCollection.count
+        }
+        precondition(synced == count, "bench: the engine synced \(synced) of \(count) documents")
+        task.cancel()
+        await server.stop()
+
+        let pool = try DatabasePool(path: directory.appendingPathComponent("sync-baseline.sqlite").path)
+        let baseline = try await clock.measure {
+            try await pool.write { db in
+                try db.execute(sql: "CREATE TABLE document (path TEXT PRIMARY KEY NOT NULL, version INTEGER NOT NULL, data TEXT NOT NULL) WITHOUT ROWID")
+                for index in 0..<count {
+                    try db.execute(sql: "INSERT INTO document VALUES (?, 1, ?)", arguments: ["catalog/item-\(index)", JSONText.encode(body(index))])
+                }
+            }
+        }
+        report.add("server: initial sync of \(count) documents into a client's SQLite cache vs GRDB inserting them into a fresh file",
+                   ours: ours, baseline: baseline, operations: count, unit: "documents", target: nil)
+        let rate = Double(count) / ours.seconds
+        report.notes.append("server: initial sync ran at \(BenchReport.rate(rate)) documents/s (target ≥ 100k documents/s: \(rate >= 100_000 ? "meets" : "MISSES"))")
+    }
+
+    static func percentiles(_ samples: [Duration]) -> String {
+        guard !samples.isEmpty else { return "no samples" }
+        let p50 = samples[samples.count / 2]
+        let p99 = samples[min(samples.count - 1, samples.count * 99 / 100)]
+        return "p50 \(BenchReport.time(p50.seconds)), p99 \(BenchReport.time(p99.seconds))"
+    }
+
+    static func run(documents: Int, writes: Int) async throws -> BenchReport {
+        var report = BenchReport(title: "tandem bench server")
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("tandem-bench-server-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+
+        try await Self.writes(clients: 1, perClient: writes, directory: directory, into: &report)
+        try await Self.writes(clients: 16, perClient: max(1, writes / 8), directory: directory, into: &report)
+
+        let echo = try await echo(roundTrips: 2_000)
+        report.notes.append("baseline: WebSocket echo round trip on loopback: \(percentiles(echo))")
+        for (listeners, commits) in [(1, 500), (100, 200), (1_000, 40)] {
+            let (commitToListener, endToEnd) = try await latency(listeners: listeners, commits: commits, directory: directory)
+            var line = "server: commit-to-listener latency, \(listeners) listener\(listeners == 1 ? "" : "s"): \(percentiles(commitToListener)); write-sent-to-listener \(percentiles(endToEnd))"
+            if listeners == 100 {
+                let p50 = commitToListener[commitToListener.count / 2], p99 = commitToListener[commitToListener.count * 99 / 100]
+                line += " (target p50 ≤ 1 ms, p99 ≤ 5 ms: \(p50 <= .milliseconds(1) && p99 <= .milliseconds(5) ? "meets" : "MISSES"))"
+            }
+            report.notes.append(line)
+        }
+        try await initialSync(count: documents, directory: directory, into: &report)
+        return report
+    }
+}
+
+/// A value behind a lock, shareable between tasks.
+final class Locked<Value: Sendable>: Sendable {
+    private let mutex: Mutex<Value>
+    init(_ value: Value) { mutex = Mutex(value) }
+    func withLock<Result: Sendable>(_ body: (inout Value) -> Result) -> Result { mutex.withLock { body(&$0) } }
+}
