@@ -43,6 +43,7 @@ struct WireTests {
         ]
         for message in messages {
             #expect(try ServerMessage(wire: try JSONText.parse(message.text)) == message)
+            #expect(message.text == JSONText.encode(message.wireValue))  // the direct writer matches
         }
     }
 
@@ -106,5 +107,13 @@ struct WireTests {
         }
         #expect(try Document(wire: ["path": "a/b", "version": 1, "createTime": "2026-11-22T04:33:00Z", "updateTime": "2026-11-22T04:33:00.5Z", "data": [:]]).updateTime.timeIntervalSince1970 == 1_795_321_980.5)
         #expect(throws: TandemError.self) { try Document(wire: ["path": "a/b", "version": 1, "createTime": "yesterday", "updateTime": "x", "data": [:]]) }
+    }
+
+    @Test("strings are escaped exactly and survive a round trip")
+    func stringEscapes() throws {
+        let text = "q\"b\\n\nr\rt\tc\u{01}\u{1F}é😀/end"
+        #expect(JSONText.encode(.string(text)) == #""q\"b\\n\nr\rt\tc\u0001\u001fé😀/end""#)
+        #expect(try JSONText.parse(JSONText.encode(["k\"": .string(text)])) == ["k\"": .string(text)])
+        #expect(JSONText.encode(["b": 1.5, "a": [true, .null, -3]]) == #"{"a":[true,null,-3],"b":1.5}"#)
     }
 }

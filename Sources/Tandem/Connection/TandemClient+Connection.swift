@@ -205,13 +205,15 @@ extension TandemClient {
             configuration.logger.warning("the server reports: \(error)")
         case .batch(let target, let batch, _, let more):
             let ready = state.withLock { state -> (AsyncThrowingStream<RemoteChangeBatch, any Error>.Continuation, RemoteChangeBatch)? in
-                guard var listener = state.listeners[target] else { return nil }
-                listener.partial += batch.changes
+                // Taken out of the dictionary while it grows, so its partial batch is not copied.
+                guard var listener = state.listeners.removeValue(forKey: target) else { return nil }
                 if more {
+                    listener.partial += batch.changes
                     state.listeners[target] = listener
                     return nil
                 }
-                let whole = RemoteChangeBatch(isSnapshot: batch.isSnapshot, changes: listener.partial, version: batch.version)
+                let changes = listener.partial.isEmpty ? batch.changes : listener.partial + batch.changes
+                let whole = RemoteChangeBatch(isSnapshot: batch.isSnapshot, changes: changes, version: batch.version)
                 listener.partial = []
                 listener.lastVersion = batch.version
                 state.listeners[target] = listener

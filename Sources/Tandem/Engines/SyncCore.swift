@@ -119,6 +119,13 @@ package final class SyncCore<T: SyncModel>: Sendable {
 
     /// Brings the decoded models of some paths in line with the view.
     static func refreshModels(_ paths: some Sequence<DocumentPath>, in state: inout State) {
+        let paths = Array(paths)
+        // Many paths at once (a snapshot, a large batch): one merge pass instead of an insertion
+        // each, which would be quadratic.
+        if paths.count > 64 {
+            mergeModels(paths, in: &state)
+            return
+        }
         for path in paths {
             let model = state.view.documents[path].flatMap(decode)
             let index = binarySearch(state.orderedPaths, path)
@@ -139,6 +146,43 @@ package final class SyncCore<T: SyncModel>: Sendable {
                 break
             }
         }
+    }
+
+    /// Re-decodes `paths` and merges them into the ordered models in one pass.
+    static func mergeModels(_ paths: [DocumentPath], in state: inout State) {
+        let changed = Set(paths)
+        var fresh: [(DocumentPath, T)] = []
+        fresh.reserveCapacity(changed.count)
+        for path in changed {
+            if let model = state.view.documents[path].flatMap(decode) {
+                fresh.append((path, model))
+                state.models[path] = model
+            } else {
+                state.models[path] = nil
+            }
+        }
+        fresh.sort { $0.0 < $1.0 }
+        var orderedPaths: [DocumentPath] = []
+        var ordered: [T] = []
+        orderedPaths.reserveCapacity(state.orderedPaths.count + fresh.count)
+        ordered.reserveCapacity(state.orderedPaths.count + fresh.count)
+        var next = 0
+        for (path, model) in zip(state.orderedPaths, state.ordered) where !changed.contains(path) {
+            while next < fresh.count && fresh[next].0 < path {
+                orderedPaths.append(fresh[next].0)
+                ordered.append(fresh[next].1)
+                next += 1
+            }
+            orderedPaths.append(path)
+            ordered.append(model)
+        }
+        while next < fresh.count {
+            orderedPaths.append(fresh[next].0)
+            ordered.append(fresh[next].1)
+            next += 1
+        }
+        state.orderedPaths = orderedPaths
+        state.ordered = ordered
     }
 
     static func binarySearch(_ paths: [DocumentPath], _ path: DocumentPath) -> Int {

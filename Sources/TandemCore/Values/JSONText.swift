@@ -49,9 +49,10 @@ public enum JSONText {
     /// Writes compact JSON text with keys sorted, so equal values give equal text.
     /// NaN and infinities, which JSON cannot hold, are written as `null`.
     public static func encode(_ value: JSONValue) -> String {
-        var output = ""
+        var output: [UInt8] = []
+        output.reserveCapacity(128)
         write(value, to: &output)
-        return output
+        return String(decoding: output, as: UTF8.self)
     }
 
     /// Writes an object as compact JSON text with sorted keys.
@@ -59,57 +60,69 @@ public enum JSONText {
         encode(.object(object))
     }
 
-    static func write(_ value: JSONValue, to output: inout String) {
+    // Written as UTF-8 bytes and made a String once: appending to a String scalar by scalar was the
+    // server's hottest path.
+    static func write(_ value: JSONValue, to output: inout [UInt8]) {
         switch value {
-        case .null: output += "null"
-        case .bool(let bool): output += bool ? "true" : "false"
-        case .int(let int): output += String(int)
+        case .null: append("null", to: &output)
+        case .bool(let bool): append(bool ? "true" : "false", to: &output)
+        case .int(let int): append(String(int), to: &output)
         case .double(let double):
-            if double.isFinite {
-                output += "\(double)"
-            } else {
-                output += "null"
-            }
+            append(double.isFinite ? "\(double)" : "null", to: &output)
         case .string(let string): writeString(string, to: &output)
         case .array(let array):
-            output += "["
-            for (index, element) in array.enumerated() {
-                if index > 0 { output += "," }
+            output.append(UInt8(ascii: "["))
+            var first = true
+            for element in array {
+                if !first { output.append(UInt8(ascii: ",")) }
+                first = false
                 write(element, to: &output)
             }
-            output += "]"
+            output.append(UInt8(ascii: "]"))
         case .object(let object):
-            output += "{"
-            for (index, key) in object.keys.sorted(by: { JSONValue.compareStrings($0, $1) == .less }).enumerated() {
-                if index > 0 { output += "," }
+            output.append(UInt8(ascii: "{"))
+            var first = true
+            for key in object.keys.sorted(by: { JSONValue.compareStrings($0, $1) == .less }) {
+                if !first { output.append(UInt8(ascii: ",")) }
+                first = false
                 writeString(key, to: &output)
-                output += ":"
+                output.append(UInt8(ascii: ":"))
                 write(object[key]!, to: &output)
             }
-            output += "}"
+            output.append(UInt8(ascii: "}"))
         }
     }
 
-    static func writeString(_ string: String, to output: inout String) {
-        output += "\""
-        for scalar in string.unicodeScalars {
-            switch scalar {
-            case "\"": output += "\\\""
-            case "\\": output += "\\\\"
-            case "\n": output += "\\n"
-            case "\r": output += "\\r"
-            case "\t": output += "\\t"
-            case "\u{08}": output += "\\b"
-            case "\u{0C}": output += "\\f"
-            default:
-                if scalar.value < 0x20 {
-                    let hex = String(scalar.value, radix: 16)
-                    output += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
-                } else {
-                    output.unicodeScalars.append(scalar)
+    private static func append(_ text: String, to output: inout [UInt8]) {
+        var text = text
+        text.withUTF8 { output.append(contentsOf: $0) }
+    }
+
+    static func writeString(_ string: String, to output: inout [UInt8]) {
+        output.append(UInt8(ascii: "\""))
+        var string = string
+        string.withUTF8 { bytes in
+            var runStart = 0
+            for index in 0..<bytes.count {
+                let byte = bytes[index]
+                guard byte < 0x20 || byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") else { continue }
+                output.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[runStart..<index]))
+                runStart = index + 1
+                switch byte {
+                case UInt8(ascii: "\""): append("\\\"", to: &output)
+                case UInt8(ascii: "\\"): append("\\\\", to: &output)
+                case UInt8(ascii: "\n"): append("\\n", to: &output)
+                case UInt8(ascii: "\r"): append("\\r", to: &output)
+                case UInt8(ascii: "\t"): append("\\t", to: &output)
+                case 0x08: append("\\b", to: &output)
+                case 0x0C: append("\\f", to: &output)
+                default:
+                    let hex = String(byte, radix: 16)
+                    append("\\u" + String(repeating: "0", count: 4 - hex.count) + hex, to: &output)
                 }
             }
+            output.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[runStart..<bytes.count]))
         }
-        output += "\""
+        output.append(UInt8(ascii: "\""))
     }
 }

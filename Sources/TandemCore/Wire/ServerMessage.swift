@@ -45,9 +45,6 @@ public enum ServerMessage: Sendable, Hashable {
         }
     }
 
-    /// The message as JSON text.
-    public var text: String { JSONText.encode(wireValue) }
-
     public init(wire value: JSONValue) throws(TandemError) {
         let object = try WireObject(value, context: "the server's message")
         let type = try object.string("type")

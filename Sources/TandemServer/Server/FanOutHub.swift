@@ -125,8 +125,10 @@ final class FanOutHub: Sendable {
                     listener.phase = .loading([])
                     break
                 }
-                let changes = listener.deliver(batch.changes, version: batch.version)
-                if !changes.isEmpty { send(changes, to: key, listener: listener, version: batch.version, isSnapshot: false, reset: false) }
+                let codes = listener.deliver(Array(batch.changes.indices), of: batch.changes)
+                if !codes.isEmpty {
+                    send(ListenerState.changes(codes, of: batch.changes), to: key, listener: listener, version: batch.version, isSnapshot: false, reset: false)
+                }
             }
             state.listeners[key] = listener
         }
@@ -139,17 +141,19 @@ final class FanOutHub: Sendable {
     func publish(_ batch: CommittedBatch) {
         var requeries: [ListenerKey] = []
         state.withLock { state in
-            var affected: [ListenerKey: [RemoteChange]] = [:]
-            for change in batch.changes {
-                for key in state.byDocument[change.path] ?? [] { affected[key, default: []].append(change) }
-                for key in state.byCollection[change.path.parent] ?? [] { affected[key, default: []].append(change) }
-                for key in state.byGroup[change.path.collectionGroup] ?? [] { affected[key, default: []].append(change) }
+            var affected: [ListenerKey: [Int]] = [:]
+            for (index, change) in batch.changes.enumerated() {
+                for key in state.byDocument[change.path] ?? [] { affected[key, default: []].append(index) }
+                for key in state.byCollection[change.path.parent] ?? [] { affected[key, default: []].append(index) }
+                for key in state.byGroup[change.path.collectionGroup] ?? [] { affected[key, default: []].append(index) }
             }
-            for (key, changes) in affected {
+            // Listeners that get the same changes share one encoding of them.
+            var encoded: [[Int]: [UInt8]] = [:]
+            for (key, indices) in affected {
                 guard var listener = state.listeners[key] else { continue }
                 switch listener.phase {
                 case .loading(var buffered):
-                    buffered.append(CommittedBatch(version: batch.version, changes: changes))
+                    buffered.append(CommittedBatch(version: batch.version, changes: indices.map { batch.changes[$0] }))
                     listener.phase = .loading(buffered)
                 case .live:
                     if listener.hasLimit {
@@ -157,9 +161,18 @@ final class FanOutHub: Sendable {
                         listener.phase = .loading([])
                         requeries.append(key)
                     } else {
-                        let delivered = listener.deliver(changes, version: batch.version)
+                        let codes = listener.deliver(indices, of: batch.changes)
                         listener.phase = .live(batch.version)
-                        if !delivered.isEmpty { send(delivered, to: key, listener: listener, version: batch.version, isSnapshot: false, reset: false) }
+                        if !codes.isEmpty {
+                            let changes: [UInt8]
+                            if let cached = encoded[codes] {
+                                changes = cached
+                            } else {
+                                changes = WireWriter.changes(ListenerState.changes(codes, of: batch.changes))
+                                encoded[codes] = changes
+                            }
+                            listener.outbox.send(text: WireWriter.batch(target: key.target, changes: changes, version: batch.version, isSnapshot: false, reset: false, more: false))
+                        }
                     }
                 }
                 state.listeners[key] = listener
@@ -210,8 +223,9 @@ final class FanOutHub: Sendable {
         var start = 0
         repeat {
             let end = min(start + framing, changes.count)
-            let part = RemoteChangeBatch(isSnapshot: isSnapshot, changes: Array(changes[start..<end]), version: version)
-            if !listener.outbox.send(.batch(target: key.target, batch: part, reset: reset, more: end < changes.count)) { return }
+            let text = WireWriter.batch(target: key.target, changes: WireWriter.changes(changes[start..<end]), version: version,
+                                        isSnapshot: isSnapshot, reset: reset, more: end < changes.count)
+            if !listener.outbox.send(text: text) { return }
             start = end
         } while start < changes.count
     }

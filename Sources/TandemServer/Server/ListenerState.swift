@@ -31,19 +31,29 @@ struct ListenerState: Sendable {
         }
     }
 
-    /// The changes this listener should see from a commit's changes in its scope: documents that
-    /// match its query, and removals of documents that left it.
-    mutating func deliver(_ changes: [RemoteChange], version: Version) -> [RemoteChange] {
-        guard let compiled else { return changes }
-        var delivered: [RemoteChange] = []
-        for change in changes {
+    /// Which of a commit's changes in its scope this listener should see, as codes: `index * 2`
+    /// for the change itself, `index * 2 + 1` for a removal of a document that left its query.
+    mutating func deliver(_ indices: [Int], of changes: [RemoteChange]) -> [Int] {
+        guard let compiled else { return indices.map { $0 * 2 } }
+        var codes: [Int] = []
+        for index in indices {
+            let change = changes[index]
             if let document = change.document, compiled.matchesFiltersAndCursors(document.data) {
                 members?[change.path] = change.version
-                delivered.append(change)
+                codes.append(index * 2)
             } else if members == nil || members?.removeValue(forKey: change.path) != nil {
-                delivered.append(RemoteChange(path: change.path, document: nil, version: change.version, mutationID: change.mutationID))
+                codes.append(index * 2 + 1)
             }
         }
-        return delivered
+        return codes
+    }
+
+    /// The changes that `deliver`'s codes stand for.
+    static func changes(_ codes: [Int], of changes: [RemoteChange]) -> [RemoteChange] {
+        codes.map { code in
+            let change = changes[code / 2]
+            if code % 2 == 0 { return change }
+            return RemoteChange(path: change.path, document: nil, version: change.version, mutationID: change.mutationID)
+        }
     }
 }

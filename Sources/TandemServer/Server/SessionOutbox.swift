@@ -19,8 +19,13 @@ final class SessionOutbox: Sendable {
     /// Queues a message; false when the connection is over its budget (or closed) and must go.
     @discardableResult
     func send(_ message: ServerMessage) -> Bool {
+        send(text: message.text)
+    }
+
+    /// Queues a message already written as text.
+    @discardableResult
+    func send(text: String) -> Bool {
         if overflowed.load(ordering: .relaxed) { return false }
-        let text = message.text
         let total = queuedBytes.add(text.utf8.count, ordering: .relaxed).newValue
         if total > budget {
             overflowed.store(true, ordering: .relaxed)

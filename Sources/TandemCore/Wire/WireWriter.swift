@@ -1,0 +1,123 @@
+/// Writes wire messages straight to UTF-8 bytes, with their keys in the same sorted order
+/// `JSONText.encode` uses, so the hot messages (change batches, documents) skip building a
+/// `JSONValue` tree first.
+package struct WireWriter {
+    package private(set) var bytes: [UInt8] = []
+
+    package init(capacity: Int = 256) {
+        bytes.reserveCapacity(capacity)
+    }
+
+    package mutating func raw(_ text: StaticString) {
+        text.withUTF8Buffer { bytes.append(contentsOf: $0) }
+    }
+
+    package mutating func raw(_ other: [UInt8]) {
+        bytes.append(contentsOf: other)
+    }
+
+    package mutating func int(_ value: Int) {
+        var text = String(value)
+        text.withUTF8 { bytes.append(contentsOf: $0) }
+    }
+
+    package mutating func string(_ value: String) {
+        JSONText.writeString(value, to: &bytes)
+    }
+
+    package mutating func value(_ value: JSONValue) {
+        JSONText.write(value, to: &bytes)
+    }
+
+    package var text: String { String(decoding: bytes, as: UTF8.self) }
+
+    /// `{"createTime","data","path","updateTime","version"}`.
+    package mutating func document(_ document: Document) {
+        raw(#"{"createTime":""#)
+        raw(Array(WireTimestamp.format(document.createTime).utf8))
+        raw(#"","data":"#)
+        value(.object(document.data))
+        raw(#","path":"#)
+        string(document.path.description)
+        raw(#","updateTime":""#)
+        raw(Array(WireTimestamp.format(document.updateTime).utf8))
+        raw(#"","version":"#)
+        int(Int(clamping: document.version.rawValue))
+        raw("}")
+    }
+
+    /// `{"document","mutationId"?,"path","version"}`.
+    package mutating func change(_ change: RemoteChange) {
+        raw(#"{"document":"#)
+        if let document = change.document { self.document(document) } else { raw("null") }
+        if let id = change.mutationID {
+            raw(#","mutationId":{"client":"#)
+            string(id.clientID)
+            raw(#","sequence":"#)
+            int(Int(clamping: id.sequence))
+            raw("}")
+        }
+        raw(#","path":"#)
+        string(change.path.description)
+        raw(#","version":"#)
+        int(Int(clamping: change.version.rawValue))
+        raw("}")
+    }
+
+    /// A JSON array of changes, written once and shared by every listener a commit goes to.
+    package static func changes(_ changes: some Collection<RemoteChange>) -> [UInt8] {
+        var writer = WireWriter(capacity: 64 + changes.count * 160)
+        writer.raw("[")
+        var first = true
+        for change in changes {
+            if !first { writer.raw(",") }
+            first = false
+            writer.change(change)
+        }
+        writer.raw("]")
+        return writer.bytes
+    }
+
+    /// A `snapshot` or `changes` message around an already written changes array.
+    package static func batch(target: Int, changes: [UInt8], version: Version, isSnapshot: Bool, reset: Bool, more: Bool) -> String {
+        var writer = WireWriter(capacity: changes.count + 96)
+        writer.raw(#"{"changes":"#)
+        writer.raw(changes)
+        if more { writer.raw(#","more":true"#) }
+        if reset { writer.raw(#","reset":true"#) }
+        writer.raw(#","target":"#)
+        writer.int(target)
+        writer.raw(isSnapshot ? #","type":"snapshot","version":"# : #","type":"changes","version":"#)
+        writer.int(Int(clamping: version.rawValue))
+        writer.raw("}")
+        return writer.text
+    }
+}
+
+extension ServerMessage {
+    /// The message as JSON text; batches and documents are written directly.
+    public var text: String {
+        switch self {
+        case .batch(let target, let batch, let reset, let more):
+            return WireWriter.batch(target: target, changes: WireWriter.changes(batch.changes), version: batch.version,
+                                    isSnapshot: batch.isSnapshot, reset: reset, more: more)
+        case .documents(let id, let documents, let version):
+            var writer = WireWriter(capacity: 64 + documents.count * 160)
+            writer.raw(#"{"documents":["#)
+            var first = true
+            for document in documents {
+                if !first { writer.raw(",") }
+                first = false
+                writer.document(document)
+            }
+            writer.raw(#"],"id":"#)
+            writer.int(id)
+            writer.raw(#","type":"documents","version":"#)
+            writer.int(Int(clamping: version.rawValue))
+            writer.raw("}")
+            return writer.text
+        default:
+            return JSONText.encode(wireValue)
+        }
+    }
+}
