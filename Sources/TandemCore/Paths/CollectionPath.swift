@@ -8,6 +8,8 @@
 public struct CollectionPath: Sendable, Hashable, Comparable, Codable, CustomStringConvertible {
     /// The segments, from the root collection down.
     public let segments: [String]
+    /// The slash-separated form, kept so hashing, equality and `description` cost one string.
+    private let joined: String
 
     /// Parses and validates a collection path; an invalid one throws `invalid-argument` naming the rule.
     public init(_ path: String) throws(TandemError) {
@@ -27,10 +29,18 @@ public struct CollectionPath: Sendable, Hashable, Comparable, Codable, CustomStr
             throw TandemError.invalidArgument("'\(original)' has \(segments.count) segments and names a document; a collection path has an odd number, like users or users/ada/posts.")
         }
         self.segments = segments
+        let bytes = original.utf8
+        self.joined = bytes.first == UInt8(ascii: "/") || bytes.last == UInt8(ascii: "/") ? segments.joined(separator: "/") : original
     }
 
     init(unchecked segments: [String]) {
         self.segments = segments
+        self.joined = segments.joined(separator: "/")
+    }
+
+    init(unchecked segments: [String], joined: String) {
+        self.segments = segments
+        self.joined = joined
     }
 
     /// The collection's id: its last segment, which is also its collection-group name.
@@ -55,7 +65,11 @@ public struct CollectionPath: Sendable, Hashable, Comparable, Codable, CustomStr
     }
 
     /// The slash-separated form.
-    public var description: String { segments.joined(separator: "/") }
+    public var description: String { joined }
+
+    public static func == (lhs: Self, rhs: Self) -> Bool { lhs.joined == rhs.joined }
+
+    public func hash(into hasher: inout Hasher) { hasher.combine(joined) }
 
     public static func < (lhs: CollectionPath, rhs: CollectionPath) -> Bool {
         PathRules.compare(lhs.segments, rhs.segments) == .less

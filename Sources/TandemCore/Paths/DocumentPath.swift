@@ -9,6 +9,8 @@
 public struct DocumentPath: Sendable, Hashable, Comparable, Codable, CustomStringConvertible {
     /// The segments, from the root collection down.
     public let segments: [String]
+    /// The slash-separated form, kept so hashing, equality and `description` cost one string.
+    private let joined: String
 
     /// Parses and validates a document path; an invalid one throws `invalid-argument` naming the rule.
     public init(_ path: String) throws(TandemError) {
@@ -28,10 +30,18 @@ public struct DocumentPath: Sendable, Hashable, Comparable, Codable, CustomStrin
             throw TandemError.invalidArgument("'\(original)' has \(segments.count) segments and names a collection; a document path has an even number, like users/ada.")
         }
         self.segments = segments
+        let bytes = original.utf8
+        self.joined = bytes.first == UInt8(ascii: "/") || bytes.last == UInt8(ascii: "/") ? segments.joined(separator: "/") : original
     }
 
     init(unchecked segments: [String]) {
         self.segments = segments
+        self.joined = segments.joined(separator: "/")
+    }
+
+    init(unchecked segments: [String], joined: String) {
+        self.segments = segments
+        self.joined = joined
     }
 
     /// A path Tandem itself wrote and validated before (a cache row): split, with only the checks
@@ -40,13 +50,17 @@ public struct DocumentPath: Sendable, Hashable, Comparable, Codable, CustomStrin
         let segments = path.split(separator: "/", omittingEmptySubsequences: false).map(String.init)
         guard !segments.isEmpty, segments.count % 2 == 0 else { return nil }
         self.segments = segments
+        self.joined = path
     }
 
     /// The document's id: its last segment.
     public var id: String { segments[segments.count - 1] }
 
     /// The collection that holds the document.
-    public var parent: CollectionPath { CollectionPath(unchecked: Array(segments.dropLast())) }
+    public var parent: CollectionPath {
+        let cut = joined.utf8.count - segments[segments.count - 1].utf8.count - 1
+        return CollectionPath(unchecked: Array(segments.dropLast()), joined: String(joined.utf8.prefix(cut))!)
+    }
 
     /// The name of the document's collection group: the last segment of its collection.
     public var collectionGroup: String { segments[segments.count - 2] }
@@ -57,7 +71,11 @@ public struct DocumentPath: Sendable, Hashable, Comparable, Codable, CustomStrin
     }
 
     /// The slash-separated form.
-    public var description: String { segments.joined(separator: "/") }
+    public var description: String { joined }
+
+    public static func == (lhs: Self, rhs: Self) -> Bool { lhs.joined == rhs.joined }
+
+    public func hash(into hasher: inout Hasher) { hasher.combine(joined) }
 
     public static func < (lhs: DocumentPath, rhs: DocumentPath) -> Bool {
         PathRules.compare(lhs.segments, rhs.segments) == .less

@@ -27,7 +27,7 @@ public enum PathRules {
             if segment.isEmpty {
                 throw TandemError.invalidArgument("The \(kind) path '\(original)' has an empty segment at position \(position + 1); remove the doubled '/'.")
             }
-            if segment.contains("/") {
+            if segment.utf8.contains(UInt8(ascii: "/")) {
                 throw TandemError.invalidArgument("The segment '\(segment)' of the \(kind) path '\(original)' contains '/'; segments cannot contain slashes.")
             }
             if segment.utf8.count > maximumSegmentBytes {

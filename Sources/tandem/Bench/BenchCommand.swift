@@ -77,13 +77,19 @@ struct ServerBench: AsyncParsableCommand {
     @Option(help: "Writes by the single client (the 16 clients write twice as many in all).")
     var writes = 2_000
 
+    @Option(help: "Run one part only (for profiling): writes, latency or sync.")
+    var only: String?
+
     func validate() throws {
         guard documents > 0, writes > 0 else {
             throw ValidationError("--documents and --writes must be positive.")
         }
+        if let only, !["writes", "latency", "sync"].contains(only) {
+            throw ValidationError("--only takes writes, latency or sync.")
+        }
     }
 
     func run() async throws {
-        try await ServerBenchmarks.run(documents: documents, writes: writes).print()
+        try await ServerBenchmarks.run(documents: documents, writes: writes, only: only).print()
     }
 }

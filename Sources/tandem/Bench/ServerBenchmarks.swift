@@ -222,15 +222,26 @@ enum ServerBenchmarks {
         return "p50 \(BenchReport.time(p50.seconds)), p99 \(BenchReport.time(p99.seconds))"
     }
 
-    static func run(documents: Int, writes: Int) async throws -> BenchReport {
+    static func run(documents: Int, writes: Int, only: String?) async throws -> BenchReport {
         var report = BenchReport(title: "tandem bench server")
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("tandem-bench-server-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: directory) }
 
-        try await Self.writes(clients: 1, perClient: writes, directory: directory, into: &report)
-        try await Self.writes(clients: 16, perClient: max(1, writes / 8), directory: directory, into: &report)
+        if only == nil || only == "writes" {
+            try await Self.writes(clients: 1, perClient: writes, directory: directory, into: &report)
+            try await Self.writes(clients: 16, perClient: max(1, writes / 8), directory: directory, into: &report)
+        }
+        if only == nil || only == "latency" {
+            try await latencies(into: &report, directory: directory)
+        }
+        if only == nil || only == "sync" {
+            try await initialSync(count: documents, directory: directory, into: &report)
+        }
+        return report
+    }
 
+    static func latencies(into report: inout BenchReport, directory: URL) async throws {
         let echo = try await echo(roundTrips: 2_000)
         report.notes.append("baseline: WebSocket echo round trip on loopback: \(percentiles(echo))")
         for (listeners, commits) in [(1, 500), (100, 200), (1_000, 40)] {
@@ -242,8 +253,6 @@ enum ServerBenchmarks {
             }
             report.notes.append(line)
         }
-        try await initialSync(count: documents, directory: directory, into: &report)
-        return report
     }
 }
 
