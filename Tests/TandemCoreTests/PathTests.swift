@@ -68,4 +68,18 @@ struct PathTests {
         #expect(try DocumentPath("a/b/c/d") < DocumentPath("a/c"))
         #expect(try DocumentPath("A/z") < DocumentPath("a/a"))
     }
+
+    @Test("ordering paths by their joined form agrees with ordering them segment by segment")
+    func joinedOrderMatchesSegments() throws {
+        var rng = SplitMix64(seed: 7)
+        let alphabet = ["a", "b", "-", ".", "0", "~", "é", "ab", "a-b", "_"]
+        func segment() -> String { (0..<Int.random(in: 1...3, using: &rng)).map { _ in alphabet.randomElement(using: &rng)! }.joined() }
+        for _ in 0..<2_000 {
+            let a = try DocumentPath(segments: (0..<(2 * Int.random(in: 1...3, using: &rng))).map { _ in segment() })
+            let b = try DocumentPath(segments: (0..<(2 * Int.random(in: 1...3, using: &rng))).map { _ in segment() })
+            let bySegments = PathRules.compareSegmentsForTesting(a.segments, b.segments)
+            #expect((a < b) == (bySegments == .less), "\(a) vs \(b)")
+            #expect((a == b) == (bySegments == .equal))
+        }
+    }
 }

@@ -72,7 +72,7 @@ public struct CollectionPath: Sendable, Hashable, Comparable, Codable, CustomStr
     public func hash(into hasher: inout Hasher) { hasher.combine(joined) }
 
     public static func < (lhs: CollectionPath, rhs: CollectionPath) -> Bool {
-        PathRules.compare(lhs.segments, rhs.segments) == .less
+        PathRules.compareJoined(lhs.joined, rhs.joined) == .less
     }
 
     public init(from decoder: any Decoder) throws {

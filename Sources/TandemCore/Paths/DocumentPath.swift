@@ -78,7 +78,7 @@ public struct DocumentPath: Sendable, Hashable, Comparable, Codable, CustomStrin
     public func hash(into hasher: inout Hasher) { hasher.combine(joined) }
 
     public static func < (lhs: DocumentPath, rhs: DocumentPath) -> Bool {
-        PathRules.compare(lhs.segments, rhs.segments) == .less
+        PathRules.compareJoined(lhs.joined, rhs.joined) == .less
     }
 
     public init(from decoder: any Decoder) throws {

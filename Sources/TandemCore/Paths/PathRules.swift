@@ -37,11 +37,36 @@ public enum PathRules {
     }
 
     /// Segment-by-segment comparison by UTF-8 bytes: the order ties in queries are broken by.
+    package static func compareSegmentsForTesting(_ a: [String], _ b: [String]) -> JSONValue.Ordering { compare(a, b) }
+
     static func compare(_ a: [String], _ b: [String]) -> JSONValue.Ordering {
         for (x, y) in zip(a, b) {
             let order = JSONValue.compareStrings(x, y)
             if order != .equal { return order }
         }
         return a.count == b.count ? .equal : (a.count < b.count ? .less : .greater)
+    }
+
+    /// The same order as `compare` on segments, from the joined forms: bytes compared in turn with
+    /// `/` taken as lower than any other byte, which is what ending a segment first means.
+    static func compareJoined(_ a: String, _ b: String) -> JSONValue.Ordering {
+        var a = a, b = b
+        return a.withUTF8 { x in
+            b.withUTF8 { y in
+                let count = min(x.count, y.count)
+                var index = 0
+                while index < count {
+                    let p = x[index], q = y[index]
+                    if p != q {
+                        let slash = UInt8(ascii: "/")
+                        if p == slash { return .less }
+                        if q == slash { return .greater }
+                        return p < q ? .less : .greater
+                    }
+                    index += 1
+                }
+                return x.count == y.count ? .equal : (x.count < y.count ? .less : .greater)
+            }
+        }
     }
 }

@@ -33,7 +33,7 @@ extension CompiledQuery {
                 if order.descending { result = result.reversedOrdering }
                 if result != .equal { return result == .less }
             }
-            return PathRules.compare(a.element.path.segments, b.element.path.segments) == .less
+            return a.element.path < b.element.path
         }
         switch limit {
         case .first(let count) where count < rows.count / 4:
