@@ -151,9 +151,10 @@ package final class SyncCore<T: SyncModel>: Sendable {
     /// Re-decodes `paths` and merges them into the ordered models in one pass.
     static func mergeModels(_ paths: [DocumentPath], in state: inout State) {
         let changed = Set(paths)
+        // Sort the paths, not (path, model) pairs: moving generic models is slow.
         var fresh: [(DocumentPath, T)] = []
         fresh.reserveCapacity(changed.count)
-        for path in changed {
+        for path in changed.sorted() {
             if let model = state.view.documents[path].flatMap(decode) {
                 fresh.append((path, model))
                 state.models[path] = model
@@ -161,7 +162,6 @@ package final class SyncCore<T: SyncModel>: Sendable {
                 state.models[path] = nil
             }
         }
-        fresh.sort { $0.0 < $1.0 }
         var orderedPaths: [DocumentPath] = []
         var ordered: [T] = []
         orderedPaths.reserveCapacity(state.orderedPaths.count + fresh.count)

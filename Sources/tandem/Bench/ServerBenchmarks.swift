@@ -188,6 +188,10 @@ enum ServerBenchmarks {
             var tags: [String]
         }
         let clock = ContinuousClock()
+        // Where the time goes, for information: the store's read, and the same read over the wire.
+        let storeRead = try await clock.measure { _ = try await server.store.read(.collection(collection, Query())) }
+        let wireRead = try await clock.measure { _ = try await tandemClient.documents(.collection(collection, Query())) }
+        report.notes.append("server: of which reading \(count) documents from the store takes \(BenchReport.time(storeRead.seconds)); the same read through the client (encode, loopback, parse) \(BenchReport.time(wireRead.seconds))")
         var synced = 0
         let ours = try await clock.measure {
             let engine = CollectionSyncEngine<Item>(
