@@ -103,7 +103,7 @@ let package = Package(
         ),
         .testTarget(
             name: "TandemServerTests",
-            dependencies: ["TandemServer"],
+            dependencies: ["TandemServer", .product(name: "GRDB", package: "GRDB.swift")],
             swiftSettings: swiftSettings
         ),
         // The real server and client over real sockets on 127.0.0.1, and the CLI.

@@ -2,7 +2,8 @@ import Foundation
 import Synchronization
 import Testing
 import TandemCore
-import TandemServer
+@testable import TandemServer
+import GRDB
 
 @Suite("SQLite server store")
 struct SQLiteServerStoreTests {
@@ -135,5 +136,18 @@ struct SQLiteServerStoreTests {
             #expect((error as? TandemError)?.code == .resourceExhausted)
         }
         #expect(try await store.currentVersion() == 0)
+    }
+
+    @Test("commits are flushed to disk before they are acknowledged: synchronous is FULL on the writer")
+    func durability() async throws {
+        let store = try makeStore()
+        #expect(try await store.pool.write { try Int.fetchOne($0, sql: "PRAGMA synchronous") } == 2)
+        #expect(try await store.pool.write { try String.fetchOne($0, sql: "PRAGMA journal_mode") } == "wal")
+        let relaxed = try SQLiteServerStore(path: directory.appendingPathComponent("relaxed.sqlite").path, configuration: {
+            var configuration = SQLiteServerStoreConfiguration()
+            configuration.durableCommits = false
+            return configuration
+        }())
+        #expect(try await relaxed.pool.write { try Int.fetchOne($0, sql: "PRAGMA synchronous") } == 1)
     }
 }

@@ -13,23 +13,35 @@ extension SQLiteServerStore {
             let (results, last) = try await pool.write { db -> ([Result<CommitResult, any Error>], Version) in
                 var version = start
                 var results: [Result<CommitResult, any Error>] = []
-                for mutations in requests {
-                    var outcome: Result<CommitResult, any Error>!
-                    try db.inSavepoint {
-                        do {
-                            let result = try Self.apply(mutations, db: db, version: version.next, committed: version, time: time, limits: limits)
-                            if result.batch != nil { version = version.next }
-                            outcome = .success(result)
-                            return .commit
-                        } catch let error as TandemError {
-                            outcome = .failure(error)
-                            return .rollback
-                        }
+                if requests.count == 1 {
+                    // Alone in the transaction: a refusal rolls the whole transaction back (thrown
+                    // as a Refusal below), so no savepoint is needed.
+                    do {
+                        let result = try Self.apply(requests[0], db: db, version: version.next, committed: version, time: time, limits: limits)
+                        if result.batch != nil { version = version.next }
+                        results.append(.success(result))
+                    } catch let error as TandemError {
+                        throw Refusal(error: error)
                     }
-                    results.append(outcome)
+                } else {
+                    for mutations in requests {
+                        var outcome: Result<CommitResult, any Error>!
+                        try db.inSavepoint {
+                            do {
+                                let result = try Self.apply(mutations, db: db, version: version.next, committed: version, time: time, limits: limits)
+                                if result.batch != nil { version = version.next }
+                                outcome = .success(result)
+                                return .commit
+                            } catch let error as TandemError {
+                                outcome = .failure(error)
+                                return .rollback
+                            }
+                        }
+                        results.append(outcome)
+                    }
                 }
                 if version != start {
-                    try db.execute(sql: "UPDATE meta SET value = ? WHERE key = 'version'", arguments: [Int64(version.rawValue)])
+                    try db.cachedStatement(sql: "UPDATE meta SET value = ? WHERE key = 'version'").execute(arguments: [Int64(version.rawValue)])
                 }
                 return (results, version)
             }
@@ -39,10 +51,17 @@ extension SQLiteServerStore {
                 if let batch = result.batch, !batch.changes.isEmpty { publish(batch) }
             }
             return results
+        } catch let refusal as Refusal {
+            return [.failure(refusal.error)]
         } catch {
             let failure = TandemError(.unavailable, "The server database failed to commit: \(error). Nothing was written; retry.", cause: error)
             return requests.map { _ in .failure(failure) }
         }
+    }
+
+    /// A lone request's refusal, thrown out of the transaction to roll it back.
+    struct Refusal: Error {
+        var error: TandemError
     }
 
     /// Applies one request's mutations in order at `version`. Throws a `TandemError` (and the

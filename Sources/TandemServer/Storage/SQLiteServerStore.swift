@@ -27,13 +27,16 @@ public final class SQLiteServerStore: ServerStore {
     /// Opens (creating if needed) the database at `path`.
     public init(path: String, configuration: SQLiteServerStoreConfiguration = SQLiteServerStoreConfiguration()) throws {
         var config = Configuration()
-        let durable = configuration.durableCommits
-        config.prepareDatabase { db in
-            try db.execute(sql: durable ? "PRAGMA synchronous = FULL" : "PRAGMA synchronous = NORMAL")
-        }
         config.label = "tandem-server"
         do {
             pool = try DatabasePool(path: path, configuration: config)
+            // Set on the writer after the pool opens: opening a pool sets WAL mode with
+            // `synchronous = NORMAL`, which would override a setting made in `prepareDatabase`.
+            // FULL syncs the WAL on every commit, so an acknowledged write survives a power loss.
+            let synchronous = configuration.durableCommits ? "FULL" : "NORMAL"
+            try pool.writeWithoutTransaction { db in
+                try db.execute(sql: "PRAGMA synchronous = \(synchronous)")
+            }
             try Self.migrator.migrate(pool)
             lastVersion = Mutex(Version(UInt64(try pool.read { db in
                 try Int64.fetchOne(db, sql: "SELECT value FROM meta WHERE key = 'version'") ?? 0

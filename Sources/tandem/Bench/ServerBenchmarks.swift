@@ -34,6 +34,7 @@ enum ServerBenchmarks {
         let running = (0..<clients).map { client(server, "bench-writer-\($0)") }
         for (client, _) in running { await client.waitUntilConnected() }
         let clock = ContinuousClock()
+        let roundTrips = Locked<[Duration]>([])
         let ours = try await clock.measure {
             try await withThrowingTaskGroup(of: Void.self) { group in
                 for (index, (client, _)) in running.enumerated() {
@@ -42,22 +43,25 @@ enum ServerBenchmarks {
                             let id = index * perClient + step
                             let mutation = Mutation.set(try DocumentPath("items/item-\(id)"), body(id))
                                 .identified(by: MutationID(clientID: "bench-writer-\(index)", sequence: UInt64(step + 1)))
+                            let start = ContinuousClock.now
                             _ = try await client.commit([mutation])
+                            let elapsed = ContinuousClock.now - start
+                            roundTrips.withLock { $0.append(elapsed) }
                         }
                     }
                 }
                 try await group.waitForAll()
             }
         }
+        report.notes.append("server: one write's round trip with \(clients) client\(clients == 1 ? "" : "s"): \(percentiles(roundTrips.withLock { $0 }.sorted()))")
         let total = clients * perClient
         let stored = try await server.store.read(.collection(try CollectionPath("items"), Query())).documents.count
         precondition(stored == total, "bench: the server holds \(stored) of \(total) documents")
         for (_, task) in running { task.cancel() }
         await server.stop()
 
-        var configuration = Configuration()
-        configuration.prepareDatabase { db in try db.execute(sql: "PRAGMA synchronous = FULL") }
-        let pool = try DatabasePool(path: directory.appendingPathComponent("baseline-\(clients).sqlite").path, configuration: configuration)
+        let pool = try DatabasePool(path: directory.appendingPathComponent("baseline-\(clients).sqlite").path)
+        try await pool.writeWithoutTransaction { db in try db.execute(sql: "PRAGMA synchronous = FULL") }
         try await pool.write { db in
             try db.execute(sql: "CREATE TABLE documents (path TEXT PRIMARY KEY NOT NULL, collection TEXT NOT NULL, version INTEGER NOT NULL, update_time INTEGER NOT NULL, data TEXT) WITHOUT ROWID")
         }
