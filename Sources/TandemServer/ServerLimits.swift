@@ -11,8 +11,10 @@ public struct ServerLimits: Sendable, Hashable {
     public var maximumBatchWrites = 500
     /// The most segments in a path. Default 100, the most paths may have.
     public var maximumPathDepth = PathRules.maximumDepth
-    /// The most writes one connection may send per second. Default 500.
-    public var maximumWritesPerSecond = 500
+    /// The most writes (mutations) one WebSocket connection may send per second, on average; up to
+    /// a second's worth may come at once. Past it a write request is answered `unavailable`
+    /// (nothing written; retry later). Default 5,000.
+    public var maximumWritesPerSecond = 5_000
 
     public init() {}
 

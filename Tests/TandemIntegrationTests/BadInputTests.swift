@@ -121,4 +121,23 @@ struct BadInputTests {
         #expect(status == 200 && body[field: "status"] == "ok")
         await server.stop()
     }
+
+    @Test("past the per-connection write rate, writes are refused as unavailable and nothing is written")
+    func writeRate() async throws {
+        var configuration = SyncServerConfiguration()
+        configuration.limits.maximumWritesPerSecond = 5
+        let server = try await LiveServer.start(configuration: configuration)
+        let stream = RawStream(port: server.port)
+        stream.send(.hello(clientID: "fast", protocolVersion: TandemVersion.wireProtocol, token: nil))
+        guard case .welcome? = await stream.next() else { Issue.record("expected welcome"); return }
+        stream.send(.write(id: 1, mutations: (0..<5).map { .set(documentPath("a/\($0)"), [:]) }))
+        // A second's worth again: refused unless a whole second passed in between.
+        stream.send(.write(id: 2, mutations: (0..<4).map { .set(documentPath("a/late\($0)"), [:]) } + [.set(documentPath("a/late"), [:])]))
+        guard case .ack(1, _)? = await stream.next() else { Issue.record("expected the first batch to pass"); return }
+        expectError(await stream.next(), id: 2, .unavailable, "writes a second")
+        #expect(try await server.store.document(at: documentPath("a/late")) == nil)
+        #expect(try await server.store.currentVersion() == 1)
+        await stream.close()
+        await server.stop()
+    }
 }

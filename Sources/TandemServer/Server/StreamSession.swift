@@ -107,7 +107,12 @@ final class StreamSession: Sendable {
 
     /// Commits the session's writes in order until the session ends.
     func runWrites() async {
+        var limiter = WriteRateLimiter(writesPerSecond: configuration.limits.maximumWritesPerSecond)
         for await (requestID, mutations) in writes {
+            guard limiter.admit(max(1, mutations.count), at: .now) else {
+                outbox.send(.error(id: requestID, TandemError(.unavailable, "This connection sent more than \(configuration.limits.maximumWritesPerSecond) writes a second; nothing was written. Slow down and retry.")))
+                continue
+            }
             do {
                 let result = try await store.commit(mutations)
                 outbox.send(.ack(id: requestID, acknowledgements: result.acknowledgements))
