@@ -2,7 +2,9 @@ import Foundation
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
+import Logging
 import Testing
+import WSClient
 import TandemCore
 import TandemServer
 import TandemTesting
@@ -138,6 +140,40 @@ struct BadInputTests {
         #expect(try await server.store.document(at: documentPath("a/late")) == nil)
         #expect(try await server.store.currentVersion() == 1)
         await stream.close()
+        await server.stop()
+    }
+}
+
+@Suite("Slow consumers")
+struct SlowConsumerTests {
+    @Test("a client that stops reading is disconnected instead of buffered without bound")
+    func slowConsumer() async throws {
+        var configuration = SyncServerConfiguration()
+        configuration.maximumQueuedBytesPerConnection = 256 << 10
+        let server = try await LiveServer.start(configuration: configuration)
+        // A client that says hello, listens, and then never reads again.
+        let gate = Exit()
+        var logger = Logger(label: "slow")
+        logger.logLevel = .critical
+        let client = WebSocketClient(url: "ws://127.0.0.1:\(server.port)/v1/stream", logger: logger) { _, outbound, _ in
+            try await outbound.writeTextMessage(ClientMessage.hello(clientID: "slow", protocolVersion: TandemVersion.wireProtocol, token: nil).text)
+            try await outbound.writeTextMessage(ClientMessage.listen(id: 1, target: .collection(collectionPath("big"), Query()), resumeFrom: nil).text)
+            _ = await gate.wait()
+        }
+        let task = Task { try await client.run() }
+        let metrics = URL(string: "\(server.url.absoluteString)/metrics")!
+        func listeners() async throws -> String {
+            String(decoding: try await URLSession.shared.data(from: metrics).0, as: UTF8.self)
+        }
+        #expect(try await eventually { try await listeners().contains("tandem_listeners 1") })
+        let big = String(repeating: "x", count: 200_000)
+        for index in 0..<150 {
+            _ = try await server.store.commit([.set(documentPath("big/\(index)"), ["s": .string(big)])])
+            if try await listeners().contains("tandem_listeners 0") { break }
+        }
+        #expect(try await eventually { try await listeners().contains("tandem_listeners 0") })
+        gate.fire(0)
+        task.cancel()
         await server.stop()
     }
 }

@@ -47,6 +47,11 @@ final class FanOutHub: Sendable {
             case .collectionGroup(let group, _): state.byGroup[group, default: []].insert(key)
             }
         }
+        // A session that closed while this listen was starting has already removed its listeners.
+        if outbox.isClosed {
+            unlisten(key)
+            return
+        }
         do {
             let load = try await initialLoad(target: target, resumeFrom: resumeFrom, hasLimit: listener.hasLimit)
             activate(key, load)

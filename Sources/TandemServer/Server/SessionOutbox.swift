@@ -10,6 +10,13 @@ final class SessionOutbox: Sendable {
     private let queuedBytes = Atomic<Int>(0)
     private let budget: Int
     private let overflowed = Atomic<Bool>(false)
+    private let overflowHandler = Mutex<(@Sendable () -> Void)?>(nil)
+
+    /// Called once when the outbox overflows.
+    var onOverflow: (@Sendable () -> Void)? {
+        get { overflowHandler.withLock { $0 } }
+        set { overflowHandler.withLock { $0 = newValue } }
+    }
 
     init(budget: Int) {
         self.budget = budget
@@ -28,8 +35,10 @@ final class SessionOutbox: Sendable {
         if overflowed.load(ordering: .relaxed) { return false }
         let total = queuedBytes.add(text.utf8.count, ordering: .relaxed).newValue
         if total > budget {
-            overflowed.store(true, ordering: .relaxed)
-            continuation.finish()
+            if !overflowed.exchange(true, ordering: .relaxed) {
+                continuation.finish()
+                onOverflow?()
+            }
             return false
         }
         if case .terminated = continuation.yield(text) { return false }
@@ -45,6 +54,12 @@ final class SessionOutbox: Sendable {
     var isOverflowed: Bool { overflowed.load(ordering: .relaxed) }
 
     func finish() {
+        closed.store(true, ordering: .relaxed)
         continuation.finish()
     }
+
+    private let closed = Atomic<Bool>(false)
+
+    /// Whether the session is gone (closed or overflowed): sending to it is pointless.
+    var isClosed: Bool { closed.load(ordering: .relaxed) || overflowed.load(ordering: .relaxed) }
 }

@@ -50,7 +50,7 @@ public struct SyncServer: Service {
         let onListening = self.onListening
         let app = Application(
             router: router,
-            server: .http1WebSocketUpgrade(webSocketRouter: router, configuration: .init(ws: .init(maxFrameSize: 1 << 20, autoPing: .disabled))),
+            server: .http1WebSocketUpgrade(webSocketRouter: router, configuration: .init(ws: .init(maxFrameSize: 1 << 20, autoPing: .disabled, closeTimeout: .seconds(5)))),
             configuration: .init(address: .hostname(host, port: port), serverName: "tandem/\(TandemVersion.current)"),
             services: [store],
             onServerRunning: { channel in
@@ -62,9 +62,13 @@ public struct SyncServer: Service {
     }
 
     /// Runs one WebSocket session: a reader handling messages, a writer draining the outbox, the
-    /// session's ordered write queue, and a watchdog closing a connection silent for three heartbeats.
+    /// session's ordered write queue, and a watchdog. The session ends when the client goes, when it
+    /// is silent for three heartbeats, or when it reads too slowly (its outbox overflows, even while
+    /// the writer is stuck on a full socket): then every task is cancelled and the socket closed.
     static func serve(_ session: StreamSession, inbound: WebSocketInboundStream, outbound: WebSocketOutboundWriter, configuration: SyncServerConfiguration) async {
         let lastHeard = LastHeard()
+        let end = SessionEnd()
+        session.outbox.onOverflow = { end.signal() }
         await withDiscardingTaskGroup { group in
             group.addTask {
                 for await text in session.outbox.frames {
@@ -75,9 +79,7 @@ public struct SyncServer: Service {
                     }
                     session.outbox.wrote(text)
                 }
-                if session.outbox.isOverflowed {
-                    try? await outbound.close(.policyViolation, reason: "slow consumer: reconnect and resume from your last version")
-                }
+                end.signal()
             }
             group.addTask {
                 await session.runWrites()
@@ -91,26 +93,62 @@ public struct SyncServer: Service {
                         return
                     }
                     if ContinuousClock.now - lastHeard.instant > allowed {
-                        try? await outbound.close(.goingAway, reason: "no heartbeat for \(allowed)")
+                        configuration.logger.debug("stream session \(session.id): no message for \(allowed); closing")
+                        end.signal()
                         return
                     }
                 }
             }
-            do {
-                for try await message in inbound.messages(maxSize: configuration.limits.maximumRequestBytes) {
-                    lastHeard.touch()
-                    switch message {
-                    case .text(let text):
-                        session.handle(text, tasks: &group)
-                    case .binary:
-                        session.outbox.send(.error(id: nil, TandemError.invalidArgument("Send messages as JSON text frames, not binary.")))
+            group.addTask {
+                await withDiscardingTaskGroup { requests in
+                    do {
+                        for try await message in inbound.messages(maxSize: configuration.limits.maximumRequestBytes) {
+                            lastHeard.touch()
+                            switch message {
+                            case .text(let text):
+                                session.handle(text, tasks: &requests)
+                            case .binary:
+                                session.outbox.send(.error(id: nil, TandemError.invalidArgument("Send messages as JSON text frames, not binary.")))
+                            }
+                        }
+                    } catch {
+                        configuration.logger.debug("stream session \(session.id) ended: \(error)")
                     }
+                    end.signal()
+                    requests.cancelAll()
                 }
-            } catch {
-                configuration.logger.debug("stream session \(session.id) ended: \(error)")
+            }
+            await end.wait()
+            if session.outbox.isOverflowed {
+                configuration.logger.notice("stream session \(session.id) read too slowly and was disconnected; it can resume from its last version")
             }
             session.close()
             group.cancelAll()
+        }
+    }
+}
+
+/// The end of a session, signalled once by whichever part sees it first.
+final class SessionEnd: Sendable {
+    private let state = Mutex<(ended: Bool, waiter: CheckedContinuation<Void, Never>?)>((false, nil))
+
+    func signal() {
+        let waiter = state.withLock { state -> CheckedContinuation<Void, Never>? in
+            state.ended = true
+            defer { state.waiter = nil }
+            return state.waiter
+        }
+        waiter?.resume()
+    }
+
+    func wait() async {
+        await withCheckedContinuation { continuation in
+            let now = state.withLock { state -> Bool in
+                if state.ended { return true }
+                state.waiter = continuation
+                return false
+            }
+            if now { continuation.resume() }
         }
     }
 }
