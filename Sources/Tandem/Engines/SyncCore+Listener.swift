@@ -153,7 +153,17 @@ extension SyncCore {
             }
             change.resumeVersion = batch.version
             try? persistence.persist(change, view: state.view, documentID: state.documentID, resumeVersion: batch.version)
-            Self.refreshModels(changed, in: &state)
+            if changed.count > 64 {
+                // The batch's own order first (a snapshot comes sorted by path), so the merge
+                // rarely has to sort.
+                var inBatchOrder = batch.changes.map(\.path)
+                if changed.count != inBatchOrder.count || !inBatchOrder.allSatisfy(changed.contains) {
+                    inBatchOrder = Array(changed)
+                }
+                Self.refreshModels(inBatchOrder, in: &state)
+            } else {
+                Self.refreshModels(changed, in: &state)
+            }
             return changed
         }
         if batch.isSnapshot {

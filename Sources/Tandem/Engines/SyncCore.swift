@@ -151,10 +151,15 @@ package final class SyncCore<T: SyncModel>: Sendable {
     /// Re-decodes `paths` and merges them into the ordered models in one pass.
     static func mergeModels(_ paths: [DocumentPath], in state: inout State) {
         let changed = Set(paths)
-        // Sort the paths, not (path, model) pairs: moving generic models is slow.
+        // Sort the paths, not (path, model) pairs (moving generic models is slow), and only when
+        // they do not come sorted already.
+        var unique = paths
+        if unique.count != changed.count || !zip(unique, unique.dropFirst()).allSatisfy({ $0 < $1 }) {
+            unique = changed.sorted()
+        }
         var fresh: [(DocumentPath, T)] = []
         fresh.reserveCapacity(changed.count)
-        for path in changed.sorted() {
+        for path in unique {
             if let model = state.view.documents[path].flatMap(decode) {
                 fresh.append((path, model))
                 state.models[path] = model

@@ -194,8 +194,14 @@ enum ServerBenchmarks {
         let clock = ContinuousClock()
         // Where the time goes, for information: the store's read, and the same read over the wire.
         let storeRead = try await clock.measure { _ = try await server.store.read(.collection(collection, Query())) }
-        let wireRead = try await clock.measure { _ = try await tandemClient.documents(.collection(collection, Query())) }
-        report.notes.append("server: of which reading \(count) documents from the store takes \(BenchReport.time(storeRead.seconds)); the same read through the client (encode, loopback, parse) \(BenchReport.time(wireRead.seconds))")
+        var fetched: [Document] = []
+        let wireRead = try await clock.measure { fetched = try await tandemClient.documents(.collection(collection, Query())) }
+        let offline = CollectionSyncEngine<Item>(
+            remote: TandemRemoteCollectionService(client: tandemClient, collection: collection), managerKey: "catalog-apply",
+            persistence: try SQLiteCollectionPersistence(managerKey: "catalog-apply", directory: directory.appendingPathComponent("sync-apply")))
+        let snapshot = RemoteChangeBatch(isSnapshot: true, changes: fetched.map(RemoteChange.upsert), version: 1)
+        let apply = clock.measure { offline.core.apply(snapshot) }
+        report.notes.append("server: of which reading \(count) documents from the store takes \(BenchReport.time(storeRead.seconds)); the same read through the client (encode, loopback, parse) \(BenchReport.time(wireRead.seconds)); applying them as a snapshot to an engine with a SQLite cache \(BenchReport.time(apply.seconds))")
         var synced = 0
         let ours = try await clock.measure {
             let engine = CollectionSyncEngine<Item>(
