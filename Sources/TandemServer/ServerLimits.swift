@@ -16,6 +16,12 @@ public struct ServerLimits: Sendable, Hashable {
     /// (nothing written; retry later). Default 5,000.
     public var maximumWritesPerSecond = 5_000
 
+    /// The most listeners one connection may run at once. Default 1,000.
+    public var maximumListenersPerConnection = 1_000
+    /// The most write requests one connection may have waiting to commit; past it a write is
+    /// answered `unavailable` at once (nothing written). Default 1,000.
+    public var maximumPendingWritesPerConnection = 1_000
+
     public init() {}
 
     /// Throws `resource-exhausted` when a document body is larger than allowed.

@@ -124,6 +124,27 @@ struct BadInputTests {
         await server.stop()
     }
 
+    @Test("past the listeners a connection may run, a listen is resource-exhausted; unlisten frees a place")
+    func listenerLimit() async throws {
+        var configuration = SyncServerConfiguration()
+        configuration.limits.maximumListenersPerConnection = 2
+        let server = try await LiveServer.start(configuration: configuration)
+        let stream = RawStream(port: server.port)
+        stream.send(.hello(clientID: "many", protocolVersion: TandemVersion.wireProtocol, token: nil))
+        guard case .welcome? = await stream.next() else { Issue.record("expected welcome"); return }
+        for id in 1...2 {
+            stream.send(.listen(id: id, target: .document(documentPath("a/\(id)")), resumeFrom: nil))
+            guard case .batch(id, _, _, _)? = await stream.next() else { Issue.record("expected a snapshot"); return }
+        }
+        stream.send(.listen(id: 3, target: .document(documentPath("a/3")), resumeFrom: nil))
+        expectError(await stream.next(), id: 3, .resourceExhausted, "listeners")
+        stream.send(.unlisten(id: 1))
+        stream.send(.listen(id: 4, target: .document(documentPath("a/4")), resumeFrom: nil))
+        guard case .batch(4, _, _, _)? = await stream.next() else { Issue.record("expected a snapshot"); return }
+        await stream.close()
+        await server.stop()
+    }
+
     @Test("past the per-connection write rate, writes are refused as unavailable and nothing is written")
     func writeRate() async throws {
         var configuration = SyncServerConfiguration()

@@ -17,6 +17,8 @@ final class StreamSession: Sendable {
     }
 
     private let state = Mutex(State())
+    /// Write requests received and not yet answered.
+    private let pendingWrites = Atomic<Int>(0)
     /// Writes are committed one after another, in the order the client sent them.
     let writes: AsyncStream<(Int, [Mutation])>
     private let writesContinuation: AsyncStream<(Int, [Mutation])>.Continuation
@@ -69,9 +71,19 @@ final class StreamSession: Sendable {
         case .heartbeat:
             outbox.send(.heartbeat)
         case .listen(let requestID, let target, let resumeFrom):
-            let fresh = state.withLock { $0.listenIDs.insert(requestID).inserted }
-            guard fresh else {
-                outbox.send(.error(id: requestID, TandemError.invalidArgument("A listener with id \(requestID) is already running on this connection; use a new id.")))
+            let limit = configuration.limits.maximumListenersPerConnection
+            let admitted = state.withLock { state -> Result<Void, TandemError> in
+                if state.listenIDs.contains(requestID) {
+                    return .failure(TandemError.invalidArgument("A listener with id \(requestID) is already running on this connection; use a new id."))
+                }
+                if state.listenIDs.count >= limit {
+                    return .failure(TandemError(.resourceExhausted, "This connection already runs \(limit) listeners, the most allowed; stop one (unlisten) first."))
+                }
+                state.listenIDs.insert(requestID)
+                return .success(())
+            }
+            if case .failure(let error) = admitted {
+                outbox.send(.error(id: requestID, error))
                 return
             }
             let key = ListenerKey(session: id, target: requestID)
@@ -82,6 +94,12 @@ final class StreamSession: Sendable {
             state.withLock { _ = $0.listenIDs.remove(requestID) }
             hub.unlisten(ListenerKey(session: id, target: requestID))
         case .write(let requestID, let mutations):
+            let limit = configuration.limits.maximumPendingWritesPerConnection
+            guard pendingWrites.add(1, ordering: .relaxed).newValue <= limit else {
+                pendingWrites.subtract(1, ordering: .relaxed)
+                outbox.send(.error(id: requestID, TandemError(.unavailable, "This connection has \(limit) writes waiting to commit; nothing was written. Wait for their answers and retry.")))
+                return
+            }
             writesContinuation.yield((requestID, mutations))
         case .get(let requestID, let path):
             tasks.addTask {
@@ -109,6 +127,7 @@ final class StreamSession: Sendable {
     func runWrites() async {
         var limiter = WriteRateLimiter(writesPerSecond: configuration.limits.maximumWritesPerSecond)
         for await (requestID, mutations) in writes {
+            defer { pendingWrites.subtract(1, ordering: .relaxed) }
             guard limiter.admit(max(1, mutations.count), at: .now) else {
                 outbox.send(.error(id: requestID, TandemError(.unavailable, "This connection sent more than \(configuration.limits.maximumWritesPerSecond) writes a second; nothing was written. Slow down and retry.")))
                 continue

@@ -46,6 +46,8 @@ extension SQLiteServerStore {
                 return (results, version)
             }
             lastVersion.withLock { $0 = last }
+            transactions.add(1, ordering: .relaxed)
+            requestsCommitted.add(requests.count, ordering: .relaxed)
             // Durable now: tell the listeners, in version order, before answering the writers.
             for case .success(let result) in results {
                 if let batch = result.batch, !batch.changes.isEmpty { publish(batch) }

@@ -22,6 +22,14 @@ public final class SQLiteServerStore: ServerStore {
     private let observers = Mutex<[@Sendable (CommittedBatch) -> Void]>([])
     /// The last committed version; touched only by the one drain that commits at a time.
     let lastVersion: Mutex<Version>
+    /// Transactions committed and requests they held, for the benchmark's figures.
+    let transactions = Atomic<Int>(0)
+    let requestsCommitted = Atomic<Int>(0)
+
+    /// The average number of write requests that shared one transaction so far.
+    package var requestsPerTransaction: Double {
+        Double(requestsCommitted.load(ordering: .relaxed)) / Double(max(1, transactions.load(ordering: .relaxed)))
+    }
     private let queue = GroupCommitQueue<[Mutation], CommitResult>()
 
     /// Opens (creating if needed) the database at `path`.

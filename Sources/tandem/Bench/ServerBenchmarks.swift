@@ -53,7 +53,7 @@ enum ServerBenchmarks {
                 try await group.waitForAll()
             }
         }
-        report.notes.append("server: one write's round trip with \(clients) client\(clients == 1 ? "" : "s"): \(percentiles(roundTrips.withLock { $0 }.sorted()))")
+        report.notes.append("server: one write's round trip with \(clients) client\(clients == 1 ? "" : "s"): \(percentiles(roundTrips.withLock { $0 }.sorted())); \(String(format2: server.store.requestsPerTransaction)) writes per transaction")
         let total = clients * perClient
         let stored = try await server.store.read(.collection(try CollectionPath("items"), Query())).documents.count
         precondition(stored == total, "bench: the server holds \(stored) of \(total) documents")
