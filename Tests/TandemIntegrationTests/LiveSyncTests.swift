@@ -189,3 +189,46 @@ final class BatchRecorder: Sendable {
         return present.filter(\.value).map(\.key.id).sorted()
     }
 }
+
+@Suite("Resume and identity")
+struct ResumeTests {
+    @Test("a listener resuming from before pruned tombstones gets reset and a full snapshot; a recent one gets only changes")
+    func resetAfterPruning() async throws {
+        let server = try await LiveServer.start()
+        let notes = collectionPath("notes")
+        _ = try await server.store.commit([.set(documentPath("notes/1"), ["n": 1]), .set(documentPath("notes/2"), ["n": 2])])  // v1
+        _ = try await server.store.commit([.delete(documentPath("notes/2"))])  // v2
+        _ = try await server.store.commit([.set(documentPath("notes/3"), ["n": 3])])  // v3
+        let stream = RawStream(port: server.port)
+        stream.send(.hello(clientID: "resume", protocolVersion: TandemVersion.wireProtocol, token: nil))
+        guard case .welcome? = await stream.next() else { Issue.record("expected welcome"); return }
+
+        stream.send(.listen(id: 1, target: .collection(notes, Query()), resumeFrom: 1))
+        guard case .batch(1, let recent, let reset, false)? = await stream.next() else { Issue.record("expected changes"); return }
+        #expect(!recent.isSnapshot && !reset)
+        #expect(recent.changes.map(\.path.id) == ["2", "3"] && recent.changes[0].document == nil)
+        #expect(recent.version == 3)
+
+        #expect(try await server.store.pruneTombstones(olderThan: Date().addingTimeInterval(60)) == 1)
+        stream.send(.listen(id: 2, target: .collection(notes, Query()), resumeFrom: 1))
+        guard case .batch(2, let full, let wasReset, false)? = await stream.next() else { Issue.record("expected a snapshot"); return }
+        #expect(full.isSnapshot && wasReset)
+        #expect(full.changes.map(\.path.id) == ["1", "3"])
+        await stream.close()
+        await server.stop()
+    }
+
+    @Test("a client without a configured id makes one once and keeps it across launches")
+    func persistentClientID() throws {
+        let directory = TemporaryDirectory()
+        var configuration = TandemClientConfiguration()
+        configuration.storageDirectory = directory.url
+        let first = TandemClient(url: URL(string: "http://127.0.0.1:1")!, configuration: configuration)
+        let second = TandemClient(url: URL(string: "http://127.0.0.1:1")!, configuration: configuration)
+        #expect(!first.clientID.isEmpty)
+        #expect(first.clientID == second.clientID)
+        let other = TemporaryDirectory()
+        configuration.storageDirectory = other.url
+        #expect(TandemClient(url: URL(string: "http://127.0.0.1:1")!, configuration: configuration).clientID != first.clientID)
+    }
+}
