@@ -63,31 +63,17 @@ extension TandemClient {
     /// Sleeps on the clock for `delay` (or until woken, when nil), or less when a read, a write or
     /// `setOnline(true)` asks for an attempt now.
     private func waitForWake(_ delay: Duration?) async {
-        let clock = configuration.clock
-        await withTaskGroup(of: Void.self) { group in
-            if let delay {
-                group.addTask { try? await clock.sleep(for: delay) }
+        await WakeableSleep.sleep(on: configuration.clock, for: delay) { continuation in
+            self.state.withLock { state -> Bool in
+                if state.wakeRequested || state.stopped { return true }
+                state.wake = continuation
+                return false
             }
-            group.addTask {
-                await withTaskCancellationHandler {
-                    await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-                        let now = self.state.withLock { state -> Bool in
-                            if state.wakeRequested || state.stopped || Task.isCancelled { return true }
-                            state.wake = continuation
-                            return false
-                        }
-                        if now { continuation.resume() }
-                    }
-                } onCancel: {
-                    let wake = self.state.withLock { state -> CheckedContinuation<Void, Never>? in
-                        defer { state.wake = nil }
-                        return state.wake
-                    }
-                    wake?.resume()
-                }
+        } unpark: {
+            self.state.withLock { state -> CheckedContinuation<Void, Never>? in
+                defer { state.wake = nil }
+                return state.wake
             }
-            await group.next()
-            group.cancelAll()
         }
     }
 

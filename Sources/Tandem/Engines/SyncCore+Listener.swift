@@ -108,31 +108,17 @@ extension SyncCore {
 
     /// Sleeps on the clock, or less when a read or write wakes the listener, or the listener stops.
     private func waitForRetry(_ delay: Duration) async {
-        let clock = self.clock
-        await withTaskGroup(of: Void.self) { group in
-            group.addTask {
-                try? await clock.sleep(for: delay)
+        await WakeableSleep.sleep(on: clock, for: delay) { continuation in
+            self.state.withLock { state -> Bool in
+                if !state.listenerDown { return true }
+                state.wake = continuation
+                return false
             }
-            group.addTask {
-                await withTaskCancellationHandler {
-                    await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-                        let resumeNow = self.state.withLock { state -> Bool in
-                            if Task.isCancelled || !state.listenerDown { return true }
-                            state.wake = continuation
-                            return false
-                        }
-                        if resumeNow { continuation.resume() }
-                    }
-                } onCancel: {
-                    let wake = self.state.withLock { state -> CheckedContinuation<Void, Never>? in
-                        defer { state.wake = nil }
-                        return state.wake
-                    }
-                    wake?.resume()
-                }
+        } unpark: {
+            self.state.withLock { state -> CheckedContinuation<Void, Never>? in
+                defer { state.wake = nil }
+                return state.wake
             }
-            await group.next()
-            group.cancelAll()
         }
     }
 
