@@ -36,6 +36,7 @@ struct WireTests {
             .ack(id: 2, acknowledgements: [WriteAcknowledgement(id: MutationID(clientID: "c", sequence: 1), version: 4, document: document), WriteAcknowledgement(id: nil, version: 4, document: nil)]),
             .batch(target: 3, batch: RemoteChangeBatch(isSnapshot: true, changes: [.upsert(document)], version: 4), reset: true, more: true),
             .batch(target: 3, batch: RemoteChangeBatch(isSnapshot: false, changes: [RemoteChange(path: path, document: nil, version: 5, mutationID: MutationID(clientID: "c", sequence: 2))], version: 5), reset: false, more: false),
+            .sharedBatch(targets: [3, 8], batch: RemoteChangeBatch(isSnapshot: false, changes: [.upsert(document)], version: 4)),
             .documents(id: 4, documents: [document], version: 9),
             .error(id: 5, TandemError(.failedPrecondition, "no")),
             .error(id: nil, TandemError(.invalidArgument, "bad")),

@@ -232,3 +232,38 @@ struct ResumeTests {
         #expect(TandemClient(url: URL(string: "http://127.0.0.1:1")!, configuration: configuration).clientID != first.clientID)
     }
 }
+
+@Suite("Shared delivery")
+struct SharedDeliveryTests {
+    @Test("listeners of one connection that get the same commit share one message, and each sees it once")
+    func sharedDelivery() async throws {
+        let server = try await LiveServer.start()
+        let client = RunningClient(server, id: "many-listeners")
+        await client.client.waitUntilConnected()
+        let notes = collectionPath("notes")
+        let recorders = (0..<4).map { _ in BatchRecorder() }
+        let targets: [ListenTarget] = [
+            .collection(notes, Query()),
+            .collection(notes, Query()),
+            .collection(notes, Query().whereField("n", isGreaterThan: 1)),
+            .document(documentPath("notes/2")),
+        ]
+        var tasks: [Task<Void, any Error>] = []
+        for (target, recorder) in zip(targets, recorders) {
+            tasks.append(Task { for try await batch in client.client.listen(target) { recorder.append(batch) } })
+        }
+        #expect(await eventually { recorders.allSatisfy { $0.count == 1 } })
+        _ = try await client.client.commit([.set(documentPath("notes/1"), ["n": 1]), .set(documentPath("notes/2"), ["n": 2])])
+        #expect(await eventually { recorders.allSatisfy { $0.count == 2 } })
+        #expect(recorders[0].documentIDs == ["1", "2"] && recorders[1].documentIDs == ["1", "2"])
+        #expect(recorders[2].documentIDs == ["2"])
+        #expect(recorders[3].documentIDs == ["2"])
+        _ = try await client.client.commit([.set(documentPath("notes/3"), ["n": 0])])
+        #expect(await eventually { recorders[0].count == 3 && recorders[1].count == 3 })
+        #expect(recorders[0].batches.last?.changes.map(\.path.id) == ["3"])
+        #expect(recorders[2].count == 2 && recorders[3].count == 2)  // neither is affected
+        tasks.forEach { $0.cancel() }
+        await client.stop()
+        await server.stop()
+    }
+}

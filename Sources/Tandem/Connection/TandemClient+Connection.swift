@@ -189,6 +189,14 @@ extension TandemClient {
             listener?.continuation.finish(throwing: error)
         case .error(nil, let error):
             configuration.logger.warning("the server reports: \(error)")
+        case .sharedBatch(let targets, let batch):
+            let continuations = state.withLock { state in
+                targets.compactMap { target -> AsyncThrowingStream<RemoteChangeBatch, any Error>.Continuation? in
+                    state.listeners[target]?.lastVersion = batch.version
+                    return state.listeners[target]?.continuation
+                }
+            }
+            for continuation in continuations { continuation.yield(batch) }
         case .batch(let target, let batch, _, let more):
             let ready = state.withLock { state -> (AsyncThrowingStream<RemoteChangeBatch, any Error>.Continuation, RemoteChangeBatch)? in
                 // Taken out of the dictionary while it grows, so its partial batch is not copied.

@@ -10,6 +10,9 @@ public enum ServerMessage: Sendable, Hashable {
     /// `more`, and a client applies the batch only once it has the last (never half of a batch).
     /// `reset` says the listener's resume version was too old: this is a full snapshot.
     case batch(target: Int, batch: RemoteChangeBatch, reset: Bool, more: Bool)
+    /// One commit's changes for several listeners of the connection at once (each gets the same
+    /// changes): `{"type": "changes", "targets": [ids], …}`. Never part of a larger batch.
+    case sharedBatch(targets: [Int], batch: RemoteChangeBatch)
     /// The answer to `get` and `query`: the documents, and the version they were read at.
     case documents(id: Int, documents: [Document], version: Version)
     /// A request failed, or (without an id) the connection is in trouble. For a listener, `id` is
@@ -34,6 +37,13 @@ public enum ServerMessage: Sendable, Hashable {
             if reset { object["reset"] = true }
             if more { object["more"] = true }
             return .object(object)
+        case .sharedBatch(let targets, let batch):
+            return .object([
+                "type": "changes",
+                "targets": .array(targets.map { .int($0) }),
+                "version": .int(Int(clamping: batch.version.rawValue)),
+                "changes": .array(batch.changes.map(\.wireValue)),
+            ])
         case .documents(let id, let documents, let version):
             return .object(["type": "documents", "id": .int(id), "documents": .array(documents.map(\.wireValue)), "version": .int(Int(clamping: version.rawValue))])
         case .error(let id, let error):
@@ -59,6 +69,15 @@ public enum ServerMessage: Sendable, Hashable {
             var changes: [RemoteChange] = []
             for entry in try object.array("changes") { changes.append(try RemoteChange(wire: entry)) }
             let batch = RemoteChangeBatch(isSnapshot: type == "snapshot", changes: changes, version: try object.version("version"))
+            if type == "changes" && object.has("targets") {
+                var targets: [Int] = []
+                for entry in try object.array("targets") {
+                    guard case .int(let target) = entry else { throw object.wrongType("targets", "an array of listener ids", entry) }
+                    targets.append(target)
+                }
+                self = .sharedBatch(targets: targets, batch: batch)
+                return
+            }
             self = .batch(target: try object.int("target"), batch: batch, reset: try object.bool("reset", default: false), more: try object.bool("more", default: false))
         case "documents":
             var documents: [Document] = []

@@ -94,6 +94,24 @@ package struct WireWriter {
     }
 }
 
+extension WireWriter {
+    /// A `changes` message for several listeners, around an already written changes array.
+    package static func sharedBatch(targets: [Int], changes: [UInt8], version: Version) -> String {
+        var writer = WireWriter(capacity: changes.count + 64 + targets.count * 6)
+        writer.raw(#"{"changes":"#)
+        writer.raw(changes)
+        writer.raw(#","targets":["#)
+        for (index, target) in targets.enumerated() {
+            if index > 0 { writer.raw(",") }
+            writer.int(target)
+        }
+        writer.raw(#"],"type":"changes","version":"#)
+        writer.int(Int(clamping: version.rawValue))
+        writer.raw("}")
+        return writer.text
+    }
+}
+
 extension ServerMessage {
     /// The message as JSON text; batches and documents are written directly.
     public var text: String {
@@ -101,6 +119,8 @@ extension ServerMessage {
         case .batch(let target, let batch, let reset, let more):
             return WireWriter.batch(target: target, changes: WireWriter.changes(batch.changes), version: batch.version,
                                     isSnapshot: batch.isSnapshot, reset: reset, more: more)
+        case .sharedBatch(let targets, let batch):
+            return WireWriter.sharedBatch(targets: targets, changes: WireWriter.changes(batch.changes), version: batch.version)
         case .documents(let id, let documents, let version):
             var writer = WireWriter(capacity: 64 + documents.count * 160)
             writer.raw(#"{"documents":["#)

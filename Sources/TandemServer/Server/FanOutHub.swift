@@ -152,8 +152,11 @@ final class FanOutHub: Sendable {
                 for key in state.byCollection[change.path.parent] ?? [] { affected[key, default: []].append(index) }
                 for key in state.byGroup[change.path.collectionGroup] ?? [] { affected[key, default: []].append(index) }
             }
-            // Listeners that get the same changes share one encoding of them.
+            // Listeners that get the same changes share one encoding of them, and those of one
+            // connection share one message naming them all.
             var encoded: [[Int]: [UInt8]] = [:]
+            var shared: [SharedDelivery: [Int]] = [:]
+            var outboxes: [Int: SessionOutbox] = [:]
             for (key, indices) in affected {
                 guard var listener = state.listeners[key] else { continue }
                 switch listener.phase {
@@ -169,21 +172,36 @@ final class FanOutHub: Sendable {
                         let codes = listener.deliver(indices, of: batch.changes)
                         listener.phase = .live(batch.version)
                         if !codes.isEmpty {
-                            let changes: [UInt8]
-                            if let cached = encoded[codes] {
-                                changes = cached
-                            } else {
-                                changes = WireWriter.changes(ListenerState.changes(codes, of: batch.changes))
-                                encoded[codes] = changes
-                            }
-                            listener.outbox.send(text: WireWriter.batch(target: key.target, changes: changes, version: batch.version, isSnapshot: false, reset: false, more: false))
+                            shared[SharedDelivery(session: key.session, codes: codes), default: []].append(key.target)
+                            outboxes[key.session] = listener.outbox
                         }
                     }
                 }
                 state.listeners[key] = listener
             }
+            for (delivery, targets) in shared {
+                guard let outbox = outboxes[delivery.session] else { continue }
+                let changes: [UInt8]
+                if let cached = encoded[delivery.codes] {
+                    changes = cached
+                } else {
+                    changes = WireWriter.changes(ListenerState.changes(delivery.codes, of: batch.changes))
+                    encoded[delivery.codes] = changes
+                }
+                if targets.count == 1 {
+                    outbox.send(text: WireWriter.batch(target: targets[0], changes: changes, version: batch.version, isSnapshot: false, reset: false, more: false))
+                } else {
+                    outbox.send(text: WireWriter.sharedBatch(targets: targets.sorted(), changes: changes, version: batch.version))
+                }
+            }
         }
         requeries.forEach(startRequery)
+    }
+
+    /// The listeners of one connection that get the same changes from a commit.
+    struct SharedDelivery: Hashable {
+        var session: Int
+        var codes: [Int]
     }
 
     /// Reads a limit query again and sends the difference from what the listener has.
