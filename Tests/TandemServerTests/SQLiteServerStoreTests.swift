@@ -123,6 +123,28 @@ struct SQLiteServerStoreTests {
         #expect(try await store.changes(since: 2, in: nil, limit: 10).changes.isEmpty)
     }
 
+    @Test("pruning never takes the version back and keeps each client's high-water mark, across a reopen")
+    func pruningKeepsVersionAndHighWater() async throws {
+        let store = try makeStore()
+        let bump = Mutation.update(path("c/n"), fields: [:], transforms: [.init("n", .increment(1))])
+        _ = try await store.commit([.set(path("c/n"), ["n": 0])])  // v1
+        _ = try await store.commit([bump.identified(by: MutationID(clientID: "phone", sequence: 1))])  // v2
+        _ = try await store.commit([bump.identified(by: MutationID(clientID: "phone", sequence: 2))])  // v3
+        _ = try await store.commit([Mutation.delete(path("c/gone")).identified(by: MutationID(clientID: "tablet", sequence: 1))])  // v4, changes nothing
+        _ = try await store.commit([.set(path("c/x"), [:])])  // v5
+        _ = try await store.commit([.delete(path("c/x"))])  // v6
+        _ = try await store.pruneTombstones(olderThan: Date().addingTimeInterval(60))
+        let reopened = try makeStore()
+        #expect(try await reopened.currentVersion() == 6)
+        #expect(try await reopened.commit([.set(path("c/y"), [:])]).batch?.version == 7)
+        // The newest answer of each client survives pruning, so their replays are still recognized.
+        _ = try await reopened.commit([bump.identified(by: MutationID(clientID: "phone", sequence: 2))])
+        _ = try await reopened.commit([bump.identified(by: MutationID(clientID: "phone", sequence: 1))])
+        #expect(try await reopened.document(at: path("c/n"))?.data["n"] == 2)
+        let replay = try await reopened.commit([Mutation.delete(path("c/gone")).identified(by: MutationID(clientID: "tablet", sequence: 1))])
+        #expect(replay.batch == nil && replay.acknowledgements.first?.version == 4)
+    }
+
     @Test("over-size documents and batches are resource-exhausted and write nothing")
     func limits() async throws {
         let store = try makeStore()

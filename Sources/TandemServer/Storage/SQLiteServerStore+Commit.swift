@@ -40,9 +40,6 @@ extension SQLiteServerStore {
                         results.append(outcome)
                     }
                 }
-                if version != start {
-                    try db.cachedStatement(sql: "UPDATE meta SET value = ? WHERE key = 'version'").execute(arguments: [Int64(version.rawValue)])
-                }
                 return (results, version)
             }
             lastVersion.withLock { $0 = last }
@@ -84,7 +81,8 @@ extension SQLiteServerStore {
                 if let known = highWaters[id.clientID] {
                     highWater = known
                 } else {
-                    highWater = try Int64.fetchOne(db, sql: "SELECT high_water FROM clients WHERE client_id = ?", arguments: [id.clientID]) ?? -1
+                    let statement = try db.cachedStatement(sql: "SELECT max(sequence) FROM mutation_results WHERE client_id = ?")
+                    highWater = try Int64.fetchOne(statement, arguments: [id.clientID]) ?? -1
                     highWaters[id.clientID] = highWater
                 }
                 if Int64(clamping: id.sequence) <= highWater {
@@ -133,13 +131,8 @@ extension SQLiteServerStore {
             ])
             changes.append(RemoteChange(path: path, document: document, version: version, mutationID: id))
         }
-        let client = try db.cachedStatement(sql: """
-            INSERT INTO clients (client_id, high_water) VALUES (?, ?)
-            ON CONFLICT (client_id) DO UPDATE SET high_water = max(high_water, excluded.high_water)
-            """)
         let result = try db.cachedStatement(sql: "INSERT OR REPLACE INTO mutation_results (client_id, sequence, version, commit_time, document) VALUES (?, ?, ?, ?, ?)")
         for (id, document) in applied {
-            try client.execute(arguments: [id.clientID, Int64(id.sequence)])
             try result.execute(arguments: [id.clientID, Int64(id.sequence), Int64(version.rawValue), timeMillis, document.map { JSONText.encode($0.wireValue) }])
         }
         return CommitResult(acknowledgements: acknowledgements, batch: CommittedBatch(version: version, changes: changes))

@@ -8,8 +8,8 @@ import TandemCore
 ///
 /// Each document is one row: its path, collection path, collection-group name, version, create and
 /// update times, and its body as JSON (NULL for a tombstone). One version sequence numbers the commits;
-/// the highest applied sequence of each client, and the answer given to each mutation, are written in
-/// the same transaction as the write. Concurrent commits share one transaction (group commit); each
+/// the answer given to each client mutation is written in the same transaction as the write, and the
+/// newest one of each client is its high-water mark (pruning always keeps it). Concurrent commits share one transaction (group commit); each
 /// writer is answered only after it is durable.
 ///
 /// ```swift
@@ -46,8 +46,15 @@ public final class SQLiteServerStore: ServerStore {
                 try db.execute(sql: "PRAGMA synchronous = \(synchronous)")
             }
             try Self.migrator.migrate(pool)
+            // Commits do not rewrite a counter (one page less to sync per commit): the last version
+            // is the newest one any row holds, or the one recorded when rows were pruned.
             lastVersion = Mutex(Version(UInt64(try pool.read { db in
-                try Int64.fetchOne(db, sql: "SELECT value FROM meta WHERE key = 'version'") ?? 0
+                try Int64.fetchOne(db, sql: """
+                    SELECT max(
+                        (SELECT coalesce(max(value), 0) FROM meta),
+                        (SELECT coalesce(max(version), 0) FROM documents),
+                        (SELECT coalesce(max(version), 0) FROM mutation_results))
+                    """) ?? 0
             })))
         } catch {
             throw TandemError(.unavailable, "Cannot open the server database at \(path): \(error). Check that the directory exists and is writable.", cause: error)
@@ -83,10 +90,6 @@ public final class SQLiteServerStore: ServerStore {
                 CREATE INDEX documents_by_collection ON documents(collection, version);
                 CREATE INDEX documents_by_group ON documents(collection_group, version);
                 CREATE INDEX documents_by_version ON documents(version);
-                CREATE TABLE clients (
-                    client_id TEXT PRIMARY KEY NOT NULL,
-                    high_water INTEGER NOT NULL
-                ) WITHOUT ROWID;
                 CREATE TABLE mutation_results (
                     client_id TEXT NOT NULL,
                     sequence INTEGER NOT NULL,
@@ -136,9 +139,17 @@ public final class SQLiteServerStore: ServerStore {
     @discardableResult
     public func pruneTombstones(olderThan date: Date) async throws -> Int {
         let cutoff = WireTimestamp.milliseconds(date)
+        let current = Int64(lastVersion.withLock { $0 }.rawValue)
         return try await pool.write { db in
+            // Recorded first, so the version sequence never goes back once the rows holding the
+            // newest versions are pruned.
+            try db.execute(sql: "UPDATE meta SET value = max(value, ?) WHERE key = 'version'", arguments: [current])
             let newest = try Int64.fetchOne(db, sql: "SELECT max(version) FROM documents WHERE data IS NULL AND update_time < ?", arguments: [cutoff])
-            try db.execute(sql: "DELETE FROM mutation_results WHERE commit_time < ?", arguments: [cutoff])
+            // Each client's newest answer stays: it is the client's high-water mark.
+            try db.execute(sql: """
+                DELETE FROM mutation_results WHERE commit_time < ? AND sequence <
+                    (SELECT max(newer.sequence) FROM mutation_results AS newer WHERE newer.client_id = mutation_results.client_id)
+                """, arguments: [cutoff])
             guard let newest else { return 0 }
             try db.execute(sql: "DELETE FROM documents WHERE data IS NULL AND update_time < ?", arguments: [cutoff])
             let count = db.changesCount
@@ -230,8 +241,15 @@ public final class SQLiteServerStore: ServerStore {
         }
     }
 
+    /// The version a read's snapshot reflects: the newest document version it sees, or the one
+    /// recorded at pruning. (A commit that changed no document may be newer; it has nothing to show.)
     static func committedVersion(_ db: Database) throws -> Version {
-        Version(UInt64(try Int64.fetchOne(db, sql: "SELECT value FROM meta WHERE key = 'version'") ?? 0))
+        let statement = try db.cachedStatement(sql: """
+            SELECT max(
+                (SELECT coalesce(max(value), 0) FROM meta WHERE key = 'version'),
+                (SELECT coalesce(max(version), 0) FROM documents))
+            """)
+        return Version(UInt64(try Int64.fetchOne(statement) ?? 0))
     }
 }
 
