@@ -97,6 +97,11 @@ extension Mutation {
     /// stamped with `version` and the server time.
     public func apply(to existing: Document?, version: Version, serverTime: ServerTime) throws(TandemError) -> Document? {
         try validate()
+        return try applyValidated(to: existing, version: version, serverTime: serverTime)
+    }
+
+    /// `apply` for a mutation already validated (a server validates a batch before it commits).
+    package func applyValidated(to existing: Document?, version: Version, serverTime: ServerTime) throws(TandemError) -> Document? {
         try checkPrecondition(against: existing)
         guard let body = applyToBody(existing?.data, serverTime: serverTime) else { return nil }
         return Document(

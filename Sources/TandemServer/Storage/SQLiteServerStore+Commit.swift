@@ -96,7 +96,8 @@ extension SQLiteServerStore {
             } else {
                 existing = try fetchDocument(db, path: mutation.path)
             }
-            let after = try mutation.apply(to: existing, version: version, serverTime: time)
+            // `commit` validated the mutations before queueing them.
+            let after = try mutation.applyValidated(to: existing, version: version, serverTime: time)
             if let after { try limits.checkDocument(after.data, at: mutation.path) }
             appliedAny = true
             if existing != nil || after != nil {
