@@ -58,11 +58,3 @@ public struct RetryPolicy: Sendable, Hashable {
         delay(afterFailures: failures, random: jitter == 0 ? 0.5 : Double.random(in: 0..<1, using: &generator))
     }
 }
-
-extension Duration {
-    /// The duration in seconds, as a double.
-    var doubleSeconds: Double {
-        let (seconds, attoseconds) = components
-        return Double(seconds) + Double(attoseconds) / 1e18
-    }
-}

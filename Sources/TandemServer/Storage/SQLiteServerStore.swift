@@ -113,7 +113,7 @@ public final class SQLiteServerStore: ServerStore {
         try? await cancelWhenGracefulShutdown {
             while !Task.isCancelled {
                 try await Task.sleep(for: configuration.pruneInterval)
-                _ = try? await self.pruneTombstones(olderThan: configuration.now().addingTimeInterval(-configuration.tombstoneRetention.seconds))
+                _ = try? await self.pruneTombstones(olderThan: configuration.now().addingTimeInterval(-configuration.tombstoneRetention.doubleSeconds))
             }
         }
     }
@@ -250,12 +250,5 @@ public final class SQLiteServerStore: ServerStore {
                 (SELECT coalesce(max(version), 0) FROM documents))
             """)
         return Version(UInt64(try Int64.fetchOne(statement) ?? 0))
-    }
-}
-
-extension Duration {
-    var seconds: Double {
-        let (seconds, attoseconds) = components
-        return Double(seconds) + Double(attoseconds) / 1e18
     }
 }

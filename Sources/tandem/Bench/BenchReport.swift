@@ -1,3 +1,5 @@
+import TandemCore
+
 /// Benchmark figures beside their baselines, with the target each is held to.
 struct BenchReport {
     struct Row {
@@ -16,8 +18,8 @@ struct BenchReport {
     var notes: [String] = []
 
     mutating func add(_ name: String, ours: Duration, baseline: Duration, operations: Int, unit: String, target: Double?) {
-        let oursSeconds = ours.seconds
-        let baseSeconds = baseline.seconds
+        let oursSeconds = ours.doubleSeconds
+        let baseSeconds = baseline.doubleSeconds
         rows.append(Row(
             name: name,
             figure: "\(Self.rate(Double(operations) / oursSeconds)) \(unit)/s (\(Self.time(oursSeconds)))",
@@ -59,13 +61,6 @@ struct BenchReport {
 
     static func time(_ seconds: Double) -> String {
         seconds >= 1 ? "\(String(format2: seconds)) s" : "\(String(format2: seconds * 1_000)) ms"
-    }
-}
-
-extension Duration {
-    var seconds: Double {
-        let (seconds, attoseconds) = components
-        return Double(seconds) + Double(attoseconds) / 1e18
     }
 }
 

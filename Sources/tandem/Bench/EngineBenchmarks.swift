@@ -118,10 +118,10 @@ extension EngineBenchmarks {
         try coldStart(count: documents, repetitions: repetitions, directory: directory, into: &report)
         if coldStartOnly { return report }
         let (p50, p99) = try await remoteChange(count: documents, changes: 500, directory: directory)
-        report.notes.append("engines: one remote change with \(documents) documents cached (persisted): p50 \(BenchReport.time(p50.seconds)), p99 \(BenchReport.time(p99.seconds)) (target p50 ≤ 1 ms: \(p50 <= .milliseconds(1) ? "meets" : "MISSES"))")
+        report.notes.append("engines: one remote change with \(documents) documents cached (persisted): p50 \(BenchReport.time(p50.doubleSeconds)), p99 \(BenchReport.time(p99.doubleSeconds)) (target p50 ≤ 1 ms: \(p50 <= .milliseconds(1) ? "meets" : "MISSES"))")
         let writes = 10_000
         let (queue, flush) = try await flush(count: writes)
-        report.notes.append("engines: \(writes) updates queued offline in \(BenchReport.time(queue.seconds)) (\(BenchReport.rate(Double(writes) / queue.seconds)) writes/s), flushed to the in-memory server in \(BenchReport.time(flush.seconds)) (\(BenchReport.rate(Double(writes) / flush.seconds)) writes/s)")
+        report.notes.append("engines: \(writes) updates queued offline in \(BenchReport.time(queue.doubleSeconds)) (\(BenchReport.rate(Double(writes) / queue.doubleSeconds)) writes/s), flushed to the in-memory server in \(BenchReport.time(flush.doubleSeconds)) (\(BenchReport.rate(Double(writes) / flush.doubleSeconds)) writes/s)")
         return report
     }
 }

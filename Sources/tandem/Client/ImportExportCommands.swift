@@ -36,8 +36,7 @@ struct ImportCommand: AsyncParsableCommand {
                 if terminal { Self.progress(written, of: mutations.count) }
             }
             if terminal { FileHandle.standardOutput.write(Data("\n".utf8)) }
-            let seconds = (ContinuousClock.now - started).components
-            let elapsed = Double(seconds.seconds) + Double(seconds.attoseconds) / 1e18
+            let elapsed = (ContinuousClock.now - started).doubleSeconds
             Console.out("imported \(written) documents into \(collection) in \(String(format: "%.2f", elapsed)) s")
         }
     }
