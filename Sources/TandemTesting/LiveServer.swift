@@ -1,6 +1,5 @@
 import Foundation
 import Logging
-import Synchronization
 import TandemCore
 import TandemServer
 
@@ -43,10 +42,18 @@ public final class LiveServer: Sendable {
         configuration.port = port
         // Stopping cancels open connections, which the server logs as errors: keep a test's output quiet.
         configuration.logger.logLevel = .critical
-        let ready = ReadyPort()
-        let server = SyncServer(store: store, configuration: configuration) { _, port in ready.fulfill(port) }
-        let task = Task { try await server.run() }
-        let bound = try await ready.wait(orFailureOf: task)
+        let ready = Ticket<Int>()
+        let server = SyncServer(store: store, configuration: configuration) { _, port in ready.fulfill(.success(port)) }
+        let task = Task {
+            do {
+                try await server.run()
+                ready.fulfill(.failure(TandemError(.unavailable, "The server stopped before it was ready.")))
+            } catch {
+                ready.fulfill(.failure(error))
+                throw error
+            }
+        }
+        let bound = try await ready.value()
         return LiveServer(url: URL(string: "http://127.0.0.1:\(bound)")!, port: bound, store: store, directory: directory, task: task)
     }
 
@@ -54,56 +61,5 @@ public final class LiveServer: Sendable {
     public func stop() async {
         task.cancel()
         _ = try? await task.value
-    }
-}
-
-/// The bound port, handed from the server's start callback to whoever waits for it.
-final class ReadyPort: Sendable {
-    private enum State {
-        case waiting(CheckedContinuation<Int, any Error>?)
-        case ready(Int)
-        case failed(any Error)
-    }
-
-    private let state = Mutex(State.waiting(nil))
-
-    func fulfill(_ port: Int) {
-        let waiter = state.withLock { state -> CheckedContinuation<Int, any Error>? in
-            guard case .waiting(let waiter) = state else { return nil }
-            state = .ready(port)
-            return waiter
-        }
-        waiter?.resume(returning: port)
-    }
-
-    func fail(_ error: any Error) {
-        let waiter = state.withLock { state -> CheckedContinuation<Int, any Error>? in
-            guard case .waiting(let waiter) = state else { return nil }
-            state = .failed(error)
-            return waiter
-        }
-        waiter?.resume(throwing: error)
-    }
-
-    func wait(orFailureOf task: Task<Void, any Error>) async throws -> Int {
-        let watcher = Task {
-            do {
-                try await task.value
-                self.fail(TandemError(.unavailable, "The server stopped before it was ready."))
-            } catch {
-                self.fail(error)
-            }
-        }
-        defer { watcher.cancel() }
-        return try await withCheckedThrowingContinuation { continuation in
-            let now = state.withLock { state -> Result<Int, any Error>? in
-                switch state {
-                case .ready(let port): return .success(port)
-                case .failed(let error): return .failure(error)
-                case .waiting: state = .waiting(continuation); return nil
-                }
-            }
-            if let now { continuation.resume(with: now) }
-        }
     }
 }

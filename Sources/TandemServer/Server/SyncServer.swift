@@ -67,8 +67,9 @@ public struct SyncServer: Service {
     /// the writer is stuck on a full socket): then every task is cancelled and the socket closed.
     static func serve(_ session: StreamSession, inbound: WebSocketInboundStream, outbound: WebSocketOutboundWriter, configuration: SyncServerConfiguration) async {
         let lastHeard = LastHeard()
-        let end = SessionEnd()
-        session.outbox.onOverflow = { end.signal() }
+        // Whichever part sees the end first says so.
+        let end = Ticket<Void>()
+        session.outbox.onOverflow = { end.fulfill(.success(())) }
         await withDiscardingTaskGroup { group in
             group.addTask {
                 for await text in session.outbox.frames {
@@ -79,7 +80,7 @@ public struct SyncServer: Service {
                     }
                     session.outbox.wrote(text)
                 }
-                end.signal()
+                end.fulfill(.success(()))
             }
             group.addTask {
                 await session.runWrites()
@@ -94,7 +95,7 @@ public struct SyncServer: Service {
                     }
                     if ContinuousClock.now - lastHeard.instant > allowed {
                         configuration.logger.debug("stream session \(session.id): no message for \(allowed); closing")
-                        end.signal()
+                        end.fulfill(.success(()))
                         return
                     }
                 }
@@ -114,41 +115,16 @@ public struct SyncServer: Service {
                     } catch {
                         configuration.logger.debug("stream session \(session.id) ended: \(error)")
                     }
-                    end.signal()
+                    end.fulfill(.success(()))
                     requests.cancelAll()
                 }
             }
-            await end.wait()
+            _ = try? await end.value()
             if session.outbox.isOverflowed {
                 configuration.logger.notice("stream session \(session.id) read too slowly and was disconnected; it can resume from its last version")
             }
             session.close()
             group.cancelAll()
-        }
-    }
-}
-
-/// The end of a session, signalled once by whichever part sees it first.
-final class SessionEnd: Sendable {
-    private let state = Mutex<(ended: Bool, waiter: CheckedContinuation<Void, Never>?)>((false, nil))
-
-    func signal() {
-        let waiter = state.withLock { state -> CheckedContinuation<Void, Never>? in
-            state.ended = true
-            defer { state.waiter = nil }
-            return state.waiter
-        }
-        waiter?.resume()
-    }
-
-    func wait() async {
-        await withCheckedContinuation { continuation in
-            let now = state.withLock { state -> Bool in
-                if state.ended { return true }
-                state.waiter = continuation
-                return false
-            }
-            if now { continuation.resume() }
         }
     }
 }

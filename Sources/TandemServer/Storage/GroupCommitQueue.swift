@@ -56,8 +56,8 @@ final class GroupCommitQueue<Request: Sendable, Response: Sendable>: Sendable {
     }
 }
 
-/// A one-shot answer that may arrive before or after someone waits for it.
-final class Ticket<Value: Sendable>: Sendable {
+/// A one-shot answer that may arrive before or after someone waits for it; the first answer stays.
+package final class Ticket<Value: Sendable>: Sendable {
     private enum State {
         case empty
         case waiting(CheckedContinuation<Value, any Error>)
@@ -66,7 +66,9 @@ final class Ticket<Value: Sendable>: Sendable {
 
     private let state = Mutex(State.empty)
 
-    func value() async throws -> Value {
+    package init() {}
+
+    package func value() async throws -> Value {
         try await withCheckedThrowingContinuation { continuation in
             let ready = state.withLock { state -> Result<Value, any Error>? in
                 if case .done(let result) = state { return result }
@@ -77,11 +79,18 @@ final class Ticket<Value: Sendable>: Sendable {
         }
     }
 
-    func fulfill(_ result: Result<Value, any Error>) {
+    package func fulfill(_ result: Result<Value, any Error>) {
         let waiter = state.withLock { state -> CheckedContinuation<Value, any Error>? in
-            defer { state = .done(result) }
-            if case .waiting(let continuation) = state { return continuation }
-            return nil
+            switch state {
+            case .done:
+                return nil
+            case .waiting(let continuation):
+                state = .done(result)
+                return continuation
+            case .empty:
+                state = .done(result)
+                return nil
+            }
         }
         // Never resume a continuation while holding a lock.
         waiter?.resume(with: result)
