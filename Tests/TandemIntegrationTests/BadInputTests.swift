@@ -34,8 +34,7 @@ struct BadInputTests {
         expectError(await stream.next(), id: 1, .failedPrecondition, "hello")
         stream.send(.hello(clientID: "raw", protocolVersion: 99, token: nil))
         expectError(await stream.next(), id: nil, .failedPrecondition, "protocol")
-        stream.send(.hello(clientID: "raw", protocolVersion: TandemVersion.wireProtocol, token: nil))
-        guard case .welcome? = await stream.next() else { Issue.record("expected welcome"); return }
+        try #require(await stream.hello("raw"), "expected welcome")
 
         stream.send("{not json")
         expectError(await stream.next(), id: nil, .invalidArgument, "not valid JSON")
@@ -130,8 +129,7 @@ struct BadInputTests {
         configuration.limits.maximumListenersPerConnection = 2
         let server = try await LiveServer.start(configuration: configuration)
         let stream = RawStream(port: server.port)
-        stream.send(.hello(clientID: "many", protocolVersion: TandemVersion.wireProtocol, token: nil))
-        guard case .welcome? = await stream.next() else { Issue.record("expected welcome"); return }
+        try #require(await stream.hello("many"), "expected welcome")
         for id in 1...2 {
             stream.send(.listen(id: id, target: .document(documentPath("a/\(id)")), resumeFrom: nil))
             guard case .batch(id, _, _, _)? = await stream.next() else { Issue.record("expected a snapshot"); return }
@@ -151,8 +149,7 @@ struct BadInputTests {
         configuration.limits.maximumWritesPerSecond = 5
         let server = try await LiveServer.start(configuration: configuration)
         let stream = RawStream(port: server.port)
-        stream.send(.hello(clientID: "fast", protocolVersion: TandemVersion.wireProtocol, token: nil))
-        guard case .welcome? = await stream.next() else { Issue.record("expected welcome"); return }
+        try #require(await stream.hello("fast"), "expected welcome")
         stream.send(.write(id: 1, mutations: (0..<5).map { .set(documentPath("a/\($0)"), [:]) }))
         // A second's worth again: refused unless a whole second passed in between.
         stream.send(.write(id: 2, mutations: (0..<4).map { .set(documentPath("a/late\($0)"), [:]) } + [.set(documentPath("a/late"), [:])]))

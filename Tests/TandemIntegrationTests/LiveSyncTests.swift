@@ -200,8 +200,7 @@ struct ResumeTests {
         _ = try await server.store.commit([.delete(documentPath("notes/2"))])  // v2
         _ = try await server.store.commit([.set(documentPath("notes/3"), ["n": 3])])  // v3
         let stream = RawStream(port: server.port)
-        stream.send(.hello(clientID: "resume", protocolVersion: TandemVersion.wireProtocol, token: nil))
-        guard case .welcome? = await stream.next() else { Issue.record("expected welcome"); return }
+        try #require(await stream.hello("resume"), "expected welcome")
 
         stream.send(.listen(id: 1, target: .collection(notes, Query()), resumeFrom: 1))
         guard case .batch(1, let recent, let reset, false)? = await stream.next() else { Issue.record("expected changes"); return }

@@ -44,6 +44,13 @@ final class RawStream: Sendable {
 
     func send(_ text: String) { outgoing.yield(.text(text)) }
     func send(_ message: ClientMessage) { send(message.text) }
+
+    /// Says hello with the current protocol; whether the server answered welcome.
+    func hello(_ clientID: String) async -> Bool {
+        send(.hello(clientID: clientID, protocolVersion: TandemVersion.wireProtocol, token: nil))
+        guard case .welcome? = await next() else { return false }
+        return true
+    }
     func sendBinary(_ bytes: [UInt8]) { outgoing.yield(.binary(ByteBuffer(bytes: bytes))) }
 
     /// The next message that is not a heartbeat; nil when the connection closed.
