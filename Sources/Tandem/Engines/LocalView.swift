@@ -31,6 +31,12 @@ struct LocalView: Sendable {
     /// view of it changed.
     @discardableResult
     mutating func recompute(_ path: DocumentPath, now: Date) -> Bool {
+        if pendingCount.isEmpty || pendingCount[path] == nil {
+            // No pending write: the view is the base (the common case, and a snapshot's).
+            let document = base[path]
+            let old = document.map { documents.updateValue($0, forKey: path) } ?? documents.removeValue(forKey: path)
+            return old != document
+        }
         var document = base[path]
         if (pendingCount[path] ?? 0) > 0 {
             for entry in outbox.entries where entry.path == path && !confirmed.contains(entry.id) {
@@ -54,12 +60,17 @@ struct LocalView: Sendable {
     /// Applies a listener batch to the base. Returns the paths whose view changed.
     mutating func applyRemote(_ batch: RemoteChangeBatch, now: Date) -> Set<DocumentPath> {
         var touched = Set<DocumentPath>()
-        if batch.isSnapshot {
+        touched.reserveCapacity(batch.changes.count)
+        if batch.isSnapshot && !base.isEmpty {
             let incoming = Set(batch.changes.map(\.path))
             for path in base.keys where !incoming.contains(path) {
                 base[path] = nil
                 touched.insert(path)
             }
+        }
+        if batch.changes.count > 64 {
+            base.reserveCapacity(base.count + batch.changes.count)
+            documents.reserveCapacity(documents.count + batch.changes.count)
         }
         var settled = Set<DocumentPath>()
         for change in batch.changes {
@@ -77,7 +88,8 @@ struct LocalView: Sendable {
             base[change.path] = change.document
             touched.insert(change.path)
         }
-        return touched.subtracting(settled).filter { recompute($0, now: now) }
+        if !settled.isEmpty { touched.subtract(settled) }
+        return touched.filter { recompute($0, now: now) }
     }
 
     /// Recognizes a listener change as the commit of one of our pending writes. Returns nil when it

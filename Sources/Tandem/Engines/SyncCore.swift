@@ -19,7 +19,8 @@ package final class SyncCore<T: SyncModel>: Sendable {
 
     struct State {
         var view: LocalView
-        var models: [DocumentPath: T] = [:]
+        /// The decoded models in path order, and their paths: a lookup is a binary search, which
+        /// spares keeping a dictionary of generic models in step (the costliest part of a snapshot).
         var orderedPaths: [DocumentPath] = []
         var ordered: [T] = []
         var resumeVersion: Version?
@@ -100,19 +101,15 @@ package final class SyncCore<T: SyncModel>: Sendable {
         if !zip(paths, paths.dropFirst()).allSatisfy({ $0 < $1 }) {
             paths.sort()
         }
-        var models: [DocumentPath: T] = [:]
-        models.reserveCapacity(paths.count)
         var orderedPaths: [DocumentPath] = []
         var ordered: [T] = []
         orderedPaths.reserveCapacity(paths.count)
         ordered.reserveCapacity(paths.count)
         for path in paths {
             guard let model = state.view.documents[path].flatMap(decode) else { continue }
-            models[path] = model
             orderedPaths.append(path)
             ordered.append(model)
         }
-        state.models = models
         state.orderedPaths = orderedPaths
         state.ordered = ordered
     }
@@ -132,14 +129,11 @@ package final class SyncCore<T: SyncModel>: Sendable {
             let present = index < state.orderedPaths.count && state.orderedPaths[index] == path
             switch (model, present) {
             case (let model?, true):
-                state.models[path] = model
                 state.ordered[index] = model
             case (let model?, false):
-                state.models[path] = model
                 state.orderedPaths.insert(path, at: index)
                 state.ordered.insert(model, at: index)
             case (nil, true):
-                state.models[path] = nil
                 state.orderedPaths.remove(at: index)
                 state.ordered.remove(at: index)
             case (nil, false):
@@ -150,42 +144,47 @@ package final class SyncCore<T: SyncModel>: Sendable {
 
     /// Re-decodes `paths` and merges them into the ordered models in one pass.
     static func mergeModels(_ paths: [DocumentPath], in state: inout State) {
-        let changed = Set(paths)
         // Sort the paths, not (path, model) pairs (moving generic models is slow), and only when
-        // they do not come sorted already.
+        // they do not come sorted already (strictly increasing also means no repeats).
         var unique = paths
-        if unique.count != changed.count || !zip(unique, unique.dropFirst()).allSatisfy({ $0 < $1 }) {
-            unique = changed.sorted()
+        if !zip(unique, unique.dropFirst()).allSatisfy({ $0 < $1 }) {
+            unique = Set(paths).sorted()
         }
-        var fresh: [(DocumentPath, T)] = []
-        fresh.reserveCapacity(changed.count)
+        // Two arrays rather than one of (path, model) pairs: generic tuples copy slowly.
+        var freshPaths: [DocumentPath] = []
+        var freshModels: [T] = []
+        freshPaths.reserveCapacity(unique.count)
+        freshModels.reserveCapacity(unique.count)
         for path in unique {
             if let model = state.view.documents[path].flatMap(decode) {
-                fresh.append((path, model))
-                state.models[path] = model
-            } else {
-                state.models[path] = nil
+                freshPaths.append(path)
+                freshModels.append(model)
             }
         }
+        if state.orderedPaths.isEmpty {
+            // Nothing to merge with (a first snapshot): the fresh models are the whole list.
+            state.orderedPaths = freshPaths
+            state.ordered = freshModels
+            return
+        }
+        let changed = Set(unique)
         var orderedPaths: [DocumentPath] = []
         var ordered: [T] = []
-        orderedPaths.reserveCapacity(state.orderedPaths.count + fresh.count)
-        ordered.reserveCapacity(state.orderedPaths.count + fresh.count)
+        orderedPaths.reserveCapacity(state.orderedPaths.count + freshPaths.count)
+        ordered.reserveCapacity(state.orderedPaths.count + freshPaths.count)
         var next = 0
-        for (path, model) in zip(state.orderedPaths, state.ordered) where !changed.contains(path) {
-            while next < fresh.count && fresh[next].0 < path {
-                orderedPaths.append(fresh[next].0)
-                ordered.append(fresh[next].1)
+        for index in state.orderedPaths.indices where !changed.contains(state.orderedPaths[index]) {
+            let path = state.orderedPaths[index]
+            while next < freshPaths.count && freshPaths[next] < path {
+                orderedPaths.append(freshPaths[next])
+                ordered.append(freshModels[next])
                 next += 1
             }
             orderedPaths.append(path)
-            ordered.append(model)
+            ordered.append(state.ordered[index])
         }
-        while next < fresh.count {
-            orderedPaths.append(fresh[next].0)
-            ordered.append(fresh[next].1)
-            next += 1
-        }
+        orderedPaths.append(contentsOf: freshPaths[next...])
+        ordered.append(contentsOf: freshModels[next...])
         state.orderedPaths = orderedPaths
         state.ordered = ordered
     }
@@ -202,7 +201,12 @@ package final class SyncCore<T: SyncModel>: Sendable {
 
     var ordered: [T] { state.withLock { $0.ordered } }
 
-    func model(at path: DocumentPath) -> T? { state.withLock { $0.models[path] } }
+    func model(at path: DocumentPath) -> T? {
+        state.withLock { state in
+            let index = Self.binarySearch(state.orderedPaths, path)
+            return index < state.orderedPaths.count && state.orderedPaths[index] == path ? state.ordered[index] : nil
+        }
+    }
 
     func models(where predicate: (DocumentPath) -> Bool) -> [T] {
         state.withLock { state in

@@ -66,9 +66,9 @@ public enum JSONText {
         switch value {
         case .null: append("null", to: &output)
         case .bool(let bool): append(bool ? "true" : "false", to: &output)
-        case .int(let int): append(String(int), to: &output)
+        case .int(let int): writeInt(int, to: &output)
         case .double(let double):
-            append(double.isFinite ? "\(double)" : "null", to: &output)
+            append(double.isFinite ? double.description : "null", to: &output)
         case .string(let string): writeString(string, to: &output)
         case .array(let array):
             output.append(UInt8(ascii: "["))
@@ -93,15 +93,36 @@ public enum JSONText {
         }
     }
 
+    /// Appends an integer's decimal digits without making a String.
+    static func writeInt(_ value: Int, to output: inout [UInt8]) {
+        if value < 0 { output.append(UInt8(ascii: "-")) }
+        var magnitude = value.magnitude
+        if magnitude < 10 {
+            output.append(UInt8(truncatingIfNeeded: 48 + magnitude))
+            return
+        }
+        let start = output.count
+        while magnitude > 0 {
+            output.append(UInt8(truncatingIfNeeded: 48 + magnitude % 10))
+            magnitude /= 10
+        }
+        output[start...].reverse()
+    }
+
     private static func append(_ text: String, to output: inout [UInt8]) {
         var text = text
         text.withUTF8 { output.append(contentsOf: $0) }
     }
 
     static func writeString(_ string: String, to output: inout [UInt8]) {
-        output.append(UInt8(ascii: "\""))
         var string = string
-        string.withUTF8 { bytes in
+        string.withUTF8 { writeString(utf8: $0, to: &output) }
+    }
+
+    /// Writes UTF-8 bytes as a JSON string, escaping what JSON requires.
+    static func writeString(utf8 bytes: UnsafeBufferPointer<UInt8>, to output: inout [UInt8]) {
+        output.append(UInt8(ascii: "\""))
+        do {
             var runStart = 0
             for index in 0..<bytes.count {
                 let byte = bytes[index]

@@ -14,7 +14,15 @@ package enum WireTimestamp {
     }
 
     package static func format(_ date: Date) -> String {
-        let millis = milliseconds(date)
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(24)
+        write(milliseconds: milliseconds(date), to: &bytes)
+        return String(decoding: bytes, as: UTF8.self)
+    }
+
+    /// Appends the 24 bytes of a time given in milliseconds since 1970, without making a `Date`
+    /// or a `String`: a store's snapshot writes two per document.
+    package static func write(milliseconds millis: Int64, to output: inout [UInt8]) {
         var days = millis >= 0 ? millis / 86_400_000 : (millis - 86_399_999) / 86_400_000
         let msOfDay = millis - days * 86_400_000
         // Days since 1970-01-01 to a civil date (proleptic Gregorian), after Howard Hinnant's algorithm.
@@ -28,22 +36,22 @@ package enum WireTimestamp {
         let month = mp < 10 ? mp + 3 : mp - 9
         let year = yearOfEra + era * 400 + (month <= 2 ? 1 : 0)
 
-        var bytes = [UInt8](repeating: 0, count: 24)
+        let base = output.count
+        output.append(contentsOf: repeatElement(0, count: 24))
         func put(_ value: Int64, _ width: Int, at offset: Int) {
             var value = value
-            for index in stride(from: offset + width - 1, through: offset, by: -1) {
-                bytes[index] = UInt8(truncatingIfNeeded: 48 + value % 10)
+            for index in stride(from: base + offset + width - 1, through: base + offset, by: -1) {
+                output[index] = UInt8(truncatingIfNeeded: 48 + value % 10)
                 value /= 10
             }
         }
-        put(year, 4, at: 0); bytes[4] = 45
-        put(month, 2, at: 5); bytes[7] = 45
-        put(day, 2, at: 8); bytes[10] = 84
-        put(msOfDay / 3_600_000, 2, at: 11); bytes[13] = 58
-        put(msOfDay / 60_000 % 60, 2, at: 14); bytes[16] = 58
-        put(msOfDay / 1000 % 60, 2, at: 17); bytes[19] = 46
-        put(msOfDay % 1000, 3, at: 20); bytes[23] = 90
-        return String(decoding: bytes, as: UTF8.self)
+        put(year, 4, at: 0); output[base + 4] = 45
+        put(month, 2, at: 5); output[base + 7] = 45
+        put(day, 2, at: 8); output[base + 10] = 84
+        put(msOfDay / 3_600_000, 2, at: 11); output[base + 13] = 58
+        put(msOfDay / 60_000 % 60, 2, at: 14); output[base + 16] = 58
+        put(msOfDay / 1000 % 60, 2, at: 17); output[base + 19] = 46
+        put(msOfDay % 1000, 3, at: 20); output[base + 23] = 90
     }
 
     /// Parses `YYYY-MM-DDTHH:MM:SS[.fff]Z`; nil for anything else.

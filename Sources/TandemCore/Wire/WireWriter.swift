@@ -17,8 +17,7 @@ package struct WireWriter {
     }
 
     package mutating func int(_ value: Int) {
-        var text = String(value)
-        text.withUTF8 { bytes.append(contentsOf: $0) }
+        JSONText.writeInt(value, to: &bytes)
     }
 
     package mutating func string(_ value: String) {
@@ -34,15 +33,39 @@ package struct WireWriter {
     /// `{"createTime","data","path","updateTime","version"}`.
     package mutating func document(_ document: Document) {
         raw(#"{"createTime":""#)
-        raw(Array(WireTimestamp.format(document.createTime).utf8))
+        WireTimestamp.write(milliseconds: WireTimestamp.milliseconds(document.createTime), to: &bytes)
         raw(#"","data":"#)
         value(.object(document.data))
         raw(#","path":"#)
         string(document.path.description)
         raw(#","updateTime":""#)
-        raw(Array(WireTimestamp.format(document.updateTime).utf8))
+        WireTimestamp.write(milliseconds: WireTimestamp.milliseconds(document.updateTime), to: &bytes)
         raw(#"","version":"#)
         int(Int(clamping: document.version.rawValue))
+        raw("}")
+    }
+
+    /// The change `{"document","path","version"}` of a document as a store keeps it: its path as
+    /// UTF-8, its body already compact JSON text (which the store wrote itself, so it is copied, not
+    /// parsed and written again), its times in milliseconds since 1970.
+    package mutating func storedChange(
+        path: UnsafeBufferPointer<UInt8>, version: Int64, createMilliseconds: Int64, updateMilliseconds: Int64,
+        body: UnsafeBufferPointer<UInt8>
+    ) {
+        raw(#"{"document":{"createTime":""#)
+        WireTimestamp.write(milliseconds: createMilliseconds, to: &bytes)
+        raw(#"","data":"#)
+        bytes.append(contentsOf: body)
+        raw(#","path":"#)
+        JSONText.writeString(utf8: path, to: &bytes)
+        raw(#","updateTime":""#)
+        WireTimestamp.write(milliseconds: updateMilliseconds, to: &bytes)
+        raw(#"","version":"#)
+        int(Int(clamping: version))
+        raw(#"},"path":"#)
+        JSONText.writeString(utf8: path, to: &bytes)
+        raw(#","version":"#)
+        int(Int(clamping: version))
         raw("}")
     }
 

@@ -84,8 +84,11 @@ final class FanOutHub: Sendable {
         var isSnapshot: Bool
         var reset: Bool
         var version: Version
-        /// The paths in the result and their versions; nil when unknown (after a resume).
+        /// The paths in the result and their versions; nil when unknown (after a resume, or for a
+        /// listener without filters, which needs none: every document in its scope belongs).
         var members: [DocumentPath: Version]?
+        /// A snapshot the store wrote for the wire itself, sent instead of `changes`.
+        var encoded: EncodedSnapshot?
     }
 
     private func initialLoad(target: ListenTarget, resumeFrom: Version?, hasLimit: Bool) async throws -> Load {
@@ -110,6 +113,10 @@ final class FanOutHub: Sendable {
     }
 
     private func snapshot(_ target: ListenTarget) async throws -> Load {
+        if let query = target.query, query.operations.isEmpty,
+           let encoded = try await store.encodedSnapshot(target, groupSize: framing) {
+            return Load(changes: [], isSnapshot: true, reset: false, version: encoded.version, members: nil, encoded: encoded)
+        }
         let snapshot = try await store.read(target)
         var members: [DocumentPath: Version] = [:]
         for document in snapshot.documents { members[document.path] = document.version }
@@ -121,7 +128,11 @@ final class FanOutHub: Sendable {
         var requery = false
         state.withLock { state in
             guard var listener = state.listeners[key], case .loading(let buffered) = listener.phase else { return }
-            send(load.changes, to: key, listener: listener, version: load.version, isSnapshot: load.isSnapshot, reset: load.reset)
+            if let encoded = load.encoded {
+                send(encoded, to: key, listener: listener, reset: load.reset)
+            } else {
+                send(load.changes, to: key, listener: listener, version: load.version, isSnapshot: load.isSnapshot, reset: load.reset)
+            }
             listener.members = load.members
             listener.phase = .live(load.version)
             for batch in buffered where batch.version > load.version {
@@ -251,6 +262,17 @@ final class FanOutHub: Sendable {
             if !listener.outbox.send(text: text) { return }
             start = end
         } while start < changes.count
+    }
+}
+
+extension FanOutHub {
+    /// Sends a snapshot the store already wrote, a frame per group.
+    private func send(_ snapshot: EncodedSnapshot, to key: ListenerKey, listener: ListenerState, reset: Bool) {
+        for (index, group) in snapshot.groups.enumerated() {
+            let text = WireWriter.batch(target: key.target, changes: group, version: snapshot.version,
+                                        isSnapshot: true, reset: reset, more: index < snapshot.groups.count - 1)
+            if !listener.outbox.send(text: text) { return }
+        }
     }
 }
 

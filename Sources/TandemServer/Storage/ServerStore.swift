@@ -18,6 +18,12 @@ public protocol ServerStore: Service {
     /// The documents a target covers (after its query), and the version they were read at.
     func read(_ target: ListenTarget) async throws -> StoreSnapshot
 
+    /// The documents of a target whose query has no operations, already written as wire changes
+    /// in path order, in groups of at most `groupSize`. A store that keeps bodies as JSON text can
+    /// copy them instead of parsing and writing each again; nil (the default) makes the server
+    /// encode what ``read(_:)`` returns.
+    func encodedSnapshot(_ target: ListenTarget, groupSize: Int) async throws -> EncodedSnapshot?
+
     /// What changed after `version`, oldest first, never splitting a commit: at most about `limit`
     /// changes (a commit larger than that comes whole). With a target, only changes in its scope;
     /// a document that no longer matches its query comes as a removal. Throws `out-of-range` when
@@ -30,6 +36,10 @@ public protocol ServerStore: Service {
     /// Registers a function called after each commit is durable, in version order, before the
     /// writer is answered. It must not block.
     func observeCommits(_ observer: @escaping @Sendable (CommittedBatch) -> Void)
+}
+
+extension ServerStore {
+    public func encodedSnapshot(_ target: ListenTarget, groupSize: Int) async throws -> EncodedSnapshot? { nil }
 }
 
 /// What one commit changed: its version, and each document's state after it.
