@@ -44,8 +44,51 @@ struct WireTests {
         ]
         for message in messages {
             #expect(try ServerMessage(wire: try JSONText.parse(message.text)) == message)
+            #expect(try ServerMessage.parse(message.text) == message)  // the batch reader agrees
             #expect(message.text == JSONText.encode(message.wireValue))  // the direct writer matches
         }
+    }
+
+    @Test("the batch reader takes keys in any order and leaves malformed batches to the generic reader's errors")
+    func batchReader() throws {
+        let reordered = #"{"changes":[{"version":5,"path":"users/ada","document":{"version":5,"updateTime":"2026-11-22T04:33:00.123Z","path":"users/ada","data":{"n":-12,"big":12345678901234567890,"x":2.5e3},"createTime":"2026-11-22T04:33:00Z"}}],"version":5,"type":"snapshot","target":2,"more":true}"#
+        guard case .batch(2, let batch, false, true) = try ServerMessage.parse(reordered) else {
+            Issue.record("expected a batch")
+            return
+        }
+        #expect(try ServerMessage(wire: try JSONText.parse(reordered)) == .batch(target: 2, batch: batch, reset: false, more: true))
+        #expect(batch.changes[0].document?.data == ["n": -12, "big": .double(12345678901234567890), "x": 2500.0])
+        let malformed = [
+            (#"{"changes":[{"document":null,"path":"users","version":1}],"target":1,"type":"changes","version":1}"#, "names a collection"),
+            (#"{"changes":[{"document":null,"path":"users/ada"}],"target":1,"type":"changes","version":1}"#, "missing the field 'version'"),
+            (#"{"changes":[],"more":"yes","target":1,"type":"changes","version":1}"#, "'more'"),
+            (#"{"changes":[],"target":1,"type":"changes","version":1"#, "Malformed JSON"),
+        ]
+        for (text, fragment) in malformed {
+            #expect(throws: TandemError.self) { try ServerMessage.parse(text) }
+            do {
+                _ = try ServerMessage.parse(text)
+            } catch {
+                #expect(error.code == .invalidArgument)
+                #expect(error.message.contains(fragment), "\(error.message)")
+            }
+        }
+    }
+
+    @Test("a timestamp written from milliseconds reads back, and integers of every size parse exactly")
+    func timestampsAndIntegers() throws {
+        for millis: Int64 in [0, 1, 999, 1_700_000_000_123, 4_102_444_799_999, -1, -86_400_001] {
+            var bytes: [UInt8] = []
+            WireTimestamp.write(milliseconds: millis, to: &bytes)
+            let text = String(decoding: bytes, as: UTF8.self)
+            #expect(text == WireTimestamp.format(WireTimestamp.date(milliseconds: millis)))
+            #expect(WireTimestamp.parse(text).map(WireTimestamp.milliseconds) == millis)
+        }
+        for int in [0, -0, 7, -7, 123_456_789_012_345_678, -123_456_789_012_345_678, Int.max, Int.min] {
+            #expect(try JSONText.parse(String(int)) == .int(int))
+            #expect(JSONText.encode(.int(int)) == String(int))
+        }
+        #expect(try JSONText.parse("-0") == .int(0))
     }
 
     @Test("transforms travel as $-sentinels inside set data and update fields")

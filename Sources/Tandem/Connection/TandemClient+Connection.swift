@@ -160,7 +160,7 @@ extension TandemClient {
     private func receive(_ text: String, generation: Int, welcomed: WelcomeFlag) -> Bool {
         let message: ServerMessage
         do {
-            message = try ServerMessage(wire: try JSONText.parse(text))
+            message = try ServerMessage.parse(text)
         } catch {
             configuration.logger.warning("ignoring a malformed message from the server: \(error)")
             return true

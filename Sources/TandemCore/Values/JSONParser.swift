@@ -19,11 +19,11 @@ struct JSONParser {
         return value
     }
 
-    private func fail(_ what: String) -> TandemError {
+    func fail(_ what: String) -> TandemError {
         TandemError.invalidArgument("Malformed JSON at byte \(index): \(what). Send one valid JSON value.")
     }
 
-    private mutating func skipWhitespace() {
+    mutating func skipWhitespace() {
         while index < bytes.count {
             switch bytes[index] {
             case 0x20, 0x0A, 0x0D, 0x09: index += 1
@@ -32,7 +32,7 @@ struct JSONParser {
         }
     }
 
-    private mutating func parseValue() throws(TandemError) -> JSONValue {
+    mutating func parseValue() throws(TandemError) -> JSONValue {
         guard index < bytes.count else { throw fail("unexpected end of input") }
         switch bytes[index] {
         case UInt8(ascii: "{"): return try parseObject()
@@ -46,7 +46,7 @@ struct JSONParser {
         }
     }
 
-    private mutating func expectLiteral(_ literal: StaticString) throws(TandemError) {
+    mutating func expectLiteral(_ literal: StaticString) throws(TandemError) {
         let count = literal.utf8CodeUnitCount
         guard index + count <= bytes.count else { throw fail("unexpected end of input") }
         let start = literal.utf8Start
@@ -121,7 +121,7 @@ struct JSONParser {
         }
     }
 
-    private mutating func parseString() throws(TandemError) -> String {
+    mutating func parseString() throws(TandemError) -> String {
         index += 1  // opening quote
         let start = index
         // Fast path: no escapes.
@@ -204,7 +204,7 @@ struct JSONParser {
         return value
     }
 
-    private mutating func parseNumber() throws(TandemError) -> JSONValue {
+    mutating func parseNumber() throws(TandemError) -> JSONValue {
         let start = index
         var isInteger = true
         if bytes[index] == UInt8(ascii: "-") { index += 1 }
@@ -232,6 +232,16 @@ struct JSONParser {
                 throw fail("expected a digit in the exponent")
             }
             while index < bytes.count, (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(bytes[index]) { index += 1 }
+        }
+        if isInteger && index - start <= 18 {
+            // Fits an Int whatever the digits: read them without making a String.
+            var value = 0
+            var digit = bytes[start] == UInt8(ascii: "-") ? start + 1 : start
+            while digit < index {
+                value = value * 10 + Int(bytes[digit] &- UInt8(ascii: "0"))
+                digit += 1
+            }
+            return .int(bytes[start] == UInt8(ascii: "-") ? -value : value)
         }
         let text = String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<index]), as: UTF8.self)
         if isInteger, let int = Int(text) { return .int(int) }

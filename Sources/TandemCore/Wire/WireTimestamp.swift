@@ -56,8 +56,13 @@ package enum WireTimestamp {
 
     /// Parses `YYYY-MM-DDTHH:MM:SS[.fff]Z`; nil for anything else.
     package static func parse(_ text: String) -> Date? {
-        let bytes = Array(text.utf8)
-        guard bytes.count >= 20, bytes.last == 90 else { return nil }
+        var text = text
+        return text.withUTF8 { parse(utf8: $0) }
+    }
+
+    /// Parses `YYYY-MM-DDTHH:MM:SS[.fff]Z` from UTF-8 bytes; nil for anything else.
+    package static func parse(utf8 bytes: UnsafeBufferPointer<UInt8>) -> Date? {
+        guard bytes.count >= 20, bytes[bytes.count - 1] == 90 else { return nil }
         func number(_ offset: Int, _ width: Int) -> Int64? {
             var value: Int64 = 0
             for index in offset..<(offset + width) {

@@ -1,0 +1,101 @@
+import Foundation
+
+extension ServerMessage {
+    /// Parses a message from its text. Change batches, nearly all of a sync's bytes, are read
+    /// straight into their changes, without a ``JSONValue`` object per change and per document;
+    /// every other message, and a batch this reader does not expect, goes through
+    /// ``init(wire:)``, which also words the error for a malformed one.
+    public static func parse(_ text: String) throws(TandemError) -> ServerMessage {
+        var text = text
+        let fast: ServerMessage? = text.withUTF8 { bytes in
+            // The server writes a batch's keys sorted, "changes" first.
+            guard bytes.starts(with: #"{"changes":"#.utf8) else { return nil }
+            var parser = JSONParser(bytes: bytes)
+            return try? readBatch(&parser)
+        }
+        if let fast { return fast }
+        return try ServerMessage(wire: try JSONText.parse(text))
+    }
+
+    private static func readBatch(_ parser: inout JSONParser) throws(TandemError) -> ServerMessage? {
+        var changes: [RemoteChange]?
+        var type: String?
+        var target: Int?
+        var targets: [Int]?
+        var version: Int?
+        var more = false
+        var reset = false
+        try parser.readObject { (parser, key) throws(TandemError) in
+            switch key {
+            case "changes":
+                var read: [RemoteChange] = []
+                try parser.readArray { (parser) throws(TandemError) in read.append(try readChange(&parser)) }
+                changes = read
+            case "type": type = try parser.readString()
+            case "target": target = try parser.readInt()
+            case "version": version = try parser.readInt()
+            case "more", "reset":
+                guard case .bool(let flag) = try parser.parseValue() else { throw parser.fail("expected a bool") }
+                if key == "more" { more = flag } else { reset = flag }
+            case "targets":
+                var read: [Int] = []
+                try parser.readArray { (parser) throws(TandemError) in read.append(try parser.readInt()) }
+                targets = read
+            default: _ = try parser.parseValue()
+            }
+        }
+        parser.skipWhitespace()
+        guard parser.index == parser.bytes.count, let changes, let type, let version, version >= 0,
+              type == "snapshot" || type == "changes" else { return nil }
+        let batch = RemoteChangeBatch(isSnapshot: type == "snapshot", changes: changes, version: Version(UInt64(version)))
+        if type == "changes", let targets { return .sharedBatch(targets: targets, batch: batch) }
+        guard let target else { return nil }
+        return .batch(target: target, batch: batch, reset: reset, more: more)
+    }
+
+    /// `{"document": {…} | null, "mutationId"?, "path", "version"}`.
+    private static func readChange(_ parser: inout JSONParser) throws(TandemError) -> RemoteChange {
+        var document: Document?
+        var pathText: String?
+        var version: Int?
+        var mutationID: MutationID?
+        try parser.readObject { (parser, key) throws(TandemError) in
+            switch key {
+            case "document": document = try parser.readNull() ? nil : try readDocument(&parser)
+            case "path": pathText = try parser.readString()
+            case "version": version = try parser.readInt()
+            case "mutationId": mutationID = try parser.readNull() ? nil : try MutationID(wire: try parser.parseValue())
+            default: _ = try parser.parseValue()
+            }
+        }
+        guard let pathText, let version, version >= 0 else { throw parser.fail("a change needs a path and a version") }
+        // The document names the same path: validate it once.
+        let path = document?.path.description == pathText ? document!.path : try DocumentPath(pathText)
+        return RemoteChange(path: path, document: document, version: Version(UInt64(version)), mutationID: mutationID)
+    }
+
+    /// `{"createTime", "data", "path", "updateTime", "version"}`.
+    private static func readDocument(_ parser: inout JSONParser) throws(TandemError) -> Document {
+        var data: JSONObject?
+        var path: DocumentPath?
+        var version: Int?
+        var createTime: Date?
+        var updateTime: Date?
+        try parser.readObject { (parser, key) throws(TandemError) in
+            switch key {
+            case "createTime": createTime = try parser.readPlainString(WireTimestamp.parse(utf8:))
+            case "updateTime": updateTime = try parser.readPlainString(WireTimestamp.parse(utf8:))
+            case "data":
+                guard case .object(let object) = try parser.parseValue() else { throw parser.fail("a document's data must be an object") }
+                data = object
+            case "path": path = try DocumentPath(try parser.readString())
+            case "version": version = try parser.readInt()
+            default: _ = try parser.parseValue()
+            }
+        }
+        guard let data, let path, let version, version >= 0, let createTime, let updateTime else {
+            throw parser.fail("a document needs its data, path, version, createTime and updateTime")
+        }
+        return Document(path: path, data: data, version: Version(UInt64(version)), createTime: createTime, updateTime: updateTime)
+    }
+}
