@@ -84,8 +84,10 @@ struct ConnectionTests {
         await #expect(throws: TandemError.self) { _ = try await running.client.document(at: documentPath("a/b")) }
         #expect(await eventually { running.client.connectionAttempts == 5 })  // no clock advance needed
 
-        let server = try await LiveServer.start(directory: first.directory, port: port)
+        // Attempt 5 must have failed (and be waiting out its backoff) before the server comes
+        // back: started earlier, the server could take that attempt and leave nothing to wait for.
         #expect(await sleeper(on: clock, after: .seconds(32)))
+        let server = try await LiveServer.start(directory: first.directory, port: port)
         clock.advance(by: .seconds(32))
         await running.client.waitUntilConnected()
         #expect(try await running.client.document(at: documentPath("a/b")) == nil)

@@ -35,6 +35,44 @@ struct SQLiteServerStoreTests {
         #expect(try await store.currentVersion() == 2)
     }
 
+    @Test("an encoded snapshot holds what read gives, in path order, in groups; a query with operations gets none")
+    func encodedSnapshots() async throws {
+        let store = try makeStore()
+        // Parents "p" and "p-x": byte order puts p-x first, path order puts p first.
+        _ = try await store.commit([
+            .set(path("shops/p-x/reviews/r1"), ["stars": 4, "text": "fine \"quoted\""]),
+            .set(path("shops/p/reviews/r2"), ["stars": 5, "when": 1.5]),
+            .set(path("shops/p/reviews/r1"), ["stars": 3, "tags": ["a", "b"]]),
+            .set(path("reviews/top"), ["stars": 1]),
+            .set(path("shops/p/reviews/gone"), ["stars": 0]),
+        ])
+        _ = try await store.commit([.delete(path("shops/p/reviews/gone"))])
+        let targets: [ListenTarget] = [
+            .collectionGroup("reviews", Query()),
+            .collection(try CollectionPath("shops/p/reviews"), Query()),
+            .collection(try CollectionPath("empty"), Query()),
+        ]
+        for target in targets {
+            let read = try await store.read(target)
+            let encoded = try #require(try await store.encodedSnapshot(target, groupSize: 2))
+            #expect(encoded.version == read.version)
+            #expect(encoded.count == read.documents.count)
+            #expect(encoded.groups.count == max(1, (read.documents.count + 1) / 2))
+            var changes: [RemoteChange] = []
+            for group in encoded.groups {
+                let text = WireWriter.batch(target: 1, changes: group, version: encoded.version, isSnapshot: true, reset: false, more: false)
+                guard case .batch(_, let batch, _, _) = try ServerMessage.parse(text) else {
+                    Issue.record("not a batch: \(text)")
+                    continue
+                }
+                changes += batch.changes
+            }
+            #expect(changes == read.documents.map(RemoteChange.upsert))
+        }
+        #expect(try await store.encodedSnapshot(.collection(try CollectionPath("shops/p/reviews"), Query().limit(to: 1)), groupSize: 2) == nil)
+        #expect(try await store.encodedSnapshot(.document(path("shops/p/reviews/r1")), groupSize: 2) == nil)
+    }
+
     @Test("a mutation id applied once is answered with its original result, never applied again")
     func exactlyOnce() async throws {
         let store = try makeStore()

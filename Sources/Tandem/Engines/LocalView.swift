@@ -59,6 +59,17 @@ struct LocalView: Sendable {
 
     /// Applies a listener batch to the base. Returns the paths whose view changed.
     mutating func applyRemote(_ batch: RemoteChangeBatch, now: Date) -> Set<DocumentPath> {
+        if batch.isSnapshot && base.isEmpty && documents.isEmpty && pendingCount.isEmpty {
+            // A first snapshot with nothing pending: the view is the snapshot itself.
+            base.reserveCapacity(batch.changes.count)
+            for change in batch.changes {
+                guard let document = change.document else { continue }
+                if let current = base[change.path], current.version > change.version { continue }
+                base[change.path] = document
+            }
+            documents = base
+            return Set(base.keys)
+        }
         var touched = Set<DocumentPath>()
         touched.reserveCapacity(batch.changes.count)
         if batch.isSnapshot && !base.isEmpty {

@@ -138,18 +138,29 @@ extension SyncCore {
                 }
             }
             change.resumeVersion = batch.version
-            try? persistence.persist(change, view: state.view, documentID: state.documentID, resumeVersion: batch.version)
-            if changed.count > 64 {
-                // The batch's own order first (a snapshot comes sorted by path), so the merge
-                // rarely has to sort.
-                var inBatchOrder = batch.changes.map(\.path)
-                if changed.count != inBatchOrder.count || !inBatchOrder.allSatisfy(changed.contains) {
-                    inBatchOrder = Array(changed)
-                }
-                Self.refreshModels(inBatchOrder, in: &state)
-            } else {
+            guard changed.count > 64 else {
+                try? persistence.persist(change, view: state.view, documentID: state.documentID, resumeVersion: batch.version)
                 Self.refreshModels(changed, in: &state)
+                return changed
             }
+            // The batch's own order first (a snapshot comes sorted by path), so the merge
+            // rarely has to sort.
+            var inBatchOrder = batch.changes.map(\.path)
+            if changed.count != inBatchOrder.count || !inBatchOrder.allSatisfy(changed.contains) {
+                inBatchOrder = Array(changed)
+            }
+            // Writing the cache and decoding the models only read the view: on a large batch they
+            // run at once, on two cores.
+            let view = state.view
+            let documentID = state.documentID
+            let persistence = self.persistence
+            var decoded = DecodedModels()
+            Parallel.both({
+                try? persistence.persist(change, view: view, documentID: documentID, resumeVersion: batch.version)
+            }, {
+                decoded = Self.decodeModels(inBatchOrder, from: view.documents)
+            })
+            Self.merge(decoded, into: &state)
             return changed
         }
         if batch.isSnapshot {

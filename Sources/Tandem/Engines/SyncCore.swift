@@ -144,47 +144,64 @@ package final class SyncCore<T: SyncModel>: Sendable {
 
     /// Re-decodes `paths` and merges them into the ordered models in one pass.
     static func mergeModels(_ paths: [DocumentPath], in state: inout State) {
+        merge(decodeModels(paths, from: state.view.documents), into: &state)
+    }
+
+    /// Models decoded for a merge: the changed paths, and those that still decode, in path order.
+    struct DecodedModels {
+        var changed: [DocumentPath] = []
+        var paths: [DocumentPath] = []
+        var models: [T] = []
+    }
+
+    /// Decodes the view's documents at `paths`: reads the view only, so it can run beside other
+    /// readers of it (the cache write).
+    static func decodeModels(_ paths: [DocumentPath], from documents: [DocumentPath: Document]) -> DecodedModels {
         // Sort the paths, not (path, model) pairs (moving generic models is slow), and only when
         // they do not come sorted already (strictly increasing also means no repeats).
-        var unique = paths
-        if !zip(unique, unique.dropFirst()).allSatisfy({ $0 < $1 }) {
-            unique = Set(paths).sorted()
+        var decoded = DecodedModels()
+        decoded.changed = paths
+        if !zip(paths, paths.dropFirst()).allSatisfy({ $0 < $1 }) {
+            decoded.changed = Set(paths).sorted()
         }
         // Two arrays rather than one of (path, model) pairs: generic tuples copy slowly.
-        var freshPaths: [DocumentPath] = []
-        var freshModels: [T] = []
-        freshPaths.reserveCapacity(unique.count)
-        freshModels.reserveCapacity(unique.count)
-        for path in unique {
-            if let model = state.view.documents[path].flatMap(decode) {
-                freshPaths.append(path)
-                freshModels.append(model)
+        decoded.paths.reserveCapacity(decoded.changed.count)
+        decoded.models.reserveCapacity(decoded.changed.count)
+        for path in decoded.changed {
+            if let model = documents[path].flatMap(decode) {
+                decoded.paths.append(path)
+                decoded.models.append(model)
             }
         }
+        return decoded
+    }
+
+    /// Puts decoded models in place of those of their paths, keeping path order.
+    static func merge(_ fresh: DecodedModels, into state: inout State) {
         if state.orderedPaths.isEmpty {
             // Nothing to merge with (a first snapshot): the fresh models are the whole list.
-            state.orderedPaths = freshPaths
-            state.ordered = freshModels
+            state.orderedPaths = fresh.paths
+            state.ordered = fresh.models
             return
         }
-        let changed = Set(unique)
+        let changed = Set(fresh.changed)
         var orderedPaths: [DocumentPath] = []
         var ordered: [T] = []
-        orderedPaths.reserveCapacity(state.orderedPaths.count + freshPaths.count)
-        ordered.reserveCapacity(state.orderedPaths.count + freshPaths.count)
+        orderedPaths.reserveCapacity(state.orderedPaths.count + fresh.paths.count)
+        ordered.reserveCapacity(state.orderedPaths.count + fresh.paths.count)
         var next = 0
         for index in state.orderedPaths.indices where !changed.contains(state.orderedPaths[index]) {
             let path = state.orderedPaths[index]
-            while next < freshPaths.count && freshPaths[next] < path {
-                orderedPaths.append(freshPaths[next])
-                ordered.append(freshModels[next])
+            while next < fresh.paths.count && fresh.paths[next] < path {
+                orderedPaths.append(fresh.paths[next])
+                ordered.append(fresh.models[next])
                 next += 1
             }
             orderedPaths.append(path)
             ordered.append(state.ordered[index])
         }
-        orderedPaths.append(contentsOf: freshPaths[next...])
-        ordered.append(contentsOf: freshModels[next...])
+        orderedPaths.append(contentsOf: fresh.paths[next...])
+        ordered.append(contentsOf: fresh.models[next...])
         state.orderedPaths = orderedPaths
         state.ordered = ordered
     }

@@ -71,6 +71,51 @@ struct CollectionSyncEngineTests {
         #expect(logger.names.contains("products_pendingWritesCleared"))
     }
 
+    @Test("large batches merge into the models and the SQLite cache, with pending writes kept on top")
+    func largeBatches() async throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let remote = MockRemoteCollectionService(collectionPath: { "products" })
+        let engine = makeEngine(remote: remote, persistence: try SQLiteCollectionPersistence(managerKey: "products", directory: directory.url))
+        func document(_ id: String, price: Double, version: Version) -> Document {
+            Document(path: try! DocumentPath("products/\(id)"), data: ["name": .string(id), "price": .double(price), "stock": 1], version: version)
+        }
+        func id(_ prefix: String, _ index: Int) -> String { prefix + String(1000 + index).dropFirst() }
+
+        // A first snapshot, then a pending write the remote has not seen.
+        engine.core.apply(RemoteChangeBatch(isSnapshot: true, changes: (0..<200).map { .upsert(document(id("p", $0), price: 1, version: 1)) }, version: 1))
+        #expect(engine.currentCollection.map(\.id) == (0..<200).map { id("p", $0) })
+        remote.store.goOffline()
+        try await engine.saveDocument(Product(id: "p010", name: "mine", price: 99, stock: 5))
+        #expect(engine.pendingWrites.count == 1)
+
+        // Updates, additions and removals in one batch of more than 64 changes.
+        var changes: [RemoteChange] = (0..<50).map { .upsert(document(id("p", $0), price: 2, version: 2)) }
+        changes += (0..<50).map { .upsert(document(id("q", $0), price: 3, version: 2)) }
+        changes += (150..<170).map { .removal(try! DocumentPath("products/\(id("p", $0))"), version: 2) }
+        engine.core.apply(RemoteChangeBatch(isSnapshot: false, changes: changes.shuffled(), version: 2))
+        let expected = ((0..<150).map { id("p", $0) } + (170..<200).map { id("p", $0) } + (0..<50).map { id("q", $0) }).sorted()
+        #expect(engine.currentCollection.map(\.id) == expected)
+        #expect(engine.getDocument(id: "p020")?.price == 2)
+        #expect(engine.getDocument(id: "p060")?.price == 1)
+        #expect(engine.getDocument(id: "q049")?.price == 3)
+        #expect(engine.getDocument(id: "p010")?.name == "mine")  // the pending write stays on top
+        #expect(engine.metadata(id: "p010").hasPendingWrites)
+
+        // A snapshot again: what it lacks goes, the pending write stays.
+        engine.core.apply(RemoteChangeBatch(isSnapshot: true, changes: (0..<100).map { .upsert(document(id("p", $0), price: 4, version: 3)) }, version: 3))
+        #expect(engine.currentCollection.map(\.id) == (0..<100).map { id("p", $0) })
+        #expect(engine.getDocument(id: "p011")?.price == 4)
+        #expect(engine.getDocument(id: "p010")?.name == "mine")
+
+        // The cache holds the server's documents and the write, for the next launch.
+        let relaunched = makeEngine(remote: remote, persistence: try SQLiteCollectionPersistence(managerKey: "products", directory: directory.url))
+        #expect(relaunched.currentCollection.map(\.id) == (0..<100).map { id("p", $0) })
+        #expect(relaunched.getDocument(id: "p099")?.price == 4)
+        #expect(relaunched.getDocument(id: "p010")?.name == "mine")
+        #expect(relaunched.pendingWrites.count == 1)
+    }
+
     @Test("an acknowledgement lost after the commit does not apply an increment twice")
     func exactlyOnce() async throws {
         let clock = ManualClock()
