@@ -87,4 +87,18 @@ struct JSONValueCoderTests {
         guard case .set(let data) = decoded.kind else { return }
         #expect(data["x"] == .double(1.0))
     }
+
+    struct Tagged: Codable, Equatable {
+        struct Inner: Codable, Equatable { var id: String? }
+        var id: String
+        var inner: Inner
+    }
+
+    @Test("a document's id fills a missing top-level id, and only that")
+    func defaultID() throws {
+        let decoder = JSONValueDecoder()
+        #expect(try decoder.decode(Tagged.self, from: ["inner": [:]], defaultID: "doc") == Tagged(id: "doc", inner: .init(id: nil)))
+        #expect(try decoder.decode(Tagged.self, from: ["id": "own", "inner": ["id": "x"]], defaultID: "doc") == Tagged(id: "own", inner: .init(id: "x")))
+        #expect(throws: DecodingError.self) { try decoder.decode(Tagged.self, from: ["id": 3, "inner": [:]], defaultID: "doc") }
+    }
 }

@@ -86,9 +86,7 @@ package final class SyncCore<T: SyncModel>: Sendable {
 
     /// Decodes a view document into a model; the document id fills a missing `id` field.
     static func decode(_ document: Document) -> T? {
-        var data = document.data
-        if data["id"] == nil { data["id"] = .string(document.path.id) }
-        return try? JSONValueDecoder().decode(T.self, from: .object(data))
+        try? JSONValueDecoder().decode(T.self, from: document.data, defaultID: document.path.id)
     }
 
     /// Decodes every view document. `orderHint` lists paths in the order they probably sort in (the

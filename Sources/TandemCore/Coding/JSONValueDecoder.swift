@@ -19,6 +19,14 @@ public struct JSONValueDecoder: Sendable {
     public func decode<T: Decodable>(_ type: T.Type, from object: JSONObject) throws -> T {
         try decode(type, from: .object(object))
     }
+
+    /// Decodes a document body whose `id` field, when absent, is `defaultID` (the document's id),
+    /// without copying the body to add it.
+    package func decode<T: Decodable>(_ type: T.Type, from object: JSONObject, defaultID: String) throws -> T {
+        var decoder = ValueDecoder(value: .object(object), codingPath: [])
+        decoder.defaultID = object["id"] == nil ? defaultID : nil
+        return try decoder.decodeValue(T.self)
+    }
 }
 
 struct ValueDecoder: Decoder {
@@ -28,6 +36,8 @@ struct ValueDecoder: Decoder {
     /// array allocation for every primitive field.
     let parentPath: [any CodingKey]
     let key: (any CodingKey)?
+    /// The value of a missing top-level `id` key (a document's id); nil below the top level.
+    var defaultID: String?
     var userInfo: [CodingUserInfoKey: Any] { [:] }
 
     init(value: JSONValue, codingPath: [any CodingKey]) {
@@ -82,7 +92,7 @@ struct ValueDecoder: Decoder {
 
     func container<Key: CodingKey>(keyedBy type: Key.Type) throws -> KeyedDecodingContainer<Key> {
         guard case .object(let object) = value else { throw mismatch([String: JSONValue].self, "an object") }
-        return KeyedDecodingContainer(KeyedValueDecoder<Key>(object: object, codingPath: codingPath))
+        return KeyedDecodingContainer(KeyedValueDecoder<Key>(object: object, codingPath: codingPath, defaultID: defaultID))
     }
 
     func unkeyedContainer() throws -> any UnkeyedDecodingContainer {
@@ -128,19 +138,31 @@ extension ValueDecoder {
 struct KeyedValueDecoder<Key: CodingKey>: KeyedDecodingContainerProtocol {
     let object: JSONObject
     let codingPath: [any CodingKey]
+    /// What a missing `id` key reads as (see ``ValueDecoder/defaultID``).
+    var defaultID: String? = nil
 
-    var allKeys: [Key] { object.keys.compactMap { Key(stringValue: $0) } }
+    var allKeys: [Key] {
+        var keys = object.keys.compactMap { Key(stringValue: $0) }
+        if defaultID != nil, let id = Key(stringValue: "id") { keys.append(id) }
+        return keys
+    }
 
-    func contains(_ key: Key) -> Bool { object[key.stringValue] != nil }
+    func contains(_ key: Key) -> Bool { value(key) != nil }
+
+    private func value(_ key: any CodingKey) -> JSONValue? {
+        if let value = object[key.stringValue] { return value }
+        if let defaultID, key.stringValue == "id" { return .string(defaultID) }
+        return nil
+    }
 
     private func decoder(_ key: any CodingKey) throws -> ValueDecoder {
-        guard let value = object[key.stringValue] else {
+        guard let value = value(key) else {
             throw DecodingError.keyNotFound(key, .init(codingPath: codingPath, debugDescription: "No value for key '\(key.stringValue)'."))
         }
         return ValueDecoder(value: value, parentPath: codingPath, key: key)
     }
 
-    func decodeNil(forKey key: Key) throws -> Bool { (object[key.stringValue] ?? .null).isNull }
+    func decodeNil(forKey key: Key) throws -> Bool { (value(key) ?? .null).isNull }
     func decode(_ type: Bool.Type, forKey key: Key) throws -> Bool { try decoder(key).bool() }
     func decode(_ type: String.Type, forKey key: Key) throws -> String { try decoder(key).string() }
     func decode(_ type: Double.Type, forKey key: Key) throws -> Double { try decoder(key).double() }
