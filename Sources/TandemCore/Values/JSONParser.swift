@@ -66,59 +66,17 @@ struct JSONParser {
     private mutating func parseObject() throws(TandemError) -> JSONValue {
         try enter()
         defer { depth -= 1 }
-        index += 1
         var object = JSONObject()
-        skipWhitespace()
-        if index < bytes.count, bytes[index] == UInt8(ascii: "}") {
-            index += 1
-            return .object(object)
-        }
-        while true {
-            skipWhitespace()
-            guard index < bytes.count, bytes[index] == UInt8(ascii: "\"") else { throw fail("expected a string key") }
-            let key = try parseString()
-            skipWhitespace()
-            guard index < bytes.count, bytes[index] == UInt8(ascii: ":") else { throw fail("expected ':' after a key") }
-            index += 1
-            skipWhitespace()
-            object[key] = try parseValue()
-            skipWhitespace()
-            guard index < bytes.count else { throw fail("unterminated object") }
-            if bytes[index] == UInt8(ascii: ",") {
-                index += 1
-            } else if bytes[index] == UInt8(ascii: "}") {
-                index += 1
-                return .object(object)
-            } else {
-                throw fail("expected ',' or '}' in an object")
-            }
-        }
+        try readObject { (parser, key) throws(TandemError) in object[key] = try parser.parseValue() }
+        return .object(object)
     }
 
     private mutating func parseArray() throws(TandemError) -> JSONValue {
         try enter()
         defer { depth -= 1 }
-        index += 1
         var array: [JSONValue] = []
-        skipWhitespace()
-        if index < bytes.count, bytes[index] == UInt8(ascii: "]") {
-            index += 1
-            return .array(array)
-        }
-        while true {
-            skipWhitespace()
-            array.append(try parseValue())
-            skipWhitespace()
-            guard index < bytes.count else { throw fail("unterminated array") }
-            if bytes[index] == UInt8(ascii: ",") {
-                index += 1
-            } else if bytes[index] == UInt8(ascii: "]") {
-                index += 1
-                return .array(array)
-            } else {
-                throw fail("expected ',' or ']' in an array")
-            }
-        }
+        try readArray { (parser) throws(TandemError) in array.append(try parser.parseValue()) }
+        return .array(array)
     }
 
     mutating func parseString() throws(TandemError) -> String {
