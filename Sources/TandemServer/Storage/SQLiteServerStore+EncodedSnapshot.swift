@@ -6,36 +6,31 @@ extension SQLiteServerStore {
     /// Copies each stored body into the wire form as it is: the store wrote it as compact JSON, so
     /// parsing it into values and writing them again (most of an initial sync's server time) is skipped.
     public func encodedSnapshot(_ target: ListenTarget, groupSize: Int) async throws -> EncodedSnapshot? {
-        let groupSize = max(1, groupSize)
+        let scope: (column: String, value: String)
         switch target {
-        case .collection(let path, let query) where query.operations.isEmpty:
-            return try await readDatabase { db in
-                let version = try Self.committedVersion(db)
-                // The paths of one collection differ only in their last segment, which holds no
-                // '/': SQLite's byte order is the path order, so the rows come sorted.
-                let statement = try db.cachedStatement(sql: """
-                    SELECT path, version, create_time, update_time, data FROM documents
-                    WHERE collection = ? AND data IS NOT NULL ORDER BY path
-                    """)
-                var grouper = ChangeGrouper(groupSize: groupSize)
-                let rows = try Row.fetchCursor(statement, arguments: [path.description])
+        case .collection(let path, let query) where query.operations.isEmpty: scope = ("collection", path.description)
+        case .collectionGroup(let group, let query) where query.operations.isEmpty: scope = ("collection_group", group)
+        default: return nil
+        }
+        // The paths of one collection differ only in their last segment, which holds no '/', so
+        // SQLite's byte order is their path order. A group's parents differ too, and '/' sorts
+        // first in a path, so its rows may need sorting.
+        let rowsInPathOrder = scope.column == "collection"
+        return try await readDatabase { db in
+            let version = try Self.committedVersion(db)
+            let statement = try db.cachedStatement(sql: """
+                SELECT path, version, create_time, update_time, data FROM documents
+                WHERE \(scope.column) = ? AND data IS NOT NULL ORDER BY path
+                """)
+            let rows = try Row.fetchCursor(statement, arguments: [scope.value])
+            var grouper = ChangeGrouper(groupSize: max(1, groupSize))
+            if rowsInPathOrder {
                 while let row = try rows.next() {
                     grouper.startChange()
                     try Self.writeStoredChange(row, to: &grouper.writer)
                 }
-                return EncodedSnapshot(version: version, groups: grouper.finish(), count: grouper.count)
-            }
-        case .collectionGroup(let group, let query) where query.operations.isEmpty:
-            return try await readDatabase { db in
-                let version = try Self.committedVersion(db)
-                let statement = try db.cachedStatement(sql: """
-                    SELECT path, version, create_time, update_time, data FROM documents
-                    WHERE collection_group = ? AND data IS NOT NULL ORDER BY path
-                    """)
-                // Paths of several parents: byte order may differ from path order ('/' sorts
-                // first in a path), so each change is written alone and sorted when needed.
+            } else {
                 var changes: [(path: DocumentPath, bytes: [UInt8])] = []
-                let rows = try Row.fetchCursor(statement, arguments: [group])
                 while let row = try rows.next() {
                     var writer = WireWriter(capacity: 256)
                     try Self.writeStoredChange(row, to: &writer)
@@ -44,15 +39,12 @@ extension SQLiteServerStore {
                 if !zip(changes, changes.dropFirst()).allSatisfy({ $0.path < $1.path }) {
                     changes.sort { $0.path < $1.path }
                 }
-                var grouper = ChangeGrouper(groupSize: groupSize)
                 for change in changes {
                     grouper.startChange()
                     grouper.writer.raw(change.bytes)
                 }
-                return EncodedSnapshot(version: version, groups: grouper.finish(), count: grouper.count)
             }
-        default:
-            return nil
+            return EncodedSnapshot(version: version, groups: grouper.finish(), count: grouper.count)
         }
     }
 
