@@ -39,6 +39,8 @@ let package = Package(
             dependencies: [
                 "TandemCore",
                 .product(name: "GRDB", package: "GRDB.swift"),
+                // SQLite's C API, for the cache's bulk document writes.
+                .product(name: "GRDBSQLite", package: "GRDB.swift"),
                 .product(name: "WSClient", package: "swift-websocket"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),

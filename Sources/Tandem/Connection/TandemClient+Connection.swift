@@ -201,6 +201,13 @@ extension TandemClient {
             let ready = state.withLock { state -> (AsyncThrowingStream<RemoteChangeBatch, any Error>.Continuation, RemoteChangeBatch)? in
                 // Taken out of the dictionary while it grows, so its partial batch is not copied.
                 guard var listener = state.listeners.removeValue(forKey: target) else { return nil }
+                if listener.inPieces {
+                    var piece = batch
+                    piece.continues = more
+                    if !more { listener.lastVersion = batch.version }
+                    state.listeners[target] = listener
+                    return (listener.continuation, piece)
+                }
                 if more {
                     listener.partial += batch.changes
                     state.listeners[target] = listener

@@ -10,6 +10,12 @@ extension TandemClient {
     /// with `unavailable` instead (engines use this to run their own retry and show the cache).
     /// An error the server sends for the listener ends it. Dropping the stream stops the listener.
     public func listen(_ target: ListenTarget, resumeFrom: Version? = nil, failWhenDisconnected: Bool = false) -> AsyncThrowingStream<RemoteChangeBatch, any Error> {
+        listen(target, resumeFrom: resumeFrom, failWhenDisconnected: failWhenDisconnected, inPieces: false)
+    }
+
+    /// As above; with `inPieces` (and `failWhenDisconnected`), a batch the server sends in several
+    /// frames arrives as pieces that `continue`, each as soon as its frame is read.
+    func listen(_ target: ListenTarget, resumeFrom: Version?, failWhenDisconnected: Bool, inPieces: Bool) -> AsyncThrowingStream<RemoteChangeBatch, any Error> {
         let (stream, continuation) = AsyncThrowingStream.makeStream(of: RemoteChangeBatch.self)
         let (id, failNow, wake) = state.withLock { state -> (Int, Bool, CheckedContinuation<Void, Never>?) in
             let id = state.nextRequestID
@@ -18,7 +24,8 @@ extension TandemClient {
             if failWhenDisconnected && !connected {
                 return (id, true, Self.requestWake(&state))
             }
-            state.listeners[id] = Listener(target: target, lastVersion: resumeFrom, failWhenDisconnected: failWhenDisconnected, continuation: continuation)
+            state.listeners[id] = Listener(target: target, lastVersion: resumeFrom, failWhenDisconnected: failWhenDisconnected, continuation: continuation,
+                                           inPieces: inPieces && failWhenDisconnected)
             if connected {
                 state.connection?.frames.yield(ClientMessage.listen(id: id, target: target, resumeFrom: resumeFrom).text)
             }

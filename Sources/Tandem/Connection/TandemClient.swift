@@ -46,6 +46,10 @@ public final class TandemClient: Service, Sendable {
         var continuation: AsyncThrowingStream<RemoteChangeBatch, any Error>.Continuation
         /// Frames of a batch that is still arriving.
         var partial: [RemoteChange] = []
+        /// Each frame of a batch is delivered as it comes, as a piece that `continues` (an engine
+        /// prepares a large snapshot while the rest arrives). Only with `failWhenDisconnected`, so
+        /// a batch cut by a disconnection ends the stream rather than starting over in it.
+        var inPieces = false
     }
 
     struct State {

@@ -57,8 +57,9 @@ struct LocalView: Sendable {
                         createTime: document?.createTime ?? now, updateTime: now)
     }
 
-    /// Applies a listener batch to the base. Returns the paths whose view changed.
-    mutating func applyRemote(_ batch: RemoteChangeBatch, now: Date) -> Set<DocumentPath> {
+    /// Applies a listener batch to the base. Returns the paths whose view changed, each once, in
+    /// the batch's order where it has them (a snapshot's is path order).
+    mutating func applyRemote(_ batch: RemoteChangeBatch, now: Date) -> [DocumentPath] {
         if batch.isSnapshot && base.isEmpty && documents.isEmpty && pendingCount.isEmpty {
             // A first snapshot with nothing pending: the view is the snapshot itself.
             base.reserveCapacity(batch.changes.count)
@@ -68,15 +69,19 @@ struct LocalView: Sendable {
                 base[change.path] = document
             }
             documents = base
-            return Set(base.keys)
+            // Every change a distinct document (as the server sends them): the batch's paths are the changed ones.
+            return base.count == batch.changes.count ? batch.changes.map(\.path) : Array(base.keys)
         }
         var touched = Set<DocumentPath>()
+        var order: [DocumentPath] = []
         touched.reserveCapacity(batch.changes.count)
+        order.reserveCapacity(batch.changes.count)
         if batch.isSnapshot && !base.isEmpty {
             let incoming = Set(batch.changes.map(\.path))
             for path in base.keys where !incoming.contains(path) {
                 base[path] = nil
                 touched.insert(path)
+                order.append(path)
             }
         }
         if batch.changes.count > 64 {
@@ -93,14 +98,17 @@ struct LocalView: Sendable {
             if let id = change.mutationID, let echoed = echo(of: id, change, now: now) {
                 // Our own pending write, committed: the view already shows it.
                 base[change.path] = change.document
-                if echoed { settled.insert(change.path) } else { touched.insert(change.path) }
+                if echoed {
+                    settled.insert(change.path)
+                } else if touched.insert(change.path).inserted {
+                    order.append(change.path)
+                }
                 continue
             }
             base[change.path] = change.document
-            touched.insert(change.path)
+            if touched.insert(change.path).inserted { order.append(change.path) }
         }
-        if !settled.isEmpty { touched.subtract(settled) }
-        return touched.filter { recompute($0, now: now) }
+        return order.filter { (settled.isEmpty || !settled.contains($0)) && recompute($0, now: now) }
     }
 
     /// Recognizes a listener change as the commit of one of our pending writes. Returns nil when it

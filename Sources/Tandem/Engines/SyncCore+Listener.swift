@@ -67,9 +67,18 @@ extension SyncCore {
             log("listener_start")
             var receivedAny = false
             do {
-                for try await batch in listen(resumeFrom) {
+                var pieces = BatchPieces()
+                var prepared: PreparedModels?
+                for try await piece in listen(resumeFrom) {
                     guard isCurrent(generation) else { return }
-                    apply(batch)
+                    if piece.continues || prepared != nil {
+                        // A batch arriving in pieces: decode its models now, while the rest comes.
+                        prepared = prepared ?? PreparedModels()
+                        prepared?.add(piece.changes)
+                    }
+                    guard let batch = pieces.add(piece) else { continue }
+                    apply(batch, prepared: prepared)
+                    prepared = nil
                     if !receivedAny {
                         receivedAny = true
                         state.withLock { state in
@@ -124,43 +133,42 @@ extension SyncCore {
 
     /// Applies a listener batch to the view, the models and the persistence, in one step.
     package func apply(_ batch: RemoteChangeBatch) {
-        let changed = state.withLock { state -> Set<DocumentPath> in
-            let changed = state.view.applyRemote(batch, now: Date())
+        apply(batch, prepared: nil)
+    }
+
+    /// As above, with the models decoded while the batch's pieces arrived.
+    func apply(_ batch: RemoteChangeBatch, prepared: PreparedModels?) {
+        let changed = state.withLock { state -> [DocumentPath] in
             state.resumeVersion = batch.version
             state.isFromCache = false
             var change = LocalCollectionChange()
             change.replacesAllDocuments = batch.isSnapshot
+            change.resumeVersion = batch.version
+            change.upserts.reserveCapacity(batch.changes.count)
+            change.encodedUpserts.reserveCapacity(batch.changes.count)
             for remote in batch.changes {
                 if let document = remote.document {
                     change.upserts.append(document)
+                    change.encodedUpserts.append(remote.encodedData)
                 } else if !batch.isSnapshot {
                     change.deletions.append(remote.path)
                 }
             }
-            change.resumeVersion = batch.version
-            guard changed.count > 64 else {
-                try? persistence.persist(change, view: state.view, documentID: state.documentID, resumeVersion: batch.version)
-                Self.refreshModels(changed, in: &state)
+            if batch.changes.count > 64, case .collection(let store) = persistence {
+                // A large batch: the cache write needs only the batch, so it runs on one core while
+                // the view and the models are brought up to date on the other.
+                var changed: [DocumentPath] = []
+                Parallel.both({
+                    try? store.apply(change)
+                }, {
+                    changed = state.view.applyRemote(batch, now: Date())
+                    Self.refreshModels(changed, in: &state, prepared: prepared)
+                })
                 return changed
             }
-            // The batch's own order first (a snapshot comes sorted by path), so the merge
-            // rarely has to sort.
-            var inBatchOrder = batch.changes.map(\.path)
-            if changed.count != inBatchOrder.count || !inBatchOrder.allSatisfy(changed.contains) {
-                inBatchOrder = Array(changed)
-            }
-            // Writing the cache and decoding the models only read the view: on a large batch they
-            // run at once, on two cores.
-            let view = state.view
-            let documentID = state.documentID
-            let persistence = self.persistence
-            var decoded = DecodedModels()
-            Parallel.both({
-                try? persistence.persist(change, view: view, documentID: documentID, resumeVersion: batch.version)
-            }, {
-                decoded = Self.decodeModels(inBatchOrder, from: view.documents)
-            })
-            Self.merge(decoded, into: &state)
+            let changed = state.view.applyRemote(batch, now: Date())
+            try? persistence.persist(change, view: state.view, documentID: state.documentID, resumeVersion: batch.version)
+            Self.refreshModels(changed, in: &state, prepared: prepared)
             return changed
         }
         if batch.isSnapshot {
@@ -171,6 +179,27 @@ extension SyncCore {
             }
         }
         if !changed.isEmpty || batch.isSnapshot { notifyChanged() }
+    }
+}
+
+/// Joins the pieces of a batch (see ``RemoteChangeBatch/continues``) into the whole batch.
+struct BatchPieces {
+    private var changes: [RemoteChange] = []
+    private var gathering = false
+
+    /// Takes the next element of a listener stream; returns the whole batch once its last piece is in.
+    mutating func add(_ piece: RemoteChangeBatch) -> RemoteChangeBatch? {
+        if !piece.continues && !gathering { return piece }
+        gathering = true
+        changes.append(contentsOf: piece.changes)
+        guard !piece.continues else { return nil }
+        defer {
+            changes = []
+            gathering = false
+        }
+        var whole = piece
+        whole.changes = changes
+        return whole
     }
 }
 

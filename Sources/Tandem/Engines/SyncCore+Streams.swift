@@ -21,7 +21,9 @@ extension SyncCore {
                 var failures = 0
                 while !Task.isCancelled {
                     do {
-                        for try await batch in listen(resume) {
+                        var pieces = BatchPieces()
+                        for try await piece in listen(resume) {
+                            guard let batch = pieces.add(piece) else { continue }
                             failures = 0
                             var updated: [Document] = []
                             var removed: [DocumentPath] = []

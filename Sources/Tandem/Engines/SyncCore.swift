@@ -113,12 +113,11 @@ package final class SyncCore<T: SyncModel>: Sendable {
     }
 
     /// Brings the decoded models of some paths in line with the view.
-    static func refreshModels(_ paths: some Sequence<DocumentPath>, in state: inout State) {
-        let paths = Array(paths)
+    static func refreshModels(_ paths: [DocumentPath], in state: inout State, prepared: PreparedModels? = nil) {
         // Many paths at once (a snapshot, a large batch): one merge pass instead of an insertion
         // each, which would be quadratic.
         if paths.count > 64 {
-            mergeModels(paths, in: &state)
+            mergeModels(paths, in: &state, prepared: prepared)
             return
         }
         for path in paths {
@@ -141,8 +140,25 @@ package final class SyncCore<T: SyncModel>: Sendable {
     }
 
     /// Re-decodes `paths` and merges them into the ordered models in one pass.
-    static func mergeModels(_ paths: [DocumentPath], in state: inout State) {
-        merge(decodeModels(paths, from: state.view.documents), into: &state)
+    static func mergeModels(_ paths: [DocumentPath], in state: inout State, prepared: PreparedModels? = nil) {
+        merge(decodeModels(paths, from: state.view, prepared: prepared), into: &state)
+    }
+
+    /// Models decoded from a batch's documents while its later pieces were still arriving, in the
+    /// batch's order. Each stands for the view's document as long as the view shows that very
+    /// version of it with no pending write on top (a server version of a document never changes).
+    struct PreparedModels {
+        var paths: [DocumentPath] = []
+        var versions: [Version?] = []
+        var models: [T?] = []
+
+        mutating func add(_ changes: [RemoteChange]) {
+            for change in changes {
+                paths.append(change.path)
+                versions.append(change.document?.version)
+                models.append(change.document.flatMap(decode))
+            }
+        }
     }
 
     /// Models decoded for a merge: the changed paths, and those that still decode, in path order.
@@ -152,9 +168,9 @@ package final class SyncCore<T: SyncModel>: Sendable {
         var models: [T] = []
     }
 
-    /// Decodes the view's documents at `paths`: reads the view only, so it can run beside other
-    /// readers of it (the cache write).
-    static func decodeModels(_ paths: [DocumentPath], from documents: [DocumentPath: Document]) -> DecodedModels {
+    /// Decodes the view's documents at `paths`, taking each prepared model that still stands for
+    /// its document.
+    static func decodeModels(_ paths: [DocumentPath], from view: LocalView, prepared: PreparedModels? = nil) -> DecodedModels {
         // Sort the paths, not (path, model) pairs (moving generic models is slow), and only when
         // they do not come sorted already (strictly increasing also means no repeats).
         var decoded = DecodedModels()
@@ -162,11 +178,23 @@ package final class SyncCore<T: SyncModel>: Sendable {
         if !zip(paths, paths.dropFirst()).allSatisfy({ $0 < $1 }) {
             decoded.changed = Set(paths).sorted()
         }
+        // Prepared models line up with the batch; they serve when the paths are the batch's own.
+        let prepared = prepared.flatMap { $0.paths.count == decoded.changed.count ? $0 : nil }
+        let documents = view.documents
+        let anyPending = view.hasPendingWrites
         // Two arrays rather than one of (path, model) pairs: generic tuples copy slowly.
         decoded.paths.reserveCapacity(decoded.changed.count)
         decoded.models.reserveCapacity(decoded.changed.count)
-        for path in decoded.changed {
-            if let model = documents[path].flatMap(decode) {
+        for (index, path) in decoded.changed.enumerated() {
+            guard let document = documents[path] else { continue }
+            let model: T?
+            if let prepared, prepared.paths[index] == path, prepared.versions[index] == document.version,
+               !anyPending || !view.hasPendingWrites(path) {
+                model = prepared.models[index]
+            } else {
+                model = decode(document)
+            }
+            if let model {
                 decoded.paths.append(path)
                 decoded.models.append(model)
             }

@@ -24,6 +24,9 @@ public struct LocalCollectionChange: Sendable, Hashable {
     public var replacesAllDocuments = false
     /// Documents the server confirmed, inserted or replaced.
     public var upserts: [Document] = []
+    /// When it lines up with `upserts`: each one's data as the server sent it (nil where unknown),
+    /// which a store may keep as it is instead of encoding the data again.
+    package var encodedUpserts: [String?] = []
     /// Documents the server deleted.
     public var deletions: [DocumentPath] = []
     /// Outbox entries added or rewritten (by sequence number).

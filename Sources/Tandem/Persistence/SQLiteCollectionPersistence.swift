@@ -1,5 +1,6 @@
 import Foundation
 import GRDB
+import GRDBSQLite
 import Synchronization
 import TandemCore
 
@@ -124,12 +125,8 @@ public final class SQLiteCollectionPersistence: LocalCollectionPersistence {
                     INSERT OR REPLACE INTO document (manager_key, path, data, version, create_time, update_time)
                     VALUES (?, ?, ?, ?, ?, ?)
                     """)
-                for document in change.upserts {
-                    try statement.execute(arguments: [
-                        managerKey, document.path.description, JSONText.encode(document.data), Int64(document.version.rawValue),
-                        document.createTime.timeIntervalSince1970, document.updateTime.timeIntervalSince1970,
-                    ])
-                }
+                let encoded = change.encodedUpserts.count == change.upserts.count ? change.encodedUpserts : nil
+                try Self.insert(change.upserts, encoded: encoded, managerKey: managerKey, with: statement)
             }
             if !change.deletions.isEmpty {
                 let statement = try db.cachedStatement(sql: "DELETE FROM document WHERE manager_key = ? AND path = ?")
@@ -169,6 +166,46 @@ public final class SQLiteCollectionPersistence: LocalCollectionPersistence {
             try db.execute(sql: "DELETE FROM outbox WHERE manager_key = ?", arguments: [managerKey])
             try db.execute(sql: "DELETE FROM engine_state WHERE manager_key = ?", arguments: [managerKey])
         }
+    }
+
+    /// Runs the document insert once per document, binding through SQLite's C API: a snapshot
+    /// writes many thousands of rows, and building GRDB's arguments for each was a third of the write.
+    private static func insert(_ documents: [Document], encoded: [String?]?, managerKey: String, with statement: Statement) throws {
+        let handle = statement.sqliteStatement
+        // SQLite keeps its own copy of the key (SQLITE_TRANSIENT); the other texts live only
+        // through their step, so it reads them in place.
+        let transient = unsafeBitCast(-1, to: sqlite3_destructor_type.self)
+        sqlite3_reset(handle)
+        defer {
+            sqlite3_reset(handle)
+            sqlite3_clear_bindings(handle)
+        }
+        var managerKey = managerKey
+        try managerKey.withUTF8 { key in
+            try check(sqlite3_bind_text(handle, 1, key.baseAddress, Int32(key.count), transient), statement)
+        }
+        for (index, document) in documents.enumerated() {
+            var path = document.path.description
+            var data = encoded?[index] ?? JSONText.encode(document.data)
+            try check(sqlite3_bind_int64(handle, 4, Int64(document.version.rawValue)), statement)
+            try check(sqlite3_bind_double(handle, 5, document.createTime.timeIntervalSince1970), statement)
+            try check(sqlite3_bind_double(handle, 6, document.updateTime.timeIntervalSince1970), statement)
+            try path.withUTF8 { path in
+                try data.withUTF8 { data in
+                    try check(sqlite3_bind_text(handle, 2, path.baseAddress, Int32(path.count), nil), statement)
+                    try check(sqlite3_bind_text(handle, 3, data.baseAddress, Int32(data.count), nil), statement)
+                    let code = sqlite3_step(handle)
+                    if code != SQLITE_DONE { try check(code, statement) }
+                    sqlite3_reset(handle)
+                }
+            }
+        }
+    }
+
+    private static func check(_ code: Int32, _ statement: Statement) throws {
+        guard code != SQLITE_OK && code != SQLITE_DONE else { return }
+        let message = sqlite3_errmsg(sqlite3_db_handle(statement.sqliteStatement)).map { String(cString: $0) }
+        throw DatabaseError(resultCode: ResultCode(rawValue: code), message: message, sql: statement.sql)
     }
 
     static func document(from row: Row) throws -> Document {

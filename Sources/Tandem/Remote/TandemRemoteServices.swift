@@ -36,7 +36,7 @@ public struct TandemRemoteCollectionService: RemoteCollectionService, Reachabili
 
     public func listen(query: Query, resumeFrom: Version?) -> AsyncThrowingStream<RemoteChangeBatch, any Error> {
         do {
-            return client.listen(.collection(try path(), query), resumeFrom: resumeFrom, failWhenDisconnected: true)
+            return client.listen(.collection(try path(), query), resumeFrom: resumeFrom, failWhenDisconnected: true, inPieces: true)
         } catch {
             return AsyncThrowingStream { $0.finish(throwing: error) }
         }
@@ -99,7 +99,7 @@ public struct TandemRemoteCollectionGroupService: RemoteCollectionGroupService, 
     }
 
     public func listen(query: Query, resumeFrom: Version?) -> AsyncThrowingStream<RemoteChangeBatch, any Error> {
-        client.listen(.collectionGroup(groupName, query), resumeFrom: resumeFrom, failWhenDisconnected: true)
+        client.listen(.collectionGroup(groupName, query), resumeFrom: resumeFrom, failWhenDisconnected: true, inPieces: true)
     }
 
     public func whenReachable(_ action: @escaping @Sendable () -> Void) { client.whenReachable(action) }

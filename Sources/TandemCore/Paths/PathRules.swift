@@ -8,6 +8,8 @@ public enum PathRules {
 
     /// Splits and validates a slash-separated path. A single leading or trailing `/` is tolerated.
     static func segments(of path: String, kind: String) throws(TandemError) -> [String] {
+        if let segments = validSegments(of: path) { return segments }
+        // The path breaks a rule: the slow way finds which, and says so.
         var trimmed = Substring(path)
         if trimmed.hasPrefix("/") { trimmed = trimmed.dropFirst() }
         if trimmed.hasSuffix("/") { trimmed = trimmed.dropLast() }
@@ -17,6 +19,29 @@ public enum PathRules {
         let segments = trimmed.split(separator: "/", omittingEmptySubsequences: false).map(String.init)
         try validate(segments, original: path, kind: kind)
         return segments
+    }
+
+    /// The segments of a path that breaks no rule, split over its UTF-8 bytes; nil when it breaks one.
+    private static func validSegments(of path: String) -> [String]? {
+        var path = path
+        return path.withUTF8 { bytes -> [String]? in
+            let slash = UInt8(ascii: "/")
+            var start = 0
+            var end = bytes.count
+            if start < end, bytes[start] == slash { start += 1 }
+            if start < end, bytes[end - 1] == slash { end -= 1 }
+            guard start < end else { return nil }
+            var segments: [String] = []
+            var segmentStart = start
+            for index in start...end where index == end || bytes[index] == slash {
+                let length = index - segmentStart
+                guard length > 0, length <= maximumSegmentBytes, segments.count < maximumDepth else { return nil }
+                // Cut at '/' bytes, so each piece of valid UTF-8 is valid UTF-8.
+                segments.append(String(decoding: UnsafeBufferPointer(rebasing: bytes[segmentStart..<index]), as: UTF8.self))
+                segmentStart = index + 1
+            }
+            return segments
+        }
     }
 
     static func validate(_ segments: [String], original: String, kind: String) throws(TandemError) {

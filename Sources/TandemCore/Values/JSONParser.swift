@@ -83,16 +83,20 @@ struct JSONParser {
         index += 1  // opening quote
         let start = index
         // Fast path: no escapes.
+        var anyNonASCII: UInt8 = 0
         while index < bytes.count {
             let byte = bytes[index]
             if byte == UInt8(ascii: "\"") {
                 let slice = UnsafeBufferPointer(rebasing: bytes[start..<index])
                 index += 1
+                // ASCII needs no validation (nearly every key and most values).
+                if anyNonASCII < 0x80 { return String(decoding: slice, as: UTF8.self) }
                 guard let string = String(validating: slice, as: UTF8.self) else { throw fail("invalid UTF-8 in a string") }
                 return string
             }
             if byte == UInt8(ascii: "\\") { break }
             if byte < 0x20 { throw fail("unescaped control character in a string") }
+            anyNonASCII |= byte
             index += 1
         }
         var utf8 = Array(bytes[start..<index])

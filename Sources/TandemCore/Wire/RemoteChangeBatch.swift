@@ -8,12 +8,27 @@ public struct RemoteChange: Sendable, Hashable {
     /// The client write that made the change, when the server reports it: a client recognizes the
     /// echo of its own pending write by it.
     public var mutationID: MutationID?
+    /// The document's data exactly as the wire carried it (compact JSON of an object), when a reader
+    /// kept it: a cache can store it as it is instead of encoding the data again. Not part of
+    /// equality: it spells `document.data`.
+    package var encodedData: String?
 
     public init(path: DocumentPath, document: Document?, version: Version, mutationID: MutationID? = nil) {
         self.path = path
         self.document = document
         self.version = version
         self.mutationID = mutationID
+    }
+
+    public static func == (lhs: RemoteChange, rhs: RemoteChange) -> Bool {
+        lhs.path == rhs.path && lhs.version == rhs.version && lhs.mutationID == rhs.mutationID && lhs.document == rhs.document
+    }
+
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(path)
+        hasher.combine(version)
+        hasher.combine(mutationID)
+        hasher.combine(document)
     }
 
     /// A document written.
@@ -35,6 +50,11 @@ public struct RemoteChangeBatch: Sendable, Hashable {
     public var changes: [RemoteChange]
     /// The version the listener has seen everything up to, once this batch is applied.
     public var version: Version
+    /// A piece of a batch: more of its changes follow in the stream's next element, and nothing of it
+    /// may be applied before the piece where this is false. Only Tandem's own remote services
+    /// deliver pieces (so an engine can decode a large snapshot while the rest arrives); a stream
+    /// that ends after a piece drops the batch.
+    package var continues = false
 
     public init(isSnapshot: Bool, changes: [RemoteChange], version: Version) {
         self.isSnapshot = isSnapshot

@@ -59,9 +59,10 @@ extension ServerMessage {
         var pathText: String?
         var version: Int?
         var mutationID: MutationID?
+        var encodedData: String?
         try parser.readObject { (parser, key) throws(TandemError) in
             switch key {
-            case "document": document = try parser.readNull() ? nil : try readDocument(&parser)
+            case "document": document = try parser.readNull() ? nil : try readDocument(&parser, encodedData: &encodedData)
             case "path": pathText = try parser.readString()
             case "version": version = try parser.readInt()
             case "mutationId": mutationID = try parser.readNull() ? nil : try MutationID(wire: try parser.parseValue())
@@ -71,11 +72,14 @@ extension ServerMessage {
         guard let pathText, let version, version >= 0 else { throw parser.fail("a change needs a path and a version") }
         // The document names the same path: validate it once.
         let path = document?.path.description == pathText ? document!.path : try DocumentPath(pathText)
-        return RemoteChange(path: path, document: document, version: Version(UInt64(version)), mutationID: mutationID)
+        var change = RemoteChange(path: path, document: document, version: Version(UInt64(version)), mutationID: mutationID)
+        change.encodedData = encodedData
+        return change
     }
 
-    /// `{"createTime", "data", "path", "updateTime", "version"}`.
-    private static func readDocument(_ parser: inout JSONParser) throws(TandemError) -> Document {
+    /// `{"createTime", "data", "path", "updateTime", "version"}`. `encodedData` gets the text of the
+    /// data as it came.
+    private static func readDocument(_ parser: inout JSONParser, encodedData: inout String?) throws(TandemError) -> Document {
         var data: JSONObject?
         var path: DocumentPath?
         var version: Int?
@@ -86,8 +90,10 @@ extension ServerMessage {
             case "createTime": createTime = try parser.readPlainString(WireTimestamp.parse(utf8:))
             case "updateTime": updateTime = try parser.readPlainString(WireTimestamp.parse(utf8:))
             case "data":
+                let start = parser.index
                 guard case .object(let object) = try parser.parseValue() else { throw parser.fail("a document's data must be an object") }
                 data = object
+                encodedData = String(decoding: UnsafeBufferPointer(rebasing: parser.bytes[start..<parser.index]), as: UTF8.self)
             case "path": path = try DocumentPath(try parser.readString())
             case "version": version = try parser.readInt()
             default: _ = try parser.parseValue()

@@ -53,7 +53,7 @@ final class FanOutHub: Sendable {
             return
         }
         do {
-            let load = try await initialLoad(target: target, resumeFrom: resumeFrom, hasLimit: listener.hasLimit)
+            let load = try await initialLoad(key, target: target, resumeFrom: resumeFrom, hasLimit: listener.hasLimit)
             activate(key, load)
         } catch {
             unlisten(key)
@@ -87,11 +87,12 @@ final class FanOutHub: Sendable {
         /// The paths in the result and their versions; nil when unknown (after a resume, or for a
         /// listener without filters, which needs none: every document in its scope belongs).
         var members: [DocumentPath: Version]?
-        /// A snapshot the store wrote for the wire itself, sent instead of `changes`.
-        var encoded: EncodedSnapshot?
+        /// The snapshot's frames went out as the store wrote them: `changes` is empty and there is
+        /// nothing left to send.
+        var sent = false
     }
 
-    private func initialLoad(target: ListenTarget, resumeFrom: Version?, hasLimit: Bool) async throws -> Load {
+    private func initialLoad(_ key: ListenerKey, target: ListenTarget, resumeFrom: Version?, hasLimit: Bool) async throws -> Load {
         if let resumeFrom, !hasLimit {
             do {
                 var changes: [RemoteChange] = []
@@ -104,23 +105,37 @@ final class FanOutHub: Sendable {
                 }
                 return Load(changes: changes, isSnapshot: false, reset: false, version: since, members: nil)
             } catch TandemError.Code.outOfRange {
-                var load = try await snapshot(target)
-                load.reset = true
-                return load
+                return try await snapshot(key, target, reset: true)
             }
         }
-        return try await snapshot(target)
+        return try await snapshot(key, target, reset: false)
     }
 
-    private func snapshot(_ target: ListenTarget) async throws -> Load {
+    private func snapshot(_ key: ListenerKey, _ target: ListenTarget, reset: Bool) async throws -> Load {
         if let query = target.query, query.operations.isEmpty,
-           let encoded = try await store.encodedSnapshot(target, groupSize: framing) {
-            return Load(changes: [], isSnapshot: true, reset: false, version: encoded.version, members: nil, encoded: encoded)
+           let version = try await store.encodedSnapshot(target, groupSize: framing, frames: { [self] frame in
+               sendSnapshotFrame(frame, to: key, reset: reset)
+           }) {
+            // No member table: every document in the listener's scope belongs to it.
+            return Load(changes: [], isSnapshot: true, reset: reset, version: version, members: nil, sent: true)
         }
         let snapshot = try await store.read(target)
         var members: [DocumentPath: Version] = [:]
         for document in snapshot.documents { members[document.path] = document.version }
-        return Load(changes: snapshot.documents.map(RemoteChange.upsert), isSnapshot: true, reset: false, version: snapshot.version, members: members)
+        return Load(changes: snapshot.documents.map(RemoteChange.upsert), isSnapshot: true, reset: reset, version: snapshot.version, members: members)
+    }
+
+    /// Sends a frame of a snapshot the store is still writing. Commits meanwhile wait in the
+    /// listener's buffer, so they follow the last frame. False stops the read: the listener is
+    /// gone, or its connection could not take the frame.
+    private func sendSnapshotFrame(_ frame: EncodedSnapshotFrame, to key: ListenerKey, reset: Bool) -> Bool {
+        let outbox = state.withLock { state -> SessionOutbox? in
+            guard let listener = state.listeners[key], case .loading = listener.phase else { return nil }
+            return listener.outbox
+        }
+        guard let outbox else { return false }
+        return outbox.send(text: WireWriter.batch(target: key.target, changes: frame.changes, version: frame.version,
+                                                  isSnapshot: true, reset: reset, more: !frame.isLast))
     }
 
     /// Sends a listener its loaded batch and the commits buffered meanwhile, and makes it live.
@@ -128,9 +143,7 @@ final class FanOutHub: Sendable {
         var requery = false
         state.withLock { state in
             guard var listener = state.listeners[key], case .loading(let buffered) = listener.phase else { return }
-            if let encoded = load.encoded {
-                send(encoded, to: key, listener: listener, reset: load.reset)
-            } else {
+            if !load.sent {
                 send(load.changes, to: key, listener: listener, version: load.version, isSnapshot: load.isSnapshot, reset: load.reset)
             }
             listener.members = load.members
@@ -262,17 +275,6 @@ final class FanOutHub: Sendable {
             if !listener.outbox.send(text: text) { return }
             start = end
         } while start < changes.count
-    }
-}
-
-extension FanOutHub {
-    /// Sends a snapshot the store already wrote, a frame per group.
-    private func send(_ snapshot: EncodedSnapshot, to key: ListenerKey, listener: ListenerState, reset: Bool) {
-        for (index, group) in snapshot.groups.enumerated() {
-            let text = WireWriter.batch(target: key.target, changes: group, version: snapshot.version,
-                                        isSnapshot: true, reset: reset, more: index < snapshot.groups.count - 1)
-            if !listener.outbox.send(text: text) { return }
-        }
     }
 }
 

@@ -4,8 +4,9 @@ import TandemCore
 
 extension SQLiteServerStore {
     /// Copies each stored body into the wire form as it is: the store wrote it as compact JSON, so
-    /// parsing it into values and writing them again (most of an initial sync's server time) is skipped.
-    public func encodedSnapshot(_ target: ListenTarget, groupSize: Int) async throws -> EncodedSnapshot? {
+    /// parsing it into values and writing them again (most of an initial sync's server time) is
+    /// skipped. A collection's frames go out while the rest is still being read.
+    public func encodedSnapshot(_ target: ListenTarget, groupSize: Int, frames: @escaping @Sendable (EncodedSnapshotFrame) -> Bool) async throws -> Version? {
         let scope: (column: String, value: String)
         switch target {
         case .collection(let path, let query) where query.operations.isEmpty: scope = ("collection", path.description)
@@ -23,11 +24,11 @@ extension SQLiteServerStore {
                 WHERE \(scope.column) = ? AND data IS NOT NULL ORDER BY path
                 """)
             let rows = try Row.fetchCursor(statement, arguments: [scope.value])
-            var grouper = ChangeGrouper(groupSize: max(1, groupSize))
+            var framer = SnapshotFramer(version: version, groupSize: max(1, groupSize), frames: frames)
             if rowsInPathOrder {
                 while let row = try rows.next() {
-                    grouper.startChange()
-                    try Self.writeStoredChange(row, to: &grouper.writer)
+                    guard framer.startChange() else { return version }
+                    try Self.writeStoredChange(row, to: &framer.writer)
                 }
             } else {
                 var changes: [(path: DocumentPath, bytes: [UInt8])] = []
@@ -40,11 +41,12 @@ extension SQLiteServerStore {
                     changes.sort { $0.path < $1.path }
                 }
                 for change in changes {
-                    grouper.startChange()
-                    grouper.writer.raw(change.bytes)
+                    guard framer.startChange() else { return version }
+                    framer.writer.raw(change.bytes)
                 }
             }
-            return EncodedSnapshot(version: version, groups: grouper.finish(), count: grouper.count)
+            framer.finish()
+            return version
         }
     }
 
@@ -72,35 +74,51 @@ extension SQLiteServerStore {
     }
 }
 
-/// Cuts a run of written changes into JSON arrays of at most `groupSize` changes.
-struct ChangeGrouper {
+/// Cuts a run of written changes into frames of at most `groupSize` changes and hands each on. A
+/// full frame waits until the next change starts (or the end), so the last one is known as last.
+struct SnapshotFramer {
+    let version: Version
     let groupSize: Int
+    let frames: @Sendable (EncodedSnapshotFrame) -> Bool
     var writer = WireWriter(capacity: 4096)
-    private var groups: [[UInt8]] = []
     private var inGroup = 0
-    private(set) var count = 0
+    private var held: EncodedSnapshotFrame?
 
-    init(groupSize: Int) {
+    init(version: Version, groupSize: Int, frames: @escaping @Sendable (EncodedSnapshotFrame) -> Bool) {
+        self.version = version
         self.groupSize = groupSize
+        self.frames = frames
     }
 
-    /// Call before writing each change.
-    mutating func startChange() {
-        if inGroup == groupSize { closeGroup() }
+    /// Call before writing each change; false when the receiver wants no more.
+    mutating func startChange() -> Bool {
+        if inGroup == groupSize {
+            writer.raw("]")
+            guard hold(writer.bytes, count: inGroup) else { return false }
+            writer = WireWriter(capacity: writer.bytes.count + 256)
+            inGroup = 0
+        }
         writer.raw(inGroup == 0 ? "[" : ",")
         inGroup += 1
-        count += 1
+        return true
     }
 
-    private mutating func closeGroup() {
-        writer.raw("]")
-        groups.append(writer.bytes)
-        writer = WireWriter(capacity: writer.bytes.count + 256)
-        inGroup = 0
+    /// Sends what is left, the last frame marked so (an empty array when there was nothing).
+    mutating func finish() {
+        if inGroup > 0 {
+            writer.raw("]")
+            guard hold(writer.bytes, count: inGroup) else { return }
+        }
+        var last = held ?? EncodedSnapshotFrame(version: version, changes: Array("[]".utf8), count: 0, isLast: true)
+        last.isLast = true
+        held = nil
+        _ = frames(last)
     }
 
-    mutating func finish() -> [[UInt8]] {
-        if inGroup > 0 { closeGroup() }
-        return groups
+    /// Keeps a finished frame and sends the one held before it; false when the receiver stopped.
+    private mutating func hold(_ changes: [UInt8], count: Int) -> Bool {
+        defer { held = EncodedSnapshotFrame(version: version, changes: changes, count: count, isLast: false) }
+        guard let previous = held else { return true }
+        return frames(previous)
     }
 }

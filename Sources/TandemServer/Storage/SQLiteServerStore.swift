@@ -102,6 +102,14 @@ public final class SQLiteServerStore: ServerStore {
                 INSERT INTO meta (key, value) VALUES ('version', 0), ('pruned_through', 0);
                 """)
         }
+        migrator.registerMigration("v2") { db in
+            // A snapshot reads a whole collection or group in path order: these give the rows in
+            // that order, where the version indexes left SQLite sorting them in a temporary file.
+            try db.execute(sql: """
+                CREATE INDEX documents_by_collection_path ON documents(collection, path);
+                CREATE INDEX documents_by_group_path ON documents(collection_group, path);
+                """)
+        }
         return migrator
     }
 

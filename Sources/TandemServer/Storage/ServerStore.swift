@@ -18,11 +18,13 @@ public protocol ServerStore: Service {
     /// The documents a target covers (after its query), and the version they were read at.
     func read(_ target: ListenTarget) async throws -> StoreSnapshot
 
-    /// The documents of a target whose query has no operations, already written as wire changes
-    /// in path order, in groups of at most `groupSize`. A store that keeps bodies as JSON text can
-    /// copy them instead of parsing and writing each again; nil (the default) makes the server
-    /// encode what ``read(_:)`` returns.
-    func encodedSnapshot(_ target: ListenTarget, groupSize: Int) async throws -> EncodedSnapshot?
+    /// The documents of a target whose query has no operations, written as wire changes in path
+    /// order, in frames of at most `groupSize`, each handed to `frames` as soon as it is written so
+    /// the server sends the first while the rest is read. A store that keeps bodies as JSON text
+    /// can copy them instead of parsing and writing each again. Returns the version the documents
+    /// were read at; `frames` returning false stops the read early. Returning nil (the default,
+    /// without calling `frames`) makes the server encode what ``read(_:)`` returns.
+    func encodedSnapshot(_ target: ListenTarget, groupSize: Int, frames: @escaping @Sendable (EncodedSnapshotFrame) -> Bool) async throws -> Version?
 
     /// What changed after `version`, oldest first, never splitting a commit: at most about `limit`
     /// changes (a commit larger than that comes whole). With a target, only changes in its scope;
@@ -39,7 +41,9 @@ public protocol ServerStore: Service {
 }
 
 extension ServerStore {
-    public func encodedSnapshot(_ target: ListenTarget, groupSize: Int) async throws -> EncodedSnapshot? { nil }
+    public func encodedSnapshot(_ target: ListenTarget, groupSize: Int, frames: @escaping @Sendable (EncodedSnapshotFrame) -> Bool) async throws -> Version? {
+        nil
+    }
 }
 
 /// What one commit changed: its version, and each document's state after it.
