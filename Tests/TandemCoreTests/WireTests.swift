@@ -58,6 +58,12 @@ struct WireTests {
         }
         #expect(try ServerMessage(wire: try JSONText.parse(reordered)) == .batch(target: 2, batch: batch, reset: false, more: true))
         #expect(batch.changes[0].document?.data == ["n": -12, "big": .double(12345678901234567890), "x": 2500.0])
+        // The data's text is kept as it came, for a cache to store; equality does not look at it.
+        #expect(batch.changes[0].encodedData == #"{"n":-12,"big":12345678901234567890,"x":2.5e3}"#)
+        #expect(try JSONText.parse(batch.changes[0].encodedData!) == .object(batch.changes[0].document!.data))
+        var other = batch.changes[0]
+        other.encodedData = nil
+        #expect(other == batch.changes[0] && other.hashValue == batch.changes[0].hashValue)
         let malformed = [
             (#"{"changes":[{"document":null,"path":"users","version":1}],"target":1,"type":"changes","version":1}"#, "names a collection"),
             (#"{"changes":[{"document":null,"path":"users/ada"}],"target":1,"type":"changes","version":1}"#, "missing the field 'version'"),

@@ -40,6 +40,39 @@ struct LiveSyncTests {
         await server.stop()
     }
 
+    @Test("a snapshot of many frames comes whole to a listener, and into an engine's SQLite cache in pieces")
+    func manyFrames() async throws {
+        let server = try await LiveServer.start()
+        let ids = (0..<1_200).map { "n\(String(10_000 + $0).dropFirst())" }
+        for start in stride(from: 0, to: ids.count, by: 400) {
+            _ = try await server.store.commit(ids[start..<start + 400].map { .set(documentPath("notes/\($0)"), ["text": .string("note \($0)"), "n": 0]) })
+        }
+        let client = RunningClient(server, id: "many-frames")
+        await client.client.waitUntilConnected()
+        let recorder = BatchRecorder()
+        let listening = Task { for try await batch in client.client.listen(.collection(notes, Query())) { recorder.append(batch) } }
+        #expect(await eventually { recorder.count == 1 })
+        #expect(recorder.batches.first?.isSnapshot == true)
+        #expect(recorder.batches.first?.changes.map(\.path.id) == ids)
+        listening.cancel()
+
+        let directory = TemporaryDirectory()
+        let synced = engine(client.client, key: "many", persistence: try SQLiteCollectionPersistence(managerKey: "many", directory: directory.url))
+        await synced.startListening()
+        #expect(synced.currentCollection.map(\.id) == ids)
+        #expect(synced.getDocument(id: "n0777")?.text == "note n0777")
+        let cached = try #require(try SQLiteCollectionPersistence(managerKey: "many", directory: directory.url).load())
+        #expect(cached.documents.map(\.path.id) == ids)
+        #expect(cached.resumeVersion == 3)
+        // The engine goes on live from there, into the same cache.
+        _ = try await server.store.commit([.delete(documentPath("notes/n0000"))])
+        #expect(await eventually { synced.currentCollection.count == 1_199 })
+        #expect(try SQLiteCollectionPersistence(managerKey: "many", directory: directory.url).load()?.documents.count == 1_199)
+
+        await client.stop()
+        await server.stop()
+    }
+
     @Test("an offline client's queued writes replay after reconnect, in order, into a SQLite cache")
     func offlineReplay() async throws {
         let server = try await LiveServer.start()

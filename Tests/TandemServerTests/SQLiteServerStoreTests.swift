@@ -69,6 +69,22 @@ struct SQLiteServerStoreTests {
             }
             #expect(changes == read.documents.map(RemoteChange.upsert))
         }
+        // Frames go out as they are written, the last marked; a receiver that says stop gets no more.
+        let frames = Mutex<[EncodedSnapshotFrame]>([])
+        let reviews = ListenTarget.collection(try CollectionPath("shops/p/reviews"), Query())
+        let version = try await store.encodedSnapshot(reviews, groupSize: 1) { frame in
+            frames.withLock { $0.append(frame) }
+            return true
+        }
+        #expect(version == 2)
+        #expect(frames.withLock { $0.map(\.isLast) } == [false, true])
+        #expect(frames.withLock { $0.map(\.count) } == [1, 1])
+        frames.withLock { $0 = [] }
+        _ = try await store.encodedSnapshot(reviews, groupSize: 1) { frame in
+            frames.withLock { $0.append(frame) }
+            return false
+        }
+        #expect(frames.withLock { $0.count } == 1)
         #expect(try await store.encodedSnapshot(.collection(try CollectionPath("shops/p/reviews"), Query().limit(to: 1)), groupSize: 2) == nil)
         #expect(try await store.encodedSnapshot(.document(path("shops/p/reviews/r1")), groupSize: 2) == nil)
     }

@@ -68,13 +68,15 @@ extension SyncCore {
             var receivedAny = false
             do {
                 var pieces = BatchPieces()
-                var prepared: PreparedModels?
+                var prepared: PreparedBatch?
                 for try await piece in listen(resumeFrom) {
                     guard isCurrent(generation) else { return }
                     if piece.continues || prepared != nil {
-                        // A batch arriving in pieces: decode its models now, while the rest comes.
-                        prepared = prepared ?? PreparedModels()
-                        prepared?.add(piece.changes)
+                        // A batch arriving in pieces: decode its models (and stage a snapshot's
+                        // documents) now, while the rest comes.
+                        if prepared == nil { prepared = PreparedBatch(snapshot: piece.isSnapshot, staging: staging) }
+                        // In place: a copy would copy everything prepared so far, for every piece.
+                        prepared?.add(piece)
                     }
                     guard let batch = pieces.add(piece) else { continue }
                     apply(batch, prepared: prepared)
@@ -136,39 +138,38 @@ extension SyncCore {
         apply(batch, prepared: nil)
     }
 
-    /// As above, with the models decoded while the batch's pieces arrived.
-    func apply(_ batch: RemoteChangeBatch, prepared: PreparedModels?) {
+    /// As above, with what was prepared while the batch's pieces arrived.
+    func apply(_ batch: RemoteChangeBatch, prepared: PreparedBatch?) {
         let changed = state.withLock { state -> [DocumentPath] in
             state.resumeVersion = batch.version
             state.isFromCache = false
-            var change = LocalCollectionChange()
-            change.replacesAllDocuments = batch.isSnapshot
-            change.resumeVersion = batch.version
-            change.upserts.reserveCapacity(batch.changes.count)
-            change.encodedUpserts.reserveCapacity(batch.changes.count)
-            for remote in batch.changes {
-                if let document = remote.document {
-                    change.upserts.append(document)
-                    change.encodedUpserts.append(remote.encodedData)
-                } else if !batch.isSnapshot {
-                    change.deletions.append(remote.path)
-                }
-            }
             if batch.changes.count > 64, case .collection(let store) = persistence {
                 // A large batch: the cache write needs only the batch, so it runs on one core while
                 // the view and the models are brought up to date on the other.
                 var changed: [DocumentPath] = []
                 Parallel.both({
-                    try? store.apply(change)
+                    if let promotion = prepared?.promotion(of: batch) {
+                        do {
+                            try store.apply(promotion)
+                            return
+                        } catch {
+                            // The staged snapshot is not there whole: write the batch itself.
+                        }
+                    }
+                    try? store.apply(Self.change(for: batch))
                 }, {
+                    if let prepared, Self.adopt(batch, prepared, into: &state) {
+                        changed = prepared.models.paths
+                        return
+                    }
                     changed = state.view.applyRemote(batch, now: Date())
-                    Self.refreshModels(changed, in: &state, prepared: prepared)
+                    Self.refreshModels(changed, in: &state, prepared: prepared?.models)
                 })
                 return changed
             }
             let changed = state.view.applyRemote(batch, now: Date())
-            try? persistence.persist(change, view: state.view, documentID: state.documentID, resumeVersion: batch.version)
-            Self.refreshModels(changed, in: &state, prepared: prepared)
+            try? persistence.persist(Self.change(for: batch), view: state.view, documentID: state.documentID, resumeVersion: batch.version)
+            Self.refreshModels(changed, in: &state, prepared: prepared?.models)
             return changed
         }
         if batch.isSnapshot {
@@ -180,6 +181,118 @@ extension SyncCore {
         }
         if !changed.isEmpty || batch.isSnapshot { notifyChanged() }
     }
+}
+
+extension SyncCore {
+    /// What a listener batch changes in the persistence.
+    static func change(for batch: RemoteChangeBatch) -> LocalCollectionChange {
+        var change = LocalCollectionChange()
+        change.replacesAllDocuments = batch.isSnapshot
+        change.resumeVersion = batch.version
+        change.upserts.reserveCapacity(batch.changes.count)
+        change.encodedUpserts.reserveCapacity(batch.changes.count)
+        for remote in batch.changes {
+            if let document = remote.document {
+                change.upserts.append(document)
+                change.encodedUpserts.append(remote.encodedData)
+            } else if !batch.isSnapshot {
+                change.deletions.append(remote.path)
+            }
+        }
+        return change
+    }
+
+    /// A first snapshot with nothing pending, fully prepared: its documents keyed by path become
+    /// the view and its models the models, with nothing left to look up. False when it is not one.
+    static func adopt(_ batch: RemoteChangeBatch, _ prepared: PreparedBatch, into state: inout State) -> Bool {
+        let models = prepared.models
+        guard batch.isSnapshot, let documents = prepared.documents, documents.count == batch.changes.count,
+              models.paths.count == batch.changes.count, state.orderedPaths.isEmpty,
+              // Models are kept in path order; a snapshot comes in it.
+              zip(models.modelPaths, models.modelPaths.dropFirst()).allSatisfy({ $0 < $1 }),
+              state.view.adoptSnapshot(documents)
+        else { return false }
+        state.orderedPaths = models.modelPaths
+        state.ordered = models.models
+        return true
+    }
+
+    /// The persistence, when it can stage a snapshot while it arrives.
+    var staging: (any SnapshotStaging)? {
+        if case .collection(let store) = persistence { return store as? any SnapshotStaging }
+        return nil
+    }
+
+    /// The work done on a batch's pieces while the rest arrives: their models decoded, and a
+    /// snapshot's documents staged in the persistence, so applying the batch only swaps them in.
+    struct PreparedBatch {
+        var models = PreparedModels()
+        /// A snapshot's documents by path, for a view that takes the snapshot whole; nil for other batches.
+        private(set) var documents: [DocumentPath: Document]?
+        private let staging: (any SnapshotStaging)?
+        /// The staged snapshot's id.
+        private let staged: Int?
+        private var stagedCount = 0
+
+        init(snapshot: Bool, staging: (any SnapshotStaging)?) {
+            self.staging = snapshot ? staging : nil
+            staged = self.staging.map { _ in SnapshotIDs.next() }
+            documents = snapshot ? [:] : nil
+        }
+
+        mutating func add(_ piece: RemoteChangeBatch) {
+            models.add(piece.changes)
+            if var keyed = documents {
+                documents = nil  // uniquely referenced while it grows
+                // Keyed now, while the documents were just read. The size is unknown until the
+                // end: growing by four rather than two rehashes a third as much.
+                if keyed.count + piece.changes.count > keyed.capacity {
+                    keyed.reserveCapacity(max(4 * keyed.capacity, keyed.count + piece.changes.count, 4096))
+                }
+                for change in piece.changes {
+                    guard let document = change.document else { continue }
+                    keyed[change.path] = document
+                }
+                documents = keyed
+            }
+            // The last piece is written with the swap, in the same transaction.
+            guard piece.continues, let staging, let id = staged else { return }
+            var documents: [Document] = []
+            var encoded: [String?] = []
+            documents.reserveCapacity(piece.changes.count)
+            encoded.reserveCapacity(piece.changes.count)
+            for change in piece.changes {
+                guard let document = change.document else { continue }
+                documents.append(document)
+                encoded.append(change.encodedData)
+            }
+            staging.stage(documents, encoded: encoded, snapshot: id, startsSnapshot: stagedCount == 0)
+            stagedCount += piece.changes.count
+        }
+
+        /// The change that swaps the staged snapshot in with the rest of `batch`; nil when
+        /// nothing (or not all of it) was staged.
+        func promotion(of batch: RemoteChangeBatch) -> LocalCollectionChange? {
+            guard let id = staged, stagedCount > 0, batch.isSnapshot, stagedCount <= batch.changes.count else { return nil }
+            var change = LocalCollectionChange()
+            change.replacesAllDocuments = true
+            change.promotesStagedSnapshot = id
+            change.resumeVersion = batch.version
+            for remote in batch.changes[stagedCount...] {
+                guard let document = remote.document else { continue }
+                change.upserts.append(document)
+                change.encodedUpserts.append(remote.encodedData)
+            }
+            return change
+        }
+    }
+}
+
+/// Ids for staged snapshots, unique in the process.
+enum SnapshotIDs {
+    private static let last = Atomic<Int>(0)
+
+    static func next() -> Int { last.add(1, ordering: .relaxed).newValue }
 }
 
 /// Joins the pieces of a batch (see ``RemoteChangeBatch/continues``) into the whole batch.

@@ -148,15 +148,24 @@ package final class SyncCore<T: SyncModel>: Sendable {
     /// batch's order. Each stands for the view's document as long as the view shows that very
     /// version of it with no pending write on top (a server version of a document never changes).
     struct PreparedModels {
+        /// Every change's path and document version.
         var paths: [DocumentPath] = []
         var versions: [Version?] = []
-        var models: [T?] = []
+        /// Whether each change's document decoded; those that did, with their paths.
+        var decodes: [Bool] = []
+        var modelPaths: [DocumentPath] = []
+        var models: [T] = []
 
         mutating func add(_ changes: [RemoteChange]) {
             for change in changes {
                 paths.append(change.path)
                 versions.append(change.document?.version)
-                models.append(change.document.flatMap(decode))
+                let model = change.document.flatMap(decode)
+                decodes.append(model != nil)
+                if let model {
+                    modelPaths.append(change.path)
+                    models.append(model)
+                }
             }
         }
     }
@@ -185,12 +194,19 @@ package final class SyncCore<T: SyncModel>: Sendable {
         // Two arrays rather than one of (path, model) pairs: generic tuples copy slowly.
         decoded.paths.reserveCapacity(decoded.changed.count)
         decoded.models.reserveCapacity(decoded.changed.count)
+        var preparedModel = 0
         for (index, path) in decoded.changed.enumerated() {
+            // The prepared model of this change, if it decoded.
+            var candidate: T?
+            if let prepared, prepared.decodes[index] {
+                candidate = prepared.models[preparedModel]
+                preparedModel += 1
+            }
             guard let document = documents[path] else { continue }
             let model: T?
             if let prepared, prepared.paths[index] == path, prepared.versions[index] == document.version,
                !anyPending || !view.hasPendingWrites(path) {
-                model = prepared.models[index]
+                model = candidate
             } else {
                 model = decode(document)
             }

@@ -27,6 +27,9 @@ public struct LocalCollectionChange: Sendable, Hashable {
     /// When it lines up with `upserts`: each one's data as the server sent it (nil where unknown),
     /// which a store may keep as it is instead of encoding the data again.
     package var encodedUpserts: [String?] = []
+    /// The snapshot (see ``SnapshotStaging``) whose staged documents, with `upserts`, replace the
+    /// cached ones in this change.
+    package var promotesStagedSnapshot: Int?
     /// Documents the server deleted.
     public var deletions: [DocumentPath] = []
     /// Outbox entries added or rewritten (by sequence number).
@@ -44,7 +47,7 @@ public struct LocalCollectionChange: Sendable, Hashable {
     public init() {}
 
     public var isEmpty: Bool {
-        !replacesAllDocuments && upserts.isEmpty && deletions.isEmpty && outboxPuts.isEmpty && outboxRemovals.isEmpty
+        promotesStagedSnapshot == nil && !replacesAllDocuments && upserts.isEmpty && deletions.isEmpty && outboxPuts.isEmpty && outboxRemovals.isEmpty
             && !clearsOutbox && nextSequence == nil && resumeVersion == nil
     }
 }
@@ -60,4 +63,15 @@ public protocol LocalCollectionPersistence: Sendable {
     func apply(_ change: LocalCollectionChange) throws
     /// Removes everything saved for this engine.
     func clear() throws
+}
+
+/// A persistence that can take a large snapshot's documents while the snapshot still arrives,
+/// apart from the cached ones, so that applying the snapshot only swaps them in
+/// (``LocalCollectionChange/promotesStagedSnapshot``). Until then the cache stays as it was.
+package protocol SnapshotStaging: Sendable {
+    /// Stores documents of the snapshot `snapshot` (an id unique in the process), possibly later
+    /// but before any change applied after this call. `startsSnapshot` drops whatever was staged
+    /// before. Staging for another snapshot than the last started is dropped; a piece that fails
+    /// makes the promotion of its snapshot fail, so the engine writes the whole snapshot instead.
+    func stage(_ documents: [Document], encoded: [String?], snapshot: Int, startsSnapshot: Bool)
 }

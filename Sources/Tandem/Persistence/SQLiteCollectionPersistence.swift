@@ -9,12 +9,18 @@ import TandemCore
 /// by manager key. Every ``apply(_:)`` is one transaction, so a cached write and its outbox entry
 /// commit together or not at all.
 ///
+/// Each engine's documents live in one of two slots. A large snapshot is written into the other
+/// slot piece by piece while it arrives, and its last piece swaps the slots in one short
+/// transaction: until then the cache is the old one, whole.
+///
 /// ```swift
 /// let persistence = try SQLiteCollectionPersistence(managerKey: "products")  // …/tandem/collections.sqlite
 /// ```
-public final class SQLiteCollectionPersistence: LocalCollectionPersistence {
+public final class SQLiteCollectionPersistence: LocalCollectionPersistence, SnapshotStaging {
     public let managerKey: String
     let pool: DatabasePool
+    /// The snapshot whose documents the other slot holds, if any: only it may be swapped in.
+    private let staging = Mutex<Int?>(nil)
 
     /// Opens (creating if needed) `collections.sqlite` in `directory`, default
     /// ``LocalStorageLocation/defaultDirectory``. Engines in one process share one connection pool per file.
@@ -71,21 +77,42 @@ public final class SQLiteCollectionPersistence: LocalCollectionPersistence {
                 ) WITHOUT ROWID;
                 """)
         }
+        migrator.registerMigration("v2: document slots") { db in
+            // Two slots per engine: a snapshot is staged in the one not in use, then swapped in.
+            try db.execute(sql: """
+                CREATE TABLE document_in_slots (
+                    manager_key TEXT NOT NULL,
+                    slot INTEGER NOT NULL,
+                    path TEXT NOT NULL,
+                    data TEXT NOT NULL,
+                    version INTEGER NOT NULL,
+                    create_time REAL NOT NULL,
+                    update_time REAL NOT NULL,
+                    PRIMARY KEY (manager_key, slot, path)
+                ) WITHOUT ROWID;
+                INSERT INTO document_in_slots (manager_key, slot, path, data, version, create_time, update_time)
+                    SELECT manager_key, 0, path, data, version, create_time, update_time FROM document;
+                DROP TABLE document;
+                ALTER TABLE document_in_slots RENAME TO document;
+                ALTER TABLE engine_state ADD COLUMN document_slot INTEGER NOT NULL DEFAULT 0;
+                """)
+        }
         return migrator
     }
 
     public func load() throws -> LocalCollectionState? {
         try pool.read { db in
-            guard let row = try Row.fetchOne(db, sql: "SELECT client_id, next_sequence, resume_version FROM engine_state WHERE manager_key = ?", arguments: [managerKey]) else {
+            guard let row = try Row.fetchOne(db, sql: "SELECT client_id, next_sequence, resume_version, document_slot FROM engine_state WHERE manager_key = ?", arguments: [managerKey]) else {
                 return nil
             }
             let clientID: String = row["client_id"]
             let nextSequence: Int64 = row["next_sequence"]
             let resume: Int64? = row["resume_version"]
+            let slot: Int64 = row["document_slot"]
 
             var documents: [Document] = []
             // In path order (the table is clustered by it), so the engine rarely needs to sort.
-            let cursor = try Row.fetchCursor(db, sql: "SELECT path, data, version, create_time, update_time FROM document WHERE manager_key = ? ORDER BY path", arguments: [managerKey])
+            let cursor = try Row.fetchCursor(db, sql: "SELECT path, data, version, create_time, update_time FROM document WHERE manager_key = ? AND slot = ? ORDER BY path", arguments: [managerKey, slot])
             while let row = try cursor.next() {
                 documents.append(try Self.document(from: row))
             }
@@ -105,10 +132,11 @@ public final class SQLiteCollectionPersistence: LocalCollectionPersistence {
 
     public func create(clientID: String) throws -> LocalCollectionState {
         try pool.write { db in
+            staging.withLock { $0 = nil }
             try db.execute(sql: "DELETE FROM document WHERE manager_key = ?", arguments: [managerKey])
             try db.execute(sql: "DELETE FROM outbox WHERE manager_key = ?", arguments: [managerKey])
             try db.execute(
-                sql: "INSERT OR REPLACE INTO engine_state (manager_key, client_id, next_sequence, resume_version) VALUES (?, ?, 1, NULL)",
+                sql: "INSERT OR REPLACE INTO engine_state (manager_key, client_id, next_sequence, resume_version, document_slot) VALUES (?, ?, 1, NULL, 0)",
                 arguments: [managerKey, clientID])
         }
         return LocalCollectionState(outbox: Outbox(clientID: clientID))
@@ -117,22 +145,31 @@ public final class SQLiteCollectionPersistence: LocalCollectionPersistence {
     public func apply(_ change: LocalCollectionChange) throws {
         guard !change.isEmpty else { return }
         try pool.write { db in
-            if change.replacesAllDocuments {
-                try db.execute(sql: "DELETE FROM document WHERE manager_key = ?", arguments: [managerKey])
+            let slot = try currentSlot(db)
+            var target = slot
+            if let staged = change.promotesStagedSnapshot {
+                guard staging.withLock({ $0 }) == staged else {
+                    throw TandemError(.aborted, "The staged snapshot was replaced by a newer one; write the whole snapshot instead.")
+                }
+                target = 1 - slot
+            } else if change.replacesAllDocuments {
+                try db.execute(sql: "DELETE FROM document WHERE manager_key = ? AND slot = ?", arguments: [managerKey, slot])
             }
             if !change.upserts.isEmpty {
-                let statement = try db.cachedStatement(sql: """
-                    INSERT OR REPLACE INTO document (manager_key, path, data, version, create_time, update_time)
-                    VALUES (?, ?, ?, ?, ?, ?)
-                    """)
                 let encoded = change.encodedUpserts.count == change.upserts.count ? change.encodedUpserts : nil
-                try Self.insert(change.upserts, encoded: encoded, managerKey: managerKey, with: statement)
+                try insert(change.upserts, encoded: encoded, slot: target, db)
             }
             if !change.deletions.isEmpty {
-                let statement = try db.cachedStatement(sql: "DELETE FROM document WHERE manager_key = ? AND path = ?")
+                let statement = try db.cachedStatement(sql: "DELETE FROM document WHERE manager_key = ? AND slot = ? AND path = ?")
                 for path in change.deletions {
-                    try statement.execute(arguments: [managerKey, path.description])
+                    try statement.execute(arguments: [managerKey, target, path.description])
                 }
+            }
+            if change.promotesStagedSnapshot != nil {
+                // The swap: the staged slot becomes the cache, the old documents go.
+                try db.execute(sql: "UPDATE engine_state SET document_slot = ? WHERE manager_key = ?", arguments: [target, managerKey])
+                try db.execute(sql: "DELETE FROM document WHERE manager_key = ? AND slot = ?", arguments: [managerKey, slot])
+                staging.withLock { $0 = nil }
             }
             if change.clearsOutbox {
                 try db.execute(sql: "DELETE FROM outbox WHERE manager_key = ?", arguments: [managerKey])
@@ -162,15 +199,49 @@ public final class SQLiteCollectionPersistence: LocalCollectionPersistence {
 
     public func clear() throws {
         try pool.write { db in
+            staging.withLock { $0 = nil }
             try db.execute(sql: "DELETE FROM document WHERE manager_key = ?", arguments: [managerKey])
             try db.execute(sql: "DELETE FROM outbox WHERE manager_key = ?", arguments: [managerKey])
             try db.execute(sql: "DELETE FROM engine_state WHERE manager_key = ?", arguments: [managerKey])
         }
     }
 
+    package func stage(_ documents: [Document], encoded: [String?], snapshot: Int, startsSnapshot: Bool) {
+        // Queued on the writer, whose queue runs writes in order: the engine decodes the next
+        // piece meanwhile, and the swap (a later write) finds every piece staged before it.
+        pool.asyncWrite({ [self] db in
+            let other = 1 - (try currentSlot(db))
+            if startsSnapshot {
+                // Whatever the other slot holds is left from a snapshot that never finished.
+                try db.execute(sql: "DELETE FROM document WHERE manager_key = ? AND slot = ?", arguments: [managerKey, other])
+                staging.withLock { $0 = snapshot }
+            } else if staging.withLock({ $0 }) != snapshot {
+                return
+            }
+            try insert(documents, encoded: encoded.count == documents.count ? encoded : nil, slot: other, db)
+        }, completion: { [self] _, result in
+            // A piece that failed leaves the staged snapshot incomplete: it must not be swapped in.
+            if case .failure = result {
+                staging.withLock { if $0 == snapshot { $0 = nil } }
+            }
+        })
+    }
+
+    private func currentSlot(_ db: Database) throws -> Int64 {
+        try Int64.fetchOne(db, sql: "SELECT document_slot FROM engine_state WHERE manager_key = ?", arguments: [managerKey]) ?? 0
+    }
+
+    private func insert(_ documents: [Document], encoded: [String?]?, slot: Int64, _ db: Database) throws {
+        let statement = try db.cachedStatement(sql: """
+            INSERT OR REPLACE INTO document (manager_key, slot, path, data, version, create_time, update_time)
+            VALUES (?, ?, ?, ?, ?, ?, ?)
+            """)
+        try Self.insert(documents, encoded: encoded, managerKey: managerKey, slot: slot, with: statement)
+    }
+
     /// Runs the document insert once per document, binding through SQLite's C API: a snapshot
     /// writes many thousands of rows, and building GRDB's arguments for each was a third of the write.
-    private static func insert(_ documents: [Document], encoded: [String?]?, managerKey: String, with statement: Statement) throws {
+    private static func insert(_ documents: [Document], encoded: [String?]?, managerKey: String, slot: Int64, with statement: Statement) throws {
         let handle = statement.sqliteStatement
         // SQLite keeps its own copy of the key (SQLITE_TRANSIENT); the other texts live only
         // through their step, so it reads them in place.
@@ -184,16 +255,17 @@ public final class SQLiteCollectionPersistence: LocalCollectionPersistence {
         try managerKey.withUTF8 { key in
             try check(sqlite3_bind_text(handle, 1, key.baseAddress, Int32(key.count), transient), statement)
         }
+        try check(sqlite3_bind_int64(handle, 2, slot), statement)
         for (index, document) in documents.enumerated() {
             var path = document.path.description
             var data = encoded?[index] ?? JSONText.encode(document.data)
-            try check(sqlite3_bind_int64(handle, 4, Int64(document.version.rawValue)), statement)
-            try check(sqlite3_bind_double(handle, 5, document.createTime.timeIntervalSince1970), statement)
-            try check(sqlite3_bind_double(handle, 6, document.updateTime.timeIntervalSince1970), statement)
+            try check(sqlite3_bind_int64(handle, 5, Int64(document.version.rawValue)), statement)
+            try check(sqlite3_bind_double(handle, 6, document.createTime.timeIntervalSince1970), statement)
+            try check(sqlite3_bind_double(handle, 7, document.updateTime.timeIntervalSince1970), statement)
             try path.withUTF8 { path in
                 try data.withUTF8 { data in
-                    try check(sqlite3_bind_text(handle, 2, path.baseAddress, Int32(path.count), nil), statement)
-                    try check(sqlite3_bind_text(handle, 3, data.baseAddress, Int32(data.count), nil), statement)
+                    try check(sqlite3_bind_text(handle, 3, path.baseAddress, Int32(path.count), nil), statement)
+                    try check(sqlite3_bind_text(handle, 4, data.baseAddress, Int32(data.count), nil), statement)
                     let code = sqlite3_step(handle)
                     if code != SQLITE_DONE { try check(code, statement) }
                     sqlite3_reset(handle)
