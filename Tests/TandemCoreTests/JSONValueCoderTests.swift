@@ -73,6 +73,24 @@ struct JSONValueCoderTests {
         #expect(throws: DecodingError.self) { try JSONValueDecoder().decode(Address.self, from: ["zip": "1"]) }
     }
 
+    @Test("arrays of primitives decode, and a bad element is named by its index")
+    func primitiveArrays() throws {
+        struct Lists: Codable, Equatable { var s: [String]; var i: [Int]; var d: [Double]; var b: [Bool]; var nested: [[Int]] }
+        let lists = Lists(s: ["a", "é"], i: [1, -2], d: [0.5, 2], b: [true, false], nested: [[1], []])
+        #expect(try JSONValueDecoder().decode(Lists.self, from: JSONValueEncoder().encode(lists)) == lists)
+        #expect(try JSONValueDecoder().decode(Lists.self, from: ["s": [], "i": [3.0], "d": [1], "b": [], "nested": []]).i == [3])
+        for (field, bad, path) in [("i", ["i": [1, "two"]], ["i", "Index 1"]), ("d", ["d": [true]], ["d", "Index 0"]), ("s", ["s": "x"], ["s"])] as [(String, JSONObject, [String])] {
+            var body: JSONObject = ["s": [], "i": [], "d": [], "b": [], "nested": []]
+            body[field] = bad[field]
+            do {
+                _ = try JSONValueDecoder().decode(Lists.self, from: body)
+                Issue.record("expected a type mismatch for \(field)")
+            } catch DecodingError.typeMismatch(_, let context) {
+                #expect(context.codingPath.map { $0.intValue.map { "Index \($0)" } ?? $0.stringValue } == path)
+            }
+        }
+    }
+
     @Test("a body must be an object")
     func objectOnly() {
         #expect(throws: TandemError.self) { try JSONValueEncoder().encodeObject([1, 2]) }

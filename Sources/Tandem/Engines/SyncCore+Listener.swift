@@ -257,16 +257,7 @@ extension SyncCore {
             }
             // The last piece is written with the swap, in the same transaction.
             guard piece.continues, let staging, let id = staged else { return }
-            var documents: [Document] = []
-            var encoded: [String?] = []
-            documents.reserveCapacity(piece.changes.count)
-            encoded.reserveCapacity(piece.changes.count)
-            for change in piece.changes {
-                guard let document = change.document else { continue }
-                documents.append(document)
-                encoded.append(change.encodedData)
-            }
-            staging.stage(documents, encoded: encoded, snapshot: id, startsSnapshot: stagedCount == 0)
+            staging.stage(piece.changes, snapshot: id, startsSnapshot: stagedCount == 0)
             stagedCount += piece.changes.count
         }
 

@@ -69,9 +69,10 @@ public protocol LocalCollectionPersistence: Sendable {
 /// apart from the cached ones, so that applying the snapshot only swaps them in
 /// (``LocalCollectionChange/promotesStagedSnapshot``). Until then the cache stays as it was.
 package protocol SnapshotStaging: Sendable {
-    /// Stores documents of the snapshot `snapshot` (an id unique in the process), possibly later
+    /// Stores the documents of a snapshot's changes (with their data's text, when the reader kept
+    /// it) for the snapshot `snapshot` (an id unique in the process), possibly later
     /// but before any change applied after this call. `startsSnapshot` drops whatever was staged
     /// before. Staging for another snapshot than the last started is dropped; a piece that fails
     /// makes the promotion of its snapshot fail, so the engine writes the whole snapshot instead.
-    func stage(_ documents: [Document], encoded: [String?], snapshot: Int, startsSnapshot: Bool)
+    func stage(_ changes: [RemoteChange], snapshot: Int, startsSnapshot: Bool)
 }

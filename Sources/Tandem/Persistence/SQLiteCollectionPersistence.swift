@@ -157,7 +157,7 @@ public final class SQLiteCollectionPersistence: LocalCollectionPersistence, Snap
             }
             if !change.upserts.isEmpty {
                 let encoded = change.encodedUpserts.count == change.upserts.count ? change.encodedUpserts : nil
-                try insert(change.upserts, encoded: encoded, slot: target, db)
+                try insert(count: change.upserts.count, slot: target, db) { (change.upserts[$0], encoded?[$0]) }
             }
             if !change.deletions.isEmpty {
                 let statement = try db.cachedStatement(sql: "DELETE FROM document WHERE manager_key = ? AND slot = ? AND path = ?")
@@ -206,7 +206,7 @@ public final class SQLiteCollectionPersistence: LocalCollectionPersistence, Snap
         }
     }
 
-    package func stage(_ documents: [Document], encoded: [String?], snapshot: Int, startsSnapshot: Bool) {
+    package func stage(_ changes: [RemoteChange], snapshot: Int, startsSnapshot: Bool) {
         // Queued on the writer, whose queue runs writes in order: the engine decodes the next
         // piece meanwhile, and the swap (a later write) finds every piece staged before it.
         pool.asyncWrite({ [self] db in
@@ -218,7 +218,9 @@ public final class SQLiteCollectionPersistence: LocalCollectionPersistence, Snap
             } else if staging.withLock({ $0 }) != snapshot {
                 return
             }
-            try insert(documents, encoded: encoded.count == documents.count ? encoded : nil, slot: other, db)
+            try insert(count: changes.count, slot: other, db) { index in
+                changes[index].document.map { ($0, changes[index].encodedData) }
+            }
         }, completion: { [self] _, result in
             // A piece that failed leaves the staged snapshot incomplete: it must not be swapped in.
             if case .failure = result {
@@ -231,17 +233,20 @@ public final class SQLiteCollectionPersistence: LocalCollectionPersistence, Snap
         try Int64.fetchOne(db, sql: "SELECT document_slot FROM engine_state WHERE manager_key = ?", arguments: [managerKey]) ?? 0
     }
 
-    private func insert(_ documents: [Document], encoded: [String?]?, slot: Int64, _ db: Database) throws {
+    /// Inserts `count` rows into a slot: `row` gives each one's document and, when known, its data
+    /// as JSON text (nil for a row to skip).
+    private func insert(count: Int, slot: Int64, _ db: Database, row: (Int) -> (document: Document, encoded: String?)?) throws {
         let statement = try db.cachedStatement(sql: """
             INSERT OR REPLACE INTO document (manager_key, slot, path, data, version, create_time, update_time)
             VALUES (?, ?, ?, ?, ?, ?, ?)
             """)
-        try Self.insert(documents, encoded: encoded, managerKey: managerKey, slot: slot, with: statement)
+        try Self.insert(count: count, managerKey: managerKey, slot: slot, with: statement, row: row)
     }
 
-    /// Runs the document insert once per document, binding through SQLite's C API: a snapshot
-    /// writes many thousands of rows, and building GRDB's arguments for each was a third of the write.
-    private static func insert(_ documents: [Document], encoded: [String?]?, managerKey: String, slot: Int64, with statement: Statement) throws {
+    /// Runs the document insert once per row, binding through SQLite's C API: a snapshot writes
+    /// many thousands of rows, and building GRDB's arguments for each was a third of the write.
+    private static func insert(count: Int, managerKey: String, slot: Int64, with statement: Statement,
+                               row: (Int) -> (document: Document, encoded: String?)?) throws {
         let handle = statement.sqliteStatement
         // SQLite keeps its own copy of the key (SQLITE_TRANSIENT); the other texts live only
         // through their step, so it reads them in place.
@@ -256,9 +261,10 @@ public final class SQLiteCollectionPersistence: LocalCollectionPersistence, Snap
             try check(sqlite3_bind_text(handle, 1, key.baseAddress, Int32(key.count), transient), statement)
         }
         try check(sqlite3_bind_int64(handle, 2, slot), statement)
-        for (index, document) in documents.enumerated() {
+        for index in 0..<count {
+            guard let (document, encoded) = row(index) else { continue }
             var path = document.path.description
-            var data = encoded?[index] ?? JSONText.encode(document.data)
+            var data = encoded ?? JSONText.encode(document.data)
             try check(sqlite3_bind_int64(handle, 5, Int64(document.version.rawValue)), statement)
             try check(sqlite3_bind_double(handle, 6, document.createTime.timeIntervalSince1970), statement)
             try check(sqlite3_bind_double(handle, 7, document.updateTime.timeIntervalSince1970), statement)

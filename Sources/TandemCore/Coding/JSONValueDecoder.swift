@@ -70,7 +70,25 @@ struct ValueDecoder: Decoder {
             guard case .string(let text) = value, let url = URL(string: text) else { throw mismatch(T.self, "a URL string") }
             return url as! T
         }
+        // Arrays of primitives, common in models, skip the generic unkeyed container (a boxed
+        // container and runtime type lookups for every array).
+        if T.self == [String].self { return unsafeBitCast(try array { try $0.string() }, to: T.self) }
+        if T.self == [Int].self { return unsafeBitCast(try array { try $0.integer(Int.self) }, to: T.self) }
+        if T.self == [Double].self { return unsafeBitCast(try array { try $0.double() }, to: T.self) }
+        if T.self == [Bool].self { return unsafeBitCast(try array { try $0.bool() }, to: T.self) }
         return try T(from: self)
+    }
+
+    /// The elements of an array value, each read by `element` (errors name the element's index).
+    private func array<Element>(_ element: (ValueDecoder) throws -> Element) throws -> [Element] {
+        guard case .array(let values) = value else { throw mismatch([Element].self, "an array") }
+        var elements: [Element] = []
+        elements.reserveCapacity(values.count)
+        let path = codingPath
+        for (index, value) in values.enumerated() {
+            elements.append(try element(ValueDecoder(value: value, parentPath: path, key: IndexKey(intValue: index))))
+        }
+        return elements
     }
 
     private func decodeDate() throws -> Date {

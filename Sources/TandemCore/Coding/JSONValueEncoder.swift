@@ -229,16 +229,19 @@ private func unsigned<U: UnsignedInteger>(_ value: U) throws -> JSONValue {
 
 /// A coding key for array positions and `super`.
 struct IndexKey: CodingKey {
-    var stringValue: String
-    var intValue: Int?
+    private let name: String?
+    let intValue: Int?
+
+    /// An index's string is made only when asked for (an error message): most keys never are.
+    var stringValue: String { name ?? String(intValue ?? 0) }
 
     init(stringValue: String) {
-        self.stringValue = stringValue
+        self.name = stringValue
         self.intValue = nil
     }
 
     init(intValue: Int) {
-        self.stringValue = String(intValue)
+        self.name = nil
         self.intValue = intValue
     }
 }

@@ -101,7 +101,7 @@ struct SnapshotPiecesTests {
         let last = piece(100..<150, continues: false)
         var prepared = SyncCore<Product>.PreparedBatch(snapshot: true, staging: persistence)
         prepared.add(first)
-        persistence.stage([document(999, price: 9, version: 1)], encoded: [], snapshot: SnapshotIDs.next(), startsSnapshot: true)
+        persistence.stage([.upsert(document(999, price: 9, version: 1))], snapshot: SnapshotIDs.next(), startsSnapshot: true)
         prepared.add(last)
         engine.core.apply(RemoteChangeBatch(isSnapshot: true, changes: first.changes + last.changes, version: 1), prepared: prepared)
 
@@ -142,7 +142,9 @@ struct SQLiteCollectionStagingTests {
         try persistence.apply(change)
 
         let one = SnapshotIDs.next()
-        persistence.stage([document("c", version: 5), document("d", version: 5)], encoded: [#"{"name":"c as sent"}"#, nil], snapshot: one, startsSnapshot: true)
+        var sent = RemoteChange.upsert(document("c", version: 5))
+        sent.encodedData = #"{"name":"c as sent"}"#
+        persistence.stage([sent, .upsert(document("d", version: 5)), .removal(try DocumentPath("products/x"), version: 5)], snapshot: one, startsSnapshot: true)
         #expect(try ids(persistence) == ["a", "b"])
         try persistence.apply(promotion(of: one, [document("e", version: 5)], version: 5))
         #expect(try ids(persistence) == ["c", "d", "e"])
@@ -151,9 +153,9 @@ struct SQLiteCollectionStagingTests {
 
         // Snapshot two is superseded by three: its late piece is dropped and it cannot be swapped in.
         let two = SnapshotIDs.next(), three = SnapshotIDs.next()
-        persistence.stage([document("f", version: 6)], encoded: [], snapshot: two, startsSnapshot: true)
-        persistence.stage([document("g", version: 7)], encoded: [], snapshot: three, startsSnapshot: true)
-        persistence.stage([document("h", version: 6)], encoded: [], snapshot: two, startsSnapshot: false)
+        persistence.stage([.upsert(document("f", version: 6))], snapshot: two, startsSnapshot: true)
+        persistence.stage([.upsert(document("g", version: 7))], snapshot: three, startsSnapshot: true)
+        persistence.stage([.upsert(document("h", version: 6))], snapshot: two, startsSnapshot: false)
         #expect(throws: TandemError.self) { try persistence.apply(promotion(of: two, [], version: 6)) }
         #expect(try ids(persistence) == ["c", "d", "e"])
         try persistence.apply(promotion(of: three, [], version: 7))
@@ -161,7 +163,7 @@ struct SQLiteCollectionStagingTests {
 
         // Clearing drops whatever was staged.
         let four = SnapshotIDs.next()
-        persistence.stage([document("i", version: 8)], encoded: [], snapshot: four, startsSnapshot: true)
+        persistence.stage([.upsert(document("i", version: 8))], snapshot: four, startsSnapshot: true)
         try persistence.clear()
         _ = try persistence.create(clientID: "c")
         #expect(throws: TandemError.self) { try persistence.apply(promotion(of: four, [], version: 8)) }
