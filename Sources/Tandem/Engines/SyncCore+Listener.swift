@@ -209,7 +209,7 @@ extension SyncCore {
         guard batch.isSnapshot, let documents = prepared.documents, documents.count == batch.changes.count,
               models.paths.count == batch.changes.count, state.orderedPaths.isEmpty,
               // Models are kept in path order; a snapshot comes in it.
-              zip(models.modelPaths, models.modelPaths.dropFirst()).allSatisfy({ $0 < $1 }),
+              models.inPathOrder,
               state.view.adoptSnapshot(documents)
         else { return false }
         state.orderedPaths = models.modelPaths

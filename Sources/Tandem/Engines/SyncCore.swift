@@ -155,6 +155,8 @@ package final class SyncCore<T: SyncModel>: Sendable {
         var decodes: [Bool] = []
         var modelPaths: [DocumentPath] = []
         var models: [T] = []
+        /// Whether `modelPaths` is strictly increasing (checked as they come, while at hand).
+        private(set) var inPathOrder = true
 
         mutating func add(_ changes: [RemoteChange]) {
             for change in changes {
@@ -163,6 +165,7 @@ package final class SyncCore<T: SyncModel>: Sendable {
                 let model = change.document.flatMap(decode)
                 decodes.append(model != nil)
                 if let model {
+                    if inPathOrder, let last = modelPaths.last, !(last < change.path) { inPathOrder = false }
                     modelPaths.append(change.path)
                     models.append(model)
                 }
