@@ -16,21 +16,34 @@ extension SQLiteServerStore {
         // The paths of one collection differ only in their last segment, which holds no '/', so
         // SQLite's byte order is their path order. A group's parents differ too, and '/' sorts
         // first in a path, so its rows may need sorting.
-        let rowsInPathOrder = scope.column == "collection"
+        let isCollection = scope.column == "collection"
         return try await readDatabase { db in
             let version = try Self.committedVersion(db)
-            let statement = try db.cachedStatement(sql: """
-                SELECT path, version, create_time, update_time, data FROM documents
-                WHERE \(scope.column) = ? AND data IS NOT NULL ORDER BY path
-                """)
-            let rows = try Row.fetchCursor(statement, arguments: [scope.value])
             var framer = SnapshotFramer(version: version, groupSize: max(1, groupSize), frames: frames)
-            if rowsInPathOrder {
-                while let row = try rows.next() {
-                    guard framer.startChange() else { return version }
-                    try Self.writeStoredChange(row, to: &framer.writer)
+            if isCollection {
+                switch try Self.scanCollection(scope.value, db, into: &framer) {
+                case .stopped:
+                    return version
+                case .done:
+                    break
+                case .passedTooMany(let after):
+                    // Too much else under the collection's paths: the rest by its index.
+                    let statement = try db.cachedStatement(sql: """
+                        SELECT path, version, create_time, update_time, data FROM documents
+                        WHERE collection = ? AND data IS NOT NULL AND path > ? ORDER BY path
+                        """)
+                    let rows = try Row.fetchCursor(statement, arguments: [scope.value, after])
+                    while let row = try rows.next() {
+                        guard framer.startChange() else { return version }
+                        try Self.writeStoredChange(row, to: &framer.writer)
+                    }
                 }
             } else {
+                let statement = try db.cachedStatement(sql: """
+                    SELECT path, version, create_time, update_time, data FROM documents
+                    WHERE collection_group = ? AND data IS NOT NULL ORDER BY path
+                    """)
+                let rows = try Row.fetchCursor(statement, arguments: [scope.value])
                 var changes: [(path: DocumentPath, bytes: [UInt8])] = []
                 while let row = try rows.next() {
                     var writer = WireWriter(capacity: 256)
@@ -48,6 +61,51 @@ extension SQLiteServerStore {
             framer.finish()
             return version
         }
+    }
+
+    /// How many rows a collection's scan may pass over (subcollection documents, tombstones) beyond
+    /// those it sends before it leaves the rest to the collection's index.
+    static let collectionScanAllowance = 1_000
+
+    enum CollectionScanEnd {
+        case done
+        /// The receiver wanted no more.
+        case stopped
+        /// Passed too many rows of other collections; the rest comes after this path.
+        case passedTooMany(after: String)
+    }
+
+    /// Writes a collection's documents by walking the table itself over the paths that start with
+    /// the collection's (in order, reading each row where it lies), where the collection's index
+    /// would cost a lookup per document. The same paths hold its subcollections' documents: past
+    /// `collectionScanAllowance` more of those than of its own, it stops and says where.
+    static func scanCollection(_ collection: String, _ db: Database, into framer: inout SnapshotFramer) throws -> CollectionScanEnd {
+        // Every path under "c/" sorts between "c/" and "c0" ('0' follows '/').
+        let statement = try db.cachedStatement(sql: """
+            SELECT path, version, create_time, update_time, data, collection FROM documents
+            WHERE path > ? AND path < ? ORDER BY path
+            """)
+        let rows = try Row.fetchCursor(statement, arguments: [collection + "/", collection + "0"])
+        var collectionBytes = collection
+        var sent = 0
+        var passed = 0
+        while let row = try rows.next() {
+            let ours = try collectionBytes.withUTF8 { name in
+                try row.withUnsafeData(atIndex: 5) { data in
+                    data.map { $0.elementsEqual(name) } ?? false
+                }
+            }
+            guard ours, !row.hasNull(atIndex: 4) else {
+                passed += 1
+                // Everything of the collection before this row is sent: the index takes it from here.
+                if passed > sent + collectionScanAllowance { return .passedTooMany(after: row[0]) }
+                continue
+            }
+            guard framer.startChange() else { return .stopped }
+            try writeStoredChange(row, to: &framer.writer)
+            sent += 1
+        }
+        return .done
     }
 
     /// A row of `SELECT path, version, create_time, update_time, data` as a wire change.
