@@ -60,15 +60,6 @@ struct LocalView: Sendable {
     /// Whether a snapshot would become the view as it is: no base yet, and nothing pending.
     var takesSnapshotWhole: Bool { base.isEmpty && documents.isEmpty && pendingCount.isEmpty }
 
-    /// Makes a snapshot the view when ``takesSnapshotWhole``: its documents, already keyed by path
-    /// (built while it arrived). Returns false, changing nothing, otherwise.
-    mutating func adoptSnapshot(_ snapshot: [DocumentPath: Document]) -> Bool {
-        guard takesSnapshotWhole else { return false }
-        base = snapshot
-        documents = snapshot
-        return true
-    }
-
     /// Applies a listener batch to the base. Returns the paths whose view changed, each once, in
     /// the batch's order where it has them (a snapshot's is path order).
     mutating func applyRemote(_ batch: RemoteChangeBatch, now: Date) -> [DocumentPath] {

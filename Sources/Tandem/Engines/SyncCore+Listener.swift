@@ -158,8 +158,8 @@ extension SyncCore {
                     }
                     try? store.apply(Self.change(for: batch))
                 }, {
-                    if let prepared, Self.adopt(batch, prepared, into: &state) {
-                        changed = prepared.models.paths
+                    if let prepared, let adopted = Self.adopt(batch, prepared, into: &state) {
+                        changed = adopted
                         return
                     }
                     changed = state.view.applyRemote(batch, now: Date())
@@ -202,19 +202,27 @@ extension SyncCore {
         return change
     }
 
-    /// A first snapshot with nothing pending, fully prepared: its documents keyed by path become
-    /// the view and its models the models, with nothing left to look up. False when it is not one.
-    static func adopt(_ batch: RemoteChangeBatch, _ prepared: PreparedBatch, into state: inout State) -> Bool {
+    /// A first snapshot with nothing pending, its models all prepared: the snapshot becomes the
+    /// view and its models the models, with nothing left to look up. Returns the changed paths;
+    /// nil, changing nothing, when it is not one.
+    static func adopt(_ batch: RemoteChangeBatch, _ prepared: PreparedBatch, into state: inout State) -> [DocumentPath]? {
         let models = prepared.models
-        guard batch.isSnapshot, let documents = prepared.documents, documents.count == batch.changes.count,
-              models.paths.count == batch.changes.count, state.orderedPaths.isEmpty,
+        guard batch.isSnapshot, models.paths.count == batch.changes.count, state.orderedPaths.isEmpty,
               // Models are kept in path order; a snapshot comes in it.
               models.inPathOrder,
-              state.view.adoptSnapshot(documents)
-        else { return false }
+              state.view.takesSnapshotWhole
+        else { return nil }
+        // Keyed here, at its final size: keyed piece by piece, the dictionary was rehashed as it
+        // grew and ended up to twice as large as it needed to be.
+        let changed = state.view.applyRemote(batch, now: Date())
+        guard changed.count == models.paths.count else {
+            // Not one document per change: look each model up after all.
+            refreshModels(changed, in: &state, prepared: models)
+            return changed
+        }
         state.orderedPaths = models.modelPaths
         state.ordered = models.models
-        return true
+        return changed
     }
 
     /// The persistence, when it can stage a snapshot while it arrives.
@@ -227,8 +235,6 @@ extension SyncCore {
     /// snapshot's documents staged in the persistence, so applying the batch only swaps them in.
     struct PreparedBatch {
         var models = PreparedModels()
-        /// A snapshot's documents by path, for a view that takes the snapshot whole; nil for other batches.
-        private(set) var documents: [DocumentPath: Document]?
         private let staging: (any SnapshotStaging)?
         /// The staged snapshot's id.
         private let staged: Int?
@@ -237,24 +243,10 @@ extension SyncCore {
         init(snapshot: Bool, staging: (any SnapshotStaging)?) {
             self.staging = snapshot ? staging : nil
             staged = self.staging.map { _ in SnapshotIDs.next() }
-            documents = snapshot ? [:] : nil
         }
 
         mutating func add(_ piece: RemoteChangeBatch) {
             models.add(piece.changes)
-            if var keyed = documents {
-                documents = nil  // uniquely referenced while it grows
-                // Keyed now, while the documents were just read. The size is unknown until the
-                // end: growing by four rather than two rehashes a third as much.
-                if keyed.count + piece.changes.count > keyed.capacity {
-                    keyed.reserveCapacity(max(4 * keyed.capacity, keyed.count + piece.changes.count, 4096))
-                }
-                for change in piece.changes {
-                    guard let document = change.document else { continue }
-                    keyed[change.path] = document
-                }
-                documents = keyed
-            }
             // The last piece is written with the swap, in the same transaction.
             guard piece.continues, let staging, let id = staged else { return }
             staging.stage(piece.changes, snapshot: id, startsSnapshot: stagedCount == 0)
