@@ -66,13 +66,8 @@ struct JSONParser {
     private mutating func parseObject() throws(TandemError) -> JSONValue {
         try enter()
         defer { depth -= 1 }
-        // The fields first, then a dictionary made once at its final size: growing one field by
-        // field would reallocate and rehash it several times for even a small object.
-        var fields: [(String, JSONValue)] = []
-        fields.reserveCapacity(8)
-        try readObject { (parser, key) throws(TandemError) in fields.append((key, try parser.parseValue())) }
-        var object = JSONObject(minimumCapacity: fields.count)
-        for (key, value) in fields { object[key] = value }  // a repeated key: the last one wins
+        var object = JSONObject()
+        try readObject { (parser, key) throws(TandemError) in object[key] = try parser.parseValue() }
         return .object(object)
     }
 
