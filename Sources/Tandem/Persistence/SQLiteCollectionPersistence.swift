@@ -149,7 +149,7 @@ public final class SQLiteCollectionPersistence: LocalCollectionPersistence, Snap
             var target = slot
             if let staged = change.promotesStagedSnapshot {
                 guard staging.withLock({ $0 }) == staged else {
-                    throw TandemError(.aborted, "The staged snapshot was replaced by a newer one; write the whole snapshot instead.")
+                    throw TandemError(.aborted, "The staged snapshot is incomplete or was replaced by a newer one; write the whole snapshot instead.")
                 }
                 target = 1 - slot
             } else if change.replacesAllDocuments {
