@@ -27,7 +27,8 @@ extension SQLiteServerStore {
                 case .done:
                     break
                 case .passedTooMany(let after):
-                    // Too much else under the collection's paths: the rest by its index.
+                    // Too much else under the collection's paths: the rest through its index (by
+                    // version), sorted.
                     let statement = try db.cachedStatement(sql: """
                         SELECT path, version, create_time, update_time, data FROM documents
                         WHERE collection = ? AND data IS NOT NULL AND path > ? ORDER BY path
@@ -76,9 +77,10 @@ extension SQLiteServerStore {
     }
 
     /// Writes a collection's documents by walking the table itself over the paths that start with
-    /// the collection's (in order, reading each row where it lies), where the collection's index
-    /// would cost a lookup per document. The same paths hold its subcollections' documents: past
-    /// `collectionScanAllowance` more of those than of its own, it stops and says where.
+    /// the collection's: in path order, reading each row where it lies, where the collection's
+    /// index (kept by version, so that commits append to it) would cost a lookup per document and
+    /// a sort. The same paths hold its subcollections' documents: past `collectionScanAllowance`
+    /// more of those than of its own, it stops and says where.
     static func scanCollection(_ collection: String, _ db: Database, into framer: inout SnapshotFramer) throws -> CollectionScanEnd {
         // Every path under "c/" sorts between "c/" and "c0" ('0' follows '/').
         let statement = try db.cachedStatement(sql: """

@@ -102,18 +102,6 @@ public final class SQLiteServerStore: ServerStore {
                 INSERT INTO meta (key, value) VALUES ('version', 0), ('pruned_through', 0);
                 """)
         }
-        migrator.registerMigration("v2") { db in
-            // A snapshot reads a whole collection or group in path order: these give the rows in
-            // that order, where the version indexes left SQLite sorting them in a temporary file.
-            // They replace those indexes rather than join them (each index costs every commit a
-            // page write): a scoped change feed walks the version index instead.
-            try db.execute(sql: """
-                DROP INDEX documents_by_collection;
-                DROP INDEX documents_by_group;
-                CREATE INDEX documents_by_collection_path ON documents(collection, path);
-                CREATE INDEX documents_by_group_path ON documents(collection_group, path);
-                """)
-        }
         return migrator
     }
 
@@ -210,13 +198,11 @@ public final class SQLiteServerStore: ServerStore {
             case .document(let path)?:
                 scope = " AND path = ?"
                 scopeArguments = [path.description]
-            // `+` keeps SQLite on the version index (changes since a version are usually few)
-            // rather than walking the scope's whole path index and sorting.
             case .collection(let path, _)?:
-                scope = " AND +collection = ?"
+                scope = " AND collection = ?"
                 scopeArguments = [path.description]
             case .collectionGroup(let group, _)?:
-                scope = " AND +collection_group = ?"
+                scope = " AND collection_group = ?"
                 scopeArguments = [group]
             case nil:
                 break
