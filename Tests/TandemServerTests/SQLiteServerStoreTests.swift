@@ -165,6 +165,36 @@ struct SQLiteServerStoreTests {
         #expect(try await store.read(.collection(try CollectionPath("items"), Query())).documents.count == 64)
     }
 
+    @Test("in a shared transaction a refused request writes nothing and the others are committed")
+    func refusalsInGroupCommit() async throws {
+        let store = try makeStore()
+        _ = try await store.commit([.set(path("base/doc"), ["v": 0])])
+        let outcomes = try await withThrowingTaskGroup(of: (Int, Bool).self) { group in
+            for index in 0..<48 {
+                group.addTask {
+                    // Every third request sets its own document, then fails a precondition.
+                    var mutations: [Mutation] = [.set(self.path("items/\(index)"), ["i": .int(index)])]
+                    if index % 3 == 0 { mutations.append(Mutation.set(self.path("base/doc"), ["v": .int(index)]).requiring(.version(99))) }
+                    do {
+                        _ = try await store.commit(mutations)
+                        return (index, true)
+                    } catch let error as TandemError {
+                        #expect(error.code == .failedPrecondition)
+                        return (index, false)
+                    }
+                }
+            }
+            return try await group.reduce(into: [Int: Bool]()) { $0[$1.0] = $1.1 }
+        }
+        #expect(store.requestsPerTransaction > 2, "the requests shared transactions")
+        #expect(outcomes.filter(\.value).count == 32)
+        let stored = try await store.read(.collection(try CollectionPath("items"), Query())).documents.map(\.path.id)
+        #expect(Set(stored) == Set((0..<48).filter { $0 % 3 != 0 }.map(String.init)))
+        #expect(try await store.document(at: path("base/doc"))?.data == ["v": 0])
+        // One version per accepted request, none skipped.
+        #expect(try await store.currentVersion() == 33)
+    }
+
     @Test("the change feed pages by version, never splitting a commit, and reports deletes")
     func changeFeed() async throws {
         let store = try makeStore()

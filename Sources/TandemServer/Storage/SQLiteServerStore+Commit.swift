@@ -3,8 +3,9 @@ import GRDB
 import TandemCore
 
 extension SQLiteServerStore {
-    /// Commits every queued request in one transaction, each in its own savepoint so a request that
-    /// fails (a precondition, say) is rolled back alone. Called by one drain at a time.
+    /// Commits every queued request in one transaction. A request that is refused (a precondition,
+    /// say) has written nothing when it is refused (see `apply`), so it fails alone and needs no
+    /// savepoint of its own. Called by one drain at a time.
     func commitTogether(_ requests: [[Mutation]]) async -> [Result<CommitResult, any Error>] {
         let time = ServerTime(WireTimestamp.date(milliseconds: WireTimestamp.milliseconds(configuration.now())))
         let start = lastVersion.withLock { $0 }
@@ -25,19 +26,13 @@ extension SQLiteServerStore {
                     }
                 } else {
                     for mutations in requests {
-                        var outcome: Result<CommitResult, any Error>!
-                        try db.inSavepoint {
-                            do {
-                                let result = try Self.apply(mutations, db: db, version: version.next, committed: version, time: time, limits: limits)
-                                if result.batch != nil { version = version.next }
-                                outcome = .success(result)
-                                return .commit
-                            } catch let error as TandemError {
-                                outcome = .failure(error)
-                                return .rollback
-                            }
+                        do {
+                            let result = try Self.apply(mutations, db: db, version: version.next, committed: version, time: time, limits: limits)
+                            if result.batch != nil { version = version.next }
+                            results.append(.success(result))
+                        } catch let error as TandemError {
+                            results.append(.failure(error))
                         }
-                        results.append(outcome)
                     }
                 }
                 return (results, version)
@@ -63,8 +58,10 @@ extension SQLiteServerStore {
         var error: TandemError
     }
 
-    /// Applies one request's mutations in order at `version`. Throws a `TandemError` (and the
-    /// savepoint is rolled back) when any mutation is refused.
+    /// Applies one request's mutations in order at `version`. Throws a `TandemError` when any
+    /// mutation is refused, and only before it writes anything: every mutation is checked first,
+    /// then all are written, so a refused request leaves the transaction as it found it. Any
+    /// other error (from SQLite) fails the whole transaction.
     static func apply(_ mutations: [Mutation], db: Database, version: Version, committed: Version, time: ServerTime, limits: ServerLimits) throws -> CommitResult {
         var working: [DocumentPath: Document?] = [:]
         var changedOrder: [DocumentPath] = []
