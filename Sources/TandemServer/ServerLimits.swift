@@ -26,7 +26,12 @@ public struct ServerLimits: Sendable, Hashable {
 
     /// Throws `resource-exhausted` when a document body is larger than allowed.
     public func checkDocument(_ data: JSONObject, at path: DocumentPath) throws(TandemError) {
-        let size = JSONText.encode(data).utf8.count
+        try checkDocument(encoded: JSONText.encode(data), at: path)
+    }
+
+    /// As ``checkDocument(_:at:)``, for data already encoded as compact JSON text.
+    package func checkDocument(encoded text: String, at path: DocumentPath) throws(TandemError) {
+        let size = text.utf8.count
         if size > maximumDocumentBytes {
             throw TandemError(.resourceExhausted, "The document \(path) is \(size) bytes; at most \(maximumDocumentBytes) are allowed. Split it into smaller documents.")
         }

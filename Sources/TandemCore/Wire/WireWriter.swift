@@ -32,10 +32,22 @@ package struct WireWriter {
 
     /// `{"createTime","data","path","updateTime","version"}`.
     package mutating func document(_ document: Document) {
+        self.document(document) { $0.value(.object(document.data)) }
+    }
+
+    /// As ``document(_:)``, with the data already written as compact JSON text.
+    package mutating func document(_ document: Document, encodedData: String) {
+        self.document(document) { writer in
+            var text = encodedData
+            text.withUTF8 { writer.bytes.append(contentsOf: $0) }
+        }
+    }
+
+    private mutating func document(_ document: Document, data: (inout WireWriter) -> Void) {
         raw(#"{"createTime":""#)
         WireTimestamp.write(milliseconds: WireTimestamp.milliseconds(document.createTime), to: &bytes)
         raw(#"","data":"#)
-        value(.object(document.data))
+        data(&self)
         raw(#","path":"#)
         string(document.path.description)
         raw(#","updateTime":""#)

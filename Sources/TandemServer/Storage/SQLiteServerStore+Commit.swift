@@ -68,7 +68,9 @@ extension SQLiteServerStore {
         var writer: [DocumentPath: MutationID] = [:]
         var highWaters: [String: Int64] = [:]
         var acknowledgements: [WriteAcknowledgement] = []
-        var applied: [(MutationID, Document?)] = []
+        // Each document's data is encoded once: to check its size, to store it, to keep the result.
+        var encoded: [DocumentPath: String] = [:]
+        var applied: [(id: MutationID, document: Document?, data: String?)] = []
         var appliedAny = false
 
         for mutation in mutations {
@@ -95,7 +97,9 @@ extension SQLiteServerStore {
             }
             // `commit` validated the mutations before queueing them.
             let after = try mutation.applyValidated(to: existing, version: version, serverTime: time)
-            if let after { try limits.checkDocument(after.data, at: mutation.path) }
+            let text = after.map { JSONText.encode($0.data) }
+            if let text { try limits.checkDocument(encoded: text, at: mutation.path) }
+            encoded[mutation.path] = text
             appliedAny = true
             if existing != nil || after != nil {
                 if working[mutation.path] == nil { changedOrder.append(mutation.path) }
@@ -104,7 +108,7 @@ extension SQLiteServerStore {
             if let id = mutation.id {
                 writer[mutation.path] = id
                 highWaters[id.clientID] = Int64(clamping: id.sequence)
-                applied.append((id, after))
+                applied.append((id, after, text))
             } else {
                 writer[mutation.path] = nil
             }
@@ -125,13 +129,19 @@ extension SQLiteServerStore {
             try upsert.execute(arguments: [
                 path.description, path.parent.description, path.collectionGroup, Int64(version.rawValue),
                 document.map { WireTimestamp.milliseconds($0.createTime) } ?? timeMillis, timeMillis,
-                document.map { JSONText.encode($0.data) }, id?.clientID, id.map { Int64($0.sequence) },
+                encoded[path] ?? nil, id?.clientID, id.map { Int64($0.sequence) },
             ])
             changes.append(RemoteChange(path: path, document: document, version: version, mutationID: id))
         }
         let result = try db.cachedStatement(sql: "INSERT OR REPLACE INTO mutation_results (client_id, sequence, version, commit_time, document) VALUES (?, ?, ?, ?, ?)")
-        for (id, document) in applied {
-            try result.execute(arguments: [id.clientID, Int64(id.sequence), Int64(version.rawValue), timeMillis, document.map { JSONText.encode($0.wireValue) }])
+        for (id, document, data) in applied {
+            var text: String?
+            if let document, let data {
+                var writer = WireWriter(capacity: data.utf8.count + 160)
+                writer.document(document, encodedData: data)
+                text = String(decoding: writer.bytes, as: UTF8.self)
+            }
+            try result.execute(arguments: [id.clientID, Int64(id.sequence), Int64(version.rawValue), timeMillis, text])
         }
         return CommitResult(acknowledgements: acknowledgements, batch: CommittedBatch(version: version, changes: changes))
     }
