@@ -1,11 +1,13 @@
 import Synchronization
 
-/// Lets concurrent writers share one durable commit: the first writer to arrive starts a drain that
-/// takes every request queued so far, processes them together, answers each, and repeats until the
-/// queue is empty. Writers that arrive during a commit wait for the next one.
+/// Lets concurrent writers share one durable commit: the first writer to find the queue idle starts
+/// a drain, which takes every request queued so far, processes them together, answers each, and
+/// repeats until the queue is empty. Writers that arrive during a commit wait for the next one.
+///
+/// The drain runs where commits are made (the store's database writer), not on Swift's cooperative
+/// threads: a drain that had to wait for a turn there between commits would leave the writer idle
+/// while the writers it answered already queue again.
 final class GroupCommitQueue<Request: Sendable, Response: Sendable>: Sendable {
-    typealias Process = @Sendable ([Request]) async -> [Result<Response, any Error>]
-
     private struct Entry: Sendable {
         var request: Request
         var ticket: Ticket<Response>
@@ -20,24 +22,24 @@ final class GroupCommitQueue<Request: Sendable, Response: Sendable>: Sendable {
 
     init() {}
 
-    /// Queues a request and waits for its answer. The drain runs in its own task, so cancelling one
-    /// writer never fails the others sharing its commit.
-    /// `process` commits a group of requests and answers each, in order.
-    func submit(_ request: Request, process: @escaping Process) async throws -> Response {
+    /// Queues a request and waits for its answer. When no drain is running, `startDrain` is called
+    /// to start one; it must arrange for `drain(_:)` to run soon, off the caller's task. Cancelling
+    /// one writer never fails the others sharing its commit.
+    func submit(_ request: Request, startDrain: () -> Void) async throws -> Response {
         let ticket = Ticket<Response>()
-        let startDrain = state.withLock { state -> Bool in
+        let start = state.withLock { state -> Bool in
             state.queue.append(Entry(request: request, ticket: ticket))
             if state.draining { return false }
             state.draining = true
             return true
         }
-        if startDrain {
-            Task { await self.drain(process) }
-        }
+        if start { startDrain() }
         return try await ticket.value()
     }
 
-    private func drain(_ process: Process) async {
+    /// Commits the queued requests group by group until the queue is empty. `process` commits a
+    /// group and answers each request, in order.
+    func drain(_ process: ([Request]) -> [Result<Response, any Error>]) {
         while true {
             let entries = state.withLock { state -> [Entry] in
                 if state.queue.isEmpty {
@@ -48,7 +50,7 @@ final class GroupCommitQueue<Request: Sendable, Response: Sendable>: Sendable {
                 return state.queue
             }
             if entries.isEmpty { return }
-            let results = await process(entries.map(\.request))
+            let results = process(entries.map(\.request))
             for (entry, result) in zip(entries, results) {
                 entry.ticket.fulfill(result)
             }

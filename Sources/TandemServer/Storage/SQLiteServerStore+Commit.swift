@@ -5,15 +5,17 @@ import TandemCore
 extension SQLiteServerStore {
     /// Commits every queued request in one transaction. A request that is refused (a precondition,
     /// say) has written nothing when it is refused (see `apply`), so it fails alone and needs no
-    /// savepoint of its own. Called by one drain at a time.
-    func commitTogether(_ requests: [[Mutation]]) async -> [Result<CommitResult, any Error>] {
+    /// savepoint of its own. Called by the one drain, on the database's writer.
+    func commitTogether(_ requests: [[Mutation]], db: Database) -> [Result<CommitResult, any Error>] {
         let time = ServerTime(WireTimestamp.date(milliseconds: WireTimestamp.milliseconds(configuration.now())))
         let start = lastVersion.withLock { $0 }
         let limits = configuration.limits
         do {
-            let (results, last) = try await pool.write { db -> ([Result<CommitResult, any Error>], Version) in
+            var results: [Result<CommitResult, any Error>] = []
+            var last = start
+            try db.inTransaction(.immediate) {
+                results = []
                 var version = start
-                var results: [Result<CommitResult, any Error>] = []
                 if requests.count == 1 {
                     // Alone in the transaction: a refusal rolls the whole transaction back (thrown
                     // as a Refusal below), so no savepoint is needed.
@@ -35,7 +37,8 @@ extension SQLiteServerStore {
                         }
                     }
                 }
-                return (results, version)
+                last = version
+                return .commit
             }
             lastVersion.withLock { $0 = last }
             transactions.add(1, ordering: .relaxed)

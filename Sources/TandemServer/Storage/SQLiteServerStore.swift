@@ -131,7 +131,11 @@ public final class SQLiteServerStore: ServerStore {
     public func commit(_ mutations: [Mutation]) async throws -> CommitResult {
         try configuration.limits.checkBatch(mutations)
         for mutation in mutations { try mutation.validate() }
-        return try await queue.submit(mutations) { requests in await self.commitTogether(requests) }
+        return try await queue.submit(mutations) {
+            pool.asyncWriteWithoutTransaction { db in
+                self.queue.drain { requests in self.commitTogether(requests, db: db) }
+            }
+        }
     }
 
     /// Deletes tombstones (and stored mutation answers) last written before `date`. Returns how many
