@@ -47,6 +47,17 @@ struct WireTests {
             #expect(try ServerMessage.parse(message.text) == message)  // the batch reader agrees
             #expect(message.text == JSONText.encode(message.wireValue))  // the direct writer matches
         }
+        // An acknowledgement that carries its data's text is written with that text as it is, and
+        // the reader keeps the text it read; equality ignores it.
+        let kept = WriteAcknowledgement(id: MutationID(clientID: "c", sequence: 1), version: 4, document: document, encodedData: #"{"x":1.5,"n":1}"#)
+        let text = ServerMessage.ack(id: 2, acknowledgements: [kept]).text
+        #expect(text.contains(#""data":{"x":1.5,"n":1}"#))
+        guard case .ack(2, let read) = try ServerMessage.parse(text) else {
+            Issue.record("expected an ack")
+            return
+        }
+        #expect(read == [kept] && read[0].encodedData == #"{"x":1.5,"n":1}"#)
+        #expect(WriteAcknowledgement(id: nil, version: 4, document: nil, encodedData: "{}").encodedData == nil)
     }
 
     @Test("the batch reader takes keys in any order and leaves malformed batches to the generic reader's errors")

@@ -70,10 +70,29 @@ public struct WriteAcknowledgement: Sendable, Hashable {
     public var version: Version
     /// The document as committed; nil when the write deleted it.
     public var document: Document?
+    /// The document's data as compact JSON text, when whoever made this acknowledgement had it (the
+    /// store that wrote it, a reader that kept it): it is written or stored as it is. Not part of
+    /// equality: it spells `document.data`.
+    package var encodedData: String?
 
     public init(id: MutationID?, version: Version, document: Document?) {
         self.id = id
         self.version = version
         self.document = document
+    }
+
+    package init(id: MutationID?, version: Version, document: Document?, encodedData: String?) {
+        self.init(id: id, version: version, document: document)
+        self.encodedData = document == nil ? nil : encodedData
+    }
+
+    public static func == (lhs: WriteAcknowledgement, rhs: WriteAcknowledgement) -> Bool {
+        lhs.id == rhs.id && lhs.version == rhs.version && lhs.document == rhs.document
+    }
+
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(id)
+        hasher.combine(version)
+        hasher.combine(document)
     }
 }

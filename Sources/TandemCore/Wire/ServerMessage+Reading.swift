@@ -8,10 +8,16 @@ extension ServerMessage {
     public static func parse(_ text: String) throws(TandemError) -> ServerMessage {
         var text = text
         let fast: ServerMessage? = text.withUTF8 { bytes in
-            // The server writes a batch's keys sorted, "changes" first.
-            guard bytes.starts(with: #"{"changes":"#.utf8) else { return nil }
-            var parser = JSONParser(bytes: bytes)
-            return try? readBatch(&parser)
+            // The server writes keys sorted: a batch's "changes" first, an acknowledgement's "id".
+            if bytes.starts(with: #"{"changes":"#.utf8) {
+                var parser = JSONParser(bytes: bytes)
+                return try? readBatch(&parser)
+            }
+            if bytes.starts(with: #"{"id":"#.utf8) {
+                var parser = JSONParser(bytes: bytes)
+                return try? readAck(&parser)
+            }
+            return nil
         }
         if let fast { return fast }
         return try ServerMessage(wire: try JSONText.parse(text))
@@ -51,6 +57,45 @@ extension ServerMessage {
         if type == "changes", let targets { return .sharedBatch(targets: targets, batch: batch) }
         guard let target else { return nil }
         return .batch(target: target, batch: batch, reset: reset, more: more)
+    }
+
+    /// `{"id", "results": [{"document": {…} | null, "mutationId"?, "version"}], "type": "ack"}`; nil
+    /// for any other message starting with an id.
+    private static func readAck(_ parser: inout JSONParser) throws(TandemError) -> ServerMessage? {
+        var id: Int?
+        var type: String?
+        var acknowledgements: [WriteAcknowledgement]?
+        try parser.readObject { (parser, key) throws(TandemError) in
+            switch key {
+            case "id": id = try parser.readInt()
+            case "type": type = try parser.readString()
+            case "results":
+                var read: [WriteAcknowledgement] = []
+                try parser.readArray { (parser) throws(TandemError) in read.append(try readAcknowledgement(&parser)) }
+                acknowledgements = read
+            default: _ = try parser.parseValue()
+            }
+        }
+        parser.skipWhitespace()
+        guard parser.index == parser.bytes.count, type == "ack", let id, let acknowledgements else { return nil }
+        return .ack(id: id, acknowledgements: acknowledgements)
+    }
+
+    private static func readAcknowledgement(_ parser: inout JSONParser) throws(TandemError) -> WriteAcknowledgement {
+        var document: Document?
+        var version: Int?
+        var mutationID: MutationID?
+        var encodedData: String?
+        try parser.readObject { (parser, key) throws(TandemError) in
+            switch key {
+            case "document": document = try parser.readNull() ? nil : try readDocument(&parser, encodedData: &encodedData)
+            case "version": version = try parser.readInt()
+            case "mutationId": mutationID = try parser.readNull() ? nil : try MutationID(wire: try parser.parseValue())
+            default: _ = try parser.parseValue()
+            }
+        }
+        guard let version, version >= 0 else { throw parser.fail("an acknowledgement needs a version") }
+        return WriteAcknowledgement(id: mutationID, version: Version(UInt64(version)), document: document, encodedData: encodedData)
     }
 
     /// `{"document": {…} | null, "mutationId"?, "path", "version"}`.

@@ -99,6 +99,30 @@ package struct WireWriter {
         raw("}")
     }
 
+    /// `{"document","mutationId"?,"version"}`, the data copied from `encodedData` when it is known.
+    package mutating func acknowledgement(_ acknowledgement: WriteAcknowledgement) {
+        raw(#"{"document":"#)
+        if let document = acknowledgement.document {
+            if let data = acknowledgement.encodedData {
+                self.document(document, encodedData: data)
+            } else {
+                self.document(document)
+            }
+        } else {
+            raw("null")
+        }
+        if let id = acknowledgement.id {
+            raw(#","mutationId":{"client":"#)
+            string(id.clientID)
+            raw(#","sequence":"#)
+            int(Int(clamping: id.sequence))
+            raw("}")
+        }
+        raw(#","version":"#)
+        int(Int(clamping: acknowledgement.version.rawValue))
+        raw("}")
+    }
+
     /// A JSON array of changes, written once and shared by every listener a commit goes to.
     package static func changes(_ changes: some Collection<RemoteChange>) -> [UInt8] {
         var writer = WireWriter(capacity: 64 + changes.count * 160)
@@ -170,6 +194,17 @@ extension ServerMessage {
             writer.raw(#","type":"documents","version":"#)
             writer.int(Int(clamping: version.rawValue))
             writer.raw("}")
+            return writer.text
+        case .ack(let id, let acknowledgements):
+            var writer = WireWriter(capacity: 48 + acknowledgements.count * 200)
+            writer.raw(#"{"id":"#)
+            writer.int(id)
+            writer.raw(#","results":["#)
+            for (index, acknowledgement) in acknowledgements.enumerated() {
+                if index > 0 { writer.raw(",") }
+                writer.acknowledgement(acknowledgement)
+            }
+            writer.raw(#"],"type":"ack"}"#)
             return writer.text
         default:
             return JSONText.encode(wireValue)

@@ -115,7 +115,7 @@ extension SQLiteServerStore {
             } else {
                 writer[mutation.path] = nil
             }
-            acknowledgements.append(WriteAcknowledgement(id: mutation.id, version: version, document: after))
+            acknowledgements.append(WriteAcknowledgement(id: mutation.id, version: version, document: after, encodedData: text))
         }
         guard appliedAny else { return CommitResult(acknowledgements: acknowledgements, batch: nil) }
 
