@@ -187,6 +187,10 @@ final class FanOutHub: Sendable {
                 case .loading(var buffered):
                     buffered.append(CommittedBatch(version: batch.version, changes: indices.map { batch.changes[$0] }))
                     listener.phase = .loading(buffered)
+                case .live(let through) where batch.version <= through:
+                    // Its snapshot was read after this commit became visible and before it was
+                    // published: it holds the commit already.
+                    continue
                 case .live:
                     if listener.hasLimit {
                         // A limit's result depends on documents outside it: read it again.
