@@ -128,6 +128,76 @@ struct SQLiteServerStoreTests {
         #expect(try await reopened.document(at: path("counters/a"))?.data["n"] == 2)
     }
 
+    @Test("an answer that names the row it wrote keeps its document when the row is rewritten or deleted, in one request or one shared transaction")
+    func answersOutliveTheirRows() async throws {
+        let store = try makeStore()
+        func phone(_ sequence: UInt64) -> MutationID { MutationID(clientID: "phone", sequence: sequence) }
+        func replay(_ mutation: Mutation) async throws -> [WriteAcknowledgement] {
+            let result = try await store.commit([mutation])
+            #expect(result.batch == nil)
+            return result.acknowledgements
+        }
+        let setA = Mutation.set(path("notes/a"), ["v": 1]).identified(by: phone(1))
+        let setB = Mutation.set(path("notes/b"), ["v": 1]).identified(by: phone(2))
+        let first = try await store.commit([setA]).acknowledgements
+        let second = try await store.commit([setB]).acknowledgements
+        // Most answers name their row instead of copying the document.
+        let named = try await store.pool.read { try Int.fetchOne($0, sql: "SELECT count(*) FROM mutation_results WHERE document IS NULL AND path IS NOT NULL") }
+        #expect(named == 2)
+        #expect(try await replay(setA) == first)
+        _ = try await store.commit([.set(path("notes/a"), ["v": 2])])
+        _ = try await store.commit([Mutation.delete(path("notes/b")).identified(by: MutationID(clientID: "tablet", sequence: 1))])
+        #expect(try await replay(setA) == first)
+        #expect(try await replay(setB) == second)
+        #expect(first[0].document?.data == ["v": 1] && second[0].document?.data == ["v": 1])
+
+        // Twice in one request: the first answer is a copy, the last names the row.
+        let setC = Mutation.set(path("notes/c"), ["v": 1]).identified(by: phone(3))
+        let updateC = Mutation.update(path("notes/c"), fields: ["v": 2]).identified(by: phone(4))
+        let both = try await store.commit([setC, updateC]).acknowledgements
+        _ = try await store.commit([.delete(path("notes/c"))])
+        #expect(try await replay(setC) == [both[0]])
+        #expect(try await replay(updateC) == [both[1]])
+        #expect(both[0].document?.data == ["v": 1] && both[1].document?.data == ["v": 2])
+
+        // Two requests of one transaction, the second rewriting what the first wrote.
+        let setD = Mutation.set(path("notes/d"), ["v": 1]).identified(by: phone(5))
+        let setD2 = Mutation.set(path("notes/d"), ["v": 2]).identified(by: MutationID(clientID: "tablet", sequence: 2))
+        let shared = try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<[Result<CommitResult, any Error>], any Error>) in
+            store.pool.asyncWriteWithoutTransaction { db in
+                continuation.resume(returning: store.commitTogether([[setD], [setD2]], db: db))
+            }
+        }
+        let sharedAnswers = try shared.map { try $0.get().acknowledgements }
+        #expect(sharedAnswers[0][0].document?.data == ["v": 1] && sharedAnswers[1][0].document?.data == ["v": 2])
+        _ = try await store.commit([.delete(path("notes/d"))])
+        #expect(try await replay(setD) == sharedAnswers[0])
+        #expect(try await replay(setD2) == sharedAnswers[1])
+        // Across a reopen too.
+        let reopened = try makeStore()
+        #expect(try await reopened.commit([setA]).acknowledgements == first)
+    }
+
+    @Test("a database written before answers could name their rows opens, and its answers still replay")
+    func migratesStoredAnswers() async throws {
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        let file = directory.appendingPathComponent("tandem.sqlite").path
+        let old = try DatabaseQueue(path: file)
+        try SQLiteServerStore.migrator.migrate(old, upTo: "v1")
+        try await old.write { db in
+            try db.execute(sql: """
+                INSERT INTO documents VALUES ('notes/a', 'notes', 'notes', 1, 0, 0, '{"v":1}', 'phone', 1);
+                INSERT INTO mutation_results VALUES ('phone', 1, 1, 0, '{"createTime":"1970-01-01T00:00:00.000Z","data":{"v":1},"path":"notes/a","updateTime":"1970-01-01T00:00:00.000Z","version":1}');
+                """)
+        }
+        try old.close()
+        let store = try makeStore()
+        let replay = try await store.commit([Mutation.set(path("notes/a"), ["v": 5]).identified(by: MutationID(clientID: "phone", sequence: 1))])
+        #expect(replay.batch == nil)
+        #expect(replay.acknowledgements.first?.document?.data == ["v": 1] && replay.acknowledgements.first?.version == 1)
+        #expect(try await store.commit([.set(path("notes/b"), [:])]).batch?.version == 2)
+    }
+
     @Test("a batch with one refused write writes nothing")
     func atomicBatch() async throws {
         let store = try makeStore()

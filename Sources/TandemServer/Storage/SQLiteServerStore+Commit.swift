@@ -74,6 +74,9 @@ extension SQLiteServerStore {
         // Each document's data is encoded once: to check its size, to store it, to keep the result.
         var encoded: [DocumentPath: String] = [:]
         var applied: [(id: MutationID, document: Document?, data: String?)] = []
+        // Stored rows this request replaces that an identified mutation wrote: that mutation's
+        // answer may still name the row (see `writeResults`), so it is kept before the row goes.
+        var replaced: [DocumentPath: StoredRow] = [:]
         var appliedAny = false
 
         for mutation in mutations {
@@ -95,8 +98,11 @@ extension SQLiteServerStore {
             let existing: Document?
             if let entry = working[mutation.path] {
                 existing = entry
+            } else if let row = try fetchStoredRow(db, path: mutation.path) {
+                existing = row.document
+                if row.writer != nil, replaced[mutation.path] == nil { replaced[mutation.path] = row }
             } else {
-                existing = try fetchDocument(db, path: mutation.path)
+                existing = nil
             }
             // `commit` validated the mutations before queueing them.
             let after = try mutation.applyValidated(to: existing, version: version, serverTime: time)
@@ -129,6 +135,7 @@ extension SQLiteServerStore {
         for path in changedOrder {
             let document = working[path]!
             let id = writer[path]
+            if let row = replaced[path] { try keepAnswer(of: row, db: db) }
             try upsert.execute(arguments: [
                 path.description, path.parent.description, path.collectionGroup, Int64(version.rawValue),
                 document.map { WireTimestamp.milliseconds($0.createTime) } ?? timeMillis, timeMillis,
@@ -136,28 +143,75 @@ extension SQLiteServerStore {
             ])
             changes.append(RemoteChange(path: path, document: document, version: version, mutationID: id))
         }
-        let result = try db.cachedStatement(sql: "INSERT OR REPLACE INTO mutation_results (client_id, sequence, version, commit_time, document) VALUES (?, ?, ?, ?, ?)")
+        let result = try db.cachedStatement(sql: "INSERT OR REPLACE INTO mutation_results (client_id, sequence, version, commit_time, document, path) VALUES (?, ?, ?, ?, ?, ?)")
         for (id, document, data) in applied {
+            if let document, writer[document.path] == id {
+                // The row just written is this answer's document: name it instead of copying it.
+                try result.execute(arguments: [id.clientID, Int64(id.sequence), Int64(version.rawValue), timeMillis, nil, document.path.description])
+                continue
+            }
             var text: String?
             if let document, let data {
                 var writer = WireWriter(capacity: data.utf8.count + 160)
                 writer.document(document, encodedData: data)
                 text = String(decoding: writer.bytes, as: UTF8.self)
             }
-            try result.execute(arguments: [id.clientID, Int64(id.sequence), Int64(version.rawValue), timeMillis, text])
+            try result.execute(arguments: [id.clientID, Int64(id.sequence), Int64(version.rawValue), timeMillis, text, nil])
         }
         return CommitResult(acknowledgements: acknowledgements, batch: CommittedBatch(version: version, changes: changes))
     }
 
-    /// The answer first given to a mutation already applied; if it was pruned, the document as it is now.
+    /// The answer first given to a mutation already applied; if it was pruned, the committed
+    /// version without a document.
+    ///
+    /// An answer is stored one of three ways: its document as wire text; no document and no path
+    /// (the mutation deleted it); or no document and the path of the row the mutation wrote, which
+    /// is the answer's document for as long as that row names the mutation as its writer. Most
+    /// documents are written once, so most answers cost a few bytes instead of a copy of the
+    /// document; before a write replaces such a row, `keepAnswer` copies it into the answer.
     static func storedAcknowledgement(_ db: Database, id: MutationID, committed: Version) throws -> WriteAcknowledgement {
-        if let row = try Row.fetchOne(db, sql: "SELECT version, document FROM mutation_results WHERE client_id = ? AND sequence = ?", arguments: [id.clientID, Int64(id.sequence)]) {
-            let version = Version(UInt64(row[0] as Int64))
-            let text: String? = row[1]
-            let document = try text.map { text throws(TandemError) in try Document(wire: try JSONText.parse(text)) }
-            return WriteAcknowledgement(id: id, version: version, document: document)
+        guard let row = try Row.fetchOne(db, sql: "SELECT version, document, path FROM mutation_results WHERE client_id = ? AND sequence = ?", arguments: [id.clientID, Int64(id.sequence)]) else {
+            return WriteAcknowledgement(id: id, version: committed, document: nil)
         }
-        return WriteAcknowledgement(id: id, version: committed, document: nil)
+        let version = Version(UInt64(row[0] as Int64))
+        if let text = row[1] as String? {
+            return WriteAcknowledgement(id: id, version: version, document: try Document(wire: try JSONText.parse(text)))
+        }
+        guard let path = row[2] as String? else { return WriteAcknowledgement(id: id, version: version, document: nil) }
+        let written = try Row.fetchOne(db, sql: "SELECT * FROM documents WHERE path = ? AND data IS NOT NULL AND mutation_client = ? AND mutation_sequence = ?",
+                                       arguments: [path, id.clientID, Int64(id.sequence)])
+        guard let written else {
+            throw TandemError(.dataLoss, "The stored answer to mutation \(id.clientID)#\(id.sequence) names \(path), which no longer holds it.")
+        }
+        return WriteAcknowledgement(id: id, version: version, document: try document(from: written))
+    }
+
+    /// A stored document row with the text of its data and the mutation that wrote it, if any.
+    struct StoredRow {
+        var document: Document
+        var data: String
+        var writer: MutationID?
+    }
+
+    static func fetchStoredRow(_ db: Database, path: DocumentPath) throws -> StoredRow? {
+        let statement = try db.cachedStatement(sql: "SELECT * FROM documents WHERE path = ? AND data IS NOT NULL")
+        guard let row = try Row.fetchOne(statement, arguments: [path.description]) else { return nil }
+        let client: String? = row[7]
+        let sequence: Int64? = row[8]
+        let writer = client.flatMap { client in sequence.map { MutationID(clientID: client, sequence: UInt64($0)) } }
+        return StoredRow(document: try document(from: row), data: row[6], writer: writer)
+    }
+
+    /// Copies a row about to be replaced into the answer of the mutation that wrote it, if that
+    /// answer still names the row instead of holding a copy.
+    static func keepAnswer(of row: StoredRow, db: Database) throws {
+        guard let id = row.writer else { return }
+        var writer = WireWriter(capacity: row.data.utf8.count + 160)
+        writer.document(row.document, encodedData: row.data)
+        let statement = try db.cachedStatement(sql: """
+            UPDATE mutation_results SET document = ? WHERE client_id = ? AND sequence = ? AND document IS NULL AND path = ?
+            """)
+        try statement.execute(arguments: [writer.text, id.clientID, Int64(id.sequence), row.document.path.description])
     }
 
     // MARK: Rows

@@ -102,6 +102,10 @@ public final class SQLiteServerStore: ServerStore {
                 INSERT INTO meta (key, value) VALUES ('version', 0), ('pruned_through', 0);
                 """)
         }
+        migrator.registerMigration("v2: answers may name their document") { db in
+            // NULL in rows written before: their document column says it all.
+            try db.execute(sql: "ALTER TABLE mutation_results ADD COLUMN path TEXT")
+        }
         return migrator
     }
 
