@@ -28,7 +28,8 @@ enum ServerBenchmarks {
 
     /// Acknowledged writes/s with `clients` clients each committing one write at a time, against GRDB
     /// inserting the same documents into a table like the server's, `clients` per transaction, with
-    /// the same durability (WAL, synchronous FULL).
+    /// the same durability (WAL, synchronous FULL). Each transaction of the baseline holds the
+    /// documents the clients write at the same step (client `c` writes `step * clients + c`).
     static func writes(clients: Int, perClient: Int, directory: URL, into report: inout BenchReport) async throws {
         let server = try await LiveServer.start(directory: directory.appendingPathComponent("writes-\(clients)"))
         let running = (0..<clients).map { client(server, "bench-writer-\($0)") }
@@ -40,7 +41,9 @@ enum ServerBenchmarks {
                 for (index, (client, _)) in running.enumerated() {
                     group.addTask {
                         for step in 0..<perClient {
-                            let id = index * perClient + step
+                            // The clients' writes of one step are the documents of one
+                            // baseline transaction.
+                            let id = step * clients + index
                             let mutation = Mutation.set(try DocumentPath("items/item-\(id)"), body(id))
                                 .identified(by: MutationID(clientID: "bench-writer-\(index)", sequence: UInt64(step + 1)))
                             let start = ContinuousClock.now
