@@ -100,7 +100,7 @@ enum ServerBenchmarks {
         let connections = min(listeners, 20)
         let clients = (0..<connections).map { client(server, "bench-listener-\($0)") }
         for (client, _) in clients { await client.waitUntilConnected() }
-        let arrivals = Locked<[Version: [ContinuousClock.Instant]]>([:])
+        let arrivals = Arrivals()
         let ready = Locked(0)
         let collection = try CollectionPath("latency")
         var listening: [Task<Void, any Error>] = []
@@ -112,7 +112,7 @@ enum ServerBenchmarks {
                     if batch.isSnapshot {
                         ready.withLock { $0 += 1 }
                     } else {
-                        arrivals.withLock { $0[batch.version, default: []].append(now) }
+                        arrivals.record(batch.version, at: now)
                     }
                 }
             })
@@ -126,9 +126,8 @@ enum ServerBenchmarks {
             let sent = clock.now
             let acknowledgements = try await writer.commit([.set(try collection.document("doc-\(step % 10)"), ["step": .int(step)])])
             let version = acknowledgements[0].version
-            // A benchmark may poll: wait for every listener to have this commit.
-            while arrivals.withLock({ $0[version]?.count ?? 0 }) < listeners { await Task.yield() }
-            let times = arrivals.withLock { $0.removeValue(forKey: version) ?? [] }
+            // Woken by the last listener to get this commit (polling would take a core from them).
+            let times = await arrivals.wait(for: version, count: listeners)
             let committed = published.withLock { $0[version]! }
             commitToListener += times.map { committed.duration(to: $0) }
             endToEnd += times.map { sent.duration(to: $0) }
@@ -266,6 +265,40 @@ enum ServerBenchmarks {
                 line += " (target p50 ≤ 1 ms, p99 ≤ 5 ms: \(p50 <= .milliseconds(1) && p99 <= .milliseconds(5) ? "meets" : "MISSES"))"
             }
             report.notes.append(line)
+        }
+    }
+}
+
+/// When each listener got each commit; one waiter at a time is woken once a commit reached them all.
+final class Arrivals: Sendable {
+    private struct State {
+        var times: [Version: [ContinuousClock.Instant]] = [:]
+        var waiter: (version: Version, count: Int, continuation: CheckedContinuation<[ContinuousClock.Instant], Never>)?
+    }
+
+    private let state = Mutex(State())
+
+    func record(_ version: Version, at instant: ContinuousClock.Instant) {
+        let woken = state.withLock { state -> (CheckedContinuation<[ContinuousClock.Instant], Never>, [ContinuousClock.Instant])? in
+            state.times[version, default: []].append(instant)
+            guard let waiter = state.waiter, waiter.version == version, state.times[version]!.count >= waiter.count else { return nil }
+            state.waiter = nil
+            return (waiter.continuation, state.times.removeValue(forKey: version)!)
+        }
+        if let (continuation, times) = woken { continuation.resume(returning: times) }
+    }
+
+    /// The arrival times of `version` once `count` listeners have it.
+    func wait(for version: Version, count: Int) async -> [ContinuousClock.Instant] {
+        await withCheckedContinuation { continuation in
+            let ready = state.withLock { state -> [ContinuousClock.Instant]? in
+                if let times = state.times[version], times.count >= count {
+                    return state.times.removeValue(forKey: version)!
+                }
+                state.waiter = (version, count, continuation)
+                return nil
+            }
+            if let ready { continuation.resume(returning: ready) }
         }
     }
 }
