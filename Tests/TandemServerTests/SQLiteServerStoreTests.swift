@@ -178,6 +178,36 @@ struct SQLiteServerStoreTests {
         #expect(try await reopened.commit([setA]).acknowledgements == first)
     }
 
+    @Test("in one shared transaction a repeated mutation id applies once, and a refused request's ids stay unapplied")
+    func idsInOneTransaction() async throws {
+        let store = try makeStore()
+        _ = try await store.commit([.set(path("counters/a"), ["n": 0])])
+        let bump = Mutation.update(path("counters/a"), fields: [:], transforms: [.init("n", .increment(1))])
+        func together(_ requests: [[Mutation]]) async throws -> [Result<CommitResult, any Error>] {
+            try await withCheckedThrowingContinuation { continuation in
+                store.pool.asyncWriteWithoutTransaction { db in
+                    continuation.resume(returning: store.commitTogether(requests, db: db))
+                }
+            }
+        }
+        let once = bump.identified(by: MutationID(clientID: "phone", sequence: 1))
+        let first = try await together([[once], [once]])
+        #expect(try first[0].get().batch != nil && first[1].get().batch == nil)
+        #expect(try first[1].get().acknowledgements == first[0].get().acknowledgements)
+        #expect(try await store.document(at: path("counters/a"))?.data["n"] == 1)
+        // The first request is refused (a precondition), so its id is not applied: the second,
+        // carrying the same id, applies it.
+        let next = bump.identified(by: MutationID(clientID: "phone", sequence: 2))
+        let second = try await together([[next, Mutation.set(path("counters/b"), [:]).requiring(.version(99))], [next]])
+        #expect(throws: TandemError.self) { try second[0].get() }
+        #expect(try second[1].get().batch != nil)
+        #expect(try await store.document(at: path("counters/a"))?.data["n"] == 2)
+        // Later commits know both, from memory and after a reopen.
+        #expect(try await store.commit([next]).batch == nil)
+        #expect(try await makeStore().commit([once, next]).batch == nil)
+        #expect(try await store.document(at: path("counters/a"))?.data["n"] == 2)
+    }
+
     @Test("a database written before answers could name their rows opens, and its answers still replay")
     func migratesStoredAnswers() async throws {
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)

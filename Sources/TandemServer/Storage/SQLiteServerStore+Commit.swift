@@ -10,17 +10,21 @@ extension SQLiteServerStore {
         let time = ServerTime(WireTimestamp.date(milliseconds: WireTimestamp.milliseconds(configuration.now())))
         let start = lastVersion.withLock { $0 }
         let limits = configuration.limits
+        // Each client's newest applied sequence, as committed, and as this transaction leaves it.
+        let committedMarks = highWaterMarks.withLock { $0 }
+        var marks: [String: Int64] = [:]
         do {
             var results: [Result<CommitResult, any Error>] = []
             var last = start
-            try db.inTransaction(.immediate) {
+            try db.immediateTransaction {
                 results = []
                 var version = start
                 if requests.count == 1 {
                     // Alone in the transaction: a refusal rolls the whole transaction back (thrown
                     // as a Refusal below), so no savepoint is needed.
                     do {
-                        let result = try Self.apply(requests[0], db: db, version: version.next, committed: version, time: time, limits: limits)
+                        let result = try Self.apply(requests[0], db: db, version: version.next, committed: version, time: time, limits: limits,
+                                                    marks: &marks, committedMarks: committedMarks)
                         if result.batch != nil { version = version.next }
                         results.append(.success(result))
                     } catch let error as TandemError {
@@ -29,7 +33,8 @@ extension SQLiteServerStore {
                 } else {
                     for mutations in requests {
                         do {
-                            let result = try Self.apply(mutations, db: db, version: version.next, committed: version, time: time, limits: limits)
+                            let result = try Self.apply(mutations, db: db, version: version.next, committed: version, time: time, limits: limits,
+                                                        marks: &marks, committedMarks: committedMarks)
                             if result.batch != nil { version = version.next }
                             results.append(.success(result))
                         } catch let error as TandemError {
@@ -38,9 +43,13 @@ extension SQLiteServerStore {
                     }
                 }
                 last = version
-                return .commit
             }
             lastVersion.withLock { $0 = last }
+            highWaterMarks.withLock { known in
+                // A bound on memory: past it, marks are read from the database again as needed.
+                if known.count + marks.count > Self.highWaterMarksKept { known.removeAll() }
+                known.merge(marks) { $1 }
+            }
             transactions.add(1, ordering: .relaxed)
             requestsCommitted.add(requests.count, ordering: .relaxed)
             // Durable now: tell the listeners, in version order, before answering the writers.
@@ -61,21 +70,28 @@ extension SQLiteServerStore {
         var error: TandemError
     }
 
+    /// How many clients' high-water marks the store keeps in memory.
+    static let highWaterMarksKept = 100_000
+
     /// Applies one request's mutations in order at `version`. Throws a `TandemError` when any
     /// mutation is refused, and only before it writes anything: every mutation is checked first,
     /// then all are written, so a refused request leaves the transaction as it found it. Any
     /// other error (from SQLite) fails the whole transaction.
-    static func apply(_ mutations: [Mutation], db: Database, version: Version, committed: Version, time: ServerTime, limits: ServerLimits) throws -> CommitResult {
+    ///
+    /// `marks` holds the high-water marks this transaction has read or moved; `committedMarks`
+    /// those known committed before it. A refused request leaves `marks` as it was.
+    static func apply(_ mutations: [Mutation], db: Database, version: Version, committed: Version, time: ServerTime, limits: ServerLimits,
+                      marks: inout [String: Int64], committedMarks: [String: Int64]) throws -> CommitResult {
         var working: [DocumentPath: Document?] = [:]
         var changedOrder: [DocumentPath] = []
         var writer: [DocumentPath: MutationID] = [:]
-        var highWaters: [String: Int64] = [:]
+        var highWaters = marks
         var acknowledgements: [WriteAcknowledgement] = []
         // Each document's data is encoded once: to check its size, to store it, to keep the result.
         var encoded: [DocumentPath: String] = [:]
         var applied: [(id: MutationID, document: Document?, data: String?)] = []
         // Stored rows this request replaces that an identified mutation wrote: that mutation's
-        // answer may still name the row (see `writeResults`), so it is kept before the row goes.
+        // answer may still name the row (see `storedAcknowledgement`), so it is kept before the row goes.
         var replaced: [DocumentPath: StoredRow] = [:]
         var appliedAny = false
 
@@ -83,11 +99,12 @@ extension SQLiteServerStore {
             if let id = mutation.id {
                 // -1: the client has no applied mutation yet.
                 let highWater: Int64
-                if let known = highWaters[id.clientID] {
+                if let known = highWaters[id.clientID] ?? committedMarks[id.clientID] {
                     highWater = known
                 } else {
-                    let statement = try db.cachedStatement(sql: "SELECT max(sequence) FROM mutation_results WHERE client_id = ?")
-                    highWater = try Int64.fetchOne(statement, arguments: [id.clientID]) ?? -1
+                    let statement = try RawStatement(db, sql: "SELECT max(sequence) FROM mutation_results WHERE client_id = ?")
+                    try statement.bind(1, id.clientID)
+                    highWater = try statement.first { $0.int64(0) ?? -1 } ?? -1
                     highWaters[id.clientID] = highWater
                 }
                 if Int64(clamping: id.sequence) <= highWater {
@@ -123,40 +140,48 @@ extension SQLiteServerStore {
             }
             acknowledgements.append(WriteAcknowledgement(id: mutation.id, version: version, document: after, encodedData: text))
         }
+        // Accepted: nothing below refuses.
+        marks = highWaters
         guard appliedAny else { return CommitResult(acknowledgements: acknowledgements, batch: nil) }
 
         let timeMillis = WireTimestamp.milliseconds(time.date)
         var changes: [RemoteChange] = []
-        let upsert = try db.cachedStatement(sql: """
-            INSERT OR REPLACE INTO documents
-                (path, collection, collection_group, version, create_time, update_time, data, mutation_client, mutation_sequence)
-            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
-            """)
         for path in changedOrder {
             let document = working[path]!
             let id = writer[path]
             if let row = replaced[path] { try keepAnswer(of: row, db: db) }
-            try upsert.execute(arguments: [
-                path.description, path.parent.description, path.collectionGroup, Int64(version.rawValue),
-                document.map { WireTimestamp.milliseconds($0.createTime) } ?? timeMillis, timeMillis,
-                encoded[path] ?? nil, id?.clientID, id.map { Int64($0.sequence) },
-            ])
+            let upsert = try RawStatement(db, sql: """
+                INSERT OR REPLACE INTO documents
+                    (path, collection, collection_group, version, create_time, update_time, data, mutation_client, mutation_sequence)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+                """)
+            try upsert.bind(1, path.description)
+            try upsert.bind(2, path.parent.description)
+            try upsert.bind(3, path.collectionGroup)
+            try upsert.bind(4, Int64(version.rawValue))
+            try upsert.bind(5, document.map { WireTimestamp.milliseconds($0.createTime) } ?? timeMillis)
+            try upsert.bind(6, timeMillis)
+            try upsert.bind(7, encoded[path] ?? nil)
+            try upsert.bind(8, id?.clientID)
+            try upsert.bind(9, id.map { Int64($0.sequence) })
+            try upsert.execute()
             changes.append(RemoteChange(path: path, document: document, version: version, mutationID: id))
         }
-        let result = try db.cachedStatement(sql: "INSERT OR REPLACE INTO mutation_results (client_id, sequence, version, commit_time, document, path) VALUES (?, ?, ?, ?, ?, ?)")
         for (id, document, data) in applied {
+            let result = try RawStatement(db, sql: "INSERT OR REPLACE INTO mutation_results (client_id, sequence, version, commit_time, document, path) VALUES (?, ?, ?, ?, ?, ?)")
+            try result.bind(1, id.clientID)
+            try result.bind(2, Int64(id.sequence))
+            try result.bind(3, Int64(version.rawValue))
+            try result.bind(4, timeMillis)
             if let document, writer[document.path] == id {
                 // The row just written is this answer's document: name it instead of copying it.
-                try result.execute(arguments: [id.clientID, Int64(id.sequence), Int64(version.rawValue), timeMillis, nil, document.path.description])
-                continue
-            }
-            var text: String?
-            if let document, let data {
+                try result.bind(6, document.path.description)
+            } else if let document, let data {
                 var writer = WireWriter(capacity: data.utf8.count + 160)
                 writer.document(document, encodedData: data)
-                text = String(decoding: writer.bytes, as: UTF8.self)
+                try result.bind(5, writer.text)
             }
-            try result.execute(arguments: [id.clientID, Int64(id.sequence), Int64(version.rawValue), timeMillis, text, nil])
+            try result.execute()
         }
         return CommitResult(acknowledgements: acknowledgements, batch: CommittedBatch(version: version, changes: changes))
     }
@@ -194,12 +219,21 @@ extension SQLiteServerStore {
     }
 
     static func fetchStoredRow(_ db: Database, path: DocumentPath) throws -> StoredRow? {
-        let statement = try db.cachedStatement(sql: "SELECT * FROM documents WHERE path = ? AND data IS NOT NULL")
-        guard let row = try Row.fetchOne(statement, arguments: [path.description]) else { return nil }
-        let client: String? = row[7]
-        let sequence: Int64? = row[8]
-        let writer = client.flatMap { client in sequence.map { MutationID(clientID: client, sequence: UInt64($0)) } }
-        return StoredRow(document: try document(from: row), data: row[6], writer: writer)
+        let statement = try RawStatement(db, sql: """
+            SELECT version, create_time, update_time, data, mutation_client, mutation_sequence FROM documents
+            WHERE path = ? AND data IS NOT NULL
+            """)
+        try statement.bind(1, path.description)
+        return try statement.first { row throws -> StoredRow in
+            guard let version = row.int64(0), let created = row.int64(1), let updated = row.int64(2), let text = row.text(3),
+                  case .object(let data) = try JSONText.parse(text) else {
+                throw TandemError(.dataLoss, "The stored row of \(path) is damaged.")
+            }
+            let writer = row.text(4).flatMap { client in row.int64(5).map { MutationID(clientID: client, sequence: UInt64($0)) } }
+            let document = Document(path: path, data: data, version: Version(UInt64(version)),
+                                    createTime: WireTimestamp.date(milliseconds: created), updateTime: WireTimestamp.date(milliseconds: updated))
+            return StoredRow(document: document, data: text, writer: writer)
+        }
     }
 
     /// Copies a row about to be replaced into the answer of the mutation that wrote it, if that

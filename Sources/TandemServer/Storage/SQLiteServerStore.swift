@@ -31,6 +31,9 @@ public final class SQLiteServerStore: ServerStore {
         Double(requestsCommitted.load(ordering: .relaxed)) / Double(max(1, transactions.load(ordering: .relaxed)))
     }
     private let queue = GroupCommitQueue<[Mutation], CommitResult>()
+    /// Each client's newest applied sequence, as committed, for the clients seen lately: a write
+    /// checks it without a query. Only the drain reads and writes it.
+    let highWaterMarks = Mutex<[String: Int64]>([:])
 
     /// Opens (creating if needed) the database at `path`.
     public init(path: String, configuration: SQLiteServerStoreConfiguration = SQLiteServerStoreConfiguration()) throws {
