@@ -168,6 +168,12 @@ struct WireTests {
         }
         #expect(try Document(wire: ["path": "a/b", "version": 1, "createTime": "2026-11-22T04:33:00Z", "updateTime": "2026-11-22T04:33:00.5Z", "data": [:]]).updateTime.timeIntervalSince1970 == 1_795_321_980.5)
         #expect(throws: TandemError.self) { try Document(wire: ["path": "a/b", "version": 1, "createTime": "yesterday", "updateTime": "x", "data": [:]]) }
+        // Digits past the milliseconds are dropped, however many; anything else there is refused.
+        #expect(WireTimestamp.parse("1970-01-01T00:00:01.12345Z") == Date(timeIntervalSince1970: 1.123))
+        #expect(WireTimestamp.parse("1970-01-01T00:00:01.1234567890123456789012345678901234567890Z") == Date(timeIntervalSince1970: 1.123))
+        #expect(WireTimestamp.parse("1970-01-01T00:00:01.12Z") == Date(timeIntervalSince1970: 1.12))
+        #expect(WireTimestamp.parse("1970-01-01T00:00:01.1234x6Z") == nil)
+        #expect(WireTimestamp.parse("1970-01-01T00:00:01.Z") == nil)
     }
 
     @Test("strings are escaped exactly and survive a round trip")

@@ -79,9 +79,12 @@ package enum WireTimestamp {
         var millis: Int64 = 0
         if bytes.count > 20 {
             guard bytes[19] == 46, bytes.count >= 22 else { return nil }
+            // Milliseconds from the first three digits; any further ones only have to be digits
+            // (read one by one, so no length of them overflows).
             let digits = bytes.count - 21
-            guard let fraction = number(20, digits) else { return nil }
-            millis = digits >= 3 ? fraction / Int64(pow(10, Double(digits - 3))) : fraction * Int64(pow(10, Double(3 - digits)))
+            guard let fraction = number(20, min(digits, 3)) else { return nil }
+            millis = digits >= 3 ? fraction : digits == 2 ? fraction * 10 : fraction * 100
+            for index in 23..<max(23, bytes.count - 1) where bytes[index] < 48 || bytes[index] > 57 { return nil }
         } else if bytes.count != 20 {
             return nil
         }
