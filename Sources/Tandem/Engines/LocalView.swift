@@ -66,10 +66,14 @@ struct LocalView: Sendable {
         if batch.isSnapshot && base.isEmpty && documents.isEmpty && pendingCount.isEmpty {
             // A first snapshot with nothing pending: the view is the snapshot itself.
             base.reserveCapacity(batch.changes.count)
-            for change in batch.changes {
-                guard let document = change.document else { continue }
-                if let current = base[change.path], current.version > change.version { continue }
-                base[change.path] = document
+            // By index, so only each document is copied, not each change; each path is hashed
+            // once, and an older repeat (never sent by the server) puts the newer one back.
+            let changes = batch.changes
+            for index in changes.indices {
+                guard let document = changes[index].document else { continue }
+                if let current = base.updateValue(document, forKey: changes[index].path), current.version > document.version {
+                    base[changes[index].path] = current
+                }
             }
             documents = base
             // Every change a distinct document (as the server sends them): the batch's paths are the changed ones.

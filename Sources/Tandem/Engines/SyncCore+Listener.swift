@@ -80,7 +80,6 @@ extension SyncCore {
                     }
                     guard let batch = pieces.add(piece) else { continue }
                     apply(batch, prepared: prepared)
-                    prepared = nil
                     if !receivedAny {
                         receivedAny = true
                         state.withLock { state in
@@ -91,6 +90,10 @@ extension SyncCore {
                         started.resume()
                         triggerFlush()
                     }
+                    // Freed only now, after whoever waits for the first batch was woken: a large
+                    // batch takes a while to free.
+                    withExtendedLifetime(batch) {}
+                    prepared = nil
                 }
                 guard isCurrent(generation) else { return }
                 throw TandemError(.unavailable, "The listener's stream ended.")
@@ -213,7 +216,7 @@ extension SyncCore {
               state.view.takesSnapshotWhole
         else { return nil }
         // Keyed here, at its final size: keyed piece by piece, the dictionary was rehashed as it
-        // grew and ended up to twice as large as it needed to be.
+        // grew, which cost more than it saved.
         let changed = state.view.applyRemote(batch, now: Date())
         guard changed.count == models.paths.count else {
             // Not one document per change: look each model up after all.
