@@ -108,6 +108,24 @@ struct SQLiteServerStoreTests {
         #expect(try await store.encodedSnapshot(.document(path("shops/p/reviews/r1")), groupSize: 2) == nil)
     }
 
+    @Test("a damaged stored body makes a snapshot fail with data-loss, and the next read after the repair works")
+    func damagedBodyInSnapshot() async throws {
+        let store = try makeStore()
+        _ = try await store.commit([.set(path("notes/a"), ["v": 1]), .set(path("notes/b"), ["v": 2]), .set(path("tags/t"), ["v": 3])])
+        try await store.pool.write { try $0.execute(sql: "UPDATE documents SET data = 'oops' WHERE path = 'notes/a'") }
+        for target in [ListenTarget.collection(try CollectionPath("notes"), Query()), .collectionGroup("notes", Query())] {
+            do {
+                _ = try await store.encodedSnapshot(target, groupSize: 10)
+                Issue.record("expected data-loss for \(target)")
+            } catch {
+                #expect((error as? TandemError)?.code == .dataLoss)
+            }
+        }
+        try await store.pool.write { try $0.execute(sql: "UPDATE documents SET data = '{\"v\":1}' WHERE path = 'notes/a'") }
+        #expect(try await store.encodedSnapshot(.collection(try CollectionPath("notes"), Query()), groupSize: 10)?.count == 2)
+        #expect(try await store.encodedSnapshot(.collectionGroup("tags", Query()), groupSize: 10)?.count == 1)
+    }
+
     @Test("a mutation id applied once is answered with its original result, never applied again")
     func exactlyOnce() async throws {
         let store = try makeStore()

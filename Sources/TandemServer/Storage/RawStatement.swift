@@ -50,6 +50,26 @@ struct RawStatement {
         return try read(self)
     }
 
+    /// Steps to the next row: true when there is one; at the end, false and reset.
+    func step() throws -> Bool {
+        let code = sqlite3_step(handle)
+        if code == SQLITE_ROW { return true }
+        sqlite3_reset(handle)
+        guard code == SQLITE_DONE else { throw error(code) }
+        return false
+    }
+
+    /// Resets the statement, as a read that stops before the end must.
+    func reset() {
+        sqlite3_reset(handle)
+    }
+
+    /// The UTF-8 of a text column in place, valid until the next step; nil for NULL.
+    func bytes(_ column: Int32) -> UnsafeBufferPointer<UInt8>? {
+        guard sqlite3_column_type(handle, column) != SQLITE_NULL, let text = sqlite3_column_text(handle, column) else { return nil }
+        return UnsafeBufferPointer(start: text, count: Int(sqlite3_column_bytes(handle, column)))
+    }
+
     func int64(_ column: Int32) -> Int64? {
         sqlite3_column_type(handle, column) == SQLITE_NULL ? nil : sqlite3_column_int64(handle, column)
     }

@@ -29,27 +29,34 @@ extension SQLiteServerStore {
                 case .passedTooMany(let after):
                     // Too much else under the collection's paths: the rest through its index (by
                     // version), sorted.
-                    let statement = try db.cachedStatement(sql: """
+                    let rows = try RawStatement(db, sql: """
                         SELECT path, version, create_time, update_time, data FROM documents
                         WHERE collection = ? AND data IS NOT NULL AND path > ? ORDER BY path
                         """)
-                    let rows = try Row.fetchCursor(statement, arguments: [scope.value, after])
-                    while let row = try rows.next() {
+                    defer { rows.reset() }
+                    try rows.bind(1, scope.value)
+                    try rows.bind(2, after)
+                    while try rows.step() {
                         guard framer.startChange() else { return version }
-                        try Self.writeStoredChange(row, to: &framer.writer)
+                        try Self.writeStoredChange(rows, to: &framer.writer)
                     }
                 }
             } else {
-                let statement = try db.cachedStatement(sql: """
+                let rows = try RawStatement(db, sql: """
                     SELECT path, version, create_time, update_time, data FROM documents
                     WHERE collection_group = ? AND data IS NOT NULL ORDER BY path
                     """)
-                let rows = try Row.fetchCursor(statement, arguments: [scope.value])
+                defer { rows.reset() }
+                try rows.bind(1, scope.value)
                 var changes: [(path: DocumentPath, bytes: [UInt8])] = []
-                while let row = try rows.next() {
+                while try rows.step() {
                     var writer = WireWriter(capacity: 256)
-                    try Self.writeStoredChange(row, to: &writer)
-                    changes.append((try Self.documentPath(row), writer.bytes))
+                    try Self.writeStoredChange(rows, to: &writer)
+                    let text = rows.text(0) ?? ""
+                    guard let path = DocumentPath(trusted: text) else {
+                        throw TandemError(.dataLoss, "The stored path '\(text)' is not a document path.")
+                    }
+                    changes.append((path, writer.bytes))
                 }
                 if !zip(changes, changes.dropFirst()).allSatisfy({ $0.path < $1.path }) {
                     changes.sort { $0.path < $1.path }
@@ -83,54 +90,39 @@ extension SQLiteServerStore {
     /// more of those than of its own, it stops and says where.
     static func scanCollection(_ collection: String, _ db: Database, into framer: inout SnapshotFramer) throws -> CollectionScanEnd {
         // Every path under "c/" sorts between "c/" and "c0" ('0' follows '/').
-        let statement = try db.cachedStatement(sql: """
+        let rows = try RawStatement(db, sql: """
             SELECT path, version, create_time, update_time, data, collection FROM documents
             WHERE path > ? AND path < ? ORDER BY path
             """)
-        let rows = try Row.fetchCursor(statement, arguments: [collection + "/", collection + "0"])
+        defer { rows.reset() }
+        try rows.bind(1, collection + "/")
+        try rows.bind(2, collection + "0")
         var collectionBytes = collection
         var sent = 0
         var passed = 0
-        while let row = try rows.next() {
-            let ours = try collectionBytes.withUTF8 { name in
-                try row.withUnsafeData(atIndex: 5) { data in
-                    data.map { $0.elementsEqual(name) } ?? false
-                }
-            }
-            guard ours, !row.hasNull(atIndex: 4) else {
+        while try rows.step() {
+            let ours = collectionBytes.withUTF8 { name in rows.bytes(5).map { $0.elementsEqual(name) } ?? false }
+            guard ours, rows.bytes(4) != nil else {
                 passed += 1
                 // Everything of the collection before this row is sent: the index takes it from here.
-                if passed > sent + collectionScanAllowance { return .passedTooMany(after: row[0]) }
+                if passed > sent + collectionScanAllowance { return .passedTooMany(after: rows.text(0) ?? "") }
                 continue
             }
             guard framer.startChange() else { return .stopped }
-            try writeStoredChange(row, to: &framer.writer)
+            try writeStoredChange(rows, to: &framer.writer)
             sent += 1
         }
         return .done
     }
 
-    /// A row of `SELECT path, version, create_time, update_time, data` as a wire change.
-    static func writeStoredChange(_ row: Row, to writer: inout WireWriter) throws {
-        let version: Int64 = row[1]
-        let created: Int64 = row[2]
-        let updated: Int64 = row[3]
-        try row.withUnsafeData(atIndex: 0) { path in
-            try row.withUnsafeData(atIndex: 4) { body in
-                guard let path, let body, body.first == UInt8(ascii: "{"), body.last == UInt8(ascii: "}") else {
-                    let text = path.map { String(decoding: $0, as: UTF8.self) } ?? "?"
-                    throw TandemError(.dataLoss, "The stored body of \(text) is not a JSON object.")
-                }
-                path.withUnsafeBytes { pathBytes in
-                    body.withUnsafeBytes { bodyBytes in
-                        writer.storedChange(
-                            path: pathBytes.assumingMemoryBound(to: UInt8.self), version: version,
-                            createMilliseconds: created, updateMilliseconds: updated,
-                            body: bodyBytes.assumingMemoryBound(to: UInt8.self))
-                    }
-                }
-            }
+    /// The row of `SELECT path, version, create_time, update_time, data` a statement is on, as a
+    /// wire change.
+    static func writeStoredChange(_ row: RawStatement, to writer: inout WireWriter) throws {
+        guard let path = row.bytes(0), let version = row.int64(1), let created = row.int64(2), let updated = row.int64(3),
+              let body = row.bytes(4), body.first == UInt8(ascii: "{"), body.last == UInt8(ascii: "}") else {
+            throw TandemError(.dataLoss, "The stored body of \(row.text(0) ?? "?") is not a JSON object.")
         }
+        writer.storedChange(path: path, version: version, createMilliseconds: created, updateMilliseconds: updated, body: body)
     }
 }
 
