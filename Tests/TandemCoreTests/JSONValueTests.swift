@@ -50,6 +50,29 @@ struct JSONValueTests {
         #expect(text.hasPrefix(#"{"b":[true,false],"d":1.0,"e":1000.0,"i":1,"#))
     }
 
+    @Test("decimals read exactly as strtod reads them, short and long, signed and zero")
+    func decimals() throws {
+        var generator = SystemRandomNumberGenerator()
+        var texts = ["0.0", "-0.0", "0.5", "-12.25", "1.000000000000001", "9007199254740993.5", "0.1", "0.3", "123456789012345.6",
+                     "1234567890.12345", "99999999999999.99", "0.000000000000001", "3.14159265358979", "2.5e3", "-1.5E-7"]
+        for _ in 0..<20_000 {
+            let integerDigits = Int.random(in: 1...9, using: &generator)
+            let fractionDigits = Int.random(in: 1...9, using: &generator)
+            let integer = integerDigits == 1 ? String(Int.random(in: 0...9, using: &generator))
+                : String(Int.random(in: 1...9, using: &generator)) + (1..<integerDigits).map { _ in String(Int.random(in: 0...9, using: &generator)) }.joined()
+            let fraction = (0..<fractionDigits).map { _ in String(Int.random(in: 0...9, using: &generator)) }.joined()
+            texts.append((Bool.random(using: &generator) ? "-" : "") + integer + "." + fraction)
+        }
+        for text in texts {
+            guard case .double(let value) = try JSONText.parse(text) else {
+                Issue.record("\(text) did not read as a double")
+                continue
+            }
+            let expected = try #require(Double(text))
+            #expect(value.bitPattern == expected.bitPattern, "\(text): \(value) != \(expected)")
+        }
+    }
+
     @Test("malformed JSON text is an invalid-argument error naming the offset", arguments: [
         "", "{", "[1,]", "{\"a\" 1}", "tru", "01", "1.", "\"abc", "{\"a\":1} x", "\"\\x\"", "\"\\ud800\"", "-",
     ])

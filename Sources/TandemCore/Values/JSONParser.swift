@@ -166,6 +166,9 @@ struct JSONParser {
         return value
     }
 
+    /// 10^0 through 10^15, each exact in a Double.
+    private static let powersOfTen: [Double] = [1, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15]
+
     mutating func parseNumber() throws(TandemError) -> JSONValue {
         let start = index
         var isInteger = true
@@ -178,6 +181,7 @@ struct JSONParser {
         } else {
             while index < bytes.count, (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(bytes[index]) { index += 1 }
         }
+        let integerEnd = index
         if index < bytes.count, bytes[index] == UInt8(ascii: ".") {
             isInteger = false
             index += 1
@@ -186,7 +190,9 @@ struct JSONParser {
             }
             while index < bytes.count, (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(bytes[index]) { index += 1 }
         }
+        var hasExponent = false
         if index < bytes.count, bytes[index] == UInt8(ascii: "e") || bytes[index] == UInt8(ascii: "E") {
+            hasExponent = true
             isInteger = false
             index += 1
             if index < bytes.count, bytes[index] == UInt8(ascii: "+") || bytes[index] == UInt8(ascii: "-") { index += 1 }
@@ -204,6 +210,21 @@ struct JSONParser {
                 digit += 1
             }
             return .int(bytes[start] == UInt8(ascii: "-") ? -value : value)
+        }
+        if !isInteger && !hasExponent {
+            // A decimal of at most 15 digits: its digits as an integer are exact in a Double, and so
+            // is the power of ten, so one division rounds the value correctly, as strtod would.
+            let negative = bytes[start] == UInt8(ascii: "-")
+            let integerStart = negative ? start + 1 : start
+            let fractionDigits = index - integerEnd - 1
+            if (integerEnd - integerStart) + fractionDigits <= 15 {
+                var mantissa = 0
+                for position in integerStart..<index where position != integerEnd {
+                    mantissa = mantissa * 10 + Int(bytes[position] &- UInt8(ascii: "0"))
+                }
+                let value = Double(mantissa) / Self.powersOfTen[fractionDigits]
+                return .double(negative ? -value : value)
+            }
         }
         let text = String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<index]), as: UTF8.self)
         if isInteger, let int = Int(text) { return .int(int) }
