@@ -75,6 +75,14 @@ struct WireTests {
         var other = batch.changes[0]
         other.encodedData = nil
         #expect(other == batch.changes[0] && other.hashValue == batch.changes[0].hashValue)
+        // A change's path written with an escape still names its document's path.
+        let escaped = #"{"changes":[{"document":{"createTime":"2026-11-22T04:33:00Z","data":{},"path":"users/ada","updateTime":"2026-11-22T04:33:00Z","version":2},"path":"users\/ada","version":2}],"target":1,"type":"changes","version":2}"#
+        guard case .batch(1, let escapedBatch, false, false) = try ServerMessage.parse(escaped) else {
+            Issue.record("expected a batch")
+            return
+        }
+        #expect(escapedBatch.changes[0].path == escapedBatch.changes[0].document?.path)
+        #expect(try ServerMessage(wire: try JSONText.parse(escaped)) == .batch(target: 1, batch: escapedBatch, reset: false, more: false))
         let malformed = [
             (#"{"changes":[{"document":null,"path":"users","version":1}],"target":1,"type":"changes","version":1}"#, "names a collection"),
             (#"{"changes":[{"document":null,"path":"users/ada"}],"target":1,"type":"changes","version":1}"#, "missing the field 'version'"),

@@ -102,21 +102,38 @@ extension ServerMessage {
     private static func readChange(_ parser: inout JSONParser) throws(TandemError) -> RemoteChange {
         var document: Document?
         var pathText: String?
+        var documentsPath = false
         var version: Int?
         var mutationID: MutationID?
         var encodedData: String?
         try parser.readObject { (parser, key) throws(TandemError) in
             switch key {
             case "document": document = try parser.readNull() ? nil : try readDocument(&parser, encodedData: &encodedData)
-            case "path": pathText = try parser.readString()
+            case "path":
+                // Usually the document's own path, read just before: compared in place, not copied.
+                let start = parser.index
+                if let path = document?.path.description,
+                   (try? parser.readPlainString { path.utf8.elementsEqual($0) }) == true {
+                    documentsPath = true
+                } else {
+                    parser.index = start
+                    pathText = try parser.readString()
+                }
             case "version": version = try parser.readInt()
             case "mutationId": mutationID = try parser.readNull() ? nil : try MutationID(wire: try parser.parseValue())
             default: _ = try parser.parseValue()
             }
         }
-        guard let pathText, let version, version >= 0 else { throw parser.fail("a change needs a path and a version") }
+        guard documentsPath || pathText != nil, let version, version >= 0 else { throw parser.fail("a change needs a path and a version") }
         // The document names the same path: validate it once.
-        let path = document?.path.description == pathText ? document!.path : try DocumentPath(pathText)
+        let path: DocumentPath
+        if documentsPath, let document {
+            path = document.path
+        } else if let pathText, document?.path.description == pathText, let document {
+            path = document.path
+        } else {
+            path = try DocumentPath(pathText ?? "")
+        }
         var change = RemoteChange(path: path, document: document, version: Version(UInt64(version)), mutationID: mutationID)
         change.encodedData = encodedData
         return change
