@@ -37,6 +37,12 @@ public enum JSONText {
         return try result.get()
     }
 
+    /// Parses JSON text from UTF-8 bytes where they lie.
+    package static func parse(utf8 bytes: UnsafeBufferPointer<UInt8>) throws(TandemError) -> JSONValue {
+        var parser = JSONParser(bytes: bytes)
+        return try parser.parseDocument()
+    }
+
     /// Parses JSON text that must be an object, as a document body is.
     public static func parseObject(_ text: String) throws(TandemError) -> JSONObject {
         let value = try parse(text)

@@ -14,6 +14,12 @@ struct RawStatement {
         sqlite3_clear_bindings(handle)
     }
 
+    /// A cached statement with `arguments` bound (by GRDB, once), to step through raw.
+    init(_ db: Database, sql: String, arguments: StatementArguments) throws {
+        try self.init(db, sql: sql)
+        try statement.setArguments(arguments)
+    }
+
     private static let transient = unsafeBitCast(-1, to: sqlite3_destructor_type.self)
 
     func bind(_ index: Int32, _ text: String?) throws {

@@ -203,12 +203,14 @@ extension SQLiteServerStore {
             return WriteAcknowledgement(id: id, version: version, document: try Document(wire: try JSONText.parse(text)))
         }
         guard let path = row[2] as String? else { return WriteAcknowledgement(id: id, version: version, document: nil) }
-        let written = try Row.fetchOne(db, sql: "SELECT * FROM documents WHERE path = ? AND data IS NOT NULL AND mutation_client = ? AND mutation_sequence = ?",
-                                       arguments: [path, id.clientID, Int64(id.sequence)])
-        guard let written else {
+        let written = try RawStatement(db, sql: "SELECT * FROM documents WHERE path = ? AND data IS NOT NULL AND mutation_client = ? AND mutation_sequence = ?")
+        try written.bind(1, path)
+        try written.bind(2, id.clientID)
+        try written.bind(3, Int64(id.sequence))
+        guard let document = try written.first({ try self.document($0) }) else {
             throw TandemError(.dataLoss, "The stored answer to mutation \(id.clientID)#\(id.sequence) names \(path), which no longer holds it.")
         }
-        return WriteAcknowledgement(id: id, version: version, document: try document(from: written))
+        return WriteAcknowledgement(id: id, version: version, document: document)
     }
 
     /// A stored document row with the text of its data and the mutation that wrote it, if any.
@@ -219,20 +221,14 @@ extension SQLiteServerStore {
     }
 
     static func fetchStoredRow(_ db: Database, path: DocumentPath) throws -> StoredRow? {
-        let statement = try RawStatement(db, sql: """
-            SELECT version, create_time, update_time, data, mutation_client, mutation_sequence FROM documents
-            WHERE path = ? AND data IS NOT NULL
-            """)
+        let statement = try RawStatement(db, sql: "SELECT * FROM documents WHERE path = ? AND data IS NOT NULL")
         try statement.bind(1, path.description)
         return try statement.first { row throws -> StoredRow in
-            guard let version = row.int64(0), let created = row.int64(1), let updated = row.int64(2), let text = row.text(3),
-                  case .object(let data) = try JSONText.parse(text) else {
-                throw TandemError(.dataLoss, "The stored row of \(path) is damaged.")
+            let document = try self.document(row, path: path)
+            let writer = row.text(Column.mutationClient).flatMap { client in
+                row.int64(Column.mutationSequence).map { MutationID(clientID: client, sequence: UInt64($0)) }
             }
-            let writer = row.text(4).flatMap { client in row.int64(5).map { MutationID(clientID: client, sequence: UInt64($0)) } }
-            let document = Document(path: path, data: data, version: Version(UInt64(version)),
-                                    createTime: WireTimestamp.date(milliseconds: created), updateTime: WireTimestamp.date(milliseconds: updated))
-            return StoredRow(document: document, data: text, writer: writer)
+            return StoredRow(document: document, data: row.text(Column.data) ?? "{}", writer: writer)
         }
     }
 
@@ -250,57 +246,65 @@ extension SQLiteServerStore {
 
     // MARK: Rows
 
+    /// The columns of `SELECT * FROM documents`.
+    enum Column {
+        static let path: Int32 = 0, version: Int32 = 3, createTime: Int32 = 4, updateTime: Int32 = 5, data: Int32 = 6
+        static let mutationClient: Int32 = 7, mutationSequence: Int32 = 8
+    }
+
     static func fetchDocument(_ db: Database, path: DocumentPath) throws -> Document? {
-        let statement = try db.cachedStatement(sql: "SELECT * FROM documents WHERE path = ? AND data IS NOT NULL")
-        guard let row = try Row.fetchOne(statement, arguments: [path.description]) else { return nil }
-        return try document(from: row)
+        let statement = try RawStatement(db, sql: "SELECT * FROM documents WHERE path = ? AND data IS NOT NULL")
+        try statement.bind(1, path.description)
+        return try statement.first { try document($0, path: path) }
     }
 
     static func fetchDocuments(_ db: Database, sql: String, arguments: StatementArguments) throws -> [Document] {
+        let rows = try RawStatement(db, sql: sql, arguments: arguments)
+        defer { rows.reset() }
         var documents: [Document] = []
-        let rows = try Row.fetchCursor(db, sql: sql, arguments: arguments)
-        while let row = try rows.next() {
-            documents.append(try document(from: row))
+        while try rows.step() {
+            documents.append(try document(rows))
         }
         return documents
     }
 
     static func fetchChanges(_ db: Database, sql: String, arguments: StatementArguments) throws -> [RemoteChange] {
+        let rows = try RawStatement(db, sql: sql, arguments: arguments)
+        defer { rows.reset() }
         var changes: [RemoteChange] = []
-        let rows = try Row.fetchCursor(db, sql: sql, arguments: arguments)
-        while let row = try rows.next() {
-            let path = try documentPath(row)
-            let version = Version(UInt64(row[3] as Int64))
-            let client: String? = row[7]
-            let sequence: Int64? = row[8]
-            let id = client.flatMap { client in sequence.map { MutationID(clientID: client, sequence: UInt64($0)) } }
-            let document = row.hasNull(atIndex: 6) ? nil : try self.document(from: row)
-            changes.append(RemoteChange(path: path, document: document, version: version, mutationID: id))
+        while try rows.step() {
+            let path = try documentPath(rows)
+            guard let version = rows.int64(Column.version) else { throw damaged(path) }
+            let id = rows.text(Column.mutationClient).flatMap { client in
+                rows.int64(Column.mutationSequence).map { MutationID(clientID: client, sequence: UInt64($0)) }
+            }
+            let document = rows.bytes(Column.data) == nil ? nil : try self.document(rows, path: path)
+            changes.append(RemoteChange(path: path, document: document, version: Version(UInt64(version)), mutationID: id))
         }
         return changes
     }
 
-    /// A row of `SELECT * FROM documents` as a document (the row must not be a tombstone).
-    static func document(from row: Row) throws -> Document {
-        let path = try documentPath(row)
-        let text: String = row[6]
-        guard case .object(let data) = try JSONText.parse(text) else {
-            throw TandemError(.dataLoss, "The stored body of \(path) is not a JSON object.")
+    /// The row of `SELECT * FROM documents` a statement is on, as a document (it must not be a
+    /// tombstone). Its data is parsed where SQLite holds it.
+    static func document(_ row: RawStatement, path known: DocumentPath? = nil) throws -> Document {
+        let path = try known ?? documentPath(row)
+        guard let version = row.int64(Column.version), let created = row.int64(Column.createTime), let updated = row.int64(Column.updateTime),
+              let body = row.bytes(Column.data), case .object(let data)? = try? JSONText.parse(utf8: body) else {
+            throw damaged(path)
         }
-        return Document(
-            path: path,
-            data: data,
-            version: Version(UInt64(row[3] as Int64)),
-            createTime: WireTimestamp.date(milliseconds: row[4]),
-            updateTime: WireTimestamp.date(milliseconds: row[5])
-        )
+        return Document(path: path, data: data, version: Version(UInt64(version)),
+                        createTime: WireTimestamp.date(milliseconds: created), updateTime: WireTimestamp.date(milliseconds: updated))
     }
 
-    static func documentPath(_ row: Row) throws -> DocumentPath {
-        let text: String = row[0]
+    static func documentPath(_ row: RawStatement) throws -> DocumentPath {
+        let text = row.text(Column.path) ?? ""
         guard let path = DocumentPath(trusted: text) else {
             throw TandemError(.dataLoss, "The stored path '\(text)' is not a document path.")
         }
         return path
+    }
+
+    static func damaged(_ path: DocumentPath) -> TandemError {
+        TandemError(.dataLoss, "The stored row of \(path) is damaged: its body is not a JSON object, or a version or time is missing.")
     }
 }
