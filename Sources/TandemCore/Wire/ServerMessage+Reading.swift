@@ -82,49 +82,56 @@ extension ServerMessage {
     }
 
     private static func readAcknowledgement(_ parser: inout JSONParser) throws(TandemError) -> WriteAcknowledgement {
+        var fields = CommitFields()
+        try parser.readObject { (parser, key) throws(TandemError) in
+            if try !fields.read(key, &parser) { _ = try parser.parseValue() }
+        }
+        guard let version = fields.version, version >= 0 else { throw parser.fail("an acknowledgement needs a version") }
+        return WriteAcknowledgement(id: fields.mutationID, version: Version(UInt64(version)), document: fields.document, encodedData: fields.encodedData)
+    }
+
+    /// The fields a change and an acknowledgement share: the document, with the text of its data
+    /// as it came, the version and the mutation id.
+    private struct CommitFields {
         var document: Document?
+        var encodedData: String?
         var version: Int?
         var mutationID: MutationID?
-        var encodedData: String?
-        try parser.readObject { (parser, key) throws(TandemError) in
+
+        /// Reads the value of `key` if it is one of these; false, reading nothing, if not.
+        mutating func read(_ key: String, _ parser: inout JSONParser) throws(TandemError) -> Bool {
             switch key {
             case "document": document = try parser.readNull() ? nil : try readDocument(&parser, encodedData: &encodedData)
             case "version": version = try parser.readInt()
             case "mutationId": mutationID = try parser.readNull() ? nil : try MutationID(wire: try parser.parseValue())
-            default: _ = try parser.parseValue()
+            default: return false
             }
+            return true
         }
-        guard let version, version >= 0 else { throw parser.fail("an acknowledgement needs a version") }
-        return WriteAcknowledgement(id: mutationID, version: Version(UInt64(version)), document: document, encodedData: encodedData)
     }
 
     /// `{"document": {…} | null, "mutationId"?, "path", "version"}`.
     private static func readChange(_ parser: inout JSONParser) throws(TandemError) -> RemoteChange {
-        var document: Document?
+        var fields = CommitFields()
         var pathText: String?
         var documentsPath = false
-        var version: Int?
-        var mutationID: MutationID?
-        var encodedData: String?
         try parser.readObject { (parser, key) throws(TandemError) in
-            switch key {
-            case "document": document = try parser.readNull() ? nil : try readDocument(&parser, encodedData: &encodedData)
-            case "path":
+            if key == "path" {
                 // Usually the document's own path, read just before: compared in place, not copied.
                 let start = parser.index
-                if let path = document?.path.description,
+                if let path = fields.document?.path.description,
                    (try? parser.readPlainString { path.utf8.elementsEqual($0) }) == true {
                     documentsPath = true
                 } else {
                     parser.index = start
                     pathText = try parser.readString()
                 }
-            case "version": version = try parser.readInt()
-            case "mutationId": mutationID = try parser.readNull() ? nil : try MutationID(wire: try parser.parseValue())
-            default: _ = try parser.parseValue()
+            } else if try !fields.read(key, &parser) {
+                _ = try parser.parseValue()
             }
         }
-        guard documentsPath || pathText != nil, let version, version >= 0 else { throw parser.fail("a change needs a path and a version") }
+        let document = fields.document
+        guard documentsPath || pathText != nil, let version = fields.version, version >= 0 else { throw parser.fail("a change needs a path and a version") }
         // The document names the same path: validate it once.
         let path: DocumentPath
         if documentsPath, let document {
@@ -134,8 +141,8 @@ extension ServerMessage {
         } else {
             path = try DocumentPath(pathText ?? "")
         }
-        var change = RemoteChange(path: path, document: document, version: Version(UInt64(version)), mutationID: mutationID)
-        change.encodedData = encodedData
+        var change = RemoteChange(path: path, document: document, version: Version(UInt64(version)), mutationID: fields.mutationID)
+        change.encodedData = fields.encodedData
         return change
     }
 

@@ -85,13 +85,7 @@ package struct WireWriter {
     package mutating func change(_ change: RemoteChange) {
         raw(#"{"document":"#)
         if let document = change.document { self.document(document) } else { raw("null") }
-        if let id = change.mutationID {
-            raw(#","mutationId":{"client":"#)
-            string(id.clientID)
-            raw(#","sequence":"#)
-            int(Int(clamping: id.sequence))
-            raw("}")
-        }
+        if let id = change.mutationID { mutationID(id) }
         raw(#","path":"#)
         string(change.path.description)
         raw(#","version":"#)
@@ -111,30 +105,38 @@ package struct WireWriter {
         } else {
             raw("null")
         }
-        if let id = acknowledgement.id {
-            raw(#","mutationId":{"client":"#)
-            string(id.clientID)
-            raw(#","sequence":"#)
-            int(Int(clamping: id.sequence))
-            raw("}")
-        }
+        if let id = acknowledgement.id { mutationID(id) }
         raw(#","version":"#)
         int(Int(clamping: acknowledgement.version.rawValue))
+        raw("}")
+    }
+
+    /// `,"mutationId":{"client","sequence"}`.
+    private mutating func mutationID(_ id: MutationID) {
+        raw(#","mutationId":{"client":"#)
+        string(id.clientID)
+        raw(#","sequence":"#)
+        int(Int(clamping: id.sequence))
         raw("}")
     }
 
     /// A JSON array of changes, written once and shared by every listener a commit goes to.
     package static func changes(_ changes: some Collection<RemoteChange>) -> [UInt8] {
         var writer = WireWriter(capacity: 64 + changes.count * 160)
-        writer.raw("[")
-        var first = true
-        for change in changes {
-            if !first { writer.raw(",") }
-            first = false
-            writer.change(change)
-        }
-        writer.raw("]")
+        writer.array(changes) { $0.change($1) }
         return writer.bytes
+    }
+
+    /// `[…]`, each element written by `element`.
+    package mutating func array<Elements: Collection>(_ elements: Elements, _ element: (inout WireWriter, Elements.Element) -> Void) {
+        raw("[")
+        var first = true
+        for item in elements {
+            if !first { raw(",") }
+            first = false
+            element(&self, item)
+        }
+        raw("]")
     }
 
     /// A `snapshot` or `changes` message around an already written changes array.
@@ -159,12 +161,9 @@ extension WireWriter {
         var writer = WireWriter(capacity: changes.count + 64 + targets.count * 6)
         writer.raw(#"{"changes":"#)
         writer.raw(changes)
-        writer.raw(#","targets":["#)
-        for (index, target) in targets.enumerated() {
-            if index > 0 { writer.raw(",") }
-            writer.int(target)
-        }
-        writer.raw(#"],"type":"changes","version":"#)
+        writer.raw(#","targets":"#)
+        writer.array(targets) { $0.int($1) }
+        writer.raw(#","type":"changes","version":"#)
         writer.int(Int(clamping: version.rawValue))
         writer.raw("}")
         return writer.text
@@ -182,14 +181,9 @@ extension ServerMessage {
             return WireWriter.sharedBatch(targets: targets, changes: WireWriter.changes(batch.changes), version: batch.version)
         case .documents(let id, let documents, let version):
             var writer = WireWriter(capacity: 64 + documents.count * 160)
-            writer.raw(#"{"documents":["#)
-            var first = true
-            for document in documents {
-                if !first { writer.raw(",") }
-                first = false
-                writer.document(document)
-            }
-            writer.raw(#"],"id":"#)
+            writer.raw(#"{"documents":"#)
+            writer.array(documents) { $0.document($1) }
+            writer.raw(#","id":"#)
             writer.int(id)
             writer.raw(#","type":"documents","version":"#)
             writer.int(Int(clamping: version.rawValue))
@@ -199,12 +193,9 @@ extension ServerMessage {
             var writer = WireWriter(capacity: 48 + acknowledgements.count * 200)
             writer.raw(#"{"id":"#)
             writer.int(id)
-            writer.raw(#","results":["#)
-            for (index, acknowledgement) in acknowledgements.enumerated() {
-                if index > 0 { writer.raw(",") }
-                writer.acknowledgement(acknowledgement)
-            }
-            writer.raw(#"],"type":"ack"}"#)
+            writer.raw(#","results":"#)
+            writer.array(acknowledgements) { $0.acknowledgement($1) }
+            writer.raw(#","type":"ack"}"#)
             return writer.text
         default:
             return JSONText.encode(wireValue)
