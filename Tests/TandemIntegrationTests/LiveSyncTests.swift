@@ -166,6 +166,43 @@ struct LiveSyncTests {
         await server.stop()
     }
 
+    @Test("a document engine follows one document on the server, writes to it offline and back, and sees it deleted")
+    func documentEngine() async throws {
+        let server = try await LiveServer.start()
+        let directory = TemporaryDirectory()
+        let a = RunningClient(server, id: "client-a")
+        let b = RunningClient(server, id: "client-b")
+        let profile = DocumentSyncEngine<Note>(remote: TandemRemoteDocumentService(client: a.client, collection: notes), managerKey: "profile",
+                                               persistence: FileDocumentPersistence(managerKey: "profile", directory: directory.url))
+        let others = engine(b.client, key: "b")
+        await a.client.waitUntilConnected()
+        await b.client.waitUntilConnected()
+        await others.startListening()
+        try await profile.startListening(documentId: "me")
+        #expect(profile.currentDocument == nil)
+
+        try await others.saveDocument(Note(id: "me", text: "hello"))
+        #expect(await eventually { profile.currentDocument?.text == "hello" })
+        try await profile.updateDocument(data: ["n": .increment(2)])
+        #expect(await eventually { others.getDocument(id: "me")?.n == 2 && !profile.hasPendingWrites })
+
+        a.client.setOnline(false)
+        #expect(await eventually { !a.client.isConnected })
+        try await profile.updateDocument(data: ["text": "written offline", "n": .increment(1)])
+        #expect(profile.currentDocument?.text == "written offline" && profile.hasPendingWrites)
+        #expect(try await server.store.document(at: documentPath("notes/me"))?.data["text"] == "hello")
+        a.client.setOnline(true)
+        #expect(await eventually { !profile.hasPendingWrites && others.getDocument(id: "me")?.text == "written offline" })
+        #expect(try await server.store.document(at: documentPath("notes/me"))?.data["n"] == 3)
+
+        try await others.deleteDocument(id: "me")
+        #expect(await eventually { profile.currentDocument == nil })
+
+        await a.stop()
+        await b.stop()
+        await server.stop()
+    }
+
     @Test("a collection-group engine spans parents, with equal ids under different parents")
     func collectionGroup() async throws {
         let server = try await LiveServer.start()
