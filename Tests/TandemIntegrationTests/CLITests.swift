@@ -16,14 +16,14 @@ struct CLITests {
         return (process, String(line.dropFirst("listening on ".count)))
     }
 
-    @Test("serve prints where it listens and shuts down cleanly on SIGTERM")
-    func serve() async throws {
+    @Test("serve prints where it listens and shuts down cleanly on SIGTERM and on SIGINT", arguments: [SIGTERM, SIGINT])
+    func serve(signal: Int32) async throws {
         try #require(CLIProcess.executable != nil, "tandem is not built; run `swift build --build-tests` first")
         let directory = TemporaryDirectory()
         let (server, url) = try await Self.serve(directory.url)
         let health = try await CLIProcess.run(["get", "a/b", "--url", url])
         #expect(health.status == 1 && health.err.contains("not-found"))
-        server.signal(SIGTERM)
+        server.signal(signal)
         #expect(await server.waitForExit() == 0)
         #expect(FileManager.default.fileExists(atPath: directory.url.appendingPathComponent("tandem.sqlite").path))
     }
@@ -84,6 +84,22 @@ struct CLITests {
         #expect(lines.map { $0[field: "path"] } == ["notes/1", "notes/2", "notes/1", "notes/2"])
         #expect(lines[2][field: "data"] == ["text": "first, edited"])
         #expect(lines[3][field: "data"] == .null)
+        await server.stop()
+    }
+
+    @Test("watch --group follows a collection group across parents")
+    func watchGroup() async throws {
+        let server = try await LiveServer.start()
+        _ = try await server.store.commit([.set(documentPath("shops/a/reviews/1"), ["stars": 4])])
+        let watcher = try RunningProcess(["watch", "reviews", "--group", "--count", "2", "--url", server.url.absoluteString])
+        var lines: [JSONValue] = []
+        lines.append(try JSONText.parse(try #require(await watcher.nextLine())))  // the snapshot
+        _ = try await server.store.commit([.set(documentPath("shops/b/reviews/2"), ["stars": 5])])
+        _ = try await server.store.commit([.set(documentPath("shops/b/notes/3"), ["stars": 1])])
+        while let line = await watcher.nextLine() { lines.append(try JSONText.parse(line)) }
+        #expect(await watcher.waitForExit() == 0)
+        #expect(lines.map { $0[field: "path"] } == ["shops/a/reviews/1", "shops/b/reviews/2"])
+        #expect(lines.map { $0[field: "type"] } == ["added", "added"])
         await server.stop()
     }
 
