@@ -38,6 +38,47 @@ enum CLIProcess {
     }
 }
 
+extension CLIProcess {
+    /// Runs `tandem ARGS…` to completion with its standard output on a pseudo-terminal, as in a
+    /// user's shell, and returns what it wrote there.
+    static func runOnTerminal(_ arguments: [String]) async throws -> (status: Int32, out: String) {
+        // Linux's pseudo-terminal multiplexer: unlock a new terminal and ask for its number
+        // (TIOCSPTLCK and TIOCGPTN).
+        let master = open("/dev/ptmx", O_RDWR | O_NOCTTY)
+        var unlock: CInt = 0
+        var number: CUnsignedInt = 0
+        guard master >= 0, ioctl(master, UInt(0x4004_5431), &unlock) == 0, ioctl(master, UInt(0x8004_5430), &number) == 0 else {
+            throw CocoaError(.fileWriteUnknown, userInfo: [NSLocalizedDescriptionKey: "no pseudo-terminal: errno \(errno)"])
+        }
+        let terminal = open("/dev/pts/\(number)", O_RDWR | O_NOCTTY)
+        guard terminal >= 0 else { throw CocoaError(.fileWriteUnknown, userInfo: [NSLocalizedDescriptionKey: "cannot open the terminal: errno \(errno)"]) }
+        let process = Process()
+        process.executableURL = executable
+        process.arguments = arguments
+        process.standardOutput = FileHandle(fileDescriptor: terminal, closeOnDealloc: false)
+        process.standardError = FileHandle.nullDevice
+        let exited = Exit()
+        process.terminationHandler = { exited.fire($0.terminationStatus) }
+        try process.run()
+        close(terminal)
+        // Read until the terminal's last writer is gone (read then fails with EIO).
+        let output = await withCheckedContinuation { (continuation: CheckedContinuation<[UInt8], Never>) in
+            Thread.detachNewThread {
+                var bytes: [UInt8] = []
+                var buffer = [UInt8](repeating: 0, count: 4096)
+                while true {
+                    let count = buffer.withUnsafeMutableBytes { read(master, $0.baseAddress, $0.count) }
+                    if count <= 0 { break }
+                    bytes += buffer[0..<count]
+                }
+                close(master)
+                continuation.resume(returning: bytes)
+            }
+        }
+        return (await exited.wait(), String(decoding: output, as: UTF8.self))
+    }
+}
+
 /// A running `tandem` process whose standard output is read line by line.
 final class RunningProcess: Sendable {
     let process: Process

@@ -134,6 +134,24 @@ struct CLITests {
         await server.stop()
     }
 
+    @Test("import on a terminal shows a progress bar, batch by batch, then its summary")
+    func importProgress() async throws {
+        let server = try await LiveServer.start()
+        let directory = TemporaryDirectory()
+        let file = directory.url.appendingPathComponent("items.jsonl")
+        try (0..<1200).map { #"{"id": "item\#($0)", "n": \#($0)}"# }.joined(separator: "\n").write(to: file, atomically: true, encoding: .utf8)
+        let result = try await CLIProcess.runOnTerminal(["import", file.path, "--collection", "items", "--url", server.url.absoluteString])
+        #expect(result.status == 0, "\(result.out)")
+        // One bar per batch of 500, redrawn in place, then the summary on its own line.
+        // (By scalar: the terminal ends lines with "\r\n", one Character.)
+        let bars = result.out.unicodeScalars.split(separator: "\r").map { String(String.UnicodeScalarView($0)) }.filter { $0.hasPrefix("[") }
+        #expect(bars.map { $0.split(separator: "]").last.map { $0.trimmingCharacters(in: .whitespaces) } } == ["500/1200", "1000/1200", "1200/1200"])
+        #expect(bars.last?.hasPrefix("[" + String(repeating: "#", count: 30) + "]") == true)
+        #expect(result.out.contains("imported 1200 documents into items"))
+        #expect(try await server.store.read(.collection(collectionPath("items"), Query())).documents.count == 1200)
+        await server.stop()
+    }
+
     @Test("demo runs a server and two clients and exits 0 when they agree")
     func demo() async throws {
         let result = try await CLIProcess.run(["demo"])
