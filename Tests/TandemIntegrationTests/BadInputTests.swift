@@ -137,6 +137,23 @@ struct BadInputTests {
         await server.stop()
     }
 
+    @Test("the server answers a heartbeat, and closes a connection silent for three heartbeat intervals")
+    func serverHeartbeats() async throws {
+        var configuration = SyncServerConfiguration()
+        configuration.heartbeatInterval = .milliseconds(100)
+        let server = try await LiveServer.start(configuration: configuration)
+        let stream = RawStream(port: server.port)
+        try #require(await stream.hello("quiet"), "expected welcome")
+        stream.send(.heartbeat)
+        #expect(await stream.next(heartbeats: true) == .heartbeat)
+        // Silent from here on: the server ends the connection, and not before three intervals.
+        let heard = ContinuousClock.now
+        #expect(await stream.next(heartbeats: true) == nil)
+        #expect(ContinuousClock.now - heard >= .milliseconds(200))
+        await stream.close()
+        await server.stop()
+    }
+
     @Test("past the listeners a connection may run, a listen is resource-exhausted; unlisten frees a place")
     func listenerLimit() async throws {
         var configuration = SyncServerConfiguration()

@@ -53,10 +53,11 @@ final class RawStream: Sendable {
     }
     func sendBinary(_ bytes: [UInt8]) { outgoing.yield(.binary(ByteBuffer(bytes: bytes))) }
 
-    /// The next message that is not a heartbeat; nil when the connection closed.
-    func next() async -> ServerMessage? {
+    /// The next message that is not a heartbeat (or any message, with `heartbeats`); nil when the
+    /// connection closed.
+    func next(heartbeats: Bool = false) async -> ServerMessage? {
         while let message = await inbox.take() {
-            if message == .heartbeat { continue }
+            if message == .heartbeat && !heartbeats { continue }
             return message
         }
         return nil
