@@ -223,6 +223,28 @@ struct LiveSyncTests {
         await server.stop()
     }
 
+    @Test("a running server prunes tombstones older than the retention on its own, on its interval")
+    func prunesOnItsOwn() async throws {
+        var storeConfiguration = SQLiteServerStoreConfiguration()
+        storeConfiguration.tombstoneRetention = .zero
+        storeConfiguration.pruneInterval = .milliseconds(20)
+        let server = try await LiveServer.start(storeConfiguration: storeConfiguration)
+        _ = try await server.store.commit([.set(documentPath("notes/1"), ["text": "t"]), .set(documentPath("notes/2"), ["text": "t"])])
+        _ = try await server.store.commit([.delete(documentPath("notes/1"))])
+        #expect(await eventually {
+            do {
+                _ = try await server.store.changes(since: 0, in: nil, limit: 10)
+                return false
+            } catch {
+                return (error as? TandemError)?.code == .outOfRange
+            }
+        })
+        let feed = try await server.store.changes(since: 2, in: nil, limit: 10)
+        #expect(feed.changes.isEmpty && feed.version == 2)
+        #expect(try await server.store.document(at: documentPath("notes/2")) != nil)
+        await server.stop()
+    }
+
     @Test("a limited query listener follows documents moving in and out of its limit")
     func limitedListener() async throws {
         let server = try await LiveServer.start()
