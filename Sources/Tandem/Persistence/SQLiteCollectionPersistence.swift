@@ -144,56 +144,75 @@ public final class SQLiteCollectionPersistence: LocalCollectionPersistence, Snap
 
     public func apply(_ change: LocalCollectionChange) throws {
         guard !change.isEmpty else { return }
-        try pool.write { db in
-            let slot = try currentSlot(db)
-            var target = slot
-            if let staged = change.promotesStagedSnapshot {
-                guard staging.withLock({ $0 }) == staged else {
-                    throw TandemError(.aborted, "The staged snapshot is incomplete or was replaced by a newer one; write the whole snapshot instead.")
-                }
-                target = 1 - slot
-            } else if change.replacesAllDocuments {
-                try db.execute(sql: "DELETE FROM document WHERE manager_key = ? AND slot = ?", arguments: [managerKey, slot])
+        // A commit that adds or rewrites an outbox entry, or moves the sequence number, is flushed to
+        // disk before this returns (`synchronous = FULL`): a write the app was told is queued must
+        // survive a power loss, and a sequence number must never be handed out twice (the server
+        // would answer the second write as a replay of the first). The rest is server state the
+        // cache can fetch again, committed with the cheaper NORMAL.
+        let flushes = !change.outboxPuts.isEmpty || change.nextSequence != nil
+        try pool.writeWithoutTransaction { db in
+            if flushes { try db.cachedStatement(sql: "PRAGMA synchronous = FULL").execute() }
+            defer { if flushes { try? db.cachedStatement(sql: "PRAGMA synchronous = NORMAL").execute() } }
+            try db.inTransaction(.immediate) {
+                try write(change, db)
+                return .commit
             }
-            if !change.upserts.isEmpty {
-                let encoded = change.encodedUpserts.count == change.upserts.count ? change.encodedUpserts : nil
-                try insert(count: change.upserts.count, slot: target, db) { (change.upserts[$0], encoded?[$0]) }
+            if flushes { flushedCommits.add(1, ordering: .relaxed) }
+        }
+    }
+
+    /// Commits flushed to disk because they changed the outbox or the sequence number (for tests).
+    package let flushedCommits = Atomic<Int>(0)
+
+    private func write(_ change: LocalCollectionChange, _ db: Database) throws {
+        let slot = try currentSlot(db)
+        var target = slot
+        if let staged = change.promotesStagedSnapshot {
+            guard staging.withLock({ $0 }) == staged else {
+                throw TandemError(.aborted, "The staged snapshot is incomplete or was replaced by a newer one; write the whole snapshot instead.")
             }
-            if !change.deletions.isEmpty {
-                let statement = try db.cachedStatement(sql: "DELETE FROM document WHERE manager_key = ? AND slot = ? AND path = ?")
-                for path in change.deletions {
-                    try statement.execute(arguments: [managerKey, target, path.description])
-                }
+            target = 1 - slot
+        } else if change.replacesAllDocuments {
+            try db.execute(sql: "DELETE FROM document WHERE manager_key = ? AND slot = ?", arguments: [managerKey, slot])
+        }
+        if !change.upserts.isEmpty {
+            let encoded = change.encodedUpserts.count == change.upserts.count ? change.encodedUpserts : nil
+            try insert(count: change.upserts.count, slot: target, db) { (change.upserts[$0], encoded?[$0]) }
+        }
+        if !change.deletions.isEmpty {
+            let statement = try db.cachedStatement(sql: "DELETE FROM document WHERE manager_key = ? AND slot = ? AND path = ?")
+            for path in change.deletions {
+                try statement.execute(arguments: [managerKey, target, path.description])
             }
-            if change.promotesStagedSnapshot != nil {
-                // The swap: the staged slot becomes the cache, the old documents go.
-                try db.execute(sql: "UPDATE engine_state SET document_slot = ? WHERE manager_key = ?", arguments: [target, managerKey])
-                try db.execute(sql: "DELETE FROM document WHERE manager_key = ? AND slot = ?", arguments: [managerKey, slot])
-                staging.withLock { $0 = nil }
+        }
+        if change.promotesStagedSnapshot != nil {
+            // The swap: the staged slot becomes the cache, the old documents go.
+            try db.execute(sql: "UPDATE engine_state SET document_slot = ? WHERE manager_key = ?", arguments: [target, managerKey])
+            try db.execute(sql: "DELETE FROM document WHERE manager_key = ? AND slot = ?", arguments: [managerKey, slot])
+            staging.withLock { $0 = nil }
+        }
+        if change.clearsOutbox {
+            try db.execute(sql: "DELETE FROM outbox WHERE manager_key = ?", arguments: [managerKey])
+        }
+        if !change.outboxRemovals.isEmpty {
+            let statement = try db.cachedStatement(sql: "DELETE FROM outbox WHERE manager_key = ? AND sequence = ?")
+            for id in change.outboxRemovals {
+                try statement.execute(arguments: [managerKey, Int64(id.sequence)])
             }
-            if change.clearsOutbox {
-                try db.execute(sql: "DELETE FROM outbox WHERE manager_key = ?", arguments: [managerKey])
+        }
+        if !change.outboxPuts.isEmpty {
+            let statement = try db.cachedStatement(sql: "INSERT OR REPLACE INTO outbox (manager_key, sequence, mutation, attempts) VALUES (?, ?, ?, ?)")
+            for entry in change.outboxPuts {
+                let text = JSONText.encode(try JSONValueEncoder().encode(entry.mutation))
+                try statement.execute(arguments: [managerKey, Int64(entry.id.sequence), text, entry.attempts])
             }
-            if !change.outboxRemovals.isEmpty {
-                let statement = try db.cachedStatement(sql: "DELETE FROM outbox WHERE manager_key = ? AND sequence = ?")
-                for id in change.outboxRemovals {
-                    try statement.execute(arguments: [managerKey, Int64(id.sequence)])
-                }
-            }
-            if !change.outboxPuts.isEmpty {
-                let statement = try db.cachedStatement(sql: "INSERT OR REPLACE INTO outbox (manager_key, sequence, mutation, attempts) VALUES (?, ?, ?, ?)")
-                for entry in change.outboxPuts {
-                    let text = JSONText.encode(try JSONValueEncoder().encode(entry.mutation))
-                    try statement.execute(arguments: [managerKey, Int64(entry.id.sequence), text, entry.attempts])
-                }
-            }
-            if let next = change.nextSequence {
-                // Never backwards: a reused sequence number would read as a replay to the server.
-                try db.execute(sql: "UPDATE engine_state SET next_sequence = max(next_sequence, ?) WHERE manager_key = ?", arguments: [Int64(next), managerKey])
-            }
-            if let resume = change.resumeVersion {
-                try db.execute(sql: "UPDATE engine_state SET resume_version = ? WHERE manager_key = ?", arguments: [Int64(resume.rawValue), managerKey])
-            }
+        }
+        if let next = change.nextSequence {
+            // Never backwards: a reused sequence number would read as a replay to the server.
+            try db.execute(sql: "UPDATE engine_state SET next_sequence = max(next_sequence, ?) WHERE manager_key = ?", arguments: [Int64(next), managerKey])
+        }
+        if let resume = change.resumeVersion {
+            try db.execute(sql: "UPDATE engine_state SET resume_version = ? WHERE manager_key = ?", arguments: [Int64(resume.rawValue), managerKey])
         }
     }
 

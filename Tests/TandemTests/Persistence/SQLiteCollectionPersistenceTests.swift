@@ -38,6 +38,38 @@ struct SQLiteCollectionPersistenceTests {
         #expect(loaded.resumeVersion == 3)
     }
 
+    @Test("a commit that queues a write or moves the sequence is flushed to disk; server state and acknowledgements are not")
+    func queuedWritesAreFlushed() throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let persistence = try SQLiteCollectionPersistence(managerKey: "products", directory: directory.url)
+        var state = try persistence.create(clientID: "client-1")
+        func synchronous() throws -> Int? { try persistence.pool.write { try Int.fetchOne($0, sql: "PRAGMA synchronous") } }
+
+        var snapshot = LocalCollectionChange()
+        snapshot.replacesAllDocuments = true
+        snapshot.upserts = [document("a", ["n": 1])]
+        snapshot.resumeVersion = 4
+        try persistence.apply(snapshot)
+        #expect(persistence.flushedCommits.load(ordering: .relaxed) == 0)
+
+        let entry = state.outbox.enqueue(.update(try DocumentPath("products/a"), fields: ["n": 2])).entry
+        var write = LocalCollectionChange()
+        write.outboxPuts = [entry]
+        write.nextSequence = state.outbox.nextSequence
+        try persistence.apply(write)
+        #expect(persistence.flushedCommits.load(ordering: .relaxed) == 1)
+        // Only that commit: the connection is back to NORMAL for the next.
+        #expect(try synchronous() == 1)
+
+        var acknowledged = LocalCollectionChange()
+        acknowledged.outboxRemovals = [entry.id]
+        acknowledged.upserts = [document("a", ["n": 2], version: 5)]
+        try persistence.apply(acknowledged)
+        #expect(persistence.flushedCommits.load(ordering: .relaxed) == 1)
+        #expect(try persistence.load()?.outbox.nextSequence == 2)
+    }
+
     @Test("acknowledged entries leave; the next sequence never goes back, even when the outbox empties")
     func sequenceNeverGoesBack() throws {
         let directory = try TemporaryDirectory()
