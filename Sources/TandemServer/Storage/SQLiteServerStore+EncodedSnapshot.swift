@@ -52,11 +52,7 @@ extension SQLiteServerStore {
                 while try rows.step() {
                     var writer = WireWriter(capacity: 256)
                     try Self.writeStoredChange(rows, to: &writer)
-                    let text = rows.text(0) ?? ""
-                    guard let path = DocumentPath(trusted: text) else {
-                        throw TandemError(.dataLoss, "The stored path '\(text)' is not a document path.")
-                    }
-                    changes.append((path, writer.bytes))
+                    changes.append((try Self.documentPath(rows), writer.bytes))
                 }
                 if !zip(changes, changes.dropFirst()).allSatisfy({ $0.path < $1.path }) {
                     changes.sort { $0.path < $1.path }
