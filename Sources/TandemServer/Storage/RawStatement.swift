@@ -3,7 +3,8 @@ import GRDBSQLite
 
 /// A cached statement driven through SQLite's C API, for the few statements every write runs: each
 /// value is bound straight to it (copied by SQLite), without building GRDB arguments, and a row is
-/// read by column. The statement is reset when taken and after each step.
+/// read by column. The statement is reset when taken, after `execute` and `first`, and when `step`
+/// reaches the end; a read that stops early calls `reset`.
 struct RawStatement {
     private let statement: Statement
     private var handle: OpaquePointer { statement.sqliteStatement }
