@@ -86,6 +86,31 @@ struct JSONValueTests {
         }
     }
 
+    @Test("numbers JSON text cannot hold exactly are refused, not rounded: integers past 64 bits, doubles past their range")
+    func inexactNumbers() throws {
+        for text in ["123456789012345678901234567890", "-9223372036854775809", "9223372036854775808", "1e999", "-1.5e400", #"{"n":1e999}"#] {
+            do {
+                _ = try JSONText.parse(text)
+                Issue.record("\(text) was accepted")
+            } catch {
+                #expect(error.code == .invalidArgument && error.message.contains("Malformed JSON at byte"), "\(error)")
+                #expect(error.message.contains("64 bits") || error.message.contains("range of a 64-bit double"), "\(error)")
+            }
+        }
+        // The edges still read exactly, and a fraction or exponent is an explicit double.
+        #expect(try JSONText.parse("9223372036854775807") == .int(.max))
+        #expect(try JSONText.parse("-9223372036854775808") == .int(.min))
+        #expect(try JSONText.parse("123456789012345678901234567890.0") == .double(1.2345678901234568e29))
+        #expect(try JSONText.parse("1.7976931348623157e308") == .double(.greatestFiniteMagnitude))
+        #expect(try JSONText.parse("1e-999") == .double(0))
+        // A write built in Swift holding a non-finite double is refused before it is sent.
+        let path = try DocumentPath("a/b")
+        for mutation in [Mutation.set(path, ["x": .double(.infinity)]), .update(path, fields: ["y": ["z": .double(.nan)]]),
+                         .set(path, [:], transforms: [.init("n", .increment(.double(-.infinity)))])] {
+            #expect(throws: TandemError.self) { try mutation.validate() }
+        }
+    }
+
     @Test("nesting deeper than the limit is refused, not a crash")
     func deepNesting() {
         let text = String(repeating: "[", count: 10_000) + String(repeating: "]", count: 10_000)

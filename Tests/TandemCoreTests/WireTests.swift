@@ -62,15 +62,15 @@ struct WireTests {
 
     @Test("the batch reader takes keys in any order and leaves malformed batches to the generic reader's errors")
     func batchReader() throws {
-        let reordered = #"{"changes":[{"version":5,"path":"users/ada","document":{"version":5,"updateTime":"2026-11-22T04:33:00.123Z","path":"users/ada","data":{"n":-12,"big":12345678901234567890,"x":2.5e3},"createTime":"2026-11-22T04:33:00Z"}}],"version":5,"type":"snapshot","target":2,"more":true}"#
+        let reordered = #"{"changes":[{"version":5,"path":"users/ada","document":{"version":5,"updateTime":"2026-11-22T04:33:00.123Z","path":"users/ada","data":{"n":-12,"big":1.2345678901234567e19,"x":2.5e3},"createTime":"2026-11-22T04:33:00Z"}}],"version":5,"type":"snapshot","target":2,"more":true}"#
         guard case .batch(2, let batch, false, true) = try ServerMessage.parse(reordered) else {
             Issue.record("expected a batch")
             return
         }
         #expect(try ServerMessage(wire: try JSONText.parse(reordered)) == .batch(target: 2, batch: batch, reset: false, more: true))
-        #expect(batch.changes[0].document?.data == ["n": -12, "big": .double(12345678901234567890), "x": 2500.0])
+        #expect(batch.changes[0].document?.data == ["n": -12, "big": .double(1.2345678901234567e19), "x": 2500.0])
         // The data's text is kept as it came, for a cache to store; equality does not look at it.
-        #expect(batch.changes[0].encodedData == #"{"n":-12,"big":12345678901234567890,"x":2.5e3}"#)
+        #expect(batch.changes[0].encodedData == #"{"n":-12,"big":1.2345678901234567e19,"x":2.5e3}"#)
         #expect(try JSONText.parse(batch.changes[0].encodedData!) == .object(batch.changes[0].document!.data))
         var other = batch.changes[0]
         other.encodedData = nil
@@ -88,6 +88,7 @@ struct WireTests {
             (#"{"changes":[{"document":null,"path":"users/ada"}],"target":1,"type":"changes","version":1}"#, "missing the field 'version'"),
             (#"{"changes":[],"more":"yes","target":1,"type":"changes","version":1}"#, "'more'"),
             (#"{"changes":[],"target":1,"type":"changes","version":1"#, "Malformed JSON"),
+            (#"{"changes":[{"document":{"createTime":"2026-11-22T04:33:00Z","data":{"n":123456789012345678901234567890},"path":"a/b","updateTime":"2026-11-22T04:33:00Z","version":1},"path":"a/b","version":1}],"target":1,"type":"changes","version":1}"#, "does not fit in 64 bits"),
         ]
         for (text, fragment) in malformed {
             #expect(throws: TandemError.self) { try ServerMessage.parse(text) }

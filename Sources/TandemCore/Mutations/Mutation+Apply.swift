@@ -27,6 +27,7 @@ extension Mutation {
             try transform.transform.validate(at: transform.field)
         }
         written += transforms.map(\.field)
+        try checkNumbersAreFinite()
         for (index, field) in written.enumerated() {
             for other in written[(index + 1)...] where field.isPrefix(of: other) || other.isPrefix(of: field) {
                 throw TandemError.invalidArgument("The write to \(path) names '\(field)' and '\(other)'; a field may be written once, and not together with a field inside it.")
@@ -122,6 +123,31 @@ extension Mutation {
             } else {
                 target[key] = value
             }
+        }
+    }
+}
+
+extension Mutation {
+    /// NaN and the infinities have no JSON spelling: a write holding one would be stored as
+    /// something else (`null`), so it is refused instead. (Parsed JSON never holds one.)
+    func checkNumbersAreFinite() throws(TandemError) {
+        func finite(_ value: JSONValue) -> Bool {
+            switch value {
+            case .double(let number): return number.isFinite
+            case .array(let elements): return elements.allSatisfy(finite)
+            case .object(let object): return object.values.allSatisfy(finite)
+            default: return true
+            }
+        }
+        let values: [JSONValue]
+        switch kind {
+        case .set(let data), .merge(let data, _): values = [.object(data)]
+        case .update(let fields): values = fields.map(\.value)
+        case .delete: values = []
+        }
+        let operands = transforms.map(\.transform.wireValue)
+        if !(values + operands).allSatisfy(finite) {
+            throw TandemError.invalidArgument("The write to \(path) holds NaN or an infinity, which JSON cannot carry; store such a value as a string or null.")
         }
     }
 }

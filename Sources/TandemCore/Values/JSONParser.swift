@@ -227,8 +227,16 @@ struct JSONParser {
             }
         }
         let text = String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<index]), as: UTF8.self)
-        if isInteger, let int = Int(text) { return .int(int) }
-        guard let double = Double(text) else { throw fail("number out of range") }
+        if isInteger {
+            // Never rounded into a double: a number that silently lost digits is a value nobody sent.
+            guard let int = Int(text) else {
+                throw fail("the integer \(text.count > 40 ? String(text.prefix(40)) + "…" : text) does not fit in 64 bits; send it as a string, or as a double written with a fraction or an exponent")
+            }
+            return .int(int)
+        }
+        guard let double = Double(text), double.isFinite else {
+            throw fail("the number \(text.count > 40 ? String(text.prefix(40)) + "…" : text) is beyond the range of a 64-bit double")
+        }
         return .double(double)
     }
 }
