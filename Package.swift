@@ -107,7 +107,12 @@ let package = Package(
         ),
         .testTarget(
             name: "TandemServerTests",
-            dependencies: ["TandemServer", .product(name: "GRDB", package: "GRDB.swift")],
+            dependencies: [
+                "TandemServer",
+                "TandemTesting",
+                .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "HummingbirdWebSocket", package: "hummingbird-websocket"),
+            ],
             swiftSettings: swiftSettings
         ),
         // The real server and client over real sockets on 127.0.0.1, and the CLI.

@@ -2,5 +2,12 @@
 public enum TandemVersion {
     public static let current = "0.1.0"
     /// The version of the wire protocol spoken by clients and servers of this build.
-    public static let wireProtocol = 1
+    ///
+    /// Protocol 2 answers every mutation of a write with its status (`applied`, `replayed`,
+    /// `refused` with its error, or `unknown`), where protocol 1 answered a refusal with an error
+    /// frame and a forgotten answer as if the write had deleted its document.
+    public static let wireProtocol = 2
+    /// The oldest protocol a server of this build still speaks (`docs/PROTOCOL.md` says how the two
+    /// differ).
+    public static let oldestWireProtocol = 1
 }

@@ -157,7 +157,7 @@ public final class InMemoryDocumentStore: Sendable {
             var before: [DocumentPath: Document?] = [:]
             for mutation in mutations {
                 if let id = mutation.id, let original = state.applied[id] {
-                    acknowledgements.append(original)
+                    acknowledgements.append(original.replayed)
                     continue
                 }
                 version = version.next

@@ -3,8 +3,9 @@ import Logging
 import TandemCore
 import TandemServer
 
-/// A real Tandem server on 127.0.0.1 and a free port, with its SQLite database in a temporary
-/// directory: for tests and demos that need the real path, sockets included.
+/// A real Tandem server on 127.0.0.1 and a free port: for tests and demos that need the real path,
+/// sockets included. By default its store is SQLite in a temporary directory; any store can be
+/// given instead.
 ///
 /// ```swift
 /// let server = try await LiveServer.start()
@@ -16,12 +17,12 @@ public final class LiveServer: Sendable {
     /// `http://127.0.0.1:PORT`.
     public let url: URL
     public let port: Int
-    public let store: SQLiteServerStore
-    /// The directory holding the database.
+    public let store: any ServerStore
+    /// The directory holding the SQLite database, for a server started on one.
     public let directory: URL
     private let task: Task<Void, any Error>
 
-    private init(url: URL, port: Int, store: SQLiteServerStore, directory: URL, task: Task<Void, any Error>) {
+    private init(url: URL, port: Int, store: any ServerStore, directory: URL, task: Task<Void, any Error>) {
         self.url = url
         self.port = port
         self.store = store
@@ -29,7 +30,8 @@ public final class LiveServer: Sendable {
         self.task = task
     }
 
-    /// Starts a server and returns once it accepts connections.
+    /// Starts a server on SQLite in `directory` (a new temporary one by default) and returns once
+    /// it accepts connections.
     public static func start(
         directory: URL? = nil, port: Int = 0,
         configuration: SyncServerConfiguration = SyncServerConfiguration(),
@@ -37,6 +39,16 @@ public final class LiveServer: Sendable {
     ) async throws -> LiveServer {
         let directory = directory ?? FileManager.default.temporaryDirectory.appendingPathComponent("tandem-live-\(UUID().uuidString)")
         let store = try SQLiteServerStore(directory: directory, configuration: storeConfiguration)
+        return try await start(store: store, port: port, configuration: configuration, directory: directory)
+    }
+
+    /// Starts a server on `store` and returns once it accepts connections. Starting another on the
+    /// same store and port after ``stop()`` is a restart.
+    public static func start(store: any ServerStore, port: Int = 0, configuration: SyncServerConfiguration = SyncServerConfiguration()) async throws -> LiveServer {
+        try await start(store: store, port: port, configuration: configuration, directory: FileManager.default.temporaryDirectory)
+    }
+
+    private static func start(store: any ServerStore, port: Int, configuration: SyncServerConfiguration, directory: URL) async throws -> LiveServer {
         var configuration = configuration
         configuration.host = "127.0.0.1"
         configuration.port = port
@@ -57,7 +69,7 @@ public final class LiveServer: Sendable {
         return LiveServer(url: URL(string: "http://127.0.0.1:\(bound)")!, port: bound, store: store, directory: directory, task: task)
     }
 
-    /// Stops the server (its connections close); the database stays in `directory`.
+    /// Stops the server (its connections close); the store keeps its data.
     public func stop() async {
         task.cancel()
         _ = try? await task.value

@@ -148,4 +148,27 @@ struct MutationTests {
         let decoded = try JSONDecoder().decode(Mutation.self, from: JSONEncoder().encode(mutation))
         #expect(decoded == mutation)
     }
+
+    @Test("a mutation's content digest is the same in every process and version, ignores its id and key order, and tells writes apart")
+    func contentDigest() throws {
+        let write = Mutation.set(path, ["name": "Ada", "tags": ["a", "b"], "n": 1, "x": 1.5], transforms: [.init("seen", .serverTimestamp)])
+        // Pinned: stores keep digests, so the algorithm must never change.
+        #expect(write.contentDigest == 0xb38e_b669_4214_e3c6)
+        #expect(write.identified(by: MutationID(clientID: "c", sequence: 9)).contentDigest == write.contentDigest)
+        let respelled = Mutation(path: path, kind: .set(["x": 1.5, "n": 1, "tags": ["a", "b"], "name": "Ada"]), transforms: [.init("seen", .serverTimestamp)])
+        #expect(respelled.contentDigest == write.contentDigest)
+        let others: [Mutation] = [
+            .set(path, ["name": "Ada", "tags": ["b", "a"], "n": 1, "x": 1.5], transforms: [.init("seen", .serverTimestamp)]),
+            .set(path, ["name": "Ada", "tags": ["a", "b"], "n": 1.0, "x": 1.5], transforms: [.init("seen", .serverTimestamp)]),
+            .set(path, ["name": "Ada", "tags": ["a", "b"], "n": 1, "x": 1.5]),
+            .merge(path, ["name": "Ada", "tags": ["a", "b"], "n": 1, "x": 1.5], transforms: [.init("seen", .serverTimestamp)]),
+            write.requiring(.exists(true)),
+            .set(try DocumentPath("users/bob"), ["name": "Ada", "tags": ["a", "b"], "n": 1, "x": 1.5], transforms: [.init("seen", .serverTimestamp)]),
+            .update(path, fields: ["name": "Ada"]),
+            .update(path, fields: ["name": "Bob"]),
+            .delete(path),
+        ]
+        let digests = Set(([write] + others).map(\.contentDigest))
+        #expect(digests.count == others.count + 1)
+    }
 }

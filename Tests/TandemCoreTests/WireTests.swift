@@ -34,6 +34,11 @@ struct WireTests {
         let messages: [ServerMessage] = [
             .welcome(protocolVersion: 1, serverVersion: "0.1.0", heartbeatSeconds: 10),
             .ack(id: 2, acknowledgements: [WriteAcknowledgement(id: MutationID(clientID: "c", sequence: 1), version: 4, document: document), WriteAcknowledgement(id: nil, version: 4, document: nil)]),
+            .ack(id: 6, acknowledgements: [
+                WriteAcknowledgement(id: MutationID(clientID: "c", sequence: 1), status: .replayed, version: 3, document: document),
+                .refused(MutationID(clientID: "c", sequence: 2), TandemError(.failedPrecondition, "users/ada \"must\" exist"), at: 4),
+                WriteAcknowledgement(id: MutationID(clientID: "c", sequence: 3), status: .unknown, version: 4),
+            ]),
             .batch(target: 3, batch: RemoteChangeBatch(isSnapshot: true, changes: [.upsert(document)], version: 4), reset: true, more: true),
             .batch(target: 3, batch: RemoteChangeBatch(isSnapshot: false, changes: [RemoteChange(path: path, document: nil, version: 5, mutationID: MutationID(clientID: "c", sequence: 2))], version: 5), reset: false, more: false),
             .sharedBatch(targets: [3, 8], batch: RemoteChangeBatch(isSnapshot: false, changes: [.upsert(document)], version: 4)),
@@ -58,6 +63,11 @@ struct WireTests {
         }
         #expect(read == [kept] && read[0].encodedData == #"{"x":1.5,"n":1}"#)
         #expect(WriteAcknowledgement(id: nil, version: 4, document: nil, encodedData: "{}").encodedData == nil)
+        // A server of protocol 1 sends no status: read as applied, by both readers.
+        let old = #"{"id":3,"results":[{"document":null,"mutationId":{"client":"c","sequence":1},"version":7}],"type":"ack"}"#
+        let expected = ServerMessage.ack(id: 3, acknowledgements: [WriteAcknowledgement(id: MutationID(clientID: "c", sequence: 1), version: 7, document: nil)])
+        #expect(try ServerMessage.parse(old) == expected && ServerMessage(wire: try JSONText.parse(old)) == expected)
+        #expect(throws: TandemError.self) { try ServerMessage.parse(old.replacingOccurrences(of: #""version":7"#, with: #""status":"maybe","version":7"#)) }
     }
 
     @Test("the batch reader takes keys in any order and leaves malformed batches to the generic reader's errors")

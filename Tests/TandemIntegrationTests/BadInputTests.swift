@@ -46,14 +46,27 @@ struct BadInputTests {
         expectError(await stream.next(), id: 4, .invalidArgument, "must be a JSON object")
         stream.send(#"{"type":"write","id":5,"mutations":[{"op":"update","path":"a/b","fields":{"n":{"$increment":"one"}}}]}"#)
         expectError(await stream.next(), id: 5, .invalidArgument, "needs a number")
+        // Written, then refused: protocol 2 answers each mutation with its status.
         stream.send(.write(id: 6, mutations: [.set(documentPath("a/ok"), ["n": 1]), .set(documentPath("a/big"), ["s": .string(Self.big)])]))
-        expectError(await stream.next(), id: 6, .resourceExhausted, "bytes")
+        expectRefused(await stream.next(), id: 6, .resourceExhausted, "bytes")
+        // Never looked at: an error frame.
         stream.send(.write(id: 7, mutations: (0...500).map { .set(documentPath("a/\($0)"), [:]) }))
         expectError(await stream.next(), id: 7, .resourceExhausted, "500")
         stream.send(.write(id: 8, mutations: [Mutation.set(documentPath("a/ok"), [:]).requiring(.exists(true))]))
-        expectError(await stream.next(), id: 8, .failedPrecondition, "must exist")
+        expectRefused(await stream.next(), id: 8, .failedPrecondition, "must exist")
         stream.send(.write(id: 9, mutations: [.update(documentPath("a/none"), fields: ["n": 1])]))
-        expectError(await stream.next(), id: 9, .notFound)
+        expectRefused(await stream.next(), id: 9, .notFound)
+        stream.send(.write(id: 13, mutations: [Mutation.set(documentPath("a/x"), [:]).identified(by: MutationID(clientID: "raw", sequence: 1)),
+                                                Mutation.set(documentPath("a/y"), [:]).identified(by: MutationID(clientID: "raw", sequence: 1))]))
+        expectError(await stream.next(), id: 13, .invalidArgument, "appears twice")
+        stream.send(#"{"type":"write","id":14,"mutations":[{"op":"set","path":"a/n","data":{"n":1e999}}]}"#)
+        expectError(await stream.next(), id: nil, .invalidArgument, "64-bit double")
+        stream.send(#"{"type":"write","id":15,"mutations":[{"op":"set","path":"a/n","data":{"n":123456789012345678901234567890}}]}"#)
+        expectError(await stream.next(), id: nil, .invalidArgument, "64 bits")
+        stream.sendBytes(Array(#"{"type":"write","id":16,"mutations":[{"op":"set","path":"a/n","data":{"s":"caf"#.utf8) + [0xC3, 0x28] + Array(#""}}]}"#.utf8))
+        expectError(await stream.next(), id: nil, .invalidArgument, "UTF-8")
+        stream.send(.hello(clientID: "other", protocolVersion: TandemVersion.wireProtocol, token: nil))
+        expectError(await stream.next(), id: nil, .failedPrecondition, "already said hello")
         stream.send(#"{"type":"listen","id":10,"target":{"collection":"a","query":[{"limitToLast":2}]}}"#)
         expectError(await stream.next(), id: 10, .invalidArgument, "order")
         stream.sendBinary([1, 2, 3])
@@ -69,7 +82,27 @@ struct BadInputTests {
         guard case .documents(12, let documents, _)? = await stream.next() else { Issue.record("expected documents"); return }
         #expect(documents.first?.data == ["n": 1])
         await stream.close()
+
+        // Protocol 1 still works, and answers a refused write with an error frame.
+        let old = RawStream(port: server.port)
+        old.send(.hello(clientID: "old", protocolVersion: 1, token: nil))
+        guard case .welcome(1, _, _)? = await old.next() else { Issue.record("expected welcome for protocol 1"); return }
+        old.send(.write(id: 1, mutations: [.update(documentPath("a/none"), fields: ["n": 1])]))
+        expectError(await old.next(), id: 1, .notFound)
+        await old.close()
         await server.stop()
+    }
+
+    /// An acknowledgement whose mutations were all refused with `code`, as protocol 2 answers a refused write.
+    func expectRefused(_ message: ServerMessage?, id: Int, _ code: TandemError.Code, _ fragment: String = "", sourceLocation: SourceLocation = #_sourceLocation) {
+        guard case .ack(id, let results)? = message, !results.isEmpty else {
+            Issue.record("expected an ack of \(id) refusing its writes, got \(String(describing: message))", sourceLocation: sourceLocation)
+            return
+        }
+        for result in results {
+            #expect(result.status == .refused && result.error?.code == code, "\(result)", sourceLocation: sourceLocation)
+            #expect(fragment.isEmpty || result.error?.message.contains(fragment) == true, "\(String(describing: result.error))", sourceLocation: sourceLocation)
+        }
     }
 
     func call(_ server: LiveServer, _ method: String, _ path: String, body: String? = nil) async throws -> (Int, JSONValue) {
@@ -184,8 +217,17 @@ struct BadInputTests {
         stream.send(.write(id: 1, mutations: (0..<5).map { .set(documentPath("a/\($0)"), [:]) }))
         // A second's worth again: refused unless a whole second passed in between.
         stream.send(.write(id: 2, mutations: (0..<4).map { .set(documentPath("a/late\($0)"), [:]) } + [.set(documentPath("a/late"), [:])]))
-        guard case .ack(1, _)? = await stream.next() else { Issue.record("expected the first batch to pass"); return }
-        expectError(await stream.next(), id: 2, .unavailable, "writes a second")
+        // Answers are matched by id: the refusal, decided on arrival, may come first.
+        var answers: [Int: ServerMessage] = [:]
+        for _ in 0..<2 {
+            switch await stream.next() {
+            case .ack(let id, _)?: answers[id] = .ack(id: id, acknowledgements: [])
+            case .error(let id?, let error)?: answers[id] = .error(id: id, error)
+            case let other: Issue.record("unexpected \(String(describing: other))")
+            }
+        }
+        guard case .ack? = answers[1] else { Issue.record("expected the first batch to pass"); return }
+        expectError(answers[2], id: 2, .unavailable, "writes a second")
         #expect(try await server.store.document(at: documentPath("a/late")) == nil)
         #expect(try await server.store.currentVersion() == 1)
         await stream.close()

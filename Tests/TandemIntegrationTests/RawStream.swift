@@ -3,6 +3,7 @@ import Logging
 import Synchronization
 import TandemCore
 import NIOCore
+import NIOWebSocket
 import WSClient
 
 /// A bare WebSocket to `/v1/stream`, for sending the server exactly the bytes a test wants.
@@ -52,6 +53,8 @@ final class RawStream: Sendable {
         return true
     }
     func sendBinary(_ bytes: [UInt8]) { outgoing.yield(.binary(ByteBuffer(bytes: bytes))) }
+    /// A text frame holding exactly these bytes, valid UTF-8 or not.
+    func sendBytes(_ bytes: [UInt8]) { outgoing.yield(.custom(WebSocketFrame(fin: true, opcode: .text, data: ByteBuffer(bytes: bytes)))) }
 
     /// The next message that is not a heartbeat (or any message, with `heartbeats`); nil when the
     /// connection closed.

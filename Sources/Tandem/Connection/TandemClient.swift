@@ -148,9 +148,17 @@ public final class TandemClient: Service, Sendable {
     }
 
     /// Commits mutations atomically; each is applied at most once by its `MutationID`.
+    ///
+    /// Returns one acknowledgement per mutation, each `applied`, `replayed` (applied before, by a
+    /// request with the same id: the first answer) or `unknown` (decided too long ago for the server
+    /// to know the answer: read the document). Throws the error when the write was refused, and
+    /// `unavailable` or `aborted` when it was not applied and may be sent again.
     public func commit(_ mutations: [Mutation]) async throws -> [WriteAcknowledgement] {
         guard case .ack(_, let acknowledgements) = try await request({ .write(id: $0, mutations: mutations) }) else {
             throw TandemError(.internal, "The server answered a write with the wrong message.")
+        }
+        if let refused = acknowledgements.first(where: { $0.status == .refused }) {
+            throw refused.error ?? TandemError(.unknown, "The server refused the write without saying why.")
         }
         return acknowledgements
     }

@@ -106,7 +106,7 @@ extension SyncCore {
             do {
                 let acknowledgements = try await commit([entry.mutation])
                 let acknowledgement = acknowledgements.first { $0.id == entry.id }
-                    ?? WriteAcknowledgement(id: entry.id, version: acknowledgements.last?.version ?? .zero, document: nil)
+                    ?? WriteAcknowledgement(id: entry.id, status: .unknown, version: acknowledgements.last?.version ?? .zero)
                 acknowledged(entry, acknowledgement)
             } catch let error where TandemError.isPermanent(error) {
                 rejected(entry, error as! TandemError)
@@ -123,13 +123,20 @@ extension SyncCore {
     private func acknowledged(_ entry: PendingWrite, _ acknowledgement: WriteAcknowledgement) {
         let waiters = state.withLock { state -> [CheckedContinuation<WriteOutcome, Never>] in
             state.flushFailures = 0
-            state.view.acknowledge(entry, result: acknowledgement.document, version: acknowledgement.version, now: Date())
             var change = LocalCollectionChange()
             change.outboxRemovals = [entry.id]
-            if let document = acknowledgement.document {
-                change.upserts = [document]
+            if acknowledgement.status == .unknown {
+                // Decided so long ago that the server no longer knows the answer: the write leaves
+                // the outbox and the view falls back to the server's state, which the listener
+                // keeps current; nothing is assumed deleted.
+                state.view.removeEntry(entry.id, now: Date())
             } else {
-                change.deletions = [entry.path]
+                state.view.acknowledge(entry, result: acknowledgement.document, version: acknowledgement.version, now: Date())
+                if let document = acknowledgement.document {
+                    change.upserts = [document]
+                } else {
+                    change.deletions = [entry.path]
+                }
             }
             try? persistence.persist(change, view: state.view, documentID: state.documentID, resumeVersion: state.resumeVersion)
             Self.refreshModels([entry.path], in: &state)

@@ -62,37 +62,3 @@ public struct RemoteChangeBatch: Sendable, Hashable {
         self.version = version
     }
 }
-
-/// The server's answer to a write: the version it committed at, and the document after it.
-public struct WriteAcknowledgement: Sendable, Hashable {
-    /// The mutation's id; nil for a write made without one (over HTTP, say).
-    public var id: MutationID?
-    public var version: Version
-    /// The document as committed; nil when the write deleted it.
-    public var document: Document?
-    /// The document's data as compact JSON text, when whoever made this acknowledgement had it (the
-    /// store that wrote it, a reader that kept it): it is written or stored as it is. Not part of
-    /// equality: it spells `document.data`.
-    package var encodedData: String?
-
-    public init(id: MutationID?, version: Version, document: Document?) {
-        self.id = id
-        self.version = version
-        self.document = document
-    }
-
-    package init(id: MutationID?, version: Version, document: Document?, encodedData: String?) {
-        self.init(id: id, version: version, document: document)
-        self.encodedData = document == nil ? nil : encodedData
-    }
-
-    public static func == (lhs: WriteAcknowledgement, rhs: WriteAcknowledgement) -> Bool {
-        lhs.id == rhs.id && lhs.version == rhs.version && lhs.document == rhs.document
-    }
-
-    public func hash(into hasher: inout Hasher) {
-        hasher.combine(id)
-        hasher.combine(version)
-        hasher.combine(document)
-    }
-}

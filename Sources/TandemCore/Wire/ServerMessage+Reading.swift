@@ -59,7 +59,7 @@ extension ServerMessage {
         return .batch(target: target, batch: batch, reset: reset, more: more)
     }
 
-    /// `{"id", "results": [{"document": {…} | null, "mutationId"?, "version"}], "type": "ack"}`; nil
+    /// `{"id", "results": [{"document": {…} | null, "error"?, "mutationId"?, "status", "version"}], "type": "ack"}`; nil
     /// for any other message starting with an id.
     private static func readAck(_ parser: inout JSONParser) throws(TandemError) -> ServerMessage? {
         var id: Int?
@@ -83,11 +83,25 @@ extension ServerMessage {
 
     private static func readAcknowledgement(_ parser: inout JSONParser) throws(TandemError) -> WriteAcknowledgement {
         var fields = CommitFields()
+        // A server of protocol 1 sends no status: its acknowledgements are applications.
+        var status = WriteStatus.applied
+        var error: TandemError?
         try parser.readObject { (parser, key) throws(TandemError) in
-            if try !fields.read(key, &parser) { _ = try parser.parseValue() }
+            switch key {
+            case "status":
+                let text = try parser.readString()
+                guard let known = WriteStatus(rawValue: text) else { throw parser.fail("unknown acknowledgement status '\(text)'") }
+                status = known
+            case "error":
+                error = try TandemError(wire: try parser.parseValue())
+            default:
+                if try !fields.read(key, &parser) { _ = try parser.parseValue() }
+            }
         }
         guard let version = fields.version, version >= 0 else { throw parser.fail("an acknowledgement needs a version") }
-        return WriteAcknowledgement(id: fields.mutationID, version: Version(UInt64(version)), document: fields.document, encodedData: fields.encodedData)
+        var acknowledgement = WriteAcknowledgement(id: fields.mutationID, status: status, version: Version(UInt64(version)), document: fields.document, encodedData: fields.encodedData)
+        acknowledgement.error = error
+        return acknowledgement
     }
 
     /// The fields a change and an acknowledgement share: the document, with the text of its data

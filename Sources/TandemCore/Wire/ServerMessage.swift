@@ -117,19 +117,48 @@ extension RemoteChange {
 }
 
 extension WriteAcknowledgement {
-    /// `{"mutationId"?, "version", "document": {…} | null}`; a write made without an id carries none.
+    /// `{"document": {…} | null, "error"?: {"code", "message"}, "mutationId"?, "status", "version"}`;
+    /// a write made without an id carries none. A reader of protocol 1 (no `status`) takes `applied`.
     public var wireValue: JSONValue {
-        var object: JSONObject = ["version": .int(Int(clamping: version.rawValue)), "document": document?.wireValue ?? .null]
+        var object: JSONObject = [
+            "version": .int(Int(clamping: version.rawValue)),
+            "document": document?.wireValue ?? .null,
+            "status": .string(status.rawValue),
+        ]
         if let id { object["mutationId"] = id.wireValue }
+        if let error { object["error"] = error.wireValue }
         return .object(object)
     }
 
     public init(wire value: JSONValue) throws(TandemError) {
         let object = try WireObject(value, context: "an acknowledgement")
+        let status: WriteStatus
+        if let text = try object.optionalString("status") {
+            guard let known = WriteStatus(rawValue: text) else {
+                throw TandemError.invalidArgument("Unknown acknowledgement status '\(text)'; expected applied, replayed, refused or unknown.")
+            }
+            status = known
+        } else {
+            status = .applied
+        }
         self.init(
             id: object.has("mutationId") ? try MutationID(wire: try object.value("mutationId")) : nil,
+            status: status,
             version: try object.version("version"),
-            document: object.has("document") ? try Document(wire: try object.value("document")) : nil
+            document: object.has("document") ? try Document(wire: try object.value("document")) : nil,
+            error: object.has("error") ? try TandemError(wire: try object.value("error")) : nil
         )
+    }
+}
+
+extension TandemError {
+    /// `{"code", "message"}`, as an acknowledgement carries a refusal.
+    public var wireValue: JSONValue {
+        .object(["code": .string(code.rawValue), "message": .string(message)])
+    }
+
+    public init(wire value: JSONValue) throws(TandemError) {
+        let object = try WireObject(value, context: "an error")
+        self.init(Code(rawValue: try object.string("code")), try object.string("message"))
     }
 }

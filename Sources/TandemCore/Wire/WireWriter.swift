@@ -93,7 +93,8 @@ package struct WireWriter {
         raw("}")
     }
 
-    /// `{"document","mutationId"?,"version"}`, the data copied from `encodedData` when it is known.
+    /// `{"document","error"?,"mutationId"?,"status","version"}`, the data copied from `encodedData`
+    /// when it is known.
     package mutating func acknowledgement(_ acknowledgement: WriteAcknowledgement) {
         raw(#"{"document":"#)
         if let document = acknowledgement.document {
@@ -105,8 +106,22 @@ package struct WireWriter {
         } else {
             raw("null")
         }
+        if let error = acknowledgement.error {
+            raw(#","error":{"code":"#)
+            string(error.code.rawValue)
+            raw(#","message":"#)
+            string(error.message)
+            raw("}")
+        }
         if let id = acknowledgement.id { mutationID(id) }
-        raw(#","version":"#)
+        raw(#","status":""#)
+        switch acknowledgement.status {
+        case .applied: raw("applied")
+        case .replayed: raw("replayed")
+        case .refused: raw("refused")
+        case .unknown: raw("unknown")
+        }
+        raw(#"","version":"#)
         int(Int(clamping: acknowledgement.version.rawValue))
         raw("}")
     }

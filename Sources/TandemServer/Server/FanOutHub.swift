@@ -1,3 +1,5 @@
+import Logging
+import ServiceLifecycle
 import Synchronization
 import TandemCore
 
@@ -7,7 +9,12 @@ import TandemCore
 /// looks up its candidates instead of scanning every listener. A listener is registered before its
 /// snapshot is read; commits that arrive while it loads are buffered and replayed after the snapshot
 /// (those the snapshot already holds are dropped), so none is missed and none is sent twice.
-final class FanOutHub: Sendable {
+///
+/// The hub is a `Service` of its own, off the commit path: a store's observer only queues each
+/// ``CommitNotice`` (``receive(_:)``), and `run()` puts the batches in version order up to the
+/// store's watermark (``CommitOrder``) and delivers them, so the writer goes back to committing at
+/// once. Limit listeners re-read their query in child tasks of `run()`.
+final class FanOutHub: Service, Sendable {
     struct State {
         var listeners: [ListenerKey: ListenerState] = [:]
         var byDocument: [DocumentPath: Set<ListenerKey>] = [:]
@@ -19,10 +26,46 @@ final class FanOutHub: Sendable {
     let store: any ServerStore
     /// Changes per frame, so a large snapshot or catch-up is sent as several frames of one batch.
     let framing: Int
+    let logger: Logger
+    private let notices: AsyncStream<CommitNotice>
+    private let noticeQueue: AsyncStream<CommitNotice>.Continuation
+    private let requeries: AsyncStream<ListenerKey>
+    private let requeryQueue: AsyncStream<ListenerKey>.Continuation
+    /// Touched only by `run()`'s one notice loop.
+    private let order = Mutex(CommitOrder())
 
-    init(store: any ServerStore, framing: Int = 500) {
+    init(store: any ServerStore, framing: Int = 500, logger: Logger = Logger(label: "tandem.fanout")) {
         self.store = store
         self.framing = framing
+        self.logger = logger
+        (notices, noticeQueue) = AsyncStream.makeStream(of: CommitNotice.self)
+        (requeries, requeryQueue) = AsyncStream.makeStream(of: ListenerKey.self)
+    }
+
+    /// Queues a store's notice for `run()`; returns at once, as a store observer must.
+    func receive(_ notice: CommitNotice) {
+        noticeQueue.yield(notice)
+    }
+
+    /// Delivers the commits the store reports, in version order, and runs the re-reads of limit
+    /// listeners, until the service group shuts down.
+    func run() async throws {
+        await cancelWhenGracefulShutdown {
+            await withDiscardingTaskGroup { group in
+                group.addTask {
+                    for await notice in self.notices {
+                        let (ready, late) = self.order.withLock { $0.receive(notice) }
+                        if late > 0 {
+                            self.logger.error("the store reported \(late) commit(s) at or below a watermark it had already passed; listeners may have missed them")
+                        }
+                        for batch in ready where !batch.changes.isEmpty { self.publish(batch) }
+                    }
+                }
+                for await key in self.requeries {
+                    group.addTask { await self.requery(key) }
+                }
+            }
+        }
     }
 
     var listenerCount: Int { state.withLock { $0.listeners.count } }
@@ -166,7 +209,7 @@ final class FanOutHub: Sendable {
 
     // MARK: Commits
 
-    /// Called by the store after each durable commit, in version order.
+    /// Delivers one visible commit; called in version order.
     func publish(_ batch: CommittedBatch) {
         var requeries: [ListenerKey] = []
         state.withLock { state in
@@ -232,40 +275,43 @@ final class FanOutHub: Sendable {
         var codes: [Int]
     }
 
-    /// Reads a limit query again and sends the difference from what the listener has.
+    /// Asks `run()` to read a limit listener's query again.
     private func startRequery(_ key: ListenerKey) {
-        Task {
-            guard let target = state.withLock({ $0.listeners[key]?.target }) else { return }
-            do {
-                let snapshot = try await store.read(target)
-                var requery = false
-                state.withLock { state in
-                    guard var listener = state.listeners[key], case .loading(let buffered) = listener.phase else { return }
-                    let previous = listener.members ?? [:]
-                    var members: [DocumentPath: Version] = [:]
-                    var changes: [RemoteChange] = []
-                    for document in snapshot.documents {
-                        members[document.path] = document.version
-                        if previous[document.path] != document.version { changes.append(.upsert(document)) }
-                    }
-                    for path in previous.keys where members[path] == nil {
-                        changes.append(.removal(path, version: snapshot.version))
-                    }
-                    listener.members = members
-                    listener.phase = .live(snapshot.version)
-                    if !changes.isEmpty { send(changes, to: key, listener: listener, version: snapshot.version, isSnapshot: false, reset: false) }
-                    if buffered.contains(where: { $0.version > snapshot.version }) {
-                        listener.phase = .loading([])
-                        requery = true
-                    }
-                    state.listeners[key] = listener
+        requeryQueue.yield(key)
+    }
+
+    /// Reads a limit query again and sends the difference from what the listener has.
+    private func requery(_ key: ListenerKey) async {
+        guard let target = state.withLock({ $0.listeners[key]?.target }) else { return }
+        do {
+            let snapshot = try await store.read(target)
+            var again = false
+            state.withLock { state in
+                guard var listener = state.listeners[key], case .loading(let buffered) = listener.phase else { return }
+                let previous = listener.members ?? [:]
+                var members: [DocumentPath: Version] = [:]
+                var changes: [RemoteChange] = []
+                for document in snapshot.documents {
+                    members[document.path] = document.version
+                    if previous[document.path] != document.version { changes.append(.upsert(document)) }
                 }
-                if requery { startRequery(key) }
-            } catch {
-                let outbox = state.withLock { $0.listeners[key]?.outbox }
-                unlisten(key)
-                outbox?.send(.error(id: key.target, error as? TandemError ?? TandemError(.unavailable, "The listener could not reload: \(error).")))
+                for path in previous.keys where members[path] == nil {
+                    changes.append(.removal(path, version: snapshot.version))
+                }
+                listener.members = members
+                listener.phase = .live(snapshot.version)
+                if !changes.isEmpty { send(changes, to: key, listener: listener, version: snapshot.version, isSnapshot: false, reset: false) }
+                if buffered.contains(where: { $0.version > snapshot.version }) {
+                    listener.phase = .loading([])
+                    again = true
+                }
+                state.listeners[key] = listener
             }
+            if again { startRequery(key) }
+        } catch {
+            let outbox = state.withLock { $0.listeners[key]?.outbox }
+            unlisten(key)
+            outbox?.send(.error(id: key.target, error as? TandemError ?? TandemError(.unavailable, "The listener could not reload: \(error).")))
         }
     }
 

@@ -1,26 +1,28 @@
 import Foundation
 import Hummingbird
+import NIOCore
 import HummingbirdWebSocket
 import TandemCore
 
 /// The HTTP endpoints: documents by path, one-off queries, batch commits, the change feed, health.
 /// Bodies are JSON; transforms are written in place as `{"$increment": 1}` and the like.
 struct HTTPAPI: Sendable {
-    let store: any ServerStore
-    let limits: ServerLimits
-    let hub: FanOutHub
+    let service: SyncService
+    /// HTTP requests stand alone: no connection's client id binds their mutation ids.
+    let context = RequestContext()
+    var limits: ServerLimits { service.limits }
 
     func register(on router: Router<BasicWebSocketRequestContext>) {
         router.get("/health") { _, _ in
             Self.json(.object(["status": "ok", "version": .string(TandemVersion.current), "protocol": .int(TandemVersion.wireProtocol)]))
         }
         router.get("/metrics") { _, _ in
-            let version = try await store.currentVersion()
+            let version = try await service.currentVersion()
             let text = """
                 # TYPE tandem_commit_version gauge
                 tandem_commit_version \(version.rawValue)
                 # TYPE tandem_listeners gauge
-                tandem_listeners \(hub.listenerCount)
+                tandem_listeners \(service.hub.listenerCount)
 
                 """
             return Response(status: .ok, headers: [.contentType: "text/plain; version=0.0.4"], body: .init(byteBuffer: ByteBuffer(string: text)))
@@ -28,7 +30,7 @@ struct HTTPAPI: Sendable {
         router.get("/v1/documents/**") { request, context in
             try await handle {
                 let path = try Self.documentPath(context)
-                guard let document = try await store.document(at: path) else {
+                guard let document = try await service.get(path, context: self.context).documents.first else {
                     throw TandemError(.notFound, "No document at \(path).")
                 }
                 return document.wireValue
@@ -60,7 +62,7 @@ struct HTTPAPI: Sendable {
         router.post("/v1/query") { request, _ in
             try await handle {
                 let target = try ListenTarget(wire: try await Self.body(request, limits: limits))
-                let snapshot = try await store.read(target)
+                let snapshot = try await service.query(target, context: self.context)
                 return .object(["documents": .array(snapshot.documents.map(\.wireValue)), "version": .int(Int(clamping: snapshot.version.rawValue))])
             }
         }
@@ -71,7 +73,7 @@ struct HTTPAPI: Sendable {
                 for (index, entry) in try body.array("writes").enumerated() {
                     mutations.append(try Mutation(wire: entry, context: "write \(index + 1)"))
                 }
-                let result = try await store.commit(mutations)
+                let result = try await commit(mutations)
                 var object: JSONObject = ["results": .array(result.acknowledgements.map(\.wireValue))]
                 if let batch = result.batch { object["version"] = .int(Int(clamping: batch.version.rawValue)) }
                 return .object(object)
@@ -85,7 +87,7 @@ struct HTTPAPI: Sendable {
                 guard since >= 0, limit > 0 else {
                     throw TandemError.invalidArgument("since must be 0 or more and limit more than 0.")
                 }
-                let page = try await store.changes(since: Version(UInt64(since)), in: nil, limit: min(limit, 10_000))
+                let page = try await service.changes(since: Version(UInt64(since)), in: nil, limit: min(limit, 10_000), context: self.context)
                 return .object([
                     "changes": .array(page.changes.map(\.wireValue)),
                     "version": .int(Int(clamping: page.version.rawValue)),
@@ -95,8 +97,15 @@ struct HTTPAPI: Sendable {
         }
     }
 
+    /// Commits one request; a refusal is thrown, to be answered with its status and error.
+    private func commit(_ mutations: [Mutation]) async throws -> CommitResult {
+        let result = try await service.commit([mutations], context: context)[0].get()
+        if let refusal = result.refusal { throw refusal }
+        return result
+    }
+
     private func commitOne(_ mutation: Mutation) async throws -> JSONValue {
-        let result = try await store.commit([mutation])
+        let result = try await commit([mutation])
         guard let acknowledgement = result.acknowledgements.first else {
             throw TandemError(.internal, "The commit returned no acknowledgement.")
         }
@@ -108,7 +117,7 @@ struct HTTPAPI: Sendable {
         do {
             return Self.json(try await body())
         } catch {
-            return Self.errorResponse(StreamSession.tandemError(error))
+            return Self.errorResponse(SyncService.tandemError(error))
         }
     }
 
@@ -124,7 +133,7 @@ struct HTTPAPI: Sendable {
         let buffer: ByteBuffer
         do {
             buffer = try await request.collectBody(upTo: limits.maximumRequestBytes)
-        } catch {
+        } catch is NIOTooManyBytesError {
             throw TandemError(.resourceExhausted, "The request body is over \(limits.maximumRequestBytes) bytes; send smaller batches.")
         }
         guard buffer.readableBytes > 0 else {

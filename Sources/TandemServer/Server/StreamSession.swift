@@ -2,45 +2,61 @@ import Logging
 import Synchronization
 import TandemCore
 
-/// One client's WebSocket session: answers its requests, runs its listeners through the hub, and
-/// checks every message it sends. Bad input gets an error frame answering it; the session goes on.
+/// One client's WebSocket session: answers its requests through the ``SyncService``, runs its
+/// listeners, and commits its writes in the order sent. Bad input gets an error frame answering
+/// it; the session goes on.
 final class StreamSession: Sendable {
     let id: Int
     let outbox: SessionOutbox
-    let hub: FanOutHub
-    let store: any ServerStore
+    let service: SyncService
     let configuration: SyncServerConfiguration
+    let clock: ServerClock
 
     private struct State {
         var clientID: String?
+        /// The protocol agreed in `hello`.
+        var protocolVersion = TandemVersion.wireProtocol
         var listenIDs: Set<Int> = []
+        var sequencer: WriteSequencer
+        /// Write requests admitted and waiting for `runWrites`, in the order they came.
+        var queue: [(id: Int, mutations: [Mutation])] = []
     }
 
-    private let state = Mutex(State())
-    /// Write requests received and not yet answered.
-    private let pendingWrites = Atomic<Int>(0)
-    /// Writes are committed one after another, in the order the client sent them.
-    let writes: AsyncStream<(Int, [Mutation])>
-    private let writesContinuation: AsyncStream<(Int, [Mutation])>.Continuation
+    private let state: Mutex<State>
+    /// Wakes `runWrites` when a write is queued.
+    private let wake: AsyncStream<Void>
+    private let wakeContinuation: AsyncStream<Void>.Continuation
 
-    init(id: Int, hub: FanOutHub, store: any ServerStore, configuration: SyncServerConfiguration) {
+    /// The most write requests committed together in one call to the store.
+    static let writesPerCommit = 64
+
+    init(id: Int, service: SyncService, configuration: SyncServerConfiguration, clock: ServerClock) {
         self.id = id
-        self.hub = hub
-        self.store = store
+        self.service = service
         self.configuration = configuration
+        self.clock = clock
         outbox = SessionOutbox(budget: configuration.maximumQueuedBytesPerConnection)
-        (writes, writesContinuation) = AsyncStream.makeStream(of: (Int, [Mutation]).self)
+        state = Mutex(State(sequencer: WriteSequencer(limits: configuration.limits)))
+        (wake, wakeContinuation) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
     }
 
-    /// Handles one text message; reads and listens run in `tasks`, writes go to the write queue.
-    func handle(_ text: String, tasks: inout DiscardingTaskGroup) {
-        if text.utf8.count > configuration.limits.maximumRequestBytes {
-            outbox.send(.error(id: nil, TandemError(.resourceExhausted, "The message is \(text.utf8.count) bytes; at most \(configuration.limits.maximumRequestBytes) are allowed.")))
+    private var context: RequestContext {
+        RequestContext(clientID: state.withLock { $0.clientID })
+    }
+
+    /// Handles one text message, as the UTF-8 bytes that came; reads and listens run in `tasks`,
+    /// writes go to the write queue.
+    func handle(_ bytes: UnsafeRawBufferPointer, tasks: inout DiscardingTaskGroup) {
+        do throws(TandemError) {
+            try service.checkRequestSize(bytes.count)
+        } catch {
+            outbox.send(.error(id: nil, error))
             return
         }
         let value: JSONValue
         do {
-            value = try JSONText.parse(text)
+            // The parser refuses invalid UTF-8 wherever it is: the bytes are never repaired.
+            value = try JSONText.parse(utf8: bytes.assumingMemoryBound(to: UInt8.self))
         } catch {
             outbox.send(.error(id: nil, TandemError.invalidArgument("The message is not valid JSON: \(error.message)")))
             return
@@ -52,22 +68,17 @@ final class StreamSession: Sendable {
             outbox.send(.error(id: ClientMessage.requestID(in: value), error))
             return
         }
-        let helloDone = state.withLock { $0.clientID != nil }
-        if !helloDone {
-            guard case .hello = message else {
-                outbox.send(.error(id: message.requestID, TandemError(.failedPrecondition, "Send hello (with your client id and protocol \(TandemVersion.wireProtocol)) before anything else.")))
-                return
-            }
+        if case .hello(let clientID, let protocolVersion, _) = message {
+            hello(clientID: clientID, protocolVersion: protocolVersion)
+            return
+        }
+        guard state.withLock({ $0.clientID != nil }) else {
+            outbox.send(.error(id: message.requestID, TandemError(.failedPrecondition, "Send hello (with your client id and protocol \(TandemVersion.wireProtocol)) before anything else.")))
+            return
         }
         switch message {
-        case .hello(let clientID, let protocolVersion, _):
-            guard protocolVersion == TandemVersion.wireProtocol else {
-                outbox.send(.error(id: nil, TandemError(.failedPrecondition, "This server speaks protocol \(TandemVersion.wireProtocol), the client \(protocolVersion); upgrade the older side.")))
-                return
-            }
-            state.withLock { $0.clientID = clientID }
-            let seconds = Int(configuration.heartbeatInterval.components.seconds)
-            outbox.send(.welcome(protocolVersion: TandemVersion.wireProtocol, serverVersion: TandemVersion.current, heartbeatSeconds: max(1, seconds)))
+        case .hello:
+            break
         case .heartbeat:
             outbox.send(.heartbeat)
         case .listen(let requestID, let target, let resumeFrom):
@@ -87,68 +98,115 @@ final class StreamSession: Sendable {
                 return
             }
             let key = ListenerKey(session: id, target: requestID)
+            let context = self.context
             tasks.addTask {
-                await self.hub.listen(key, target: target, resumeFrom: resumeFrom, outbox: self.outbox)
+                await self.service.listen(key, target: target, resumeFrom: resumeFrom, outbox: self.outbox, context: context)
             }
         case .unlisten(let requestID):
             state.withLock { _ = $0.listenIDs.remove(requestID) }
-            hub.unlisten(ListenerKey(session: id, target: requestID))
+            service.unlisten(ListenerKey(session: id, target: requestID))
         case .write(let requestID, let mutations):
-            let limit = configuration.limits.maximumPendingWritesPerConnection
-            guard pendingWrites.add(1, ordering: .relaxed).newValue <= limit else {
-                pendingWrites.subtract(1, ordering: .relaxed)
-                outbox.send(.error(id: requestID, TandemError(.unavailable, "This connection has \(limit) writes waiting to commit; nothing was written. Wait for their answers and retry.")))
-                return
+            let now = clock.now()
+            let decision = state.withLock { state -> WriteSequencer.Decision in
+                let decision = state.sequencer.arrive(mutations, at: now)
+                if decision == .proceed { state.queue.append((requestID, mutations)) }
+                return decision
             }
-            writesContinuation.yield((requestID, mutations))
+            switch decision {
+            case .proceed: wakeContinuation.yield()
+            case .refuse(let error): outbox.send(.error(id: requestID, error))
+            }
         case .get(let requestID, let path):
+            let context = self.context
             tasks.addTask {
                 do {
-                    let version = try await self.store.currentVersion()
-                    let document = try await self.store.document(at: path)
-                    self.outbox.send(.documents(id: requestID, documents: document.map { [$0] } ?? [], version: version))
+                    let read = try await self.service.get(path, context: context)
+                    self.outbox.send(.documents(id: requestID, documents: read.documents, version: read.version))
                 } catch {
-                    self.outbox.send(.error(id: requestID, Self.tandemError(error)))
+                    self.outbox.send(.error(id: requestID, SyncService.tandemError(error)))
                 }
             }
         case .query(let requestID, let target):
+            let context = self.context
             tasks.addTask {
                 do {
-                    let snapshot = try await self.store.read(target)
+                    let snapshot = try await self.service.query(target, context: context)
                     self.outbox.send(.documents(id: requestID, documents: snapshot.documents, version: snapshot.version))
                 } catch {
-                    self.outbox.send(.error(id: requestID, Self.tandemError(error)))
+                    self.outbox.send(.error(id: requestID, SyncService.tandemError(error)))
                 }
             }
         }
     }
 
-    /// Commits the session's writes in order until the session ends.
+    private func hello(clientID: String, protocolVersion: Int) {
+        guard (TandemVersion.oldestWireProtocol...TandemVersion.wireProtocol).contains(protocolVersion) else {
+            outbox.send(.error(id: nil, TandemError(.failedPrecondition, "This server speaks protocols \(TandemVersion.oldestWireProtocol) to \(TandemVersion.wireProtocol), the client \(protocolVersion); upgrade the older side.")))
+            return
+        }
+        let first = state.withLock { state -> Bool in
+            guard state.clientID == nil else { return false }
+            state.clientID = clientID
+            state.protocolVersion = protocolVersion
+            return true
+        }
+        guard first else {
+            outbox.send(.error(id: nil, TandemError(.failedPrecondition, "This connection already said hello; a connection keeps the client id it said hello with. Open a new connection to speak as another client.")))
+            return
+        }
+        let seconds = Int(configuration.heartbeatInterval.components.seconds)
+        outbox.send(.welcome(protocolVersion: protocolVersion, serverVersion: TandemVersion.current, heartbeatSeconds: max(1, seconds)))
+    }
+
+    /// Commits the session's writes in the order they came, until the session ends: the requests
+    /// waiting together go to the store in one call, so pipelined writes share its commits.
     func runWrites() async {
-        var limiter = WriteRateLimiter(writesPerSecond: configuration.limits.maximumWritesPerSecond)
-        for await (requestID, mutations) in writes {
-            defer { pendingWrites.subtract(1, ordering: .relaxed) }
-            guard limiter.admit(max(1, mutations.count), at: .now) else {
-                outbox.send(.error(id: requestID, TandemError(.unavailable, "This connection sent more than \(configuration.limits.maximumWritesPerSecond) writes a second; nothing was written. Slow down and retry.")))
-                continue
-            }
-            do {
-                let result = try await store.commit(mutations)
-                outbox.send(.ack(id: requestID, acknowledgements: result.acknowledgements))
-            } catch {
-                outbox.send(.error(id: requestID, Self.tandemError(error)))
+        for await _ in wake {
+            while true {
+                var refused: [(Int, TandemError)] = []
+                let group = state.withLock { state -> [(id: Int, mutations: [Mutation])] in
+                    var group: [(id: Int, mutations: [Mutation])] = []
+                    while group.count < Self.writesPerCommit, !state.queue.isEmpty {
+                        let entry = state.queue.removeFirst()
+                        switch state.sequencer.turn(entry.mutations) {
+                        case .proceed:
+                            group.append(entry)
+                        case .refuse(let error):
+                            state.sequencer.answered()
+                            refused.append((entry.id, error))
+                        }
+                    }
+                    return group
+                }
+                for (requestID, error) in refused { outbox.send(.error(id: requestID, error)) }
+                if group.isEmpty && refused.isEmpty { break }
+                if group.isEmpty { continue }
+                let results = await service.commit(group.map(\.mutations), context: context)
+                let protocolVersion = state.withLock { $0.protocolVersion }
+                for (entry, result) in zip(group, results) {
+                    state.withLock { state in
+                        if case .failure(let error) = result, !error.isPermanent { state.sequencer.failed(entry.mutations) }
+                        state.sequencer.answered()
+                    }
+                    switch result {
+                    case .success(let answer):
+                        if protocolVersion < 2, let refusal = answer.refusal {
+                            // Protocol 1 answered a refused write with an error frame.
+                            outbox.send(.error(id: entry.id, refusal))
+                        } else {
+                            outbox.send(.ack(id: entry.id, acknowledgements: answer.acknowledgements))
+                        }
+                    case .failure(let error):
+                        outbox.send(.error(id: entry.id, error))
+                    }
+                }
             }
         }
     }
 
     func close() {
-        writesContinuation.finish()
-        hub.removeSession(id)
+        wakeContinuation.finish()
+        service.hub.removeSession(id)
         outbox.finish()
-    }
-
-    static func tandemError(_ error: any Error) -> TandemError {
-        if let error = error as? TandemError { return error }
-        return TandemError(.internal, "The server failed: \(error).")
     }
 }

@@ -33,26 +33,31 @@ public struct SyncServer: Service {
     }
 
     public func run() async throws {
-        let hub = FanOutHub(store: store)
-        store.observeCommits { hub.publish($0) }
-        let router = Router(context: BasicWebSocketRequestContext.self)
-        HTTPAPI(store: store, limits: configuration.limits, hub: hub).register(on: router)
-        let sessions = Atomic<Int>(0)
         let configuration = self.configuration
         let store = self.store
+        let hub = FanOutHub(store: store, logger: configuration.logger)
+        store.observeCommits { hub.receive($0) }
+        let service = SyncService(store: store, hub: hub, limits: configuration.limits)
+        let clock = ServerClock(configuration.clock)
+        let router = Router(context: BasicWebSocketRequestContext.self)
+        HTTPAPI(service: service).register(on: router)
+        let sessions = Atomic<Int>(0)
         router.ws("/v1/stream") { inbound, outbound, _ in
             let id = sessions.add(1, ordering: .relaxed).newValue
-            let session = StreamSession(id: id, hub: hub, store: store, configuration: configuration)
-            await Self.serve(session, inbound: inbound, outbound: outbound, configuration: configuration)
+            let session = StreamSession(id: id, service: service, configuration: configuration, clock: clock)
+            await Self.serve(session, inbound: inbound, outbound: outbound, configuration: configuration, clock: clock)
         }
         let host = configuration.host
         let port = configuration.port
         let onListening = self.onListening
+        // A frame may be as large as a request: one frame holding a whole batch is what most
+        // WebSocket libraries send. A larger frame closes the connection with 1009.
+        let maximumFrame = configuration.limits.maximumRequestBytes + 1024
         let app = Application(
             router: router,
-            server: .http1WebSocketUpgrade(webSocketRouter: router, configuration: .init(ws: .init(maxFrameSize: 1 << 20, autoPing: .disabled, closeTimeout: .seconds(5)))),
+            server: .http1WebSocketUpgrade(webSocketRouter: router, configuration: .init(ws: .init(maxFrameSize: maximumFrame, autoPing: .disabled, closeTimeout: .seconds(5)))),
             configuration: .init(address: .hostname(host, port: port), serverName: "tandem/\(TandemVersion.current)"),
-            services: [store],
+            services: [store, hub],
             onServerRunning: { channel in
                 await onListening(host, channel.localAddress?.port ?? port)
             },
@@ -65,8 +70,9 @@ public struct SyncServer: Service {
     /// session's ordered write queue, and a watchdog. The session ends when the client goes, when it
     /// is silent for three heartbeats, or when it reads too slowly (its outbox overflows, even while
     /// the writer is stuck on a full socket): then every task is cancelled and the socket closed.
-    static func serve(_ session: StreamSession, inbound: WebSocketInboundStream, outbound: WebSocketOutboundWriter, configuration: SyncServerConfiguration) async {
-        let lastHeard = LastHeard()
+    static func serve(_ session: StreamSession, inbound: WebSocketInboundStream, outbound: WebSocketOutboundWriter,
+                      configuration: SyncServerConfiguration, clock: ServerClock) async {
+        let lastHeard = LastHeard(clock.now())
         // Whichever part sees the end first says so.
         let end = Ticket<Void>()
         session.outbox.onOverflow = { end.fulfill(.success(())) }
@@ -89,11 +95,12 @@ public struct SyncServer: Service {
                 let allowed = configuration.heartbeatInterval * 3
                 while !Task.isCancelled {
                     do {
-                        try await Task.sleep(for: configuration.heartbeatInterval)
+                        try await clock.sleep(configuration.heartbeatInterval)
                     } catch {
                         return
                     }
-                    if ContinuousClock.now - lastHeard.instant > allowed {
+                    let silent = clock.now() - lastHeard.instant
+                    if silent >= allowed {
                         configuration.logger.debug("stream session \(session.id): no message for \(allowed); closing")
                         end.fulfill(.success(()))
                         return
@@ -103,13 +110,16 @@ public struct SyncServer: Service {
             group.addTask {
                 await withDiscardingTaskGroup { requests in
                     do {
-                        for try await message in inbound.messages(maxSize: configuration.limits.maximumRequestBytes) {
-                            lastHeard.touch()
-                            switch message {
-                            case .text(let text):
-                                session.handle(text, tasks: &requests)
-                            case .binary:
-                                session.outbox.send(.error(id: nil, TandemError.invalidArgument("Send messages as JSON text frames, not binary.")))
+                        var reader = MessageReader(limit: configuration.limits.maximumRequestBytes)
+                        for try await frame in inbound {
+                            lastHeard.touch(clock.now())
+                            switch reader.read(frame) {
+                            case .incomplete:
+                                break
+                            case .text(let buffer):
+                                buffer.withUnsafeReadableBytes { session.handle($0, tasks: &requests) }
+                            case .refused(let error):
+                                session.outbox.send(.error(id: nil, error))
                             }
                         }
                     } catch {
@@ -129,9 +139,18 @@ public struct SyncServer: Service {
     }
 }
 
-/// When a connection last sent anything.
+/// When a connection last sent anything, as a point on the server's clock.
 final class LastHeard: Sendable {
-    private let value = Mutex(ContinuousClock.now)
-    var instant: ContinuousClock.Instant { value.withLock { $0 } }
-    func touch() { value.withLock { $0 = .now } }
+    private let milliseconds: Atomic<Int64>
+    init(_ now: Duration) { milliseconds = Atomic(now.milliseconds) }
+    var instant: Duration { .milliseconds(milliseconds.load(ordering: .relaxed)) }
+    func touch(_ now: Duration) { milliseconds.store(now.milliseconds, ordering: .relaxed) }
+}
+
+extension Duration {
+    /// The whole milliseconds of a duration.
+    var milliseconds: Int64 {
+        let (seconds, attoseconds) = components
+        return seconds * 1000 + attoseconds / 1_000_000_000_000_000
+    }
 }

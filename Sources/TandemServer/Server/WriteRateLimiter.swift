@@ -1,9 +1,9 @@
 /// A token bucket over one connection's writes: `rate` tokens a second, holding at most one second's
-/// worth. Pure: the caller passes the time.
+/// worth. Pure: the caller passes the time, as a point on its clock.
 struct WriteRateLimiter: Sendable {
     let rate: Double
     private var tokens: Double
-    private var last: ContinuousClock.Instant?
+    private var last: Duration?
 
     init(writesPerSecond: Int) {
         rate = Double(max(1, writesPerSecond))
@@ -11,14 +11,19 @@ struct WriteRateLimiter: Sendable {
     }
 
     /// Takes `count` tokens if there are enough at `now`; false (taking none) otherwise.
-    mutating func admit(_ count: Int, at now: ContinuousClock.Instant) -> Bool {
+    mutating func admit(_ count: Int, at now: Duration) -> Bool {
         if let last {
-            let (seconds, attoseconds) = (now - last).components
-            tokens = min(rate, tokens + (Double(seconds) + Double(attoseconds) / 1e18) * rate)
+            tokens = min(rate, tokens + max(0, (now - last).doubleSeconds) * rate)
         }
         last = now
         guard Double(count) <= tokens else { return false }
         tokens -= Double(count)
         return true
+    }
+
+    /// How long until `count` tokens are there, from the last admission.
+    func wait(for count: Int) -> Duration {
+        let missing = max(0, Double(min(count, Int(rate))) - tokens)
+        return .milliseconds(Int((missing / rate * 1000).rounded(.up)))
     }
 }

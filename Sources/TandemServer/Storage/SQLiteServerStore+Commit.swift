@@ -3,214 +3,110 @@ import GRDB
 import TandemCore
 
 extension SQLiteServerStore {
-    /// Commits every queued request in one transaction. A request that is refused (a precondition,
-    /// say) has written nothing when it is refused (see `apply`), so it fails alone and needs no
-    /// savepoint of its own. Called by the one drain, on the database's writer.
-    func commitTogether(_ requests: [[Mutation]], db: Database) -> [Result<CommitResult, any Error>] {
+    /// The requests of one `commit` call, checked, with the limits they were checked against.
+    struct Submission: Sendable {
+        var requests: [CommitPlanner.CheckedRequest]
+        var limits: ServerLimits
+        var clientID: String?
+    }
+
+    /// Decides every queued submission in one transaction, in order. A refused request writes only
+    /// the records of its refusal (the planner decides before it writes), so requests need no
+    /// savepoints of their own; an error from SQLite fails every request of the transaction.
+    /// Called by the one drain, on the database's writer.
+    func commitTogether(_ submissions: [Submission], db: Database) -> [Result<[Result<CommitResult, TandemError>], any Error>] {
         let time = ServerTime(WireTimestamp.date(milliseconds: WireTimestamp.milliseconds(configuration.now())))
         let start = lastVersion.withLock { $0 }
-        let limits = configuration.limits
-        // Each client's newest applied sequence, as committed, and as this transaction leaves it.
-        let committedMarks = highWaterMarks.withLock { $0 }
-        var marks: [String: Int64] = [:]
+        var transaction = SQLiteTransaction(db: db, committedMarks: highWaterMarks.withLock { $0 }, committedOwners: owners.withLock { $0 })
         do {
-            var results: [Result<CommitResult, any Error>] = []
+            var answers: [[Result<CommitResult, TandemError>]] = []
             var last = start
             try db.immediateTransaction {
-                results = []
+                answers = []
                 var version = start
-                if requests.count == 1 {
-                    // Alone in the transaction: a refusal rolls the whole transaction back (thrown
-                    // as a Refusal below), so no savepoint is needed.
-                    do {
-                        let result = try Self.apply(requests[0], db: db, version: version.next, committed: version, time: time, limits: limits,
-                                                    marks: &marks, committedMarks: committedMarks)
-                        if result.batch != nil { version = version.next }
-                        results.append(.success(result))
-                    } catch let error as TandemError {
-                        throw Refusal(error: error)
+                for submission in submissions {
+                    let planner = CommitPlanner(limits: submission.limits, time: time)
+                    var results: [Result<CommitResult, TandemError>] = []
+                    for request in submission.requests {
+                        let result = try planner.decide(request, in: &transaction, version: version.next, committed: version, clientID: submission.clientID)
+                        if case .success(let answer) = result, answer.batch != nil { version = version.next }
+                        results.append(result)
                     }
-                } else {
-                    for mutations in requests {
-                        do {
-                            let result = try Self.apply(mutations, db: db, version: version.next, committed: version, time: time, limits: limits,
-                                                        marks: &marks, committedMarks: committedMarks)
-                            if result.batch != nil { version = version.next }
-                            results.append(.success(result))
-                        } catch let error as TandemError {
-                            results.append(.failure(error))
-                        }
-                    }
+                    answers.append(results)
                 }
                 last = version
             }
             lastVersion.withLock { $0 = last }
             highWaterMarks.withLock { known in
                 // A bound on memory: past it, marks are read from the database again as needed.
-                if known.count + marks.count > Self.highWaterMarksKept { known.removeAll() }
-                known.merge(marks) { $1 }
+                if known.count + transaction.marks.count > Self.highWaterMarksKept { known.removeAll() }
+                known.merge(transaction.marks) { $1 }
+            }
+            owners.withLock { known in
+                if known.count + transaction.owners.count > Self.highWaterMarksKept { known.removeAll() }
+                known.merge(transaction.owners) { $1 }
             }
             transactions.add(1, ordering: .relaxed)
-            requestsCommitted.add(requests.count, ordering: .relaxed)
-            // Durable now: tell the listeners, in version order, before answering the writers.
-            for case .success(let result) in results {
-                if let batch = result.batch, !batch.changes.isEmpty { publish(batch) }
+            requestsCommitted.add(submissions.reduce(0) { $0 + $1.requests.count }, ordering: .relaxed)
+            // Durable and visible now: tell the observers, in version order, before answering.
+            var batches: [CommittedBatch] = []
+            for results in answers {
+                for case .success(let result) in results {
+                    if let batch = result.batch, !batch.changes.isEmpty { batches.append(batch) }
+                }
             }
-            return results
-        } catch let refusal as Refusal {
-            return [.failure(refusal.error)]
+            if last != start || !batches.isEmpty { publish(CommitNotice(batches: batches, visibleThrough: last)) }
+            return answers.map { .success($0) }
         } catch {
             let failure = TandemError(.unavailable, "The server database failed to commit: \(error). Nothing was written; retry.", cause: error)
-            return requests.map { _ in .failure(failure) }
+            return submissions.map { _ in .failure(failure) }
         }
-    }
-
-    /// A lone request's refusal, thrown out of the transaction to roll it back.
-    struct Refusal: Error {
-        var error: TandemError
     }
 
     /// How many clients' high-water marks the store keeps in memory.
     static let highWaterMarksKept = 100_000
 
-    /// Applies one request's mutations in order at `version`. Throws a `TandemError` when any
-    /// mutation is refused, and only before it writes anything: every mutation is checked first,
-    /// then all are written, so a refused request leaves the transaction as it found it. Any
-    /// other error (from SQLite) fails the whole transaction.
+    // MARK: Records
+
+    /// The record of a decided mutation, or nil.
     ///
-    /// `marks` holds the high-water marks this transaction has read or moved; `committedMarks`
-    /// those known committed before it. A refused request leaves `marks` as it was.
-    static func apply(_ mutations: [Mutation], db: Database, version: Version, committed: Version, time: ServerTime, limits: ServerLimits,
-                      marks: inout [String: Int64], committedMarks: [String: Int64]) throws -> CommitResult {
-        var working: [DocumentPath: Document?] = [:]
-        var changedOrder: [DocumentPath] = []
-        var writer: [DocumentPath: MutationID] = [:]
-        var highWaters = marks
-        var acknowledgements: [WriteAcknowledgement] = []
-        // Each document's data is encoded once: to check its size, to store it, to keep the result.
-        var encoded: [DocumentPath: String] = [:]
-        var applied: [(id: MutationID, document: Document?, data: String?)] = []
-        // Stored rows this request replaces that an identified mutation wrote: that mutation's
-        // answer may still name the row (see `storedAcknowledgement`), so it is kept before the row goes.
-        var replaced: [DocumentPath: StoredRow] = [:]
-        var appliedAny = false
-
-        for mutation in mutations {
-            if let id = mutation.id {
-                // -1: the client has no applied mutation yet.
-                let highWater: Int64
-                if let known = highWaters[id.clientID] ?? committedMarks[id.clientID] {
-                    highWater = known
-                } else {
-                    let statement = try RawStatement(db, sql: "SELECT max(sequence) FROM mutation_results WHERE client_id = ?")
-                    try statement.bind(1, id.clientID)
-                    highWater = try statement.first { $0.int64(0) ?? -1 } ?? -1
-                    highWaters[id.clientID] = highWater
-                }
-                if Int64(clamping: id.sequence) <= highWater {
-                    acknowledgements.append(try storedAcknowledgement(db, id: id, committed: committed))
-                    continue
-                }
+    /// An applied mutation's answer is stored one of three ways: its document as wire text; no
+    /// document and no path (the mutation deleted it); or no document and the path of the row the
+    /// mutation wrote, which is the answer's document for as long as that row names the mutation
+    /// as its writer. Most documents are written once, so most answers cost a few bytes instead of
+    /// a copy of the document; before a write replaces such a row, `keepAnswer` copies it into the
+    /// answer. A refusal keeps its error's code and message.
+    static func fetchRecord(_ db: Database, id: MutationID) throws -> MutationRecord? {
+        let statement = try RawStatement(db, sql: """
+            SELECT version, document, path, status, error_code, error_message, digest, commit_time
+            FROM mutation_results WHERE client_id = ? AND sequence = ?
+            """)
+        try statement.bind(1, id.clientID)
+        try statement.bind(2, Int64(bitPattern: id.sequence))
+        guard let row = try statement.first({ row in
+            (version: row.int64(0) ?? 0, document: row.text(1), path: row.text(2), status: row.text(3),
+             code: row.text(4), message: row.text(5), digest: row.int64(6), time: row.int64(7) ?? 0)
+        }) else { return nil }
+        let version = Version(UInt64(row.version))
+        let acknowledgement: WriteAcknowledgement
+        if row.status == WriteStatus.refused.rawValue {
+            acknowledgement = .refused(id, TandemError(TandemError.Code(rawValue: row.code ?? "unknown"), row.message ?? ""), at: version)
+        } else if let text = row.document {
+            acknowledgement = WriteAcknowledgement(id: id, version: version, document: try Document(wire: try JSONText.parse(text)))
+        } else if let path = row.path {
+            let written = try RawStatement(db, sql: "SELECT * FROM documents WHERE path = ? AND data IS NOT NULL AND mutation_client = ? AND mutation_sequence = ?")
+            try written.bind(1, path)
+            try written.bind(2, id.clientID)
+            try written.bind(3, Int64(bitPattern: id.sequence))
+            guard let document = try written.first({ try self.document($0) }) else {
+                throw TandemError(.dataLoss, "The stored answer to mutation \(id) names \(path), which no longer holds it.")
             }
-            let existing: Document?
-            if let entry = working[mutation.path] {
-                existing = entry
-            } else if let row = try fetchStoredRow(db, path: mutation.path) {
-                existing = row.document
-                if row.writer != nil, replaced[mutation.path] == nil { replaced[mutation.path] = row }
-            } else {
-                existing = nil
-            }
-            // `commit` validated the mutations before queueing them.
-            let after = try mutation.applyValidated(to: existing, version: version, serverTime: time)
-            let text = after.map { JSONText.encode($0.data) }
-            if let text { try limits.checkDocument(encoded: text, at: mutation.path) }
-            encoded[mutation.path] = text
-            appliedAny = true
-            if existing != nil || after != nil {
-                if working[mutation.path] == nil { changedOrder.append(mutation.path) }
-                working[mutation.path] = .some(after)
-            }
-            if let id = mutation.id {
-                writer[mutation.path] = id
-                highWaters[id.clientID] = Int64(clamping: id.sequence)
-                applied.append((id, after, text))
-            } else {
-                writer[mutation.path] = nil
-            }
-            acknowledgements.append(WriteAcknowledgement(id: mutation.id, version: version, document: after, encodedData: text))
+            acknowledgement = WriteAcknowledgement(id: id, version: version, document: document)
+        } else {
+            acknowledgement = WriteAcknowledgement(id: id, version: version, document: nil)
         }
-        // Accepted: nothing below refuses.
-        marks = highWaters
-        guard appliedAny else { return CommitResult(acknowledgements: acknowledgements, batch: nil) }
-
-        let timeMillis = WireTimestamp.milliseconds(time.date)
-        var changes: [RemoteChange] = []
-        for path in changedOrder {
-            let document = working[path]!
-            let id = writer[path]
-            if let row = replaced[path] { try keepAnswer(of: row, db: db) }
-            let upsert = try RawStatement(db, sql: """
-                INSERT OR REPLACE INTO documents
-                    (path, collection, collection_group, version, create_time, update_time, data, mutation_client, mutation_sequence)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
-                """)
-            try upsert.bind(1, path.description)
-            try upsert.bind(2, path.parent.description)
-            try upsert.bind(3, path.collectionGroup)
-            try upsert.bind(4, Int64(version.rawValue))
-            try upsert.bind(5, document.map { WireTimestamp.milliseconds($0.createTime) } ?? timeMillis)
-            try upsert.bind(6, timeMillis)
-            try upsert.bind(7, encoded[path] ?? nil)
-            try upsert.bind(8, id?.clientID)
-            try upsert.bind(9, id.map { Int64($0.sequence) })
-            try upsert.execute()
-            changes.append(RemoteChange(path: path, document: document, version: version, mutationID: id))
-        }
-        for (id, document, data) in applied {
-            let result = try RawStatement(db, sql: "INSERT OR REPLACE INTO mutation_results (client_id, sequence, version, commit_time, document, path) VALUES (?, ?, ?, ?, ?, ?)")
-            try result.bind(1, id.clientID)
-            try result.bind(2, Int64(id.sequence))
-            try result.bind(3, Int64(version.rawValue))
-            try result.bind(4, timeMillis)
-            if let document, writer[document.path] == id {
-                // The row just written is this answer's document: name it instead of copying it.
-                try result.bind(6, document.path.description)
-            } else if let document, let data {
-                var writer = WireWriter(capacity: data.utf8.count + 160)
-                writer.document(document, encodedData: data)
-                try result.bind(5, writer.text)
-            }
-            try result.execute()
-        }
-        return CommitResult(acknowledgements: acknowledgements, batch: CommittedBatch(version: version, changes: changes))
-    }
-
-    /// The answer first given to a mutation already applied; if it was pruned, the committed
-    /// version without a document.
-    ///
-    /// An answer is stored one of three ways: its document as wire text; no document and no path
-    /// (the mutation deleted it); or no document and the path of the row the mutation wrote, which
-    /// is the answer's document for as long as that row names the mutation as its writer. Most
-    /// documents are written once, so most answers cost a few bytes instead of a copy of the
-    /// document; before a write replaces such a row, `keepAnswer` copies it into the answer.
-    static func storedAcknowledgement(_ db: Database, id: MutationID, committed: Version) throws -> WriteAcknowledgement {
-        guard let row = try Row.fetchOne(db, sql: "SELECT version, document, path FROM mutation_results WHERE client_id = ? AND sequence = ?", arguments: [id.clientID, Int64(id.sequence)]) else {
-            return WriteAcknowledgement(id: id, version: committed, document: nil)
-        }
-        let version = Version(UInt64(row[0] as Int64))
-        if let text = row[1] as String? {
-            return WriteAcknowledgement(id: id, version: version, document: try Document(wire: try JSONText.parse(text)))
-        }
-        guard let path = row[2] as String? else { return WriteAcknowledgement(id: id, version: version, document: nil) }
-        let written = try RawStatement(db, sql: "SELECT * FROM documents WHERE path = ? AND data IS NOT NULL AND mutation_client = ? AND mutation_sequence = ?")
-        try written.bind(1, path)
-        try written.bind(2, id.clientID)
-        try written.bind(3, Int64(id.sequence))
-        guard let document = try written.first({ try self.document($0) }) else {
-            throw TandemError(.dataLoss, "The stored answer to mutation \(id.clientID)#\(id.sequence) names \(path), which no longer holds it.")
-        }
-        return WriteAcknowledgement(id: id, version: version, document: document)
+        return MutationRecord(acknowledgement: acknowledgement, digest: row.digest.map { UInt64(bitPattern: $0) },
+                              time: WireTimestamp.date(milliseconds: row.time))
     }
 
     /// A stored document row with the text of its data and the mutation that wrote it, if any.
@@ -226,7 +122,7 @@ extension SQLiteServerStore {
         return try statement.first { row throws -> StoredRow in
             let document = try self.document(row, path: path)
             let writer = row.text(Column.mutationClient).flatMap { client in
-                row.int64(Column.mutationSequence).map { MutationID(clientID: client, sequence: UInt64($0)) }
+                row.int64(Column.mutationSequence).map { MutationID(clientID: client, sequence: UInt64(bitPattern: $0)) }
             }
             return StoredRow(document: document, data: row.text(Column.data) ?? "{}", writer: writer)
         }
@@ -241,70 +137,141 @@ extension SQLiteServerStore {
         let statement = try db.cachedStatement(sql: """
             UPDATE mutation_results SET document = ? WHERE client_id = ? AND sequence = ? AND document IS NULL AND path = ?
             """)
-        try statement.execute(arguments: [writer.text, id.clientID, Int64(id.sequence), row.document.path.description])
+        try statement.execute(arguments: [writer.text, id.clientID, Int64(bitPattern: id.sequence), row.document.path.description])
+    }
+}
+
+/// ``StoreTransaction`` over the SQLite writer's open transaction. The statements every write runs
+/// bind straight through SQLite's C API.
+struct SQLiteTransaction: StoreTransaction {
+    let db: Database
+    /// Each client's newest recorded sequence as committed before this transaction (-1: none).
+    let committedMarks: [String: Int64]
+    /// Those this transaction read or moved.
+    var marks: [String: Int64] = [:]
+    /// The owner of each writer id as committed before this transaction, for those seen lately.
+    let committedOwners: [String: String]
+    /// Owners this transaction read or claimed.
+    var owners: [String: String] = [:]
+    /// The rows read for the paths about to be written, so the answers that name them can be kept.
+    private var read: [DocumentPath: SQLiteServerStore.StoredRow] = [:]
+    /// The mutation that last wrote each path in this transaction.
+    private var lastWriter: [DocumentPath: MutationID] = [:]
+
+    init(db: Database, committedMarks: [String: Int64], committedOwners: [String: String] = [:]) {
+        self.db = db
+        self.committedMarks = committedMarks
+        self.committedOwners = committedOwners
     }
 
-    // MARK: Rows
-
-    /// The columns of `SELECT * FROM documents`.
-    enum Column {
-        static let path: Int32 = 0, version: Int32 = 3, createTime: Int32 = 4, updateTime: Int32 = 5, data: Int32 = 6
-        static let mutationClient: Int32 = 7, mutationSequence: Int32 = 8
+    mutating func owner(of clientID: String) throws -> String? {
+        if let known = owners[clientID] ?? committedOwners[clientID] { return known }
+        let statement = try RawStatement(db, sql: "SELECT owner FROM writers WHERE client_id = ?")
+        try statement.bind(1, clientID)
+        let owner = try statement.first { $0.text(0) } ?? nil
+        // Only an owner is kept: a writer id nobody owns may be claimed by the next request.
+        if let owner { owners[clientID] = owner }
+        return owner
     }
 
-    static func fetchDocument(_ db: Database, path: DocumentPath) throws -> Document? {
-        let statement = try RawStatement(db, sql: "SELECT * FROM documents WHERE path = ? AND data IS NOT NULL")
-        try statement.bind(1, path.description)
-        return try statement.first { try document($0, path: path) }
+    mutating func claim(_ clientID: String, for owner: String) throws {
+        let statement = try RawStatement(db, sql: "INSERT INTO writers (client_id, owner) VALUES (?, ?)")
+        try statement.bind(1, clientID)
+        try statement.bind(2, owner)
+        try statement.execute()
+        owners[clientID] = owner
     }
 
-    static func fetchDocuments(_ db: Database, sql: String, arguments: StatementArguments) throws -> [Document] {
-        let rows = try RawStatement(db, sql: sql, arguments: arguments)
-        defer { rows.reset() }
-        var documents: [Document] = []
-        while try rows.step() {
-            documents.append(try document(rows))
+    mutating func document(at path: DocumentPath) throws -> Document? {
+        let row = try SQLiteServerStore.fetchStoredRow(db, path: path)
+        read[path] = row
+        return row?.document
+    }
+
+    mutating func highestRecordedSequence(of clientID: String) throws -> UInt64? {
+        let mark: Int64
+        if let known = marks[clientID] ?? committedMarks[clientID] {
+            mark = known
+        } else {
+            let statement = try RawStatement(db, sql: "SELECT max(sequence) FROM mutation_results WHERE client_id = ?")
+            try statement.bind(1, clientID)
+            mark = try statement.first { $0.int64(0) ?? -1 } ?? -1
+            marks[clientID] = mark
         }
-        return documents
+        return mark < 0 ? nil : UInt64(mark)
     }
 
-    static func fetchChanges(_ db: Database, sql: String, arguments: StatementArguments) throws -> [RemoteChange] {
-        let rows = try RawStatement(db, sql: sql, arguments: arguments)
-        defer { rows.reset() }
-        var changes: [RemoteChange] = []
-        while try rows.step() {
-            let path = try documentPath(rows)
-            guard let version = rows.int64(Column.version) else { throw damaged(path) }
-            let id = rows.text(Column.mutationClient).flatMap { client in
-                rows.int64(Column.mutationSequence).map { MutationID(clientID: client, sequence: UInt64($0)) }
+    mutating func record(of id: MutationID) throws -> MutationRecord? {
+        try SQLiteServerStore.fetchRecord(db, id: id)
+    }
+
+    mutating func prunedSequence(of clientID: String) throws -> UInt64? {
+        try Int64.fetchOne(db, sql: "SELECT sequence FROM pruned_clients WHERE client_id = ?", arguments: [clientID]).map { UInt64(bitPattern: $0) }
+    }
+
+    mutating func write(_ document: Document?, at path: DocumentPath, version: Version, time: Date, encodedData: String?, writer: MutationID?) throws {
+        // The row this write replaces may be the answer of the mutation that wrote it.
+        if let row = read.removeValue(forKey: path), row.writer != nil {
+            try SQLiteServerStore.keepAnswer(of: row, db: db)
+        }
+        let timeMillis = WireTimestamp.milliseconds(time)
+        let upsert = try RawStatement(db, sql: """
+            INSERT OR REPLACE INTO documents
+                (path, collection, collection_group, version, create_time, update_time, data, mutation_client, mutation_sequence)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+            """)
+        try upsert.bind(1, path.description)
+        try upsert.bind(2, path.parent.description)
+        try upsert.bind(3, path.collectionGroup)
+        try upsert.bind(4, Int64(version.rawValue))
+        try upsert.bind(5, document.map { WireTimestamp.milliseconds($0.createTime) } ?? timeMillis)
+        try upsert.bind(6, timeMillis)
+        try upsert.bind(7, document == nil ? nil : encodedData ?? document.map { JSONText.encode($0.data) })
+        try upsert.bind(8, writer?.clientID)
+        try upsert.bind(9, writer.map { Int64(bitPattern: $0.sequence) })
+        try upsert.execute()
+        lastWriter[path] = writer
+    }
+
+    mutating func record(_ record: MutationRecord, for id: MutationID) throws {
+        let answer = record.acknowledgement
+        let statement = try RawStatement(db, sql: """
+            INSERT OR REPLACE INTO mutation_results
+                (client_id, sequence, version, commit_time, document, path, status, error_code, error_message, digest)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+            """)
+        try statement.bind(1, id.clientID)
+        try statement.bind(2, Int64(bitPattern: id.sequence))
+        try statement.bind(3, Int64(answer.version.rawValue))
+        try statement.bind(4, WireTimestamp.milliseconds(record.time))
+        if let document = answer.document {
+            if lastWriter[document.path] == id {
+                // The row just written is this answer's document: name it instead of copying it.
+                try statement.bind(6, document.path.description)
+            } else {
+                var writer = WireWriter(capacity: (answer.encodedData?.utf8.count ?? 64) + 160)
+                if let data = answer.encodedData {
+                    writer.document(document, encodedData: data)
+                } else {
+                    writer.document(document)
+                }
+                try statement.bind(5, writer.text)
             }
-            let document = rows.bytes(Column.data) == nil ? nil : try self.document(rows, path: path)
-            changes.append(RemoteChange(path: path, document: document, version: Version(UInt64(version)), mutationID: id))
         }
-        return changes
+        // NULL status is an applied answer, as every row written before statuses were kept.
+        if answer.status == .refused {
+            try statement.bind(7, WriteStatus.refused.rawValue)
+            try statement.bind(8, answer.error?.code.rawValue)
+            try statement.bind(9, answer.error?.message)
+        }
+        try statement.bind(10, record.digest.map { Int64(bitPattern: $0) })
+        try statement.execute()
+        marks[id.clientID] = max(marks[id.clientID] ?? committedMarks[id.clientID] ?? -1, Int64(bitPattern: id.sequence))
     }
 
-    /// The row of `SELECT * FROM documents` a statement is on, as a document (it must not be a
-    /// tombstone). Its data is parsed where SQLite holds it.
-    static func document(_ row: RawStatement, path known: DocumentPath? = nil) throws -> Document {
-        let path = try known ?? documentPath(row)
-        guard let version = row.int64(Column.version), let created = row.int64(Column.createTime), let updated = row.int64(Column.updateTime),
-              let body = row.bytes(Column.data), case .object(let data)? = try? JSONText.parse(utf8: body) else {
-            throw damaged(path)
-        }
-        return Document(path: path, data: data, version: Version(UInt64(version)),
-                        createTime: WireTimestamp.date(milliseconds: created), updateTime: WireTimestamp.date(milliseconds: updated))
-    }
-
-    static func documentPath(_ row: RawStatement) throws -> DocumentPath {
-        let text = row.text(Column.path) ?? ""
-        guard let path = DocumentPath(trusted: text) else {
-            throw TandemError(.dataLoss, "The stored path '\(text)' is not a document path.")
-        }
-        return path
-    }
-
-    static func damaged(_ path: DocumentPath) -> TandemError {
-        TandemError(.dataLoss, "The stored row of \(path) is damaged: its body is not a JSON object, or a version or time is missing.")
+    mutating func applied(version: Version, changedDocuments: Bool) throws {
+        // The newest version is read back from the rows at startup: one that wrote no row is kept here.
+        guard !changedDocuments else { return }
+        try db.cachedStatement(sql: "UPDATE meta SET value = max(value, ?) WHERE key = 'version'").execute(arguments: [Int64(version.rawValue)])
     }
 }

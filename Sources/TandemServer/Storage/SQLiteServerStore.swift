@@ -7,10 +7,11 @@ import TandemCore
 /// The embedded default ``ServerStore``: one SQLite database file in WAL mode, through GRDB.
 ///
 /// Each document is one row: its path, collection path, collection-group name, version, create and
-/// update times, and its body as JSON (NULL for a tombstone). One version sequence numbers the commits;
-/// the answer given to each client mutation is written in the same transaction as the write, and the
-/// newest one of each client is its high-water mark (pruning always keeps it). Concurrent commits share one transaction (group commit); each
-/// writer is answered only after it is durable.
+/// update times, and its body as JSON (NULL for a tombstone). One version sequence numbers the
+/// commits. The decision about each client mutation (its answer, or its refusal, with the digest of
+/// its content) is written in the same transaction as the write, by ``CommitPlanner``; the newest
+/// one of each client is its high-water mark, which pruning always keeps. Concurrent commits share
+/// one transaction (group commit); each writer is answered only after it is durable.
 ///
 /// ```swift
 /// let store = try SQLiteServerStore(path: "./.tandem/tandem.sqlite")
@@ -19,7 +20,7 @@ import TandemCore
 public final class SQLiteServerStore: ServerStore {
     let pool: DatabasePool
     let configuration: SQLiteServerStoreConfiguration
-    private let observers = Mutex<[@Sendable (CommittedBatch) -> Void]>([])
+    private let observers = Mutex<[@Sendable (CommitNotice) -> Void]>([])
     /// The last committed version; touched only by the one drain that commits at a time.
     let lastVersion: Mutex<Version>
     /// Transactions committed and requests they held, for the benchmark's figures.
@@ -30,10 +31,12 @@ public final class SQLiteServerStore: ServerStore {
     package var requestsPerTransaction: Double {
         Double(requestsCommitted.load(ordering: .relaxed)) / Double(max(1, transactions.load(ordering: .relaxed)))
     }
-    private let queue = GroupCommitQueue<[Mutation], CommitResult>()
+    private let queue = GroupCommitQueue<Submission, [Result<CommitResult, TandemError>]>()
     /// Each client's newest applied sequence, as committed, for the clients seen lately: a write
     /// checks it without a query. Only the drain reads and writes it.
     let highWaterMarks = Mutex<[String: Int64]>([:])
+    /// The owner of each writer id seen lately, as committed (see `StoreTransaction.owner(of:)`).
+    let owners = Mutex<[String: String]>([:])
 
     /// Opens (creating if needed) the database at `path`.
     public init(path: String, configuration: SQLiteServerStoreConfiguration = SQLiteServerStoreConfiguration()) throws {
@@ -109,44 +112,90 @@ public final class SQLiteServerStore: ServerStore {
             // NULL in rows written before: their document column says it all.
             try db.execute(sql: "ALTER TABLE mutation_results ADD COLUMN path TEXT")
         }
+        migrator.registerMigration("v3: refusals, digests and pruned sequences are kept") { db in
+            // NULL status: an applied mutation, as every row written before; NULL digest: taken on trust.
+            try db.execute(sql: """
+                ALTER TABLE mutation_results ADD COLUMN status TEXT;
+                ALTER TABLE mutation_results ADD COLUMN error_code TEXT;
+                ALTER TABLE mutation_results ADD COLUMN error_message TEXT;
+                ALTER TABLE mutation_results ADD COLUMN digest INTEGER;
+                CREATE TABLE pruned_clients (client_id TEXT PRIMARY KEY NOT NULL, sequence INTEGER NOT NULL) WITHOUT ROWID;
+                CREATE TABLE writers (client_id TEXT PRIMARY KEY NOT NULL, owner TEXT NOT NULL) WITHOUT ROWID;
+                """)
+        }
         return migrator
     }
 
     // MARK: Service
 
-    /// Prunes old tombstones every `pruneInterval` until the service group shuts down.
+    /// Prunes old tombstones every `pruneInterval` of the configured clock until the service group
+    /// shuts down. A failed pruning is logged and tried again at the next interval.
     public func run() async throws {
         let configuration = self.configuration
-        try? await cancelWhenGracefulShutdown {
+        await cancelWhenGracefulShutdown {
             while !Task.isCancelled {
-                try await Task.sleep(for: configuration.pruneInterval)
-                _ = try? await self.pruneTombstones(olderThan: configuration.now().addingTimeInterval(-configuration.tombstoneRetention.doubleSeconds))
+                do {
+                    try await configuration.clock.sleep(for: configuration.pruneInterval)
+                } catch {
+                    return
+                }
+                do {
+                    try await self.pruneTombstones(olderThan: configuration.now().addingTimeInterval(-configuration.tombstoneRetention.doubleSeconds))
+                } catch {
+                    configuration.logger.error("tombstone pruning failed: \(error); it runs again in \(configuration.pruneInterval)")
+                }
             }
         }
     }
 
-    public func observeCommits(_ observer: @escaping @Sendable (CommittedBatch) -> Void) {
+    public func observeCommits(_ observer: @escaping @Sendable (CommitNotice) -> Void) {
         observers.withLock { $0.append(observer) }
     }
 
-    func publish(_ batch: CommittedBatch) {
-        for observer in observers.withLock({ $0 }) { observer(batch) }
+    func publish(_ notice: CommitNotice) {
+        for observer in observers.withLock({ $0 }) { observer(notice) }
     }
 
     // MARK: Writes
 
-    public func commit(_ mutations: [Mutation]) async throws -> CommitResult {
-        try configuration.limits.checkBatch(mutations)
-        for mutation in mutations { try mutation.validate() }
-        return try await queue.submit(mutations) {
-            pool.asyncWriteWithoutTransaction { db in
-                self.queue.drain { requests in self.commitTogether(requests, db: db) }
+    public func commit(_ requests: [[Mutation]], limits: ServerLimits, clientID: String?) async -> [Result<CommitResult, TandemError>] {
+        // Checked here, off the database writer, so its one thread spends its time committing.
+        var checked: [Result<CommitPlanner.CheckedRequest, TandemError>] = []
+        checked.reserveCapacity(requests.count)
+        for mutations in requests {
+            do throws(TandemError) {
+                checked.append(.success(try CommitPlanner.check(mutations, limits: limits)))
+            } catch {
+                checked.append(.failure(error))
+            }
+        }
+        let valid = checked.compactMap { try? $0.get() }
+        guard !valid.isEmpty else { return checked.map { $0.map { _ in CommitResult(acknowledgements: [], batch: nil) } } }
+        let decided: Result<[Result<CommitResult, TandemError>], TandemError>
+        do {
+            decided = .success(try await queue.submit(Submission(requests: valid, limits: limits, clientID: clientID)) {
+                pool.asyncWriteWithoutTransaction { db in
+                    self.queue.drain { submissions in self.commitTogether(submissions, db: db) }
+                }
+            })
+        } catch {
+            decided = .failure(error as? TandemError ?? TandemError(.unavailable, "The commit did not finish: \(error). Nothing was written; retry.", cause: error))
+        }
+        var next = 0
+        return checked.map { entry in
+            switch entry {
+            case .failure(let error):
+                return .failure(error)
+            case .success:
+                defer { next += 1 }
+                return decided.flatMap { $0[next] }
             }
         }
     }
 
-    /// Deletes tombstones (and stored mutation answers) last written before `date`. Returns how many
-    /// tombstones went. Listeners resuming from before the newest pruned one get a full snapshot.
+    /// Deletes tombstones (and the records of decided mutations) last written before `date`, keeping
+    /// each client's newest record. Returns how many tombstones went. Listeners resuming from before
+    /// the newest pruned one get a full snapshot; a pruned record's id is answered `unknown`.
     @discardableResult
     public func pruneTombstones(olderThan date: Date) async throws -> Int {
         let cutoff = WireTimestamp.milliseconds(date)
@@ -156,11 +205,17 @@ public final class SQLiteServerStore: ServerStore {
             // newest versions are pruned.
             try db.execute(sql: "UPDATE meta SET value = max(value, ?) WHERE key = 'version'", arguments: [current])
             let newest = try Int64.fetchOne(db, sql: "SELECT max(version) FROM documents WHERE data IS NULL AND update_time < ?", arguments: [cutoff])
-            // Each client's newest answer stays: it is the client's high-water mark.
-            try db.execute(sql: """
-                DELETE FROM mutation_results WHERE commit_time < ? AND sequence <
+            // Each client's newest record stays: it is the client's high-water mark. What goes is
+            // remembered per client, so a replay of it is answered unknown, not taken as new.
+            let prunable = """
+                FROM mutation_results WHERE commit_time < ? AND sequence <
                     (SELECT max(newer.sequence) FROM mutation_results AS newer WHERE newer.client_id = mutation_results.client_id)
+                """
+            try db.execute(sql: """
+                INSERT INTO pruned_clients (client_id, sequence) SELECT client_id, max(sequence) \(prunable) GROUP BY client_id
+                ON CONFLICT (client_id) DO UPDATE SET sequence = max(sequence, excluded.sequence)
                 """, arguments: [cutoff])
+            try db.execute(sql: "DELETE \(prunable)", arguments: [cutoff])
             guard let newest else { return 0 }
             try db.execute(sql: "DELETE FROM documents WHERE data IS NULL AND update_time < ?", arguments: [cutoff])
             let count = db.changesCount
@@ -173,10 +228,6 @@ public final class SQLiteServerStore: ServerStore {
 
     public func currentVersion() async throws -> Version {
         lastVersion.withLock { $0 }
-    }
-
-    public func document(at path: DocumentPath) async throws -> Document? {
-        try await readDatabase { db in try Self.fetchDocument(db, path: path) }
     }
 
     public func read(_ target: ListenTarget) async throws -> StoreSnapshot {
@@ -199,6 +250,9 @@ public final class SQLiteServerStore: ServerStore {
         let limit = max(1, limit)
         return try await readDatabase { db in
             let current = try Self.committedVersion(db)
+            if version > current {
+                throw TandemError(.outOfRange, "Version \(version) is beyond this server's newest, \(current): the server's data is not the history this version came from (restored from a backup, or replaced). Reload a full snapshot.")
+            }
             let prunedThrough = try Int64.fetchOne(db, sql: "SELECT value FROM meta WHERE key = 'pruned_through'") ?? 0
             if Int64(version.rawValue) < prunedThrough {
                 throw TandemError(.outOfRange, "Changes since version \(version) are no longer kept (tombstones through \(prunedThrough) were pruned); reload a full snapshot.")
@@ -221,7 +275,7 @@ public final class SQLiteServerStore: ServerStore {
             let since = Int64(version.rawValue)
             var rows = try Self.fetchChanges(db, sql: "SELECT * FROM documents WHERE version > ?\(scope) ORDER BY version, path LIMIT ?", arguments: [since] + scopeArguments + [limit])
             var hasMore = false
-            var pageVersion = max(version, current)
+            var pageVersion = current
             if rows.count == limit, let last = rows.last?.version {
                 // Finish the last commit whole, then see whether anything follows it.
                 let through = Int64(last.rawValue)

@@ -1,19 +1,63 @@
+import Foundation
 import ServiceLifecycle
 import TandemCore
 
-/// Where a server keeps its documents: the one place writes are applied, exactly once, and from which
-/// reads, snapshots and change feeds are served.
+/// Where a server keeps its documents: the one place writes are decided, exactly once, and from
+/// which reads, snapshots and change feeds are served.
 ///
-/// A store is a `Service`: run it in the server's service group; its `run()` does housekeeping such
-/// as pruning old tombstones. ``SQLiteServerStore`` is the embedded default.
+/// ``SQLiteServerStore`` is the embedded default and ``MemoryServerStore`` keeps everything in
+/// memory with the same semantics. A store is a `Service`: run it in the server's service group;
+/// its `run()` does housekeeping such as pruning old tombstones.
+///
+/// ## The contract
+///
+/// Every store keeps these invariants; `ServerStoreConformance` in `TandemTesting` checks each of
+/// them, and `docs/PROTOCOL.md` ("Implementing a store") explains them with an example.
+///
+/// 1. **Versions.** Every request that applies writes gets its own version, strictly greater than
+///    every version the store answered before, across restarts and crashes, even when the request
+///    changed no document (a delete of a missing one). A replayed, refused or unknown answer takes
+///    no new version.
+/// 2. **Atomic requests.** A request's new mutations apply together or not at all. A refused
+///    request writes nothing but the records of its refusal.
+/// 3. **Exactly once.** A mutation carrying a ``MutationID`` is decided once — applied, or refused
+///    for good — and the decision is recorded in the same transaction as its writes, with the
+///    mutation's ``Mutation/contentDigest``. A later request carrying the id is answered with the
+///    recorded decision (`replayed`, or `refused` with the same error), never applied again; with
+///    another digest it is refused (the id was reused for another write). A record removed by
+///    pruning is answered `unknown`. An id below the newest decided sequence of its client that was
+///    never decided is refused (sequences must increase). A writer id (the client of a mutation id)
+///    belongs to the connection client that first wrote under it, for good; a request from another
+///    client using it fails with `permission-denied`. ``CommitPlanner`` implements all of this
+///    over a ``StoreTransaction``: use it rather than writing these rules again.
+/// 4. **In order.** The requests of one ``commit(_:limits:)`` call are decided in order. If one
+///    fails with a transient error (`unavailable`: the database could not commit), no later
+///    request of the call is applied: they fail too.
+/// 5. **Durable, then visible, then answered.** A commit is durable before it is visible to reads
+///    or observers, and visible before its writers are answered.
+/// 6. **A watermark.** ``currentVersion()`` is the visible watermark W: every commit at or below W
+///    is durable and visible to any read that starts afterwards. W never decreases. Observers hear
+///    of each commit that changed documents once, and of W as it moves (``CommitNotice``); a store
+///    whose commits become visible out of order reports them as they commit and moves W only when
+///    no gap remains below it — the fan-out holds back what lies above W and releases it in order.
+/// 7. **Consistent reads.** A read (``read(_:)``, ``encodedSnapshot(_:groupSize:frames:)``)
+///    reflects every commit at or below its version and none above it, and its version is at least
+///    that of every document it returns.
+/// 8. **Change feeds.** ``changes(since:in:limit:)`` returns every change after `since` up to its
+///    page's version, oldest first, never splitting a commit. A `since` older than the newest pruned
+///    tombstone, or beyond W, throws `out-of-range`: the caller reloads a full snapshot.
 public protocol ServerStore: Service {
-    /// Applies mutations atomically in one commit stamped with the next version, or throws and applies
-    /// none. Returns only once the commit is durable. A mutation whose `MutationID` was already applied
-    /// is not applied again; it is answered with its original acknowledgement.
-    func commit(_ mutations: [Mutation]) async throws -> CommitResult
-
-    /// One document, or nil.
-    func document(at path: DocumentPath) async throws -> Document?
+    /// Decides write requests in order, each atomically (see the contract above), and answers each:
+    /// a decided request succeeds with one acknowledgement per mutation (`applied`, `replayed`,
+    /// `refused` or `unknown`); a request that could not be decided fails, with nothing written or
+    /// recorded for it — `invalid-argument` or `resource-exhausted` when it is malformed or over
+    /// `limits` (it would fail the same way again), `permission-denied` when it writes under a
+    /// writer id another client owns, `unavailable` when the store could not commit.
+    ///
+    /// `clientID` is the connection client sending the requests (the `hello`'s), which owns every
+    /// writer id it is the first to use; nil for requests that stand alone (HTTP), which may use
+    /// only writer ids nobody owns and claim none.
+    func commit(_ requests: [[Mutation]], limits: ServerLimits, clientID: String?) async -> [Result<CommitResult, TandemError>]
 
     /// The documents a target covers (after its query), and the version they were read at.
     func read(_ target: ListenTarget) async throws -> StoreSnapshot
@@ -29,68 +73,41 @@ public protocol ServerStore: Service {
     /// What changed after `version`, oldest first, never splitting a commit: at most about `limit`
     /// changes (a commit larger than that comes whole). With a target, only changes in its scope;
     /// a document that no longer matches its query comes as a removal. Throws `out-of-range` when
-    /// tombstones that old were pruned: the caller must reload a full snapshot.
+    /// tombstones that old were pruned, or when `version` is beyond the store's: the caller must
+    /// reload a full snapshot.
     func changes(since version: Version, in target: ListenTarget?, limit: Int) async throws -> ChangePage
 
-    /// The version of the last commit.
+    /// The visible watermark: every commit at or below it is durable and visible.
     func currentVersion() async throws -> Version
 
-    /// Registers a function called after each commit is durable, in version order, before the
-    /// writer is answered. It must not block.
-    func observeCommits(_ observer: @escaping @Sendable (CommittedBatch) -> Void)
+    /// Registers a function called after commits become visible, before their writers are
+    /// answered. It must return at once (queue the notice, do not work in it).
+    func observeCommits(_ observer: @escaping @Sendable (CommitNotice) -> Void)
+
+    /// Deletes tombstones, and the records of decided mutations, last written before `date`,
+    /// keeping each client's newest record. Returns how many tombstones went. Change feeds from
+    /// before the newest pruned tombstone become `out-of-range`; a pruned record is answered
+    /// `unknown`.
+    @discardableResult
+    func pruneTombstones(olderThan date: Date) async throws -> Int
 }
 
 extension ServerStore {
     public func encodedSnapshot(_ target: ListenTarget, groupSize: Int, frames: @escaping @Sendable (EncodedSnapshotFrame) -> Bool) async throws -> Version? {
         nil
     }
-}
 
-/// What one commit changed: its version, and each document's state after it.
-public struct CommittedBatch: Sendable, Hashable {
-    public var version: Version
-    public var changes: [RemoteChange]
-
-    public init(version: Version, changes: [RemoteChange]) {
-        self.version = version
-        self.changes = changes
+    /// Commits one request with the default limits. A request that could not be decided, or whose
+    /// mutations were refused, throws the error; otherwise the acknowledgements say `applied`,
+    /// `replayed` or `unknown`.
+    public func commit(_ mutations: [Mutation]) async throws -> CommitResult {
+        let result = try await commit([mutations], limits: ServerLimits(), clientID: nil)[0].get()
+        if let refusal = result.refusal { throw refusal }
+        return result
     }
-}
 
-/// The answer to a commit: one acknowledgement per mutation, in order, and the batch it committed
-/// (nil when every mutation was a replay and nothing new was written).
-public struct CommitResult: Sendable, Hashable {
-    public var acknowledgements: [WriteAcknowledgement]
-    public var batch: CommittedBatch?
-
-    public init(acknowledgements: [WriteAcknowledgement], batch: CommittedBatch?) {
-        self.acknowledgements = acknowledgements
-        self.batch = batch
-    }
-}
-
-/// Documents read at one version.
-public struct StoreSnapshot: Sendable, Hashable {
-    public var documents: [Document]
-    public var version: Version
-
-    public init(documents: [Document], version: Version) {
-        self.documents = documents
-        self.version = version
-    }
-}
-
-/// One page of a change feed.
-public struct ChangePage: Sendable, Hashable {
-    public var changes: [RemoteChange]
-    /// Everything up to this version is in this page or earlier ones: the `since` of the next page.
-    public var version: Version
-    /// Whether more changes follow this page.
-    public var hasMore: Bool
-
-    public init(changes: [RemoteChange], version: Version, hasMore: Bool) {
-        self.changes = changes
-        self.version = version
-        self.hasMore = hasMore
+    /// One document, or nil.
+    public func document(at path: DocumentPath) async throws -> Document? {
+        try await read(.document(path)).documents.first
     }
 }

@@ -56,7 +56,7 @@ enum ServerBenchmarks {
                 try await group.waitForAll()
             }
         }
-        report.notes.append("server: one write's round trip with \(clients) client\(clients == 1 ? "" : "s"): \(percentiles(roundTrips.withLock { $0 }.sorted())); \(String(format2: server.store.requestsPerTransaction)) writes per transaction")
+        report.notes.append("server: one write's round trip with \(clients) client\(clients == 1 ? "" : "s"): \(percentiles(roundTrips.withLock { $0 }.sorted())); \(String(format2: (server.store as? SQLiteServerStore)?.requestsPerTransaction ?? 0)) writes per transaction")
         let total = clients * perClient
         let stored = try await server.store.read(.collection(try CollectionPath("items"), Query())).documents.count
         precondition(stored == total, "bench: the server holds \(stored) of \(total) documents")
@@ -93,9 +93,11 @@ enum ServerBenchmarks {
         let server = try await LiveServer.start(directory: directory.appendingPathComponent("latency-\(listeners)"))
         let clock = ContinuousClock()
         let published = Locked<[Version: ContinuousClock.Instant]>([:])
-        server.store.observeCommits { batch in
+        server.store.observeCommits { notice in
             let now = ContinuousClock.now
-            published.withLock { $0[batch.version] = now }
+            published.withLock { published in
+                for batch in notice.batches { published[batch.version] = now }
+            }
         }
         let connections = min(listeners, 20)
         let clients = (0..<connections).map { client(server, "bench-listener-\($0)") }

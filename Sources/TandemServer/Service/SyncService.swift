@@ -1,0 +1,112 @@
+import TandemCore
+
+/// The one door to the store: HTTP and the WebSocket stream both read, listen and write through it,
+/// and nothing else touches the store. It checks every request against the server's limits
+/// (``SyncServerConfiguration/limits``, the only copy) and the caller's ``RequestContext`` before
+/// the store sees it.
+final class SyncService: Sendable {
+    let store: any ServerStore
+    let hub: FanOutHub
+    let limits: ServerLimits
+
+    init(store: any ServerStore, hub: FanOutHub, limits: ServerLimits) {
+        self.store = store
+        self.hub = hub
+        self.limits = limits
+    }
+
+    // MARK: Reads
+
+    /// The store's visible watermark.
+    func currentVersion() async throws -> Version {
+        try await store.currentVersion()
+    }
+
+    /// One document (or none) and a version at least its own.
+    func get(_ path: DocumentPath, context: RequestContext) async throws -> StoreSnapshot {
+        try checkDepth(path.segments.count, of: path.description)
+        return try await store.read(.document(path))
+    }
+
+    /// A query's documents once, and the version they were read at.
+    func query(_ target: ListenTarget, context: RequestContext) async throws -> StoreSnapshot {
+        try check(target)
+        return try await store.read(target)
+    }
+
+    /// A page of the change feed after `version`, over everything (`target` nil) or one target.
+    func changes(since version: Version, in target: ListenTarget?, limit: Int, context: RequestContext) async throws -> ChangePage {
+        if let target { try check(target) }
+        return try await store.changes(since: version, in: target, limit: limit)
+    }
+
+    /// Starts a listener: its snapshot (or changes since `resumeFrom`) then every commit that
+    /// affects it, sent to `outbox`; a failure is sent as an error frame answering the listen.
+    func listen(_ key: ListenerKey, target: ListenTarget, resumeFrom: Version?, outbox: SessionOutbox, context: RequestContext) async {
+        do {
+            try check(target)
+        } catch {
+            outbox.send(.error(id: key.target, Self.tandemError(error)))
+            return
+        }
+        await hub.listen(key, target: target, resumeFrom: resumeFrom, outbox: outbox)
+    }
+
+    func unlisten(_ key: ListenerKey) {
+        hub.unlisten(key)
+    }
+
+    // MARK: Writes
+
+    /// Commits write requests in order (see ``ServerStore/commit(_:limits:clientID:)``), after
+    /// checking each against the limits. The connection's client owns the writer ids it uses first;
+    /// a request under a writer id another client owns fails with `permission-denied`.
+    func commit(_ requests: [[Mutation]], context: RequestContext) async -> [Result<CommitResult, TandemError>] {
+        var admitted: [[Mutation]] = []
+        var early: [Int: TandemError] = [:]
+        for (index, mutations) in requests.enumerated() {
+            do throws(TandemError) {
+                try limits.checkBatch(mutations)
+                admitted.append(mutations)
+            } catch {
+                early[index] = error
+            }
+        }
+        var decided = admitted.isEmpty ? [] : await store.commit(admitted, limits: limits, clientID: context.clientID)[...]
+        return requests.indices.map { index in
+            if let error = early[index] { return .failure(error) }
+            return decided.removeFirst()
+        }
+    }
+
+    // MARK: Checks
+
+    /// The size of a message or body before it is parsed.
+    func checkRequestSize(_ bytes: Int) throws(TandemError) {
+        if bytes > limits.maximumRequestBytes {
+            throw TandemError(.resourceExhausted, "The request is \(bytes) bytes; at most \(limits.maximumRequestBytes) are allowed. Send smaller batches.")
+        }
+    }
+
+    private func check(_ target: ListenTarget) throws {
+        switch target {
+        case .document(let path): try checkDepth(path.segments.count, of: path.description)
+        case .collection(let path, let query):
+            try checkDepth(path.segments.count + 1, of: path.description)
+            _ = try CompiledQuery(query)
+        case .collectionGroup(_, let query):
+            _ = try CompiledQuery(query)
+        }
+    }
+
+    private func checkDepth(_ depth: Int, of path: String) throws(TandemError) {
+        if depth > limits.maximumPathDepth {
+            throw TandemError.invalidArgument("The path \(path) has \(depth) segments; this server allows at most \(limits.maximumPathDepth).")
+        }
+    }
+
+    static func tandemError(_ error: any Error) -> TandemError {
+        if let error = error as? TandemError { return error }
+        return TandemError(.internal, "The server failed: \(error).")
+    }
+}

@@ -1,0 +1,209 @@
+import Foundation
+import TandemCore
+
+/// The store-independent meaning of a commit: what to check, in which order, what to apply, what
+/// to record and what to answer, over any store's ``StoreTransaction``.
+///
+/// A store checks each request first with ``check(_:limits:)`` (no transaction needed, so it runs
+/// before the request queues for the writer), then decides the checked requests one by one in its
+/// write transaction with ``decide(_:in:version:committed:)``.
+///
+/// The rules, for a request's mutations:
+/// 1. A mutation without an id is new. One whose id is above its client's newest recorded sequence
+///    is new. Otherwise its record answers it: `replayed` with the first answer, or `refused` with
+///    the first error — unless the content differs (`invalid-argument`: an id reused for another
+///    write). An id with no record is `unknown` when pruning removed its record, and refused as out
+///    of order when it was never decided (a client's sequences must increase).
+/// 2. The new mutations apply together, at the request's version, when every other mutation of the
+///    request is applied (now or before); otherwise they are refused with the request.
+/// 3. They apply in order against the documents as the earlier ones left them: a failed
+///    precondition, an update of a missing document or a document over the size limit refuses the
+///    request, and nothing of it is written.
+/// 4. Every decision about an id — applied or refused — is recorded with the mutation's digest.
+public struct CommitPlanner: Sendable {
+    /// The limits documents are checked against once written.
+    public var limits: ServerLimits
+    /// The commit's time: documents' update times, `serverTimestamp`, the records' time.
+    public var time: ServerTime
+
+    public init(limits: ServerLimits, time: ServerTime) {
+        self.limits = limits
+        self.time = time
+    }
+
+    /// A request that passed ``check(_:limits:)``, with its mutations' digests.
+    public struct CheckedRequest: Sendable {
+        public let mutations: [Mutation]
+        let digests: [UInt64?]
+    }
+
+    /// Checks what does not depend on stored state: the batch size and path depth, each mutation's
+    /// shape, and that no id repeats and each client's sequences increase within the request.
+    /// Throws `invalid-argument` or `resource-exhausted`; such a request is never recorded, since
+    /// it would fail the same way whenever it was sent.
+    public static func check(_ mutations: [Mutation], limits: ServerLimits) throws(TandemError) -> CheckedRequest {
+        try limits.checkBatch(mutations)
+        var digests: [UInt64?] = []
+        digests.reserveCapacity(mutations.count)
+        var lastSequence: [String: UInt64] = [:]
+        for mutation in mutations {
+            try mutation.validate()
+            if let id = mutation.id {
+                if let last = lastSequence[id.clientID], id.sequence <= last {
+                    throw TandemError.invalidArgument(id.sequence == last
+                        ? "The mutation id \(id) appears twice in one write; give each mutation its own sequence."
+                        : "The mutation ids of client \(id.clientID) go down within one write (\(last), then \(id.sequence)); list a client's mutations in the order of their sequences.")
+                }
+                lastSequence[id.clientID] = id.sequence
+                digests.append(mutation.contentDigest)
+            } else {
+                digests.append(nil)
+            }
+        }
+        return CheckedRequest(mutations: mutations, digests: digests)
+    }
+
+    /// Decides a checked request in `transaction`: its new mutations take `version` if they apply;
+    /// `committed` is the version before it (the one a refusal or an unknown answer carries).
+    ///
+    /// `clientID` is the connection client sending it (nil for a request that stands alone, such
+    /// as one over HTTP). Each writer id (the client of a mutation id) belongs to the connection
+    /// client that first wrote under it: a request using a writer id another client owns fails
+    /// with `permission-denied`, undecided, and nothing is recorded against that id.
+    ///
+    /// Throws only what the transaction throws, which must fail the whole commit.
+    public func decide<Transaction: StoreTransaction>(
+        _ request: CheckedRequest, in transaction: inout Transaction, version: Version, committed: Version, clientID: String? = nil
+    ) throws -> Result<CommitResult, TandemError> {
+        let mutations = request.mutations
+        var unclaimed: [String] = []
+        for writer in Set(mutations.compactMap(\.id?.clientID)) {
+            guard let owner = try transaction.owner(of: writer) else {
+                unclaimed.append(writer)
+                continue
+            }
+            if owner != clientID {
+                return .failure(TandemError(.permissionDenied, "The writer id '\(writer)' belongs to another client\(clientID.map { " than '\($0)'" } ?? ""); a connection may only write under writer ids it used first. Nothing was written."))
+            }
+        }
+        if let clientID {
+            for writer in unclaimed.sorted() { try transaction.claim(writer, for: clientID) }
+        }
+        var answers = [WriteAcknowledgement?](repeating: nil, count: mutations.count)
+        var fresh: [Int] = []
+        // Why the new mutations cannot apply, when another mutation of the request did not apply.
+        var blocker: TandemError?
+        // Refusals decided here about ids that had no record: recorded below.
+        var toRecord: [Int] = []
+
+        for (index, mutation) in mutations.enumerated() {
+            guard let id = mutation.id else {
+                fresh.append(index)
+                continue
+            }
+            let newest = try transaction.highestRecordedSequence(of: id.clientID)
+            if newest.map({ id.sequence > $0 }) ?? true {
+                fresh.append(index)
+                continue
+            }
+            if let record = try transaction.record(of: id) {
+                if let digest = record.digest, digest != request.digests[index] {
+                    let error = TandemError.invalidArgument("The mutation id \(id) was already used for another write (decided at version \(record.acknowledgement.version)); nothing was written. Give every write a new sequence.")
+                    answers[index] = .refused(id, error, at: committed)
+                    blocker = blocker ?? error
+                    continue
+                }
+                let answer = record.acknowledgement.replayed
+                answers[index] = answer
+                if answer.status == .refused {
+                    blocker = blocker ?? TandemError(answer.error?.code ?? .aborted, "Mutation \(id) of this write was refused before: \(answer.error?.message ?? "")")
+                }
+            } else if let pruned = try transaction.prunedSequence(of: id.clientID), id.sequence <= pruned {
+                answers[index] = WriteAcknowledgement(id: id, status: .unknown, version: committed)
+                blocker = blocker ?? TandemError(.aborted, "Mutation \(id) of this write was decided too long ago for its answer to be kept; nothing new was written. Read the documents, then write again with new sequences.")
+            } else {
+                let error = TandemError.invalidArgument("Mutation \(id) arrived after \(id.clientID)#\(newest ?? 0) was decided and was never applied: a client's sequences must increase in the order it sends its writes. Nothing was written; send the write again with a new sequence.")
+                answers[index] = .refused(id, error, at: committed)
+                toRecord.append(index)
+                blocker = blocker ?? error
+            }
+        }
+        // What the new mutations do, or why the request is refused.
+        var outcome: Result<Applied, TandemError> = .failure(blocker ?? TandemError(.internal, ""))
+        if !fresh.isEmpty, blocker == nil {
+            outcome = try apply(fresh.map { mutations[$0] }, in: &transaction, version: version)
+        }
+        var batch: CommittedBatch?
+        switch outcome {
+        case .success(let applied):
+            for (index, acknowledgement) in zip(fresh, applied.acknowledgements) {
+                answers[index] = acknowledgement
+                if acknowledgement.id != nil { toRecord.append(index) }
+            }
+            try transaction.applied(version: version, changedDocuments: !applied.changes.isEmpty)
+            batch = CommittedBatch(version: version, changes: applied.changes)
+        case .failure(let error) where !fresh.isEmpty:
+            for index in fresh {
+                answers[index] = .refused(mutations[index].id, error, at: committed)
+                if mutations[index].id != nil { toRecord.append(index) }
+            }
+        case .failure:
+            break
+        }
+        for index in toRecord.sorted() {
+            guard let id = mutations[index].id, let answer = answers[index] else { continue }
+            try transaction.record(MutationRecord(acknowledgement: answer, digest: request.digests[index], time: time.date), for: id)
+        }
+        return .success(CommitResult(acknowledgements: answers.map { $0! }, batch: batch))
+    }
+
+    private struct Applied {
+        var acknowledgements: [WriteAcknowledgement]
+        var changes: [RemoteChange]
+    }
+
+    /// Applies new mutations in order against the documents as the earlier ones leave them, and
+    /// writes the result; refuses them all, writing nothing, if one is refused.
+    private func apply<Transaction: StoreTransaction>(_ mutations: [Mutation], in transaction: inout Transaction, version: Version) throws -> Result<Applied, TandemError> {
+        var working: [DocumentPath: Document?] = [:]
+        var changedOrder: [DocumentPath] = []
+        var writer: [DocumentPath: MutationID?] = [:]
+        // Each document's data is encoded once: to check its size, to store it, to answer with it.
+        var encoded: [DocumentPath: String] = [:]
+        var acknowledgements: [WriteAcknowledgement] = []
+        acknowledgements.reserveCapacity(mutations.count)
+        for mutation in mutations {
+            let existing: Document?
+            if let entry = working[mutation.path] {
+                existing = entry
+            } else {
+                existing = try transaction.document(at: mutation.path)
+            }
+            let after: Document?
+            let text: String?
+            do throws(TandemError) {
+                after = try mutation.applyValidated(to: existing, version: version, serverTime: time)
+                text = after.map { JSONText.encode($0.data) }
+                if let text { try limits.checkDocument(encoded: text, at: mutation.path) }
+            } catch {
+                return .failure(error)
+            }
+            encoded[mutation.path] = text
+            if existing != nil || after != nil {
+                if working[mutation.path] == nil { changedOrder.append(mutation.path) }
+                working[mutation.path] = .some(after)
+            }
+            writer[mutation.path] = .some(mutation.id)
+            acknowledgements.append(WriteAcknowledgement(id: mutation.id, status: .applied, version: version, document: after, encodedData: text))
+        }
+        var changes: [RemoteChange] = []
+        changes.reserveCapacity(changedOrder.count)
+        for path in changedOrder {
+            let document = working[path]!
+            let id = writer[path] ?? nil
+            try transaction.write(document, at: path, version: version, time: time.date, encodedData: encoded[path] ?? nil, writer: id)
+            changes.append(RemoteChange(path: path, document: document, version: version, mutationID: id))
+        }
+        return .success(Applied(acknowledgements: acknowledgements, changes: changes))
+    }
+}

@@ -1,0 +1,30 @@
+import TandemCore
+
+/// What one commit changed: its version, and each document's state after it.
+public struct CommittedBatch: Sendable, Hashable {
+    public var version: Version
+    public var changes: [RemoteChange]
+
+    public init(version: Version, changes: [RemoteChange]) {
+        self.version = version
+        self.changes = changes
+    }
+}
+
+/// What a store tells its observers after commits: the batches that became visible (each once,
+/// those that changed documents) and the watermark below which every commit is visible.
+///
+/// A store that commits one transaction at a time reports its batches in version order with the
+/// watermark at the last. A store whose commits can become visible out of order reports each
+/// batch as it commits and raises `visibleThrough` only once no commit below it is missing; the
+/// fan-out holds batches above the watermark back and releases them in version order.
+public struct CommitNotice: Sendable, Hashable {
+    public var batches: [CommittedBatch]
+    /// Every commit at or below this version is visible.
+    public var visibleThrough: Version
+
+    public init(batches: [CommittedBatch], visibleThrough: Version) {
+        self.batches = batches
+        self.visibleThrough = visibleThrough
+    }
+}

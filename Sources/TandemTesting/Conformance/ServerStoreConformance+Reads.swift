@@ -1,0 +1,80 @@
+import Foundation
+import Synchronization
+import TandemCore
+import TandemServer
+
+extension ServerStoreConformance {
+    static var readChecks: [Check] {
+        [
+            Check("a read's version covers every document it returns, and queries run the one evaluator") { opened in
+                let store = opened.store
+                _ = try await store.commit([.set(path("q/a"), ["n": 1]), .set(path("q/b"), ["n": 2])])
+                _ = try await store.commit([.update(path("q/a"), fields: ["n": 3])])
+                _ = try await store.commit([.set(path("other/x"), [:])])
+                let one = try await store.read(.document(path("q/a")))
+                try expectEqual(one.documents.map(\.version), [2], "the document read")
+                try expect(one.version >= 2, "a document read at version \(one.version) holds version 2")
+                try expectEqual(try await store.read(.document(path("q/none"))).documents, [], "a missing document")
+                let query = try await store.read(.collection(collection("q"), Query().order(by: "n", descending: true)))
+                try expectEqual(query.documents.map(\.path.id), ["a", "b"], "a query's order")
+                try expectEqual(query.version, 3, "a query's version")
+                let group = try await store.read(.collectionGroup("q", Query().whereField("n", isLessThan: 3)))
+                try expectEqual(group.documents.map(\.path.id), ["b"], "a group query's filter")
+            },
+            Check("the change feed pages by version, never splitting a commit, and reports deletes and documents leaving a query") { opened in
+                let store = opened.store
+                _ = try await store.commit([.set(path("c/1"), ["x": 1]), .set(path("c/2"), [:]), .set(path("c/3"), [:])])  // v1
+                _ = try await store.commit([.set(path("c/4"), [:])])  // v2
+                _ = try await store.commit([.delete(path("c/1"))])  // v3
+                let first = try await store.changes(since: 0, in: nil, limit: 2)
+                try expectEqual(first.changes.map(\.path.id), ["2", "3"], "the first page (c/1 moved on to v3; v1 comes whole)")
+                try expectEqual(first.version, 1, "the first page's version")
+                try expect(first.hasMore, "the first page says nothing follows")
+                let second = try await store.changes(since: first.version, in: nil, limit: 2)
+                try expectEqual(second.changes.map(\.path.id), ["4", "1"], "the second page")
+                try expect(second.changes.last?.document == nil, "a delete came with a document")
+                try expect(!second.hasMore, "the last page says more follows")
+                try expectEqual(second.version, 3, "the last page's version")
+                let scoped = try await store.changes(since: 0, in: .collection(collection("c"), Query().whereField("x", isEqualTo: 1)), limit: 10)
+                try expect(scoped.changes.allSatisfy { $0.document == nil }, "documents outside a query came as themselves")
+                try expectEqual(try await store.changes(since: 3, in: nil, limit: 10), ChangePage(changes: [], version: 3, hasMore: false), "changes since the newest version")
+            },
+            Check("a change feed from beyond the store's version, or from before pruned tombstones, is out-of-range") { opened in
+                let store = opened.store
+                _ = try await store.commit([.set(path("c/1"), [:])])
+                _ = try await store.commit([.delete(path("c/1"))])
+                try await expectError(.outOfRange, "changes since a version the store never reached") { _ = try await store.changes(since: 99, in: nil, limit: 10) }
+                try expectEqual(try await store.pruneTombstones(olderThan: Date().addingTimeInterval(3600)), 1, "the tombstones pruned")
+                try await expectError(.outOfRange, "changes since before a pruned tombstone") { _ = try await store.changes(since: 0, in: nil, limit: 10) }
+                try expectEqual(try await store.changes(since: 2, in: nil, limit: 10).changes, [], "changes since the pruned tombstone")
+                let reopened = try await opened.reopen()
+                try await expectError(.outOfRange, "changes since before a pruned tombstone, after a reopen") { _ = try await reopened.changes(since: 1, in: nil, limit: 10) }
+            },
+            Check("changes carry the mutation id that made them; the feed and a snapshot agree") { opened in
+                let store = opened.store
+                _ = try await store.commit([Mutation.set(path("f/a"), ["v": 1]).identified(by: id("phone", 1)), .set(path("f/b"), ["v": 2])])
+                let page = try await store.changes(since: 0, in: .collection(collection("f"), Query()), limit: 10)
+                try expectEqual(page.changes.map(\.mutationID), [id("phone", 1), nil], "the changes' mutation ids")
+                let snapshot = try await store.read(.collection(collection("f"), Query()))
+                try expectEqual(page.changes.compactMap(\.document), snapshot.documents, "the feed's documents and a snapshot's")
+                try expectEqual(page.version, snapshot.version, "the feed's version and a snapshot's")
+            },
+            Check("an encoded snapshot, when the store writes one, holds what a read returns") { opened in
+                let store = opened.store
+                _ = try await store.commit([.set(path("e/b"), ["v": 2]), .set(path("e/a"), ["v": 1, "s": "quoted \"x\""]), .set(path("x/e/e/c"), ["v": 3])])
+                for target in [ListenTarget.collection(collection("e"), Query()), .collectionGroup("e", Query())] {
+                    guard let encoded = try await store.encodedSnapshot(target, groupSize: 1) else { continue }
+                    let read = try await store.read(target)
+                    try expectEqual(encoded.version, read.version, "the encoded snapshot's version")
+                    var changes: [RemoteChange] = []
+                    for group in encoded.groups {
+                        let text = "{\"changes\":" + String(decoding: group, as: UTF8.self) + ",\"target\":1,\"type\":\"snapshot\",\"version\":\(encoded.version)}"
+                        guard case .batch(_, let batch, _, _) = try ServerMessage.parse(text) else { throw ConformanceFailure(message: "not a batch: \(text)", file: #fileID, line: #line) }
+                        changes += batch.changes
+                    }
+                    try expectEqual(changes, read.documents.map(RemoteChange.upsert), "the encoded snapshot of \(target)")
+                }
+            },
+        ]
+    }
+}

@@ -1,0 +1,122 @@
+import Foundation
+import Synchronization
+import TandemCore
+import TandemServer
+
+/// The checks every ``ServerStore`` must pass: the contract written on the protocol, run as code.
+/// Each check takes a fresh store from a ``Subject`` and throws a ``ConformanceFailure`` saying what
+/// broke. Run them from your tests, one test case per check:
+///
+/// ```swift
+/// @Test(arguments: ServerStoreConformance.checks)
+/// func conformance(_ check: ServerStoreConformance.Check) async throws {
+///     try await check.run(on: .init(name: "mine") { try MyStore.openFresh() })
+/// }
+/// ```
+public enum ServerStoreConformance {
+    /// The store under test.
+    public struct Subject: Sendable {
+        public var name: String
+        /// Opens a store over new, empty data.
+        public var open: @Sendable () async throws -> OpenedStore
+
+        public init(name: String, open: @escaping @Sendable () async throws -> OpenedStore) {
+            self.name = name
+            self.open = open
+        }
+    }
+
+    /// A store under test and how to open it again over the same data, as after a restart (a
+    /// store that keeps nothing across restarts may return itself).
+    public struct OpenedStore: Sendable {
+        public var store: any ServerStore
+        public var reopen: @Sendable () async throws -> any ServerStore
+
+        public init(store: any ServerStore, reopen: @escaping @Sendable () async throws -> any ServerStore) {
+            self.store = store
+            self.reopen = reopen
+        }
+    }
+
+    /// One named check.
+    public struct Check: Sendable, CustomStringConvertible {
+        public let name: String
+        let body: @Sendable (OpenedStore) async throws -> Void
+
+        init(_ name: String, _ body: @escaping @Sendable (OpenedStore) async throws -> Void) {
+            self.name = name
+            self.body = body
+        }
+
+        public var description: String { name }
+
+        /// Runs the check on a fresh store of `subject`.
+        public func run(on subject: Subject) async throws {
+            try await body(try await subject.open())
+        }
+    }
+
+    /// Every check, writes first.
+    public static var checks: [Check] { writeChecks + exactlyOnceChecks + readChecks }
+}
+
+/// What a conformance check found broken.
+public struct ConformanceFailure: Error, CustomStringConvertible {
+    public var message: String
+    public var file: String
+    public var line: Int
+
+    public var description: String { "\(file):\(line): \(message)" }
+}
+
+/// A value several tasks read and change under a lock.
+final class Shared<Value: Sendable>: Sendable {
+    private let value: Mutex<Value>
+    init(_ value: Value) { self.value = Mutex(value) }
+    func withLock<T: Sendable>(_ body: (inout sending Value) throws -> sending T) rethrows -> T { try value.withLock(body) }
+}
+
+// MARK: Assertions
+
+func expect(_ condition: Bool, _ message: @autoclosure () -> String, file: String = #fileID, line: Int = #line) throws {
+    if !condition { throw ConformanceFailure(message: message(), file: file, line: line) }
+}
+
+func expectEqual<T: Equatable>(_ actual: T, _ expected: T, _ what: @autoclosure () -> String, file: String = #fileID, line: Int = #line) throws {
+    if actual != expected {
+        throw ConformanceFailure(message: "\(what()): expected \(expected), got \(actual)", file: file, line: line)
+    }
+}
+
+/// Runs `body` and expects it to throw a ``TandemError`` with `code`; returns the error.
+@discardableResult
+func expectError(_ code: TandemError.Code, _ what: @autoclosure () -> String, file: String = #fileID, line: Int = #line, _ body: () async throws -> Void) async throws -> TandemError {
+    do {
+        try await body()
+    } catch let error as TandemError {
+        try expect(error.code == code, "\(what()): expected \(code), got \(error)", file: file, line: line)
+        return error
+    } catch {
+        throw ConformanceFailure(message: "\(what()): expected \(code), got \(error)", file: file, line: line)
+    }
+    throw ConformanceFailure(message: "\(what()): expected \(code), but it succeeded", file: file, line: line)
+}
+
+func path(_ text: String) -> DocumentPath { try! DocumentPath(text) }
+func collection(_ text: String) -> CollectionPath { try! CollectionPath(text) }
+
+func id(_ client: String, _ sequence: UInt64) -> MutationID { MutationID(clientID: client, sequence: sequence) }
+
+let increment = Mutation.update(path("counters/a"), fields: [:], transforms: [.init("n", .increment(1))])
+
+extension ServerStore {
+    /// Commits requests in one call with default limits, each answer as a result.
+    func commitAll(_ requests: [[Mutation]]) async -> [Result<CommitResult, TandemError>] {
+        await commit(requests, limits: ServerLimits(), clientID: nil)
+    }
+
+    /// The counter documents' `n`, or nil.
+    func counter(_ text: String = "counters/a") async throws -> JSONValue? {
+        try await document(at: path(text))?.data["n"]
+    }
+}

@@ -1,0 +1,134 @@
+import Foundation
+import Synchronization
+import HummingbirdWebSocket
+import NIOCore
+import Testing
+import TandemCore
+@testable import TandemServer
+import TandemTesting
+
+@Suite("Server state machines")
+struct ServerStateMachineTests {
+    func batch(_ version: UInt64) -> CommittedBatch {
+        CommittedBatch(version: Version(version), changes: [.removal(try! DocumentPath("a/\(version)"), version: Version(version))])
+    }
+
+    @Test("commits reported out of order come out in version order, none before the watermark passes it")
+    func commitOrder() {
+        var order = CommitOrder()
+        // 3 commits before 2 is visible: held back.
+        var released = order.receive(CommitNotice(batches: [batch(1), batch(3)], visibleThrough: 1))
+        #expect(released.ready.map(\.version) == [1] && released.late == 0)
+        released = order.receive(CommitNotice(batches: [batch(4)], visibleThrough: 1))
+        #expect(released.ready.isEmpty && order.waitingCount == 2)
+        // 2 arrives and the watermark passes 4: 2, 3, 4 in order.
+        released = order.receive(CommitNotice(batches: [batch(2)], visibleThrough: 4))
+        #expect(released.ready.map(\.version) == [2, 3, 4] && order.waitingCount == 0)
+        // A version that took no batch (a no-op commit) moves the watermark alone.
+        released = order.receive(CommitNotice(batches: [], visibleThrough: 5))
+        #expect(released.ready.isEmpty && order.watermark == 5)
+        // A batch at or below the watermark breaks the contract: released at once, and counted.
+        released = order.receive(CommitNotice(batches: [batch(5)], visibleThrough: 5))
+        #expect(released.ready.map(\.version) == [5] && released.late == 1)
+    }
+
+    func write(_ sequence: UInt64?...) -> [Mutation] {
+        sequence.map { sequence in
+            let mutation = Mutation.set(try! DocumentPath("a/b"), [:])
+            return sequence.map { mutation.identified(by: MutationID(clientID: "c", sequence: $0)) } ?? mutation
+        }
+    }
+
+    @Test("after a write refused for a passing reason, later writes are aborted until it is sent again")
+    func sequencer() {
+        var limits = ServerLimits()
+        limits.maximumPendingWritesPerConnection = 2
+        limits.maximumWritesPerSecond = 1_000
+        var sequencer = WriteSequencer(limits: limits)
+        #expect(sequencer.arrive(write(1), at: .zero) == .proceed)
+        #expect(sequencer.arrive(write(2), at: .zero) == .proceed)
+        // The queue is full: 3 is refused, and 4 may not overtake it.
+        guard case .refuse(let full) = sequencer.arrive(write(3), at: .zero) else { Issue.record("expected a refusal"); return }
+        #expect(full.code == .unavailable)
+        sequencer.answered()
+        guard case .refuse(let aborted) = sequencer.arrive(write(4), at: .zero) else { Issue.record("expected a refusal"); return }
+        #expect(aborted.code == .aborted && aborted.message.contains("c#3"))
+        // A write without ids carries no order.
+        #expect(sequencer.arrive(write(nil), at: .zero) == .proceed)
+        sequencer.answered()
+        // 3 again clears the way.
+        #expect(sequencer.arrive(write(3), at: .zero) == .proceed)
+        sequencer.answered()
+        #expect(sequencer.arrive(write(4), at: .zero) == .proceed)
+        #expect(sequencer.blockedFrom == nil)
+    }
+
+    @Test("a store failure blocks the writes queued after it at their turn; the rate limit refuses on the clock")
+    func sequencerTurnsAndRate() {
+        var limits = ServerLimits()
+        limits.maximumWritesPerSecond = 2
+        var sequencer = WriteSequencer(limits: limits)
+        #expect(sequencer.arrive(write(1), at: .zero) == .proceed)
+        #expect(sequencer.arrive(write(2), at: .zero) == .proceed)
+        // Over two a second: refused, until half a second passes on the clock.
+        guard case .refuse(let rate) = sequencer.arrive(write(3), at: .milliseconds(100)) else { Issue.record("expected a refusal"); return }
+        #expect(rate.code == .unavailable && rate.message.contains("2 writes a second"))
+        #expect(sequencer.arrive(write(3), at: .milliseconds(600)) == .proceed)
+        // 1 failed in the store: 2 and 3, queued after it, are aborted at their turn.
+        #expect(sequencer.turn(write(1)) == .proceed)
+        sequencer.failed(write(1))
+        sequencer.answered()
+        guard case .refuse(let aborted) = sequencer.turn(write(2)) else { Issue.record("expected a refusal"); return }
+        #expect(aborted.code == .aborted)
+        #expect(sequencer.blockedFrom == MutationID(clientID: "c", sequence: 1))
+    }
+
+
+    @Test("frames are put back together into messages; an oversized or binary message is refused and the next one read")
+    func messageReader() {
+        var reader = MessageReader(limit: 10)
+        guard case .incomplete = reader.read(.text, ByteBuffer(string: "{\"a\""), fin: false) else { Issue.record("expected incomplete"); return }
+        guard case .text(let whole) = reader.read(.continuation, ByteBuffer(string: ":1}"), fin: true) else { Issue.record("expected a message"); return }
+        #expect(String(buffer: whole) == "{\"a\":1}")
+        _ = reader.read(.text, ByteBuffer(string: "0123456"), fin: false)
+        _ = reader.read(.continuation, ByteBuffer(string: "789ab"), fin: false)
+        guard case .refused(let big) = reader.read(.continuation, ByteBuffer(string: "cdef"), fin: true) else { Issue.record("expected a refusal"); return }
+        #expect(big.code == .resourceExhausted && big.message.contains("16 bytes"))
+        guard case .refused(let binary) = reader.read(.binary, ByteBuffer(string: "xyz"), fin: true) else { Issue.record("expected a refusal"); return }
+        #expect(binary.code == .invalidArgument)
+        guard case .text(let next) = reader.read(.text, ByteBuffer(string: "{}"), fin: true) else { Issue.record("expected the next message"); return }
+        #expect(String(buffer: next) == "{}")
+    }
+
+    @Test("the memory store prunes on its own clock, at its interval")
+    func memoryStorePrunes() async throws {
+        let clock = ManualClock()
+        var configuration = MemoryServerStore<ManualClock>.Configuration()
+        configuration.pruneInterval = .seconds(60)
+        configuration.tombstoneRetention = .zero
+        let now = Shared(Date(timeIntervalSince1970: 1_800_000_000))
+        configuration.now = { now.value }
+        let store = MemoryServerStore(clock: clock, configuration: configuration)
+        _ = try await store.commit([.set(try DocumentPath("a/b"), [:])])
+        _ = try await store.commit([.delete(try DocumentPath("a/b"))])
+        let running = Task { try await store.run() }
+        await clock.waitForSleepers(count: 1)
+        now.value = now.value.addingTimeInterval(1)
+        clock.advance(by: .seconds(60))
+        // Pruned once the clock passed the interval: the next sleep shows the pruning ran.
+        await clock.waitForSleepers(count: 1)
+        await #expect(throws: TandemError.self) { _ = try await store.changes(since: 0, in: nil, limit: 10) }
+        running.cancel()
+        _ = try? await running.value
+    }
+}
+
+/// A value shared with a `@Sendable` closure.
+final class Shared<Value: Sendable>: Sendable {
+    private let storage: Mutex<Value>
+    init(_ value: Value) { storage = Mutex(value) }
+    var value: Value {
+        get { storage.withLock { $0 } }
+        set { storage.withLock { $0 = newValue } }
+    }
+}
