@@ -33,7 +33,7 @@ public final class ManualClock: Clock, Sendable {
         var nextID = 0
         var sleepers: [Int: Sleeper] = [:]
         var cancelledBeforeSleeping: Set<Int> = []
-        var sleeperWaiters: [(count: Int, continuation: CheckedContinuation<Void, Never>)] = []
+        var sleeperWaiters: [(ready: @Sendable ([Instant]) -> Bool, continuation: CheckedContinuation<Void, Never>)] = []
     }
 
     private let state = Mutex(State())
@@ -63,9 +63,9 @@ public final class ManualClock: Clock, Sendable {
                     if state.cancelledBeforeSleeping.remove(id) != nil { return .cancelled }
                     if deadline <= state.now { return .resumeNow }
                     state.sleepers[id] = Sleeper(deadline: deadline, continuation: continuation)
-                    let count = state.sleepers.count
+                    let deadlines = state.sleepers.values.map(\.deadline).sorted()
                     state.sleeperWaiters.removeAll { waiter in
-                        guard waiter.count <= count else { return false }
+                        guard waiter.ready(deadlines) else { return false }
                         waitersToResume.append(waiter.continuation)
                         return true
                     }
@@ -108,13 +108,24 @@ public final class ManualClock: Clock, Sendable {
     /// Returns once at least `count` tasks are sleeping on the clock: the event to await before
     /// advancing time, instead of sleeping on the wall clock.
     public func waitForSleepers(count: Int = 1) async {
+        await waitForSleepers { $0.count >= count }
+    }
+
+    /// Returns once the deadlines of the tasks sleeping on the clock (earliest first) satisfy
+    /// `ready` — say, once one sleeps until a given instant — checked now and whenever a task
+    /// starts to sleep.
+    ///
+    /// ```swift
+    /// await clock.waitForSleepers { $0.contains(clock.now.advanced(by: .seconds(10))) }
+    /// ```
+    public func waitForSleepers(matching ready: @escaping @Sendable ([Instant]) -> Bool) async {
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            let ready = state.withLock { state -> Bool in
-                if state.sleepers.count >= count { return true }
-                state.sleeperWaiters.append((count, continuation))
+            let now = state.withLock { state -> Bool in
+                if ready(state.sleepers.values.map(\.deadline).sorted()) { return true }
+                state.sleeperWaiters.append((ready, continuation))
                 return false
             }
-            if ready { continuation.resume() }
+            if now { continuation.resume() }
         }
     }
 }

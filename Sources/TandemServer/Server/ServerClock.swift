@@ -3,20 +3,26 @@
 struct ServerClock: Sendable {
     /// The time elapsed on the clock since this value was made.
     let now: @Sendable () -> Duration
-    /// Sleeps for a duration of the clock.
-    let sleep: @Sendable (Duration) async throws -> Void
+    /// Sleeps until a point on the clock (a time elapsed since this value was made). The deadline
+    /// is absolute, so a sleep that starts late still ends on time.
+    let sleepUntil: @Sendable (Duration) async throws -> Void
 
     init(_ clock: any Clock<Duration>) {
         self = Self.make(clock)
     }
 
-    private init(now: @escaping @Sendable () -> Duration, sleep: @escaping @Sendable (Duration) async throws -> Void) {
+    private init(now: @escaping @Sendable () -> Duration, sleepUntil: @escaping @Sendable (Duration) async throws -> Void) {
         self.now = now
-        self.sleep = sleep
+        self.sleepUntil = sleepUntil
+    }
+
+    /// Sleeps for a duration from now.
+    func sleep(_ duration: Duration) async throws {
+        try await sleepUntil(now() + duration)
     }
 
     private static func make<C: Clock<Duration>>(_ clock: C) -> ServerClock {
         let start = clock.now
-        return ServerClock(now: { start.duration(to: clock.now) }, sleep: { try await clock.sleep(for: $0) })
+        return ServerClock(now: { start.duration(to: clock.now) }, sleepUntil: { try await clock.sleep(until: start.advanced(by: $0), tolerance: nil) })
     }
 }

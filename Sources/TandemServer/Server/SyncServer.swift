@@ -1,4 +1,5 @@
 import Hummingbird
+import HummingbirdCore
 import HummingbirdWebSocket
 import Logging
 import NIOCore
@@ -39,7 +40,9 @@ public struct SyncServer: Service {
         store.observeCommits { hub.receive($0) }
         let service = SyncService(store: store, hub: hub, limits: configuration.limits)
         let clock = ServerClock(configuration.clock)
-        let router = Router(context: BasicWebSocketRequestContext.self)
+        // HEAD is answered like GET without the body.
+        let router = Router(context: BasicWebSocketRequestContext.self, options: .autoGenerateHeadEndpoints)
+        router.add(middleware: JSONErrorMiddleware())
         HTTPAPI(service: service).register(on: router)
         let sessions = Atomic<Int>(0)
         router.ws("/v1/stream") { inbound, outbound, _ in
@@ -53,10 +56,18 @@ public struct SyncServer: Service {
         // A frame may be as large as a request: one frame holding a whole batch is what most
         // WebSocket libraries send. A larger frame closes the connection with 1009.
         let maximumFrame = configuration.limits.maximumRequestBytes + 1024
+        let timeouts = HTTPConnectionGuardStateMachine.Timeouts(idle: configuration.idleTimeout, head: configuration.requestHeadTimeout, body: configuration.requestBodyTimeout)
+        let webSocketResponder = router.buildResponder()
+        let webSocket = HTTP1WebSocketUpgradeChannel.Configuration(ws: .init(maxFrameSize: maximumFrame, autoPing: .disabled, closeTimeout: .seconds(5)))
+        let server = HTTPServerBuilder { responder in
+            GuardedHTTPChannel(inner: HTTP1WebSocketUpgradeChannel(responder: responder, webSocketResponder: webSocketResponder, configuration: webSocket),
+                               timeouts: timeouts, clock: clock)
+        }
         let app = Application(
             router: router,
-            server: .http1WebSocketUpgrade(webSocketRouter: router, configuration: .init(ws: .init(maxFrameSize: maximumFrame, autoPing: .disabled, closeTimeout: .seconds(5)))),
-            configuration: .init(address: .hostname(host, port: port), serverName: "tandem/\(TandemVersion.current)"),
+            server: server,
+            configuration: .init(address: .hostname(host, port: port), serverName: "tandem/\(TandemVersion.current)",
+                                 availableConnectionsDelegate: .maximum(configuration.maximumConnections, logger: configuration.logger)),
             services: [store, hub],
             onServerRunning: { channel in
                 await onListening(host, channel.localAddress?.port ?? port)
@@ -93,14 +104,15 @@ public struct SyncServer: Service {
             }
             group.addTask {
                 let allowed = configuration.heartbeatInterval * 3
+                // Wakes three intervals after the last message heard; if one came since, again
+                // three intervals after it.
                 while !Task.isCancelled {
                     do {
-                        try await clock.sleep(configuration.heartbeatInterval)
+                        try await clock.sleepUntil(lastHeard.instant + allowed)
                     } catch {
                         return
                     }
-                    let silent = clock.now() - lastHeard.instant
-                    if silent >= allowed {
+                    if clock.now() - lastHeard.instant >= allowed {
                         configuration.logger.debug("stream session \(session.id): no message for \(allowed); closing")
                         end.fulfill(.success(()))
                         return

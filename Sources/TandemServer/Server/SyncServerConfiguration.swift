@@ -14,7 +14,20 @@ public struct SyncServerConfiguration: Sendable {
     /// How many bytes may wait to be written to one connection before it is closed as a slow
     /// consumer. Default 64 MiB.
     public var maximumQueuedBytesPerConnection = 64 << 20
-    /// The clock the heartbeat watchdog and the write rate run on; tests pass a manual one.
+    /// How long an HTTP connection may sit with no request under way (new, or between keep-alive
+    /// requests) before it is closed. Default 60 s.
+    public var idleTimeout: Duration = .seconds(60)
+    /// How long a request's head (request line and headers) may take to arrive once it has begun;
+    /// past it the request is answered 408 and the connection closed. Default 10 s.
+    public var requestHeadTimeout: Duration = .seconds(10)
+    /// How long a request's body may take to arrive after its head; past it, 408 and closed.
+    /// Default 30 s.
+    public var requestBodyTimeout: Duration = .seconds(30)
+    /// The most connections (HTTP and WebSocket together) served at once; more wait to be accepted
+    /// until one closes. Default 10,000.
+    public var maximumConnections = 10_000
+    /// The clock the timeouts, the heartbeat watchdog and the write rate run on; tests pass a
+    /// manual one.
     public var clock: any Clock<Duration> = ContinuousClock()
     /// The server's logger.
     public var logger = Logger(label: "tandem.server")

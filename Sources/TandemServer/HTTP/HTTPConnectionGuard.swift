@@ -1,0 +1,161 @@
+import NIOCore
+import NIOHTTP1
+import TandemCore
+
+/// The NIO shell of ``HTTPConnectionGuardStateMachine``: it sits right after the HTTP decoder,
+/// turns what passes through into the machine's events, and carries out its actions — a timer on
+/// the server's clock, a JSON error answer, a close, or stepping aside for a WebSocket upgrade.
+final class HTTPConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler {
+    typealias InboundIn = HTTPServerRequestPart
+    typealias InboundOut = HTTPServerRequestPart
+    typealias OutboundIn = HTTPServerResponsePart
+    typealias OutboundOut = HTTPServerResponsePart
+
+    private var machine: HTTPConnectionGuardStateMachine
+    private let clock: ServerClock
+    private var timer: Task<Void, Never>?
+    /// Counts armings, so a timer that fires after being replaced does nothing.
+    private var arming = 0
+    private var sawHeadThisRead = false
+
+    init(timeouts: HTTPConnectionGuardStateMachine.Timeouts, clock: ServerClock) {
+        self.clock = clock
+        machine = HTTPConnectionGuardStateMachine(timeouts: timeouts, now: clock.now())
+    }
+
+    func handlerAdded(context: ChannelHandlerContext) {
+        run(machine.firstWake, context: context)
+    }
+
+    func handlerRemoved(context: ChannelHandlerContext) {
+        timer?.cancel()
+        timer = nil
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        timer?.cancel()
+        timer = nil
+        context.fireChannelInactive()
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        let part = unwrapInboundIn(data)
+        switch part {
+        case .head(let head):
+            sawHeadThisRead = true
+            let action = machine.headArrived(isUpgrade: head.headers[canonicalForm: "upgrade"].contains { $0.lowercased() == "websocket" }, now: clock.now())
+            context.fireChannelRead(data)
+            run(action, context: context)
+        case .body:
+            context.fireChannelRead(data)
+        case .end:
+            let action = machine.requestEnded(now: clock.now())
+            context.fireChannelRead(data)
+            run(action, context: context)
+        }
+    }
+
+    func channelReadComplete(context: ChannelHandlerContext) {
+        if !sawHeadThisRead { run(machine.bytesArrived(now: clock.now()), context: context) }
+        sawHeadThisRead = false
+        context.fireChannelReadComplete()
+    }
+
+    func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
+        if case .end = unwrapOutboundIn(data) {
+            let action = machine.responseEnded(now: clock.now())
+            let written = promise ?? context.eventLoop.makePromise()
+            context.write(data, promise: written)
+            if action != .none {
+                let loopBound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
+                written.futureResult.whenComplete { _ in loopBound.value.0.run(action, context: loopBound.value.1) }
+            }
+            return
+        }
+        context.write(data, promise: promise)
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        guard let parse = error as? HTTPParserError else {
+            // Once answered, the decoder's complaints about the bytes after the bad request are moot.
+            if !closing { context.fireErrorCaught(error) }
+            return
+        }
+        // Swallowed: the server answers it here, once, instead of the framework's empty 400.
+        let (status, refusal) = Self.describe(parse)
+        run(machine.parseFailed(status: status, refusal), context: context)
+    }
+
+    /// Whether this guard answered or closed the connection.
+    private var closing = false
+
+    private func run(_ action: HTTPConnectionGuardStateMachine.Action, context: ChannelHandlerContext) {
+        switch action {
+        case .none:
+            break
+        case .wake(let deadline):
+            arm(deadline, context: context)
+        case .refuse(let status, let error):
+            closing = true
+            timer?.cancel()
+            var body = context.channel.allocator.buffer(capacity: 128)
+            body.writeString(JSONText.encode(.object(["error": .object(["code": .string(error.code.rawValue), "message": .string(error.message)])])))
+            var headers = HTTPHeaders()
+            headers.add(name: "Content-Type", value: "application/json")
+            headers.add(name: "Content-Length", value: String(body.readableBytes))
+            headers.add(name: "Connection", value: "close")
+            let head = HTTPResponseHead(version: .http1_1, status: HTTPResponseStatus(statusCode: status), headers: headers)
+            context.write(wrapOutboundOut(.head(head)), promise: nil)
+            context.write(wrapOutboundOut(.body(.byteBuffer(body))), promise: nil)
+            let channel = context.channel
+            context.writeAndFlush(wrapOutboundOut(.end(nil))).whenComplete { _ in channel.close(promise: nil) }
+        case .close:
+            closing = true
+            timer?.cancel()
+            context.close(promise: nil)
+        case .stepAside:
+            timer?.cancel()
+            timer = nil
+            context.pipeline.syncOperations.removeHandler(context: context, promise: nil)
+        }
+    }
+
+    private func arm(_ deadline: Duration, context: ChannelHandlerContext) {
+        timer?.cancel()
+        arming += 1
+        let armed = arming
+        let clock = self.clock
+        let loopBound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
+        let eventLoop = context.eventLoop
+        timer = Task {
+            do {
+                try await clock.sleepUntil(deadline)
+            } catch {
+                return
+            }
+            eventLoop.execute {
+                let (handler, context) = loopBound.value
+                guard handler.arming == armed else { return }
+                handler.run(handler.machine.timerFired(now: handler.clock.now()), context: context)
+            }
+        }
+    }
+
+    /// The status and error a parse failure is answered with.
+    static func describe(_ error: HTTPParserError) -> (Int, TandemError) {
+        switch error {
+        case .headerOverflow:
+            return (431, TandemError(.resourceExhausted, "The request's head (its request line and headers) is too large or has too many headers; the connection is closed. Keep paths and headers short."))
+        case .invalidMethod:
+            return (501, TandemError(.unimplemented, "The request's method is not one this server knows; the connection is closed. Use GET, PUT, PATCH, DELETE, POST, HEAD or OPTIONS."))
+        case .paused, .invalidVersion:
+            return (505, TandemError(.unimplemented, "This server speaks HTTP/1.1 (and WebSocket over it) only; the connection is closed."))
+        case .invalidURL, .invalidPath, .invalidQueryString, .invalidFragment, .invalidConstant, .invalidCharactersUsed:
+            return (400, TandemError(.invalidArgument, "The request line is not valid HTTP/1.1 (\(error)); the connection is closed. Percent-encode spaces and non-ASCII bytes in paths."))
+        case .invalidContentLength, .unexpectedContentLength, .invalidChunkSize:
+            return (400, TandemError(.invalidArgument, "The request's length is not valid HTTP/1.1 (\(error)): give one non-negative Content-Length, or chunked encoding alone; the connection is closed."))
+        default:
+            return (400, TandemError(.invalidArgument, "The request is not valid HTTP/1.1 (\(error)); the connection is closed."))
+        }
+    }
+}

@@ -1,0 +1,177 @@
+import Foundation
+import Synchronization
+import Testing
+import TandemCore
+import TandemServer
+import TandemTesting
+
+/// Malformed HTTP, silent peers and slow ones, over real sockets: every malformed request gets a
+/// status and the JSON error shape and its connection is closed; what a peer holds open is closed
+/// on the server's clock.
+@Suite("HTTP hardening")
+struct HTTPHardeningTests {
+    static let big = String(repeating: "a", count: 100_000)
+
+    /// Requests that are not valid HTTP/1.1, each with the status it must get.
+    static let malformed: [(String, [UInt8], Int)] = [
+        ("a space in the path", Array("GET /v1/documents/a b HTTP/1.1\r\nHost: x\r\n\r\n".utf8), 400),
+        ("é in the path", Array("GET /v1/documents/é HTTP/1.1\r\nHost: x\r\n\r\n".utf8), 400),
+        ("a raw byte in the path", Array("GET /v1/documents/a".utf8) + [0xFF] + Array(" HTTP/1.1\r\nHost: x\r\n\r\n".utf8), 400),
+        ("a 100 KB path", Array("GET /v1/documents/\(big) HTTP/1.1\r\nHost: x\r\n\r\n".utf8), 431),
+        ("a negative Content-Length", Array("PUT /v1/documents/a/b HTTP/1.1\r\nHost: x\r\nContent-Length: -5\r\n\r\n{}".utf8), 400),
+        ("a doubled Content-Length", Array("PUT /v1/documents/a/b HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n{}".utf8), 400),
+        ("chunked and Content-Length", Array("PUT /v1/documents/a/b HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n{}".utf8), 400),
+        ("a bad chunk size", Array("PUT /v1/documents/a/b HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n".utf8), 400),
+        ("an unknown method", Array("FROBNICATE /health HTTP/1.1\r\nHost: x\r\n\r\n".utf8), 501),
+        ("the HTTP/2 preface", Array("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".utf8), 505),
+        ("a garbage request line (read as an unknown method)", Array("hello there\r\n\r\n".utf8), 501),
+        ("a request line of symbols", Array("{}[] /x HTTP/1.1\r\n\r\n".utf8), 501),
+        ("an unknown HTTP version", Array("GET /health HTTP/9.9\r\nHost: x\r\n\r\n".utf8), 505),
+        ("a 100 KB header", Array("GET /health HTTP/1.1\r\nHost: x\r\nX-Big: \(big)\r\n\r\n".utf8), 431),
+        ("2,000 headers", Array(("GET /health HTTP/1.1\r\nHost: x\r\n" + (0..<2_000).map { "X-\($0): v\r\n" }.joined() + "\r\n").utf8), 431),
+        ("a header without a colon", Array("GET /health HTTP/1.1\r\nHost: x\r\nno colon here\r\n\r\n".utf8), 400),
+        ("a NUL byte in a header", Array("GET /health HTTP/1.1\r\nHost: x\r\nX-A: a".utf8) + [0] + Array("b\r\n\r\n".utf8), 400),
+        ("a bare LF inside the request line", Array("GET /health\nHTTP/1.1\r\nHost: x\r\n\r\n".utf8), 400),
+        ("a control byte in the path", Array("GET /v1/documents/a".utf8) + [0x01] + Array(" HTTP/1.1\r\nHost: x\r\n\r\n".utf8), 400),
+        ("a malformed second request after a good one", Array("GET /health HTTP/1.1\r\nHost: x\r\n\r\nGET /a b HTTP/1.1\r\n\r\n".utf8), 400),
+    ]
+
+    static var configuration: SyncServerConfiguration {
+        var configuration = SyncServerConfiguration()
+        // Long enough that a connection closes because of what it sent, not a timeout.
+        configuration.idleTimeout = .seconds(30)
+        return configuration
+    }
+
+    @Test("every malformed request is answered with a status and the JSON error shape, and its connection closed", arguments: 0..<malformed.count)
+    func malformedRequests(_ index: Int) async throws {
+        let (name, bytes, status) = Self.malformed[index]
+        let server = try await LiveServer.start(store: MemoryServerStore(clock: ManualClock()), configuration: Self.configuration)
+        let connection = try await RawConnection.open(port: server.port)
+        try await connection.send(bytes)
+        var text = try await connection.readUntilClosed()
+        // A good request before the bad one is answered first.
+        if text.hasPrefix("HTTP/1.1 200"), let next = text.range(of: "HTTP/1.1 ", range: text.index(after: text.startIndex)..<text.endIndex) {
+            text = String(text[next.lowerBound...])
+        }
+        let response = try #require(RawResponse(text), "\(name): no response, got \(text.prefix(200))")
+        #expect(response.status == status, "\(name): \(text.prefix(300))")
+        #expect(response.headers["content-type"] == "application/json", "\(name)")
+        #expect(response.headers["connection"] == "close", "\(name)")
+        #expect(response.errorCode != nil, "\(name): \(response.body)")
+        await connection.close()
+        await server.stop()
+    }
+
+    @Test("what no route serves gets JSON: an unknown path 404, a wrong method 405 with Allow; OPTIONS lists methods; HEAD is GET without a body")
+    func routesAnswerJSON() async throws {
+        let server = try await LiveServer.start(store: MemoryServerStore(clock: ManualClock()), configuration: Self.configuration)
+        let connection = try await RawConnection.open(port: server.port)
+        func exchange(_ request: String) async throws -> RawResponse {
+            try await connection.send(request)
+            return try #require(RawResponse(try await connection.readResponse()))
+        }
+        var response = try await exchange("GET /nowhere HTTP/1.1\r\nHost: x\r\n\r\n")
+        #expect(response.status == 404 && response.errorCode == "not-found")
+        response = try await exchange("GET /v1/documents/ HTTP/1.1\r\nHost: x\r\n\r\n")
+        #expect((400...404).contains(response.status) && response.errorCode != nil, "\(response)")
+        response = try await exchange("POST /health HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n")
+        #expect(response.status == 405 && response.errorCode == "unimplemented" && response.headers["allow"]?.contains("GET") == true)
+        response = try await exchange("OPTIONS /v1/documents/a/b HTTP/1.1\r\nHost: x\r\n\r\n")
+        #expect(response.status == 204 && response.headers["allow"] == "GET, HEAD, PUT, PATCH, DELETE, OPTIONS")
+        response = try await exchange("OPTIONS /nowhere HTTP/1.1\r\nHost: x\r\n\r\n")
+        #expect(response.status == 404 && response.errorCode == "not-found")
+        // HEAD answers GET's status and headers with no body; the next request on the connection works.
+        try await connection.send("HEAD /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        try await connection.send("GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        let both = try await connection.readResponse()
+        #expect(both.hasPrefix("HTTP/1.1 200"))
+        await connection.close()
+        await server.stop()
+    }
+
+    @Test("a silent connection, a half-sent head and a stalled body are closed on the server's clock; a half-sent head and body get 408")
+    func timeouts() async throws {
+        let clock = ManualClock()
+        var configuration = SyncServerConfiguration()
+        configuration.clock = clock
+        configuration.idleTimeout = .seconds(60)
+        configuration.requestHeadTimeout = .seconds(10)
+        configuration.requestBodyTimeout = .seconds(30)
+        // The store's housekeeping sleeps on a clock of its own: this one holds only the guards' timers.
+        let server = try await LiveServer.start(store: MemoryServerStore(clock: ManualClock()), configuration: configuration)
+
+        // Silent: closed after the idle timeout, without an answer.
+        let silent = try await RawConnection.open(port: server.port)
+        await clock.waitForSleepers { $0.contains(.init(offset: .seconds(60))) }
+        clock.advance(by: .seconds(59))
+        clock.advance(by: .seconds(1))
+        #expect(try await silent.readUntilClosed() == "")
+
+        // Half a head: 408 once the head timeout passes.
+        let slowHead = try await RawConnection.open(port: server.port)
+        try await slowHead.send("GET /health HTTP/1.1\r\nHost: x\r\nX-Partial: ")
+        // The head's timer, armed when its first bytes arrived: ten seconds from now.
+        let headDeadline = clock.now.advanced(by: .seconds(10))
+        await clock.waitForSleepers { $0.contains(headDeadline) }
+        clock.advance(by: .seconds(10))
+        let headAnswer = try #require(RawResponse(try await slowHead.readUntilClosed()))
+        #expect(headAnswer.status == 408 && headAnswer.errorCode == "deadline-exceeded")
+
+        // A head, then part of the body: 408 once the body timeout passes.
+        let slowBody = try await RawConnection.open(port: server.port)
+        try await slowBody.send("PUT /v1/documents/a/b HTTP/1.1\r\nHost: x\r\nContent-Length: 20\r\n\r\n{\"n\":")
+        let bodyDeadline = clock.now.advanced(by: .seconds(30))
+        await clock.waitForSleepers { $0.contains(bodyDeadline) }
+        clock.advance(by: .seconds(30))
+        let bodyAnswer = try #require(RawResponse(try await slowBody.readUntilClosed()))
+        #expect(bodyAnswer.status == 408 && bodyAnswer.errorCode == "deadline-exceeded")
+        #expect(try await server.store.currentVersion() == 0)
+
+        // A keep-alive connection after its answer is idle again: closed after the idle timeout.
+        let keepAlive = try await RawConnection.open(port: server.port)
+        try await keepAlive.send("GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        #expect(try await keepAlive.readResponse().hasPrefix("HTTP/1.1 200"))
+        let idleDeadline = clock.now.advanced(by: .seconds(60))
+        await clock.waitForSleepers { $0.contains(idleDeadline) }
+        clock.advance(by: .seconds(60))
+        #expect(try await keepAlive.readUntilClosed() == "")
+        await server.stop()
+    }
+
+    @Test("past the connection cap a connection waits to be served until another closes")
+    func connectionCap() async throws {
+        var configuration = Self.configuration
+        configuration.maximumConnections = 2
+        let server = try await LiveServer.start(store: MemoryServerStore(clock: ManualClock()), configuration: configuration)
+        let first = try await RawConnection.open(port: server.port)
+        let second = try await RawConnection.open(port: server.port)
+        try await second.send("GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        #expect(try await second.readResponse().hasPrefix("HTTP/1.1 200"))
+        let firstClosed = Flag()
+        let third = try await RawConnection.open(port: server.port)
+        try await third.send("GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        let answered = Task { () -> Bool in
+            let text = try await third.readResponse()
+            return text.hasPrefix("HTTP/1.1 200") && firstClosed.isSet
+        }
+        // Round trips on the second connection give the server every chance to serve the third early.
+        for _ in 0..<20 {
+            try await second.send("GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+            #expect(try await second.readResponse().hasPrefix("HTTP/1.1 200"))
+        }
+        firstClosed.set()
+        await first.close()
+        #expect(try await answered.value, "the third connection was served while two were open")
+        await second.close()
+        await third.close()
+        await server.stop()
+    }
+}
+
+/// A flag set once, read from any task.
+final class Flag: Sendable {
+    private let value = Mutex(false)
+    func set() { value.withLock { $0 = true } }
+    var isSet: Bool { value.withLock { $0 } }
+}
