@@ -170,19 +170,37 @@ struct BadInputTests {
         await server.stop()
     }
 
-    @Test("the server answers a heartbeat, and closes a connection silent for three heartbeat intervals")
+    @Test("the server answers a heartbeat, and closes a connection silent for three heartbeat intervals on its clock, not before")
     func serverHeartbeats() async throws {
+        let clock = ManualClock()
         var configuration = SyncServerConfiguration()
-        configuration.heartbeatInterval = .milliseconds(100)
-        let server = try await LiveServer.start(configuration: configuration)
+        configuration.heartbeatInterval = .seconds(10)
+        configuration.clock = clock
+        let server = try await LiveServer.start(store: MemoryServerStore(clock: ManualClock()), configuration: configuration)
         let stream = RawStream(port: server.port)
         try #require(await stream.hello("quiet"), "expected welcome")
+        // The watchdog ticks every interval; each tick shows as its next sleep.
+        func tick(_ number: Int) async {
+            let next = ManualClock.Instant(offset: .seconds(10 * (number + 1)))
+            clock.advance(to: .init(offset: .seconds(10 * number)))
+            await clock.waitForSleepers { $0.contains(next) }
+        }
+        await clock.waitForSleepers { $0.contains(.init(offset: .seconds(10))) }
+        await tick(1)
+        await tick(2)
+        // Heard at 0, ticked at 10 and 20: still open, and answering.
         stream.send(.heartbeat)
         #expect(await stream.next(heartbeats: true) == .heartbeat)
-        // Silent from here on: the server ends the connection, and not before three intervals.
-        let heard = ContinuousClock.now
+        // The heartbeat was heard at 20: silent for 30 s by the tick at 50, not before.
+        await tick(3)
+        await tick(4)
+        stream.send(.get(id: 1, path: documentPath("a/b")))
+        guard case .documents(1, _, _)? = await stream.next() else { Issue.record("expected the session open at 40 s"); return }
+        clock.advance(to: .init(offset: .seconds(50)))
+        // Silent from 40 (the get) to 70: closed at the tick at 70.
+        await tick(6)
+        clock.advance(to: .init(offset: .seconds(70)))
         #expect(await stream.next(heartbeats: true) == nil)
-        #expect(ContinuousClock.now - heard >= .milliseconds(200))
         await stream.close()
         await server.stop()
     }

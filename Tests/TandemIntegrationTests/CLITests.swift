@@ -155,14 +155,15 @@ struct CLITests {
     @Test("bench server runs each of its parts at a small size and prints each figure beside its baseline and target")
     func benchServer() async throws {
         // Timings here mean nothing (a debug build, a tiny size): only that every part runs and reports.
-        let result = try await CLIProcess.run(["bench", "server", "--documents", "600", "--writes", "16"])
+        let result = try await CLIProcess.run(["bench", "server", "--documents", "600", "--writes", "16", "--connections", "40"])
         #expect(result.status == 0, "\(result.err)")
         for figure in ["1 client writing one at a time vs GRDB inserts 1 per transaction",
                        "16 clients writing one at a time vs GRDB inserts 16 per transaction",
                        "initial sync of 600 documents into a client's SQLite cache",
                        "WebSocket echo round trip on loopback",
                        "commit-to-listener latency, 1 listener:", "commit-to-listener latency, 100 listeners:",
-                       "commit-to-listener latency, 1000 listeners:", "initial sync ran at"] {
+                       "commit-to-listener latency, 1000 listeners:", "initial sync ran at",
+                       "memory left behind per WebSocket session opened and closed"] {
             #expect(result.out.contains(figure), "missing: \(figure)")
         }
         #expect(result.out.components(separatedBy: "baseline:").count - 1 == 4)  // three figures and the echo

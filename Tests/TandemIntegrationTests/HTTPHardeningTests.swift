@@ -79,6 +79,8 @@ struct HTTPHardeningTests {
         #expect(response.status == 405 && response.errorCode == "unimplemented" && response.headers["allow"]?.contains("GET") == true)
         response = try await exchange("OPTIONS /v1/documents/a/b HTTP/1.1\r\nHost: x\r\n\r\n")
         #expect(response.status == 204 && response.headers["allow"] == "GET, HEAD, PUT, PATCH, DELETE, OPTIONS")
+        response = try await exchange("GET /v1/stream HTTP/1.1\r\nHost: x\r\n\r\n")
+        #expect(response.status == 426 && response.headers["upgrade"] == "websocket" && response.errorCode == "failed-precondition")
         response = try await exchange("OPTIONS /nowhere HTTP/1.1\r\nHost: x\r\n\r\n")
         #expect(response.status == 404 && response.errorCode == "not-found")
         // HEAD answers GET's status and headers with no body; the next request on the connection works.
@@ -136,6 +138,20 @@ struct HTTPHardeningTests {
         await clock.waitForSleepers { $0.contains(idleDeadline) }
         clock.advance(by: .seconds(60))
         #expect(try await keepAlive.readUntilClosed() == "")
+        await server.stop()
+    }
+
+    @Test("on the real clock, the timeouts run as event-loop timers: a silent connection and a half-sent head are closed")
+    func timeoutsOnTheRealClock() async throws {
+        var configuration = SyncServerConfiguration()
+        configuration.idleTimeout = .milliseconds(200)
+        configuration.requestHeadTimeout = .milliseconds(200)
+        let server = try await LiveServer.start(store: MemoryServerStore(clock: ManualClock()), configuration: configuration)
+        let silent = try await RawConnection.open(port: server.port)
+        let slowHead = try await RawConnection.open(port: server.port)
+        try await slowHead.send("GET /health HTTP/1.1\r\nHost: x\r\nX-Partial: ")
+        #expect(try await silent.readUntilClosed() == "")
+        #expect(RawResponse(try await slowHead.readUntilClosed())?.status == 408)
         await server.stop()
     }
 

@@ -13,7 +13,20 @@ final class HTTPConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler {
 
     private var machine: HTTPConnectionGuardStateMachine
     private let clock: ServerClock
-    private var timer: Task<Void, Never>?
+    /// The armed timer: an event-loop task on the real clock, a task sleeping on any other.
+    private var timer: Timer?
+
+    private enum Timer {
+        case scheduled(Scheduled<Void>)
+        case task(Task<Void, Never>)
+
+        func cancel() {
+            switch self {
+            case .scheduled(let scheduled): scheduled.cancel()
+            case .task(let task): task.cancel()
+            }
+        }
+    }
     /// Counts armings, so a timer that fires after being replaced does nothing.
     private var arming = 0
     private var sawHeadThisRead = false
@@ -28,14 +41,25 @@ final class HTTPConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     func handlerRemoved(context: ChannelHandlerContext) {
+        stop()
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        stop()
+        context.fireChannelInactive()
+    }
+
+    /// The connection is gone (or no longer HTTP): no timer may hold this handler, and with it the
+    /// whole pipeline, any longer.
+    private func stop() {
+        gone = true
         timer?.cancel()
         timer = nil
     }
 
-    func channelInactive(context: ChannelHandlerContext) {
-        timer?.cancel()
-        timer = nil
-        context.fireChannelInactive()
+    /// Whether a request target is the WebSocket stream's, which upgrades.
+    static func isStreamPath(_ target: String) -> Bool {
+        target == "/v1/stream" || target.hasPrefix("/v1/stream?")
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
@@ -43,7 +67,8 @@ final class HTTPConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler {
         switch part {
         case .head(let head):
             sawHeadThisRead = true
-            let action = machine.headArrived(isUpgrade: head.headers[canonicalForm: "upgrade"].contains { $0.lowercased() == "websocket" }, now: clock.now())
+            let isUpgrade = Self.isStreamPath(head.uri) && head.headers[canonicalForm: "upgrade"].contains { $0.lowercased() == "websocket" }
+            let action = machine.headArrived(isUpgrade: isUpgrade, now: clock.now())
             context.fireChannelRead(data)
             run(action, context: context)
         case .body:
@@ -88,6 +113,8 @@ final class HTTPConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler {
 
     /// Whether this guard answered or closed the connection.
     private var closing = false
+    /// Whether the connection closed or the guard was removed.
+    private var gone = false
 
     private func run(_ action: HTTPConnectionGuardStateMachine.Action, context: ChannelHandlerContext) {
         switch action {
@@ -122,23 +149,30 @@ final class HTTPConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler {
 
     private func arm(_ deadline: Duration, context: ChannelHandlerContext) {
         timer?.cancel()
+        timer = nil
+        guard !gone else { return }
         arming += 1
         let armed = arming
         let clock = self.clock
         let loopBound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
         let eventLoop = context.eventLoop
-        timer = Task {
+        let fire: @Sendable () -> Void = {
+            let (handler, context) = loopBound.value
+            guard handler.arming == armed else { return }
+            handler.run(handler.machine.timerFired(now: handler.clock.now()), context: context)
+        }
+        if clock.isContinuous {
+            timer = .scheduled(eventLoop.scheduleTask(in: .nanoseconds(max(0, (deadline - clock.now()).nanoseconds)), fire))
+            return
+        }
+        timer = .task(Task {
             do {
                 try await clock.sleepUntil(deadline)
             } catch {
                 return
             }
-            eventLoop.execute {
-                let (handler, context) = loopBound.value
-                guard handler.arming == armed else { return }
-                handler.run(handler.machine.timerFired(now: handler.clock.now()), context: context)
-            }
-        }
+            eventLoop.execute(fire)
+        })
     }
 
     /// The status and error a parse failure is answered with.

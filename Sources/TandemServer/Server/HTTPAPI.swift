@@ -12,7 +12,7 @@ struct HTTPAPI: Sendable {
     let context = RequestContext()
     var limits: ServerLimits { service.limits }
 
-    func register(on router: Router<BasicWebSocketRequestContext>) {
+    func register(on router: Router<BasicRequestContext>) {
         router.get("/health") { _, _ in
             Self.json(.object(["status": "ok", "version": .string(TandemVersion.current), "protocol": .int(TandemVersion.wireProtocol)]))
         }
@@ -23,9 +23,19 @@ struct HTTPAPI: Sendable {
                 tandem_commit_version \(version.rawValue)
                 # TYPE tandem_listeners gauge
                 tandem_listeners \(service.hub.listenerCount)
+                # TYPE tandem_stream_sessions gauge
+                tandem_stream_sessions \(service.streamSessions.load(ordering: .relaxed))
 
                 """
             return Response(status: .ok, headers: [.contentType: "text/plain; version=0.0.4"], body: .init(byteBuffer: ByteBuffer(string: text)))
+        }
+        router.get("/v1/stream") { _, _ in
+            var response = Self.json(.object(["error": .object([
+                "code": .string(TandemError.Code.failedPrecondition.rawValue),
+                "message": "/v1/stream is a WebSocket: connect with an Upgrade: websocket request (ws:// or wss://).",
+            ])]), status: .upgradeRequired)
+            response.headers[.upgrade] = "websocket"
+            return response
         }
         router.get("/v1/documents/**") { request, context in
             try await handle {
@@ -123,7 +133,7 @@ struct HTTPAPI: Sendable {
 
     // MARK: Parsing
 
-    static func documentPath(_ context: BasicWebSocketRequestContext) throws -> DocumentPath {
+    static func documentPath(_ context: BasicRequestContext) throws -> DocumentPath {
         let segments = context.parameters.getCatchAll().map { String($0).removingPercentEncoding ?? String($0) }
         return try DocumentPath(segments: segments)
     }

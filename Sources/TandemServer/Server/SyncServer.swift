@@ -41,14 +41,20 @@ public struct SyncServer: Service {
         let service = SyncService(store: store, hub: hub, limits: configuration.limits)
         let clock = ServerClock(configuration.clock)
         // HEAD is answered like GET without the body.
-        let router = Router(context: BasicWebSocketRequestContext.self, options: .autoGenerateHeadEndpoints)
+        let router = Router(context: BasicRequestContext.self, options: .autoGenerateHeadEndpoints)
         router.add(middleware: JSONErrorMiddleware())
         HTTPAPI(service: service).register(on: router)
         let sessions = Atomic<Int>(0)
-        router.ws("/v1/stream") { inbound, outbound, _ in
+        let watchdog = SessionWatchdog(interval: configuration.heartbeatInterval, clock: clock, logger: configuration.logger)
+        // The stream's upgrade is decided here rather than by a `router.ws` route: that route keeps
+        // each connection's request context in a box the context itself holds, a cycle nothing
+        // breaks, so every WebSocket connection leaked its context.
+        let stream: WebSocketDataHandler<HTTP1WebSocketUpgradeChannel.Context> = { inbound, outbound, _ in
             let id = sessions.add(1, ordering: .relaxed).newValue
             let session = StreamSession(id: id, service: service, configuration: configuration, clock: clock)
-            await Self.serve(session, inbound: inbound, outbound: outbound, configuration: configuration, clock: clock)
+            service.streamSessions.add(1, ordering: .relaxed)
+            await Self.serve(session, inbound: inbound, outbound: outbound, configuration: configuration, clock: clock, watchdog: watchdog)
+            service.streamSessions.subtract(1, ordering: .relaxed)
         }
         let host = configuration.host
         let port = configuration.port
@@ -57,18 +63,20 @@ public struct SyncServer: Service {
         // WebSocket libraries send. A larger frame closes the connection with 1009.
         let maximumFrame = configuration.limits.maximumRequestBytes + 1024
         let timeouts = HTTPConnectionGuardStateMachine.Timeouts(idle: configuration.idleTimeout, head: configuration.requestHeadTimeout, body: configuration.requestBodyTimeout)
-        let webSocketResponder = router.buildResponder()
         let webSocket = HTTP1WebSocketUpgradeChannel.Configuration(ws: .init(maxFrameSize: maximumFrame, autoPing: .disabled, closeTimeout: .seconds(5)))
         let server = HTTPServerBuilder { responder in
-            GuardedHTTPChannel(inner: HTTP1WebSocketUpgradeChannel(responder: responder, webSocketResponder: webSocketResponder, configuration: webSocket),
-                               timeouts: timeouts, clock: clock)
+            GuardedHTTPChannel(
+                inner: HTTP1WebSocketUpgradeChannel(responder: responder, configuration: webSocket) { head, _, _ in
+                    head.path.map(HTTPConnectionGuard.isStreamPath) == true ? .upgrade([:], stream) : .dontUpgrade
+                },
+                timeouts: timeouts, clock: clock)
         }
         let app = Application(
             router: router,
             server: server,
             configuration: .init(address: .hostname(host, port: port), serverName: "tandem/\(TandemVersion.current)",
                                  availableConnectionsDelegate: .maximum(configuration.maximumConnections, logger: configuration.logger)),
-            services: [store, hub],
+            services: [store, hub, watchdog],
             onServerRunning: { channel in
                 await onListening(host, channel.localAddress?.port ?? port)
             },
@@ -77,16 +85,19 @@ public struct SyncServer: Service {
         try await app.run()
     }
 
-    /// Runs one WebSocket session: a reader handling messages, a writer draining the outbox, the
-    /// session's ordered write queue, and a watchdog. The session ends when the client goes, when it
-    /// is silent for three heartbeats, or when it reads too slowly (its outbox overflows, even while
-    /// the writer is stuck on a full socket): then every task is cancelled and the socket closed.
+    /// Runs one WebSocket session: a reader handling messages, a writer draining the outbox, and the
+    /// session's ordered write queue, watched by the server's ``SessionWatchdog``. The session ends
+    /// when the client goes, when it is silent for three heartbeats, or when it reads too slowly
+    /// (its outbox overflows, even while the writer is stuck on a full socket): then every task is
+    /// cancelled and the socket closed.
     static func serve(_ session: StreamSession, inbound: WebSocketInboundStream, outbound: WebSocketOutboundWriter,
-                      configuration: SyncServerConfiguration, clock: ServerClock) async {
+                      configuration: SyncServerConfiguration, clock: ServerClock, watchdog: SessionWatchdog) async {
         let lastHeard = LastHeard(clock.now())
         // Whichever part sees the end first says so.
         let end = Ticket<Void>()
         session.outbox.onOverflow = { end.fulfill(.success(())) }
+        watchdog.watch(session.id, lastHeard: lastHeard) { end.fulfill(.success(())) }
+        defer { watchdog.forget(session.id) }
         await withDiscardingTaskGroup { group in
             group.addTask {
                 for await text in session.outbox.frames {
@@ -101,23 +112,6 @@ public struct SyncServer: Service {
             }
             group.addTask {
                 await session.runWrites()
-            }
-            group.addTask {
-                let allowed = configuration.heartbeatInterval * 3
-                // Wakes three intervals after the last message heard; if one came since, again
-                // three intervals after it.
-                while !Task.isCancelled {
-                    do {
-                        try await clock.sleepUntil(lastHeard.instant + allowed)
-                    } catch {
-                        return
-                    }
-                    if clock.now() - lastHeard.instant >= allowed {
-                        configuration.logger.debug("stream session \(session.id): no message for \(allowed); closing")
-                        end.fulfill(.success(()))
-                        return
-                    }
-                }
             }
             group.addTask {
                 await withDiscardingTaskGroup { requests in

@@ -1,3 +1,4 @@
+import Synchronization
 import TandemCore
 
 /// The one door to the store: HTTP and the WebSocket stream both read, listen and write through it,
@@ -8,6 +9,8 @@ final class SyncService: Sendable {
     let store: any ServerStore
     let hub: FanOutHub
     let limits: ServerLimits
+    /// WebSocket sessions open now, for `/metrics`.
+    let streamSessions = Atomic<Int>(0)
 
     init(store: any ServerStore, hub: FanOutHub, limits: ServerLimits) {
         self.store = store

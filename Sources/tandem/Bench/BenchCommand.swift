@@ -77,19 +77,22 @@ struct ServerBench: AsyncParsableCommand {
     @Option(help: "Writes by the single client (the 16 clients write twice as many in all).")
     var writes = 2_000
 
-    @Option(help: "Run one part only (for profiling): writes, latency or sync.")
+    @Option(help: "Connections per cycle of the memory part.")
+    var connections = 2_000
+
+    @Option(help: "Run one part only (for profiling): writes, latency, sync or connections.")
     var only: String?
 
     func validate() throws {
-        guard documents > 0, writes > 0 else {
-            throw ValidationError("--documents and --writes must be positive.")
+        guard documents > 0, writes > 0, connections > 0 else {
+            throw ValidationError("--documents, --writes and --connections must be positive.")
         }
-        if let only, !["writes", "latency", "sync"].contains(only) {
-            throw ValidationError("--only takes writes, latency or sync.")
+        if let only, !["writes", "latency", "sync", "connections"].contains(only) {
+            throw ValidationError("--only takes writes, latency, sync or connections.")
         }
     }
 
     func run() async throws {
-        try await ServerBenchmarks.run(documents: documents, writes: writes, only: only).print()
+        try await ServerBenchmarks.run(documents: documents, writes: writes, connections: connections, only: only).print()
     }
 }

@@ -237,7 +237,7 @@ enum ServerBenchmarks {
         return "p50 \(BenchReport.time(p50.doubleSeconds)), p99 \(BenchReport.time(p99.doubleSeconds))"
     }
 
-    static func run(documents: Int, writes: Int, only: String?) async throws -> BenchReport {
+    static func run(documents: Int, writes: Int, connections: Int, only: String?) async throws -> BenchReport {
         var report = BenchReport(title: "tandem bench server")
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("tandem-bench-server-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
@@ -252,6 +252,9 @@ enum ServerBenchmarks {
         }
         if only == nil || only == "sync" {
             try await initialSync(count: documents, directory: directory, into: &report)
+        }
+        if only == nil || only == "connections" {
+            try await connectionMemory(connections: connections, cycles: 5, directory: directory, into: &report)
         }
         return report
     }
