@@ -205,6 +205,28 @@ struct BadInputTests {
         await server.stop()
     }
 
+    @Test("a listener resuming from beyond the server's version gets a reset snapshot, and a get's version covers its document")
+    func versionsOnTheWire() async throws {
+        let server = try await LiveServer.start()
+        _ = try await server.store.commit([.set(documentPath("a/1"), ["n": 1])])
+        _ = try await server.store.commit([.set(documentPath("a/2"), ["n": 2])])
+        let stream = RawStream(port: server.port)
+        try #require(await stream.hello("resumer"), "expected welcome")
+        // From another server's history (a restored backup, say): never silence.
+        stream.send(.listen(id: 1, target: .collection(collectionPath("a"), Query()), resumeFrom: 999))
+        guard case .batch(1, let batch, true, false)? = await stream.next() else { Issue.record("expected a reset snapshot"); return }
+        #expect(batch.isSnapshot && batch.changes.count == 2 && batch.version == 2)
+        // Live from there: the next commit arrives.
+        _ = try await server.store.commit([.set(documentPath("a/3"), ["n": 3])])
+        guard case .batch(1, let next, false, false)? = await stream.next() else { Issue.record("expected the next commit"); return }
+        #expect(next.version == 3 && next.changes.map(\.path.id) == ["3"])
+        stream.send(.get(id: 2, path: documentPath("a/3")))
+        guard case .documents(2, let documents, let version)? = await stream.next() else { Issue.record("expected documents"); return }
+        #expect(documents.first?.version == 3 && version >= 3)
+        await stream.close()
+        await server.stop()
+    }
+
     @Test("past the listeners a connection may run, a listen is resource-exhausted; unlisten frees a place")
     func listenerLimit() async throws {
         var configuration = SyncServerConfiguration()

@@ -40,7 +40,15 @@ final class RawStream: Sendable {
                 outgoing.finish()
             }
         }
-        task = Task { try await client.run() }
+        // However the client ends — a refused connection included — the inbox closes, so a reader
+        // never waits for a connection that is gone.
+        task = Task {
+            defer {
+                inbox.close()
+                outgoing.finish()
+            }
+            try await client.run()
+        }
     }
 
     func send(_ text: String) { outgoing.yield(.text(text)) }
@@ -66,10 +74,12 @@ final class RawStream: Sendable {
         return nil
     }
 
+    /// Closes the connection from this side: a reader waiting for a message gets nil at once,
+    /// whether or not the peer ever answers the close.
     func close() async {
+        inbox.close()
         outgoing.finish()
         task.cancel()
-        _ = try? await task.value
     }
 }
 
