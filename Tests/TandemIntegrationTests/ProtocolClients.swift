@@ -1,24 +1,12 @@
 import Foundation
 import Synchronization
 import TandemCore
+import TandemTesting
 
 /// With `TANDEM_PROTOCOL_TRACE=1`, what the protocol clients do goes to stderr, to follow a seed.
 func trace(_ message: @autoclosure () -> String) {
     guard ProcessInfo.processInfo.environment["TANDEM_PROTOCOL_TRACE"] != nil else { return }
     FileHandle.standardError.write(Data("trace: \(message())\n".utf8))
-}
-
-/// A deterministic random number generator (SplitMix64), so a seed replays a run's choices.
-struct SeededGenerator: RandomNumberGenerator, Sendable {
-    private var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9e37_79b9_7f4a_7c15
-        var bits = state
-        bits = (bits ^ (bits >> 30)) &* 0xbf58_476d_1ce4_e5b9
-        bits = (bits ^ (bits >> 27)) &* 0x94d0_49bb_1331_11eb
-        return bits ^ (bits >> 31)
-    }
 }
 
 /// The way to the server: clients connect through it, waiting while the server is down instead
@@ -165,7 +153,7 @@ struct ProtocolWriter: Sendable {
 
     /// Runs until every request is answered for good.
     func run(gate: ServerGate, answers: Answers, progress: Progress, seed: UInt64) async {
-        var random = SeededGenerator(seed: seed)
+        var random = SeededRandomNumberGenerator(seed: seed)
         var answered = [Bool](repeating: false, count: requests.count)
         var attempt = 0
         while answered.contains(false) {
@@ -287,7 +275,7 @@ final class ProtocolListener: Sendable {
     }
 
     func run(gate: ServerGate, seed: UInt64, dropChance: Double) async {
-        var random = SeededGenerator(seed: seed)
+        var random = SeededRandomNumberGenerator(seed: seed)
         while !stop.withLock({ $0 }) {
             guard let stream = await gate.connect() else { return }
             defer { gate.release(stream) }

@@ -37,7 +37,7 @@ struct ProtocolRunTests {
 
     /// One run: the store is opened again (over the same data) at each restart.
     func run(seed: UInt64, open: @escaping @Sendable () throws -> any ServerStore) async throws {
-        var random = SeededGenerator(seed: seed)
+        var random = SeededRandomNumberGenerator(seed: seed)
         let counters = (0..<4).map { "counters/c\($0)" }
         var configuration = SyncServerConfiguration()
         // Small enough that pipelined writes meet `unavailable`.

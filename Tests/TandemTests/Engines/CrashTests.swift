@@ -70,7 +70,7 @@ struct CrashTests {
         let writer = try #require(Self.writer, "CrashWriter is not built; run `swift build --build-tests` first")
         let directory = try TemporaryDirectory()
         defer { directory.remove() }
-        var random = SplitMix64(seed: seed)
+        var random = SeededRandomNumberGenerator(seed: seed)
         var returned: [Int] = []
         let rounds = 2
         var next = 0
@@ -111,18 +111,5 @@ struct CrashTests {
         for index in returned {
             #expect(store.documents[try DocumentPath("counters/w\(index)")] != nil)
         }
-    }
-}
-
-/// A seeded generator (the core tests have their own copy; test targets do not share code).
-struct SplitMix64: RandomNumberGenerator {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
     }
 }
