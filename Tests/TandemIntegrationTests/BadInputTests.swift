@@ -205,6 +205,31 @@ struct BadInputTests {
         await server.stop()
     }
 
+    @Test("a message up to the request limit is taken in one frame; a longer one is refused and the session goes on; a long answer comes in frames of 1 MiB")
+    func frames() async throws {
+        var configuration = SyncServerConfiguration()
+        configuration.limits.maximumRequestBytes = 3 << 20
+        let server = try await LiveServer.start(store: MemoryServerStore(clock: ManualClock()), configuration: configuration)
+        let stream = RawStream(port: server.port)
+        try #require(await stream.hello("big"), "expected welcome")
+        // 2.7 MB in one frame (most libraries send a message so), under the 3 MiB limit: taken.
+        let body = String(repeating: "y", count: 900_000)
+        let write = ClientMessage.write(id: 1, mutations: (0..<3).map { .set(documentPath("big/\($0)"), ["s": .string(body)]) })
+        stream.sendBytes(Array(write.text.utf8))
+        guard case .ack(1, let results)? = await stream.next() else { Issue.record("expected the write acknowledged"); return }
+        #expect(results.allSatisfy { $0.status == .applied })
+        // Over the limit, in three frames: refused whole, and the session goes on.
+        let over = Array(repeating: UInt8(ascii: " "), count: (3 << 20) + 10)
+        stream.sendFragments([Array(#"{"type":"heartbeat""#.utf8), over, Array("}".utf8)])
+        expectError(await stream.next(), id: nil, .resourceExhausted, "bytes")
+        // The answer to a query of the 2.7 MB reaches this client, whose frames are at most 1 MiB.
+        stream.send(.query(id: 2, target: .collection(collectionPath("big"), Query())))
+        guard case .documents(2, let documents, _)? = await stream.next() else { Issue.record("expected the documents"); return }
+        #expect(documents.count == 3 && documents.allSatisfy { $0.data["s"] == .string(body) })
+        await stream.close()
+        await server.stop()
+    }
+
     @Test("a listener resuming from beyond the server's version gets a reset snapshot, and a get's version covers its document")
     func versionsOnTheWire() async throws {
         let server = try await LiveServer.start()

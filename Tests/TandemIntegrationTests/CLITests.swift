@@ -163,10 +163,13 @@ struct CLITests {
                        "WebSocket echo round trip on loopback",
                        "commit-to-listener latency, 1 listener:", "commit-to-listener latency, 100 listeners:",
                        "commit-to-listener latency, 1000 listeners:", "initial sync ran at",
-                       "memory left behind per WebSocket session opened and closed"] {
+                       "memory left behind per WebSocket session opened and closed",
+                       "one client with up to 100 writes in flight vs the same client one at a time",
+                       "16 clients writing one at a time while 1000 listeners receive every commit",
+                       "the writers keep"] {
             #expect(result.out.contains(figure), "missing: \(figure)")
         }
-        #expect(result.out.components(separatedBy: "baseline:").count - 1 == 4)  // three figures and the echo
+        #expect(result.out.components(separatedBy: "baseline:").count - 1 == 6)  // five figures and the echo
         #expect(result.out.components(separatedBy: "target").count - 1 >= 5)
     }
 

@@ -63,6 +63,12 @@ final class RawStream: Sendable {
     func sendBinary(_ bytes: [UInt8]) { outgoing.yield(.binary(ByteBuffer(bytes: bytes))) }
     /// A text frame holding exactly these bytes, valid UTF-8 or not.
     func sendBytes(_ bytes: [UInt8]) { outgoing.yield(.custom(WebSocketFrame(fin: true, opcode: .text, data: ByteBuffer(bytes: bytes)))) }
+    /// One text message in several frames, one per piece.
+    func sendFragments(_ pieces: [[UInt8]]) {
+        for (index, piece) in pieces.enumerated() {
+            outgoing.yield(.custom(WebSocketFrame(fin: index == pieces.count - 1, opcode: index == 0 ? .text : .continuation, data: ByteBuffer(bytes: piece))))
+        }
+    }
 
     /// The next message that is not a heartbeat (or any message, with `heartbeats`); nil when the
     /// connection closed.

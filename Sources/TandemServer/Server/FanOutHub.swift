@@ -5,21 +5,21 @@ import TandemCore
 
 /// Matches each commit against the live listeners and sends every listener only what affects it.
 ///
-/// Listeners are indexed by document path, collection path and collection-group name, so a commit
-/// looks up its candidates instead of scanning every listener. A listener is registered before its
+/// Listeners are kept in a ``ListenerTable``: grouped by target and indexed by document path,
+/// collection path and collection-group name, so a commit looks up its few candidate groups instead
+/// of scanning every listener. A listener is registered before its
 /// snapshot is read; commits that arrive while it loads are buffered and replayed after the snapshot
 /// (those the snapshot already holds are dropped), so none is missed and none is sent twice.
 ///
 /// The hub is a `Service` of its own, off the commit path: a store's observer only queues each
 /// ``CommitNotice`` (``receive(_:)``), and `run()` puts the batches in version order up to the
 /// store's watermark (``CommitOrder``) and delivers them, so the writer goes back to committing at
-/// once. Limit listeners re-read their query in child tasks of `run()`.
+/// once. Under load it takes every notice waiting at once and sends each connection one frame for
+/// all the whole commits a listener gets from them: the busier it is, the fewer frames per commit.
+/// Limit listeners re-read their query in child tasks of `run()`.
 final class FanOutHub: Service, Sendable {
     struct State {
-        var listeners: [ListenerKey: ListenerState] = [:]
-        var byDocument: [DocumentPath: Set<ListenerKey>] = [:]
-        var byCollection: [CollectionPath: Set<ListenerKey>] = [:]
-        var byGroup: [String: Set<ListenerKey>] = [:]
+        var table = ListenerTable()
     }
 
     let state = Mutex(State())
@@ -27,8 +27,10 @@ final class FanOutHub: Service, Sendable {
     /// Changes per frame, so a large snapshot or catch-up is sent as several frames of one batch.
     let framing: Int
     let logger: Logger
-    private let notices: AsyncStream<CommitNotice>
-    private let noticeQueue: AsyncStream<CommitNotice>.Continuation
+    /// Notices waiting for `run()`, and the signal that some are.
+    private let pending = Mutex<[CommitNotice]>([])
+    private let wake: AsyncStream<Void>
+    private let wakeContinuation: AsyncStream<Void>.Continuation
     private let requeries: AsyncStream<ListenerKey>
     private let requeryQueue: AsyncStream<ListenerKey>.Continuation
     /// Touched only by `run()`'s one notice loop.
@@ -38,13 +40,14 @@ final class FanOutHub: Service, Sendable {
         self.store = store
         self.framing = framing
         self.logger = logger
-        (notices, noticeQueue) = AsyncStream.makeStream(of: CommitNotice.self)
+        (wake, wakeContinuation) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
         (requeries, requeryQueue) = AsyncStream.makeStream(of: ListenerKey.self)
     }
 
     /// Queues a store's notice for `run()`; returns at once, as a store observer must.
     func receive(_ notice: CommitNotice) {
-        noticeQueue.yield(notice)
+        pending.withLock { $0.append(notice) }
+        wakeContinuation.yield()
     }
 
     /// Delivers the commits the store reports, in version order, and runs the re-reads of limit
@@ -53,12 +56,20 @@ final class FanOutHub: Service, Sendable {
         await cancelWhenGracefulShutdown {
             await withDiscardingTaskGroup { group in
                 group.addTask {
-                    for await notice in self.notices {
-                        let (ready, late) = self.order.withLock { $0.receive(notice) }
-                        if late > 0 {
-                            self.logger.error("the store reported \(late) commit(s) at or below a watermark it had already passed; listeners may have missed them")
+                    for await _ in self.wake {
+                        let notices = self.pending.withLock { pending in
+                            defer { pending.removeAll(keepingCapacity: true) }
+                            return pending
                         }
-                        for batch in ready where !batch.changes.isEmpty { self.publish(batch) }
+                        var ready: [CommittedBatch] = []
+                        for notice in notices {
+                            let (released, late) = self.order.withLock { $0.receive(notice) }
+                            if late > 0 {
+                                self.logger.error("the store reported \(late) commit(s) at or below a watermark it had already passed; listeners may have missed them")
+                            }
+                            ready += released.lazy.filter { !$0.changes.isEmpty }
+                        }
+                        if !ready.isEmpty { self.publish(ready) }
                     }
                 }
                 for await key in self.requeries {
@@ -68,7 +79,7 @@ final class FanOutHub: Service, Sendable {
         }
     }
 
-    var listenerCount: Int { state.withLock { $0.listeners.count } }
+    var listenerCount: Int { state.withLock { $0.table.count } }
 
     // MARK: Listening
 
@@ -77,19 +88,12 @@ final class FanOutHub: Service, Sendable {
     func listen(_ key: ListenerKey, target: ListenTarget, resumeFrom: Version?, outbox: SessionOutbox) async {
         let listener: ListenerState
         do {
-            listener = try ListenerState(target: target, outbox: outbox)
+            listener = try ListenerState(key: key, target: target, outbox: outbox)
         } catch {
             outbox.send(.error(id: key.target, error))
             return
         }
-        state.withLock { state in
-            state.listeners[key] = listener
-            switch target {
-            case .document(let path): state.byDocument[path, default: []].insert(key)
-            case .collection(let path, _): state.byCollection[path, default: []].insert(key)
-            case .collectionGroup(let group, _): state.byGroup[group, default: []].insert(key)
-            }
-        }
+        state.withLock { $0.table.insert(listener) }
         // A session that closed while this listen was starting has already removed its listeners.
         if outbox.isClosed {
             unlisten(key)
@@ -106,20 +110,14 @@ final class FanOutHub: Service, Sendable {
 
     /// Stops one listener.
     func unlisten(_ key: ListenerKey) {
-        state.withLock { state in
-            guard let listener = state.listeners.removeValue(forKey: key) else { return }
-            switch listener.target {
-            case .document(let path): state.byDocument.remove(key, at: path)
-            case .collection(let path, _): state.byCollection.remove(key, at: path)
-            case .collectionGroup(let group, _): state.byGroup.remove(key, at: group)
-            }
-        }
+        state.withLock { _ = $0.table.remove(key) }
     }
 
     /// Stops every listener of a session.
     func removeSession(_ session: Int) {
-        let keys = state.withLock { $0.listeners.keys.filter { $0.session == session } }
-        keys.forEach(unlisten)
+        state.withLock { state in
+            for key in state.table.keys(ofSession: session) { state.table.remove(key) }
+        }
     }
 
     struct Load {
@@ -173,7 +171,7 @@ final class FanOutHub: Service, Sendable {
     /// gone, or its connection could not take the frame.
     private func sendSnapshotFrame(_ frame: EncodedSnapshotFrame, to key: ListenerKey, reset: Bool) -> Bool {
         let outbox = state.withLock { state -> SessionOutbox? in
-            guard let listener = state.listeners[key], case .loading = listener.phase else { return nil }
+            guard let listener = state.table[key], case .loading = listener.phase else { return nil }
             return listener.outbox
         }
         guard let outbox else { return false }
@@ -185,94 +183,95 @@ final class FanOutHub: Service, Sendable {
     private func activate(_ key: ListenerKey, _ load: Load) {
         var requery = false
         state.withLock { state in
-            guard var listener = state.listeners[key], case .loading(let buffered) = listener.phase else { return }
-            if !load.sent {
-                send(load.changes, to: key, listener: listener, version: load.version, isSnapshot: load.isSnapshot, reset: load.reset)
-            }
-            listener.members = load.members
-            listener.phase = .live(load.version)
-            for batch in buffered where batch.version > load.version {
-                if listener.hasLimit {
-                    requery = true
-                    listener.phase = .loading([])
-                    break
+            state.table.update(key) { listener in
+                guard case .loading(let buffered) = listener.phase else { return }
+                if !load.sent {
+                    send(load.changes, to: key, listener: listener, version: load.version, isSnapshot: load.isSnapshot, reset: load.reset)
                 }
-                let codes = listener.deliver(Array(batch.changes.indices), of: batch.changes)
-                if !codes.isEmpty {
-                    send(ListenerState.changes(codes, of: batch.changes), to: key, listener: listener, version: batch.version, isSnapshot: false, reset: false)
+                listener.members = load.members
+                listener.phase = .live(load.version)
+                for batch in buffered where batch.version > load.version {
+                    if listener.hasLimit {
+                        requery = true
+                        listener.phase = .loading([])
+                        break
+                    }
+                    let codes = listener.deliver(Array(batch.changes.indices), of: batch.changes)
+                    if !codes.isEmpty {
+                        send(ListenerState.changes(codes, of: batch.changes), to: key, listener: listener, version: batch.version, isSnapshot: false, reset: false)
+                    }
                 }
             }
-            state.listeners[key] = listener
         }
         if requery { startRequery(key) }
     }
 
     // MARK: Commits
 
-    /// Delivers one visible commit; called in version order.
+    /// Delivers visible commits, in version order: each listener gets, in one batch, the changes
+    /// of all of them that affect it (whole commits, oldest first), at the version of the last.
     func publish(_ batch: CommittedBatch) {
+        publish([batch])
+    }
+
+    func publish(_ batches: [CommittedBatch]) {
+        // One list of every change; each keeps its commit's version.
+        let changes = batches.count == 1 ? batches[0].changes : batches.flatMap(\.changes)
         var requeries: [ListenerKey] = []
         state.withLock { state in
-            var affected: [ListenerKey: [Int]] = [:]
-            for (index, change) in batch.changes.enumerated() {
-                for key in state.byDocument[change.path] ?? [] { affected[key, default: []].append(index) }
-                for key in state.byCollection[change.path.parent] ?? [] { affected[key, default: []].append(index) }
-                for key in state.byGroup[change.path.collectionGroup] ?? [] { affected[key, default: []].append(index) }
+            // The changes each group's scope holds.
+            var affected: [Int: [Int]] = [:]
+            for (index, change) in changes.enumerated() {
+                state.table.groups(touching: change.path) { affected[$0, default: []].append(index) }
             }
             // Listeners that get the same changes share one encoding of them, and those of one
             // connection share one message naming them all.
             var encoded: [[Int]: [UInt8]] = [:]
-            var shared: [SharedDelivery: [Int]] = [:]
-            var outboxes: [Int: SessionOutbox] = [:]
-            for (key, indices) in affected {
-                guard var listener = state.listeners[key] else { continue }
-                switch listener.phase {
-                case .loading(var buffered):
-                    buffered.append(CommittedBatch(version: batch.version, changes: indices.map { batch.changes[$0] }))
-                    listener.phase = .loading(buffered)
-                case .live(let through) where batch.version <= through:
-                    // Its snapshot was read after this commit became visible and before it was
-                    // published: it holds the commit already.
-                    continue
-                case .live:
-                    if listener.hasLimit {
-                        // A limit's result depends on documents outside it: read it again.
-                        listener.phase = .loading([])
-                        requeries.append(key)
-                    } else {
-                        let codes = listener.deliver(indices, of: batch.changes)
-                        listener.phase = .live(batch.version)
-                        if !codes.isEmpty {
-                            shared[SharedDelivery(session: key.session, codes: codes), default: []].append(key.target)
-                            outboxes[key.session] = listener.outbox
+            for (id, indices) in affected {
+                state.table.updateGroup(id) { group in
+                    var shared: [Int]?
+                    var connection: (session: Int, outbox: SessionOutbox)?
+                    var deliveries: [(codes: [Int], targets: [Int])] = []
+                    for index in group.members.indices {
+                        let key = group.members[index].key
+                        switch group.members[index].receive(indices, of: changes, shared: &shared) {
+                        case .deliver(let codes, let outbox):
+                            if connection?.session != key.session {
+                                if let connection { Self.send(deliveries, of: changes, to: connection.outbox, encoded: &encoded) }
+                                connection = (key.session, outbox)
+                                deliveries = []
+                            }
+                            if let at = deliveries.firstIndex(where: { $0.codes == codes }) {
+                                deliveries[at].targets.append(key.target)
+                            } else {
+                                deliveries.append((codes, [key.target]))
+                            }
+                        case .requery:
+                            requeries.append(key)
+                        case .nothing:
+                            break
                         }
                     }
-                }
-                state.listeners[key] = listener
-            }
-            for (delivery, targets) in shared {
-                guard let outbox = outboxes[delivery.session] else { continue }
-                let changes: [UInt8]
-                if let cached = encoded[delivery.codes] {
-                    changes = cached
-                } else {
-                    changes = WireWriter.changes(ListenerState.changes(delivery.codes, of: batch.changes))
-                    encoded[delivery.codes] = changes
-                }
-                if targets.count == 1 {
-                    outbox.send(text: WireWriter.batch(target: targets[0], changes: changes, version: batch.version, isSnapshot: false, reset: false, more: false))
-                } else {
-                    outbox.send(text: WireWriter.sharedBatch(targets: targets.sorted(), changes: changes, version: batch.version))
+                    if let connection { Self.send(deliveries, of: changes, to: connection.outbox, encoded: &encoded) }
                 }
             }
         }
         requeries.forEach(startRequery)
     }
 
-    /// The listeners of one connection that get the same changes from a commit.
-    struct SharedDelivery: Hashable {
-        var session: Int
-        var codes: [Int]
+    /// Sends one connection its listeners' deliveries, a message for each distinct set of changes
+    /// (naming every listener that gets it), at the version of the last commit in it.
+    private static func send(_ deliveries: [(codes: [Int], targets: [Int])], of changes: [RemoteChange], to outbox: SessionOutbox, encoded: inout [[Int]: [UInt8]]) {
+        for (codes, targets) in deliveries {
+            let wire: [UInt8]
+            if let cached = encoded[codes] {
+                wire = cached
+            } else {
+                wire = WireWriter.changes(ListenerState.changes(codes, of: changes))
+                encoded[codes] = wire
+            }
+            outbox.send(changes: wire, targets: targets, version: changes[codes[codes.count - 1] / 2].version)
+        }
     }
 
     /// Asks `run()` to read a limit listener's query again.
@@ -282,34 +281,35 @@ final class FanOutHub: Service, Sendable {
 
     /// Reads a limit query again and sends the difference from what the listener has.
     private func requery(_ key: ListenerKey) async {
-        guard let target = state.withLock({ $0.listeners[key]?.target }) else { return }
+        guard let target = state.withLock({ $0.table[key]?.target }) else { return }
         do {
             let snapshot = try await store.read(target)
             var again = false
             state.withLock { state in
-                guard var listener = state.listeners[key], case .loading(let buffered) = listener.phase else { return }
-                let previous = listener.members ?? [:]
-                var members: [DocumentPath: Version] = [:]
-                var changes: [RemoteChange] = []
-                for document in snapshot.documents {
-                    members[document.path] = document.version
-                    if previous[document.path] != document.version { changes.append(.upsert(document)) }
+                state.table.update(key) { listener in
+                    guard case .loading(let buffered) = listener.phase else { return }
+                    let previous = listener.members ?? [:]
+                    var members: [DocumentPath: Version] = [:]
+                    var changes: [RemoteChange] = []
+                    for document in snapshot.documents {
+                        members[document.path] = document.version
+                        if previous[document.path] != document.version { changes.append(.upsert(document)) }
+                    }
+                    for path in previous.keys where members[path] == nil {
+                        changes.append(.removal(path, version: snapshot.version))
+                    }
+                    listener.members = members
+                    listener.phase = .live(snapshot.version)
+                    if !changes.isEmpty { send(changes, to: key, listener: listener, version: snapshot.version, isSnapshot: false, reset: false) }
+                    if buffered.contains(where: { $0.version > snapshot.version }) {
+                        listener.phase = .loading([])
+                        again = true
+                    }
                 }
-                for path in previous.keys where members[path] == nil {
-                    changes.append(.removal(path, version: snapshot.version))
-                }
-                listener.members = members
-                listener.phase = .live(snapshot.version)
-                if !changes.isEmpty { send(changes, to: key, listener: listener, version: snapshot.version, isSnapshot: false, reset: false) }
-                if buffered.contains(where: { $0.version > snapshot.version }) {
-                    listener.phase = .loading([])
-                    again = true
-                }
-                state.listeners[key] = listener
             }
             if again { startRequery(key) }
         } catch {
-            let outbox = state.withLock { $0.listeners[key]?.outbox }
+            let outbox = state.withLock { $0.table[key]?.outbox }
             unlisten(key)
             outbox?.send(.error(id: key.target, error as? TandemError ?? TandemError(.unavailable, "The listener could not reload: \(error).")))
         }
@@ -325,12 +325,5 @@ final class FanOutHub: Service, Sendable {
             if !listener.outbox.send(text: text) { return }
             start = end
         } while start < changes.count
-    }
-}
-
-extension Dictionary where Value == Set<ListenerKey> {
-    mutating func remove(_ key: ListenerKey, at index: Key) {
-        self[index]?.remove(key)
-        if self[index]?.isEmpty == true { self[index] = nil }
     }
 }

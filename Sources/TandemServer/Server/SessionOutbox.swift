@@ -1,26 +1,50 @@
 import Synchronization
 import TandemCore
 
-/// The frames waiting to be written to one WebSocket connection. Sending never blocks: a connection
-/// whose client reads too slowly overflows its byte budget and is closed (it resumes later from its
-/// last version), so one slow consumer never makes the server buffer without bound.
+/// The messages waiting to be written to one WebSocket connection. Sending never blocks: a
+/// connection whose client reads too slowly overflows its byte budget and is closed (it resumes
+/// later from its last version), so one slow consumer never makes the server buffer without bound.
+///
+/// Live changes for the same listeners merge while they wait: a batch sent while the one before it
+/// is still queued (the connection's writer is busy) joins it, whole commits after whole commits, at
+/// the later version. A connection that keeps up gets each commit at once; one that falls behind
+/// gets fewer, larger messages instead of a growing queue.
 final class SessionOutbox: Sendable {
-    let frames: AsyncStream<String>
-    private let continuation: AsyncStream<String>.Continuation
-    private let queuedBytes = Atomic<Int>(0)
+    private enum Item {
+        /// A message written already.
+        case text(String, bytes: Int)
+        /// Live changes for `targets` (a JSON array of changes, as ``WireWriter/changes(_:)``
+        /// writes it), up to `version`; `bytes` is what the queue counts for it.
+        case changes(targets: [Int], changes: [UInt8], version: Version, bytes: Int)
+    }
+
+    private struct State {
+        var items: [Item] = []
+        var head = 0
+        var queuedBytes = 0
+        var closed = false
+        var overflowed = false
+        var waiter: CheckedContinuation<Void, Never>?
+    }
+
+    private let state = Mutex(State())
     private let budget: Int
-    private let overflowed = Atomic<Bool>(false)
-    private let overflowHandler = Mutex<(@Sendable () -> Void)?>(nil)
+    private let overflowHandler = Mutex<OverflowHandler?>(nil)
+
+    /// Kept in a box: a closure stored directly in a `Mutex` is thunked again at every access.
+    private final class OverflowHandler: Sendable {
+        let call: @Sendable () -> Void
+        init(_ call: @escaping @Sendable () -> Void) { self.call = call }
+    }
 
     /// Called once when the outbox overflows.
     var onOverflow: (@Sendable () -> Void)? {
-        get { overflowHandler.withLock { $0 } }
-        set { overflowHandler.withLock { $0 = newValue } }
+        get { overflowHandler.withLock { $0?.call } }
+        set { overflowHandler.withLock { $0 = newValue.map(OverflowHandler.init) } }
     }
 
     init(budget: Int) {
         self.budget = budget
-        (frames, continuation) = AsyncStream.makeStream(of: String.self)
     }
 
     /// Queues a message; false when the connection is over its budget (or closed) and must go.
@@ -32,34 +56,112 @@ final class SessionOutbox: Sendable {
     /// Queues a message already written as text.
     @discardableResult
     func send(text: String) -> Bool {
-        if overflowed.load(ordering: .relaxed) { return false }
-        let total = queuedBytes.add(text.utf8.count, ordering: .relaxed).newValue
-        if total > budget {
-            if !overflowed.exchange(true, ordering: .relaxed) {
-                continuation.finish()
-                onOverflow?()
-            }
-            return false
+        let bytes = text.utf8.count
+        return enqueue(bytes: bytes) { state in
+            state.items.append(.text(text, bytes: bytes))
         }
-        if case .terminated = continuation.yield(text) { return false }
-        return true
     }
 
-    /// Called by the writer once a frame is on the wire.
-    func wrote(_ text: String) {
-        queuedBytes.subtract(text.utf8.count, ordering: .relaxed)
+    /// Queues live changes for one or more listeners of this connection, merging them into the
+    /// batch for the same listeners still waiting to be written, if there is one.
+    @discardableResult
+    func send(changes: [UInt8], targets: [Int], version: Version) -> Bool {
+        let bytes = changes.count + 64 + targets.count * 8
+        return enqueue(bytes: bytes) { state in
+            if state.items.count > state.head, case .changes(let waiting, var queued, _, let counted) = state.items[state.items.count - 1], waiting == targets {
+                // `[a,b]` and `[c]` make `[a,b,c]`.
+                queued.removeLast()
+                if changes.count > 2 {
+                    if queued.count > 1 { queued.append(UInt8(ascii: ",")) }
+                    queued.append(contentsOf: changes.dropFirst())
+                } else {
+                    queued.append(UInt8(ascii: "]"))
+                }
+                state.items[state.items.count - 1] = .changes(targets: targets, changes: queued, version: version, bytes: counted + bytes)
+            } else {
+                state.items.append(.changes(targets: targets, changes: changes, version: version, bytes: bytes))
+            }
+        }
+    }
+
+    private func enqueue(bytes: Int, _ add: (inout State) -> Void) -> Bool {
+        var overflowedNow = false
+        let (accepted, waiter) = state.withLock { state -> (Bool, CheckedContinuation<Void, Never>?) in
+            if state.closed || state.overflowed { return (false, nil) }
+            if state.queuedBytes + bytes > budget {
+                state.overflowed = true
+                overflowedNow = true
+                defer { state.waiter = nil }
+                return (false, state.waiter)
+            }
+            state.queuedBytes += bytes
+            add(&state)
+            defer { state.waiter = nil }
+            return (true, state.waiter)
+        }
+        waiter?.resume()
+        if overflowedNow { onOverflow?() }
+        return accepted
+    }
+
+    /// The next message to write and the bytes it counts for (give them to ``wrote(_:)`` once it
+    /// is on the wire); nil once the outbox is closed or overflowed.
+    func next() async -> (text: String, bytes: Int)? {
+        while true {
+            let taken = state.withLock { state -> Item?? in
+                if state.closed || state.overflowed { return .some(nil) }
+                guard state.head < state.items.count else { return nil }
+                let item = state.items[state.head]
+                state.head += 1
+                if state.head == state.items.count {
+                    state.items.removeAll(keepingCapacity: true)
+                    state.head = 0
+                } else if state.head >= 64, state.head * 2 >= state.items.count {
+                    state.items.removeFirst(state.head)
+                    state.head = 0
+                }
+                return .some(item)
+            }
+            switch taken {
+            case .some(nil):
+                return nil
+            case .some(.text(let text, let bytes))?:
+                return (text, bytes)
+            case .some(.changes(let targets, let changes, let version, let bytes))?:
+                let text = targets.count == 1
+                    ? WireWriter.batch(target: targets[0], changes: changes, version: version, isSnapshot: false, reset: false, more: false)
+                    : WireWriter.sharedBatch(targets: targets, changes: changes, version: version)
+                return (text, bytes)
+            case nil:
+                await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                    let now = state.withLock { state -> Bool in
+                        if state.closed || state.overflowed || state.head < state.items.count { return true }
+                        state.waiter = continuation
+                        return false
+                    }
+                    if now { continuation.resume() }
+                }
+            }
+        }
+    }
+
+    /// Called by the writer once a message is on the wire, with the bytes ``next()`` counted for it.
+    func wrote(_ bytes: Int) {
+        state.withLock { $0.queuedBytes -= bytes }
     }
 
     /// Whether the connection was dropped for reading too slowly.
-    var isOverflowed: Bool { overflowed.load(ordering: .relaxed) }
+    var isOverflowed: Bool { state.withLock { $0.overflowed } }
 
     func finish() {
-        closed.store(true, ordering: .relaxed)
-        continuation.finish()
+        let waiter = state.withLock { state in
+            state.closed = true
+            defer { state.waiter = nil }
+            return state.waiter
+        }
+        waiter?.resume()
     }
 
-    private let closed = Atomic<Bool>(false)
-
     /// Whether the session is gone (closed or overflowed): sending to it is pointless.
-    var isClosed: Bool { closed.load(ordering: .relaxed) || overflowed.load(ordering: .relaxed) }
+    var isClosed: Bool { state.withLock { $0.closed || $0.overflowed } }
 }

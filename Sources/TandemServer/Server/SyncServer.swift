@@ -100,13 +100,13 @@ public struct SyncServer: Service {
         defer { watchdog.forget(session.id) }
         await withDiscardingTaskGroup { group in
             group.addTask {
-                for await text in session.outbox.frames {
+                while let (text, bytes) = await session.outbox.next() {
                     do {
-                        try await outbound.writeTextMessage(text)
+                        try await Self.write(text, to: outbound)
                     } catch {
                         break
                     }
-                    session.outbox.wrote(text)
+                    session.outbox.wrote(bytes)
                 }
                 end.fulfill(.success(()))
             }
@@ -151,6 +151,25 @@ final class LastHeard: Sendable {
     init(_ now: Duration) { milliseconds = Atomic(now.milliseconds) }
     var instant: Duration { .milliseconds(milliseconds.load(ordering: .relaxed)) }
     func touch(_ now: Duration) { milliseconds.store(now.milliseconds, ordering: .relaxed) }
+}
+
+extension SyncServer {
+    /// The largest frame the server sends: a longer message goes out in frames of this size, which
+    /// every client takes (the server takes frames as large as a request).
+    static let outgoingFrameBytes = 1 << 20
+
+    static func write(_ text: String, to outbound: WebSocketOutboundWriter) async throws {
+        guard text.utf8.count > outgoingFrameBytes else {
+            try await outbound.writeTextMessage(text)
+            return
+        }
+        var buffer = ByteBuffer(string: text)
+        try await outbound.withTextMessageWriter { writer in
+            while let frame = buffer.readSlice(length: min(outgoingFrameBytes, buffer.readableBytes)), frame.readableBytes > 0 {
+                try await writer(frame)
+            }
+        }
+    }
 }
 
 extension Duration {

@@ -80,15 +80,15 @@ struct ServerBench: AsyncParsableCommand {
     @Option(help: "Connections per cycle of the memory part.")
     var connections = 2_000
 
-    @Option(help: "Run one part only (for profiling): writes, latency, sync or connections.")
+    @Option(help: "Run one part only (for profiling): writes, fanout, latency, sync or connections.")
     var only: String?
 
     func validate() throws {
         guard documents > 0, writes > 0, connections > 0 else {
             throw ValidationError("--documents, --writes and --connections must be positive.")
         }
-        if let only, !["writes", "latency", "sync", "connections"].contains(only) {
-            throw ValidationError("--only takes writes, latency, sync or connections.")
+        if let only, !["writes", "fanout", "latency", "sync", "connections"].contains(only) {
+            throw ValidationError("--only takes writes, fanout, latency, sync or connections.")
         }
     }
 

@@ -1,0 +1,104 @@
+import Foundation
+import Testing
+import TandemCore
+@testable import TandemServer
+import TandemTesting
+
+@Suite("Fan-out")
+struct FanOutTests {
+    func path(_ text: String) -> DocumentPath { try! DocumentPath(text) }
+
+    func listener(_ session: Int, _ target: Int, _ listenTarget: ListenTarget, outbox: SessionOutbox = SessionOutbox(budget: 1 << 20)) throws -> ListenerState {
+        try ListenerState(key: ListenerKey(session: session, target: target), target: listenTarget, outbox: outbox)
+    }
+
+    @Test("the listener table groups listeners by target, each group sorted by connection, and finds groups by path")
+    func table() throws {
+        var table = ListenerTable()
+        let notes = ListenTarget.collection(try CollectionPath("notes"), Query())
+        let filtered = ListenTarget.collection(try CollectionPath("notes"), Query().whereField("n", isEqualTo: 1))
+        for (session, target) in [(3, 1), (1, 2), (2, 1), (1, 1)] { table.insert(try listener(session, target, notes)) }
+        table.insert(try listener(1, 9, filtered))
+        table.insert(try listener(4, 1, .document(path("notes/a"))))
+        table.insert(try listener(5, 1, .collectionGroup("notes", Query())))
+        #expect(table.count == 7)
+        var touched: [Int] = []
+        table.groups(touching: path("notes/a")) { touched.append($0) }
+        #expect(touched.count == 4)  // the document, two collection queries, the group
+        var order: [ListenerKey] = []
+        for id in touched {
+            table.updateGroup(id) { group in
+                if group.target == notes { order = group.members.map(\.key) }
+            }
+        }
+        #expect(order == [ListenerKey(session: 1, target: 1), ListenerKey(session: 1, target: 2), ListenerKey(session: 2, target: 1), ListenerKey(session: 3, target: 1)])
+        #expect(table[ListenerKey(session: 2, target: 1)]?.target == notes)
+        #expect(table.update(ListenerKey(session: 2, target: 1)) { $0.phase = .live(7) } != nil)
+        guard case .live(7)? = table[ListenerKey(session: 2, target: 1)]?.phase else { Issue.record("expected the update kept"); return }
+        #expect(Set(table.keys(ofSession: 1)) == [ListenerKey(session: 1, target: 1), ListenerKey(session: 1, target: 2), ListenerKey(session: 1, target: 9)])
+        for key in table.keys(ofSession: 1) { table.remove(key) }
+        table.remove(ListenerKey(session: 4, target: 1))
+        touched = []
+        table.groups(touching: path("notes/a")) { touched.append($0) }
+        #expect(touched.count == 2 && table.count == 3)  // the filtered query and the document's groups went with their last listener
+    }
+
+    @Test("changes for the same listeners merge while they wait; anything else keeps its place")
+    func outboxMerges() async throws {
+        let outbox = SessionOutbox(budget: 1 << 20)
+        let change = { (n: Int) in Array(#"{"path":"a/\#(n)"}"#.utf8) }
+        outbox.send(changes: Array("[".utf8) + change(1) + Array("]".utf8), targets: [1, 2], version: 5)
+        outbox.send(changes: Array("[".utf8) + change(2) + Array("]".utf8), targets: [1, 2], version: 6)
+        outbox.send(text: "ack")
+        outbox.send(changes: Array("[".utf8) + change(3) + Array("]".utf8), targets: [1, 2], version: 7)
+        outbox.send(changes: Array("[".utf8) + change(4) + Array("]".utf8), targets: [3], version: 7)
+        var texts: [String] = []
+        for _ in 0..<4 {
+            guard let (text, bytes) = await outbox.next() else { break }
+            texts.append(text)
+            outbox.wrote(bytes)
+        }
+        #expect(texts[0] == #"{"changes":[{"path":"a/1"},{"path":"a/2"}],"targets":[1,2],"type":"changes","version":6}"#)
+        #expect(texts[1] == "ack")
+        #expect(texts[2] == #"{"changes":[{"path":"a/3"}],"targets":[1,2],"type":"changes","version":7}"#)
+        #expect(texts[3] == #"{"changes":[{"path":"a/4"}],"target":3,"type":"changes","version":7}"#)
+        outbox.finish()
+        #expect(await outbox.next() == nil)
+    }
+
+    @Test("past its budget an outbox overflows once, tells its owner, and takes nothing more")
+    func outboxOverflows() async throws {
+        let outbox = SessionOutbox(budget: 100)
+        let told = Shared(0)
+        outbox.onOverflow = { told.value += 1 }
+        #expect(outbox.send(text: String(repeating: "x", count: 60)))
+        #expect(!outbox.send(text: String(repeating: "y", count: 60)))
+        #expect(!outbox.send(text: "z"))
+        #expect(told.value == 1 && outbox.isOverflowed && outbox.isClosed)
+        #expect(await outbox.next() == nil)
+    }
+
+    @Test("a publication of several commits reaches a listener as one batch of whole commits, oldest first, at the last version")
+    func coalescedPublication() async throws {
+        let store = MemoryServerStore(clock: ManualClock())
+        let hub = FanOutHub(store: store)
+        let outbox = SessionOutbox(budget: 1 << 20)
+        let notes = ListenTarget.collection(try CollectionPath("notes"), Query())
+        await hub.listen(ListenerKey(session: 1, target: 1), target: notes, resumeFrom: nil, outbox: outbox)
+        await hub.listen(ListenerKey(session: 1, target: 2), target: notes, resumeFrom: nil, outbox: outbox)
+        for _ in 0..<2 {
+            guard let (snapshot, _) = await outbox.next() else { Issue.record("expected a snapshot"); return }
+            #expect(snapshot.contains(#""type":"snapshot""#))
+        }
+        let first = CommittedBatch(version: 1, changes: [.upsert(Document(path: path("notes/a"), data: ["n": 1], version: 1))])
+        let second = CommittedBatch(version: 2, changes: [.upsert(Document(path: path("notes/a"), data: ["n": 2], version: 2)),
+                                                          .removal(path("notes/b"), version: 2)])
+        hub.publish([first, second])
+        guard let (text, _) = await outbox.next(), case .sharedBatch(let targets, let batch) = try ServerMessage.parse(text) else {
+            Issue.record("expected one shared batch")
+            return
+        }
+        #expect(targets == [1, 2] && batch.version == 2)
+        #expect(batch.changes.map(\.version) == [1, 2, 2] && batch.changes.map(\.path.id) == ["a", "a", "b"])
+    }
+}
