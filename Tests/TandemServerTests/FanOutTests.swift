@@ -101,4 +101,57 @@ struct FanOutTests {
         #expect(targets == [1, 2] && batch.version == 2)
         #expect(batch.changes.map(\.version) == [1, 2, 2] && batch.changes.map(\.path.id) == ["a", "a", "b"])
     }
+
+    @Test("a group whose listeners all take every commit goes by connection; one that joins with a newer snapshot gets only what its snapshot lacks")
+    func plainGroups() async throws {
+        let store = MemoryServerStore(clock: ManualClock())
+        let hub = FanOutHub(store: store)
+        let notes = ListenTarget.collection(try CollectionPath("notes"), Query())
+        let first = SessionOutbox(budget: 1 << 20)
+        let second = SessionOutbox(budget: 1 << 20)
+        func take(_ outbox: SessionOutbox) async throws -> (targets: [Int], versions: [Version]) {
+            guard let (text, bytes) = await outbox.next() else { throw TandemError(.internal, "no message") }
+            outbox.wrote(bytes)
+            switch try ServerMessage.parse(text) {
+            case .sharedBatch(let targets, let batch): return (targets, batch.changes.map(\.version))
+            case .batch(let target, let batch, _, _): return ([target], batch.changes.map(\.version))
+            default: throw TandemError(.internal, "not a batch: \(text)")
+            }
+        }
+        func commit(_ version: UInt64) -> CommittedBatch {
+            CommittedBatch(version: Version(version), changes: [.upsert(Document(path: path("notes/n\(version)"), data: [:], version: Version(version)))])
+        }
+        await hub.listen(ListenerKey(session: 1, target: 1), target: notes, resumeFrom: nil, outbox: first)
+        await hub.listen(ListenerKey(session: 2, target: 1), target: notes, resumeFrom: nil, outbox: second)
+        _ = try await take(first)
+        _ = try await take(second)
+        hub.publish(commit(1))  // the group's first publication, member by member; then by connection
+        hub.publish(commit(2))
+        // Both were queued before anything was written: they went out as one batch.
+        for outbox in [first, second] {
+            #expect(try await take(outbox).versions == [1, 2])
+        }
+        // A listener joins whose snapshot is read at version 4, while the hub has published only
+        // through 2: commits 3 and 4 are in its snapshot, not its changes.
+        for index in 1...4 { _ = try await store.commit([.set(path("notes/s\(index)"), [:])]) }
+        await hub.listen(ListenerKey(session: 2, target: 2), target: notes, resumeFrom: nil, outbox: second)
+        guard let (snapshot, bytes) = await second.next() else { Issue.record("expected a snapshot"); return }
+        second.wrote(bytes)
+        #expect(snapshot.contains(#""type":"snapshot""#) && snapshot.hasSuffix(#""version":4}"#))
+        hub.publish([commit(3), commit(4), commit(5)])
+        #expect(try await take(first).versions == [3, 4, 5])
+        let toSecond = try await take(second)
+        let toNewcomer = try await take(second)
+        #expect(toSecond.targets == [1] && toSecond.versions == [3, 4, 5])
+        #expect(toNewcomer.targets == [2] && toNewcomer.versions == [5])
+        // From then on, all three take every commit: one message per connection.
+        hub.publish(commit(6))
+        #expect(try await take(first).versions == [6])
+        let shared = try await take(second)
+        #expect(shared.targets == [1, 2] && shared.versions == [6])
+        hub.unlisten(ListenerKey(session: 1, target: 1))
+        hub.publish(commit(7))
+        #expect(try await take(second).targets == [1, 2])
+        #expect(first.isClosed == false)
+    }
 }

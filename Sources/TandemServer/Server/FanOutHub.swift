@@ -229,6 +229,20 @@ final class FanOutHub: Service, Sendable {
             var encoded: [[Int]: [UInt8]] = [:]
             for (id, indices) in affected {
                 state.table.updateGroup(id) { group in
+                    let published = changes[indices[indices.count - 1]].version
+                    if let plain = group.plain {
+                        // Every listener takes every commit whole: one step per connection.
+                        let codes = indices.map { $0 * 2 }
+                        for connection in plain {
+                            Self.send([(codes, connection.targets)], of: changes, to: connection.outbox, encoded: &encoded)
+                        }
+                        group.publishedThrough = published
+                        return
+                    }
+                    defer {
+                        group.publishedThrough = published
+                        group.refresh()
+                    }
                     var shared: [Int]?
                     var connection: (session: Int, outbox: SessionOutbox)?
                     var deliveries: [(codes: [Int], targets: [Int])] = []

@@ -7,12 +7,41 @@ import TandemCore
 /// A commit looks up the few groups whose scope it touches, then walks each group's array in place:
 /// no hashing per listener, and one connection's listeners of a group next to each other, so they
 /// share one frame. Listeners of one target, without member tables, see the same changes of a
-/// commit, worked out once for the group. Pure: no I/O, no locks (the hub holds it under its own).
+/// commit, worked out once for the group.
+///
+/// A group whose every listener takes every commit whole (no filter or cursor, no limit, no member
+/// table, live since before the group's last publication) keeps its listeners' ids by connection:
+/// a commit then costs it one step per connection, none per listener. Any change to the group's
+/// listeners drops that list, and the next publication makes it again. Pure: no I/O, no locks (the
+/// hub holds it under its own).
 struct ListenerTable {
     struct Group {
         let target: ListenTarget
         /// Sorted by key: by connection, then by listen id.
         var members: [ListenerState] = []
+        /// The highest version published to the group.
+        var publishedThrough = Version.zero
+        /// When every member takes every commit whole: each connection's outbox and listener ids.
+        var plain: [(outbox: SessionOutbox, targets: [Int])]?
+
+        /// Makes `plain` again from the members, if every one takes every commit whole.
+        mutating func refresh() {
+            var connections: [(outbox: SessionOutbox, targets: [Int])] = []
+            var session = -1
+            for member in members {
+                guard member.compiled == nil, !member.hasLimit, member.members == nil,
+                      case .live(let through) = member.phase, through <= publishedThrough else {
+                    plain = nil
+                    return
+                }
+                if member.key.session != session {
+                    session = member.key.session
+                    connections.append((member.outbox, []))
+                }
+                connections[connections.count - 1].targets.append(member.key.target)
+            }
+            plain = connections
+        }
     }
 
     private var groups: [Int: Group] = [:]
@@ -35,6 +64,7 @@ struct ListenerTable {
     @discardableResult
     mutating func update<T>(_ key: ListenerKey, _ body: (inout ListenerState) -> T) -> T? {
         guard let id = places[key], let index = groups[id].flatMap({ Self.position(of: key, in: $0.members) }) else { return nil }
+        groups[id]!.plain = nil
         return body(&groups[id]!.members[index])
     }
 
@@ -59,12 +89,14 @@ struct ListenerTable {
         let members = groups[id]!.members
         let index = members.firstIndex { ($0.key.session, $0.key.target) > (key.session, key.target) } ?? members.count
         groups[id]!.members.insert(listener, at: index)
+        groups[id]!.plain = nil
     }
 
     @discardableResult
     mutating func remove(_ key: ListenerKey) -> ListenerState? {
         guard let id = places.removeValue(forKey: key), let index = groups[id].flatMap({ Self.position(of: key, in: $0.members) }) else { return nil }
         let listener = groups[id]!.members.remove(at: index)
+        groups[id]!.plain = nil
         if groups[id]!.members.isEmpty {
             let target = groups.removeValue(forKey: id)!.target
             groupIDs[target] = nil
