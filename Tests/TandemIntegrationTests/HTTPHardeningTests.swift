@@ -100,6 +100,9 @@ struct HTTPHardeningTests {
         configuration.idleTimeout = .seconds(60)
         configuration.requestHeadTimeout = .seconds(10)
         configuration.requestBodyTimeout = .seconds(30)
+        // The heartbeat watchdog ticks on this clock too; far out of the way, a wait for a guard's
+        // deadline cannot be met by a tick that falls on the same instant (10 s ticks did, at 70 s).
+        configuration.heartbeatInterval = .seconds(10_000)
         // The store's housekeeping sleeps on a clock of its own: this one holds only the guards' timers.
         let server = try await LiveServer.start(store: MemoryServerStore(clock: ManualClock()), configuration: configuration)
 

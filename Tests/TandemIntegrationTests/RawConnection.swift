@@ -18,11 +18,13 @@ final class RawConnection: Sendable {
         let state = Mutex(State())
     }
 
-    private let channel: NIOAsyncChannel<ByteBuffer, ByteBuffer>
+    /// Inbound only: bytes go out through the channel itself, and an outbound writer never
+    /// finished would trap when the connection is dropped without `close()`.
+    private let channel: NIOAsyncChannel<ByteBuffer, Never>
     private let shared = Shared()
     private let reader: Task<Void, Never>
 
-    private init(channel: NIOAsyncChannel<ByteBuffer, ByteBuffer>) {
+    private init(channel: NIOAsyncChannel<ByteBuffer, Never>) {
         self.channel = channel
         let shared = self.shared
         reader = Task {
@@ -52,7 +54,7 @@ final class RawConnection: Sendable {
         let channel = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .connect(host: "127.0.0.1", port: port) { channel in
                 channel.eventLoop.makeCompletedFuture {
-                    try NIOAsyncChannel<ByteBuffer, ByteBuffer>(wrappingChannelSynchronously: channel)
+                    try NIOAsyncChannel<ByteBuffer, Never>(wrappingChannelSynchronously: channel)
                 }
             }
         return RawConnection(channel: channel)
