@@ -175,6 +175,7 @@ struct ProtocolWriter: Sendable {
                 attempts[attempt] = index
                 current[index] = attempt
                 inFlight += 1
+                trace("\(clientID) sends \(attempt): \(requests[index].mutations.compactMap { $0.id?.description })")
                 stream.send(.write(id: attempt, mutations: requests[index].mutations))
             }
             var dropped = false

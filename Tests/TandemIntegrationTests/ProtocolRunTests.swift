@@ -52,23 +52,30 @@ struct ProtocolRunTests {
         gate.open(port: port)
 
         // The writers and their requests: increments of shared counters, some in requests that
-        // also update a missing document and so are refused whole.
+        // also update a missing document and so are refused whole. Each connection writes under
+        // two writer ids, whose orders are kept apart; a few requests carry writes of both.
         let writers = (0..<Int.random(in: 4...8, using: &random)).map { index -> ProtocolWriter in
-            var sequence: UInt64 = 0
+            var sequences: [String: UInt64] = [:]
+            let lanes = ["w\(index)/a", "w\(index)/b"]
             let requests = (0..<Int.random(in: 20...40, using: &random)).map { _ -> ProtocolWriter.Request in
                 var mutations: [Mutation] = []
                 var increments: [String: Int] = [:]
+                let mixed = Int.random(in: 0..<8, using: &random) == 0
+                let lane = lanes.randomElement(using: &random)!
+                func nextID() -> MutationID {
+                    let writer = mixed ? lanes.randomElement(using: &random)! : lane
+                    sequences[writer, default: 0] += 1
+                    return MutationID(clientID: writer, sequence: sequences[writer]!)
+                }
                 for _ in 0..<Int.random(in: 1...3, using: &random) {
-                    sequence += 1
                     let counter = counters.randomElement(using: &random)!
                     mutations.append(Mutation.update(try! DocumentPath(counter), fields: [:], transforms: [.init("n", .increment(1))])
-                        .identified(by: MutationID(clientID: "w\(index)", sequence: sequence)))
+                        .identified(by: nextID()))
                     increments[counter, default: 0] += 1
                 }
                 if Int.random(in: 0..<10, using: &random) == 0 {
-                    sequence += 1
                     mutations.append(Mutation.update(try! DocumentPath("counters/missing"), fields: ["n": 1])
-                        .identified(by: MutationID(clientID: "w\(index)", sequence: sequence)))
+                        .identified(by: nextID()))
                 }
                 return ProtocolWriter.Request(mutations: mutations, increments: increments)
             }
@@ -112,7 +119,6 @@ struct ProtocolRunTests {
             }
             await progress.wait(for: total)
             trace("all \(total) writes answered")
-            FileHandle.standardError.write(Data("ALL ANSWERED\n".utf8))
             // The listeners catch up with the last commit, then stop.
             let final = try await store.currentVersion()
             for listener in listeners {
@@ -147,6 +153,15 @@ struct ProtocolRunTests {
                 if applied, let version = commits.first { #expect(outcomes.allSatisfy { $0.version == version }, "seed \(seed): \(outcomes) committed at \(version)") }
                 if applied { expected.merge(request.increments, uniquingKeysWith: +) }
             }
+        }
+        // Each writer id's writes applied in the order of their sequences.
+        var byWriter: [String: [(sequence: UInt64, version: Version)]] = [:]
+        for (id, versions) in applications {
+            for version in versions { byWriter[id.clientID, default: []].append((id.sequence, version)) }
+        }
+        for (writer, applied) in byWriter {
+            let versions = applied.sorted { $0.sequence < $1.sequence }.map(\.version)
+            #expect(versions == versions.sorted(), "seed \(seed): \(writer)'s writes applied out of order")
         }
         // The store's counters are the sum of what was applied.
         let reopened = try open()

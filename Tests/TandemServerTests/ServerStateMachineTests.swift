@@ -32,10 +32,10 @@ struct ServerStateMachineTests {
         #expect(released.ready.map(\.version) == [5] && released.late == 1)
     }
 
-    func write(_ sequence: UInt64?...) -> [Mutation] {
+    func write(_ sequence: UInt64?..., writer: String = "c") -> [Mutation] {
         sequence.map { sequence in
             let mutation = Mutation.set(try! DocumentPath("a/b"), [:])
-            return sequence.map { mutation.identified(by: MutationID(clientID: "c", sequence: $0)) } ?? mutation
+            return sequence.map { mutation.identified(by: MutationID(clientID: writer, sequence: $0)) } ?? mutation
         }
     }
 
@@ -50,17 +50,17 @@ struct ServerStateMachineTests {
         // The queue is full: 3 is refused, and 4 may not overtake it.
         guard case .refuse(let full) = sequencer.arrive(write(3), at: .zero) else { Issue.record("expected a refusal"); return }
         #expect(full.code == .unavailable)
-        sequencer.answered()
+        sequencer.answered(write(1), forGood: true)
         guard case .refuse(let aborted) = sequencer.arrive(write(4), at: .zero) else { Issue.record("expected a refusal"); return }
         #expect(aborted.code == .aborted && aborted.message.contains("c#3"))
         // A write without ids carries no order.
         #expect(sequencer.arrive(write(nil), at: .zero) == .proceed)
-        sequencer.answered()
+        sequencer.answered(write(2), forGood: true)
         // 3 again clears the way.
         #expect(sequencer.arrive(write(3), at: .zero) == .proceed)
-        sequencer.answered()
+        sequencer.answered(write(nil), forGood: true)
         #expect(sequencer.arrive(write(4), at: .zero) == .proceed)
-        #expect(sequencer.blockedFrom == nil)
+        #expect(sequencer.blockedFrom(writer: "c") == nil && !sequencer.isBlocked)
     }
 
     @Test("a store failure blocks the writes queued after it at their turn; the rate limit refuses on the clock")
@@ -77,10 +77,103 @@ struct ServerStateMachineTests {
         // 1 failed in the store: 2 and 3, queued after it, are aborted at their turn.
         #expect(sequencer.turn(write(1)) == .proceed)
         sequencer.failed(write(1))
-        sequencer.answered()
+        sequencer.answered(write(1), forGood: false)
         guard case .refuse(let aborted) = sequencer.turn(write(2)) else { Issue.record("expected a refusal"); return }
         #expect(aborted.code == .aborted)
-        #expect(sequencer.blockedFrom == MutationID(clientID: "c", sequence: 1))
+        #expect(sequencer.blockedFrom(writer: "c") == MutationID(clientID: "c", sequence: 1))
+    }
+
+    @Test("one writer's refusal blocks that writer alone; a request refused whole blocks each writer in it")
+    func sequencerPerWriter() {
+        var limits = ServerLimits()
+        limits.maximumWritesPerSecond = 1_000
+        var sequencer = WriteSequencer(limits: limits)
+        // Writer a's 1 fails in the store: a's 2 is aborted, b goes on.
+        #expect(sequencer.arrive(write(1, writer: "a"), at: .zero) == .proceed)
+        #expect(sequencer.turn(write(1, writer: "a")) == .proceed)
+        sequencer.failed(write(1, writer: "a"))
+        sequencer.answered(write(1, writer: "a"), forGood: false)
+        guard case .refuse(let aborted) = sequencer.arrive(write(2, writer: "a"), at: .zero) else { Issue.record("expected a refusal"); return }
+        #expect(aborted.code == .aborted && aborted.message.contains("a#1"))
+        #expect(sequencer.arrive(write(7, writer: "b"), at: .zero) == .proceed)
+        #expect(sequencer.turn(write(7, writer: "b")) == .proceed)
+        sequencer.answered(write(7, writer: "b"), forGood: true)
+        // A request with writes of a (blocked) and b is refused whole, so b is blocked from its write in it.
+        let mixed = write(3, writer: "a") + write(8, writer: "b")
+        guard case .refuse = sequencer.arrive(mixed, at: .zero) else { Issue.record("expected a refusal"); return }
+        #expect(sequencer.blockedFrom(writer: "b") == MutationID(clientID: "b", sequence: 8))
+        guard case .refuse = sequencer.arrive(write(9, writer: "b"), at: .zero) else { Issue.record("expected a refusal"); return }
+        // Sent again in order, each refused write clears its own block, the next one holding still.
+        #expect(sequencer.arrive(write(1, writer: "a"), at: .zero) == .proceed)
+        #expect(sequencer.blockedFrom(writer: "a") == MutationID(clientID: "a", sequence: 2))
+        #expect(sequencer.arrive(write(2, writer: "a"), at: .zero) == .proceed)
+        #expect(sequencer.arrive(mixed, at: .zero) == .proceed)
+        #expect(sequencer.blockedFrom(writer: "a") == nil && sequencer.blockedFrom(writer: "b") == MutationID(clientID: "b", sequence: 9))
+        #expect(sequencer.arrive(write(9, writer: "b"), at: .zero) == .proceed)
+        #expect(!sequencer.isBlocked)
+    }
+
+    @Test("a block never waits for a write already answered; only a request spanning the blocked write lifts it")
+    func sequencerSettled() {
+        var limits = ServerLimits()
+        limits.maximumPendingWritesPerConnection = 1
+        limits.maximumWritesPerSecond = 1_000
+        var sequencer = WriteSequencer(limits: limits)
+        // 1 is queued; sent again before its answer, it finds the queue full: c is blocked from 1.
+        #expect(sequencer.arrive(write(1), at: .zero) == .proceed)
+        guard case .refuse(let full) = sequencer.arrive(write(1), at: .zero) else { Issue.record("expected a refusal"); return }
+        #expect(full.code == .unavailable && sequencer.blockedFrom(writer: "c") == MutationID(clientID: "c", sequence: 1))
+        // The first send commits: the client has its answer and will not send 1 a third time, so
+        // nothing may wait for it.
+        #expect(sequencer.turn(write(1)) == .proceed)
+        sequencer.answered(write(1), forGood: true)
+        #expect(!sequencer.isBlocked)
+        // 1 sent again after its answer, refused as the queue is full: it blocks nothing.
+        #expect(sequencer.arrive(write(2), at: .zero) == .proceed)
+        guard case .refuse(let again) = sequencer.arrive(write(1), at: .zero) else { Issue.record("expected a refusal"); return }
+        #expect(again.code == .unavailable && !sequencer.isBlocked)
+        sequencer.answered(write(2), forGood: true)
+        // 3 queued, 4 refused: c is blocked from 4, and 3's answer does not lift that.
+        #expect(sequencer.arrive(write(3), at: .zero) == .proceed)
+        guard case .refuse = sequencer.arrive(write(4), at: .zero) else { Issue.record("expected a refusal"); return }
+        sequencer.answered(write(3), forGood: true)
+        #expect(sequencer.blockedFrom(writer: "c") == MutationID(clientID: "c", sequence: 4))
+        // A write below the block sent again (a replay) goes through without lifting it.
+        #expect(sequencer.arrive(write(2), at: .zero) == .proceed)
+        sequencer.answered(write(2), forGood: true)
+        #expect(sequencer.blockedFrom(writer: "c") == MutationID(clientID: "c", sequence: 4))
+        guard case .refuse(let aborted) = sequencer.arrive(write(5), at: .zero) else { Issue.record("expected a refusal"); return }
+        #expect(aborted.code == .aborted)
+        // 4 and 5 sent again together lift it.
+        #expect(sequencer.arrive(write(4, 5), at: .zero) == .proceed)
+        #expect(!sequencer.isBlocked)
+        sequencer.answered(write(4, 5), forGood: true)
+        // 6-7 queued, sent again and refused (blocked from 6), then 8 aborted behind it. The first
+        // send of 6-7 applies, clearing 6: 8, refused meanwhile, still holds back what follows it.
+        #expect(sequencer.arrive(write(6, 7), at: .zero) == .proceed)
+        guard case .refuse = sequencer.arrive(write(6, 7), at: .zero) else { Issue.record("expected a refusal"); return }
+        guard case .refuse = sequencer.arrive(write(8), at: .zero) else { Issue.record("expected a refusal"); return }
+        #expect(sequencer.turn(write(6, 7)) == .proceed)
+        sequencer.answered(write(6, 7), forGood: true)
+        #expect(sequencer.blockedFrom(writer: "c") == MutationID(clientID: "c", sequence: 8))
+        guard case .refuse(let behind) = sequencer.arrive(write(9), at: .zero) else { Issue.record("9 applied ahead of 8"); return }
+        #expect(behind.code == .aborted && behind.message.contains("c#8"))
+        #expect(sequencer.arrive(write(8), at: .zero) == .proceed)
+        sequencer.answered(write(8), forGood: true)
+        #expect(sequencer.arrive(write(9), at: .zero) == .proceed)
+        #expect(!sequencer.isBlocked)
+    }
+
+    @Test("a request with more writes than the rate allows a second is admitted once the bucket is full")
+    func sequencerLargeRequest() {
+        var limits = ServerLimits()
+        limits.maximumWritesPerSecond = 2
+        var sequencer = WriteSequencer(limits: limits)
+        let five = write(1, 2, 3, 4, 5)
+        #expect(sequencer.arrive(five, at: .zero) == .proceed)
+        guard case .refuse(let rate) = sequencer.arrive(write(6), at: .milliseconds(100)) else { Issue.record("expected a refusal"); return }
+        #expect(rate.code == .unavailable)
+        #expect(sequencer.arrive(write(6), at: .seconds(1)) == .proceed)
     }
 
 
@@ -117,7 +210,8 @@ struct ServerStateMachineTests {
         clock.advance(by: .seconds(60))
         // Pruned once the clock passed the interval: the next sleep shows the pruning ran.
         await clock.waitForSleepers(count: 1)
-        await #expect(throws: TandemError.self) { _ = try await store.changes(since: 0, in: nil, limit: 10) }
+        let pruned = await #expect(throws: TandemError.self) { _ = try await store.changes(since: 0, in: nil, limit: 10) }
+        #expect(pruned?.code == .outOfRange)
         running.cancel()
         _ = try? await running.value
     }

@@ -162,7 +162,9 @@ final class StreamSession: Sendable {
     /// waiting together go to the store in one call, so pipelined writes share its commits.
     func runWrites() async {
         for await _ in wake {
-            while true {
+            // Once the session is closed nothing more is committed: no answer could reach the
+            // client, which sends every unanswered write again on its next connection.
+            while !outbox.isClosed, !Task.isCancelled {
                 var refused: [(Int, TandemError)] = []
                 let group = state.withLock { state -> [(id: Int, mutations: [Mutation])] in
                     var group: [(id: Int, mutations: [Mutation])] = []
@@ -172,7 +174,7 @@ final class StreamSession: Sendable {
                         case .proceed:
                             group.append(entry)
                         case .refuse(let error):
-                            state.sequencer.answered()
+                            state.sequencer.answered(entry.mutations, forGood: false)
                             refused.append((entry.id, error))
                         }
                     }
@@ -182,12 +184,33 @@ final class StreamSession: Sendable {
                 if group.isEmpty && refused.isEmpty { break }
                 if group.isEmpty { continue }
                 let results = await service.commit(group.map(\.mutations), context: context)
-                let protocolVersion = state.withLock { $0.protocolVersion }
-                for (entry, result) in zip(group, results) {
-                    state.withLock { state in
-                        if case .failure(let error) = result, !error.isPermanent { state.sequencer.failed(entry.mutations) }
-                        state.sequencer.answered()
+                let (protocolVersion, aborted) = state.withLock { state in
+                    var failed = false
+                    for (entry, result) in zip(group, results) {
+                        if case .failure(let error) = result, !error.isPermanent {
+                            state.sequencer.failed(entry.mutations)
+                            state.sequencer.answered(entry.mutations, forGood: false)
+                            failed = true
+                        } else {
+                            state.sequencer.answered(entry.mutations, forGood: true)
+                        }
                     }
+                    // Under the same lock: the queued writes of a writer that just failed are
+                    // refused before the client can hear of the failure and send it again, or the
+                    // write sent again would queue behind them and they would apply first.
+                    var aborted: [(Int, TandemError)] = []
+                    if failed {
+                        state.queue.removeAll { entry in
+                            guard case .refuse(let error) = state.sequencer.turn(entry.mutations) else { return false }
+                            state.sequencer.answered(entry.mutations, forGood: false)
+                            aborted.append((entry.id, error))
+                            return true
+                        }
+                    }
+                    return (state.protocolVersion, aborted)
+                }
+                defer { for (requestID, error) in aborted { outbox.send(.error(id: requestID, error)) } }
+                for (entry, result) in zip(group, results) {
                     switch result {
                     case .success(let answer):
                         if protocolVersion < 2, let refusal = answer.refusal {

@@ -10,8 +10,10 @@ struct WriteRateLimiter: Sendable {
         tokens = rate
     }
 
-    /// Takes `count` tokens if there are enough at `now`; false (taking none) otherwise.
+    /// Takes `count` tokens if there are enough at `now`; false (taking none) otherwise. A request
+    /// larger than the bucket takes it whole once full, or it could never be admitted.
     mutating func admit(_ count: Int, at now: Duration) -> Bool {
+        let count = min(count, Int(rate))
         if let last {
             tokens = min(rate, tokens + max(0, (now - last).doubleSeconds) * rate)
         }
