@@ -268,6 +268,38 @@ struct BadInputTests {
         stream.send(.unlisten(id: 1))
         stream.send(.listen(id: 4, target: .document(documentPath("a/4")), resumeFrom: nil))
         guard case .batch(4, _, _, _)? = await stream.next() else { Issue.record("expected a snapshot"); return }
+        // An id in use is refused without naming it (that would end the running listener), and
+        // the running one goes on.
+        stream.send(.listen(id: 2, target: .document(documentPath("a/other")), resumeFrom: nil))
+        expectError(await stream.next(), id: nil, .invalidArgument, "already running")
+        // A listen and an unlisten back to back: the unlisten finds it, whatever its load is
+        // doing, so its place is free for the next at once, and no commit reaches it.
+        stream.send(.unlisten(id: 4))
+        stream.send(.listen(id: 5, target: .document(documentPath("a/5")), resumeFrom: nil))
+        stream.send(.unlisten(id: 5))
+        stream.send(.listen(id: 6, target: .document(documentPath("a/6")), resumeFrom: nil))
+        stream.send(.write(id: 7, mutations: [.set(documentPath("a/5"), ["n": 1]), .set(documentPath("a/6"), ["n": 1]), .set(documentPath("a/2"), ["n": 1])]))
+        var live: Set<Int> = []
+        var acknowledged = false
+        while !acknowledged || live != [2, 6] {
+            switch await stream.next() {
+            case .batch(let target, let batch, _, _)?:
+                if batch.isSnapshot {
+                    #expect(target == 5 || target == 6, "an unexpected snapshot for \(target)")
+                } else {
+                    #expect(target != 5, "a stopped listener got a commit")
+                }
+                // The write comes to 6 as a change, or in its snapshot when its load ran after
+                // the commit.
+                let written = batch.changes.contains { $0.path.id == String(target) && $0.document?.data["n"] == 1 }
+                if target != 5, written { live.insert(target) }
+            case .ack(7, _)?:
+                acknowledged = true
+            case let other:
+                Issue.record("unexpected \(String(describing: other)); listeners that saw the write: \(live), acknowledged: \(acknowledged)")
+                return
+            }
+        }
         await stream.close()
         await server.stop()
     }
@@ -276,11 +308,13 @@ struct BadInputTests {
     func writeRate() async throws {
         var configuration = SyncServerConfiguration()
         configuration.limits.maximumWritesPerSecond = 5
+        // Time stands still: the second request comes within the same second however slow the machine.
+        configuration.clock = ManualClock()
         let server = try await LiveServer.start(configuration: configuration)
         let stream = RawStream(port: server.port)
         try #require(await stream.hello("fast"), "expected welcome")
         stream.send(.write(id: 1, mutations: (0..<5).map { .set(documentPath("a/\($0)"), [:]) }))
-        // A second's worth again: refused unless a whole second passed in between.
+        // A second's worth again, with no time passed on the server's clock: refused.
         stream.send(.write(id: 2, mutations: (0..<4).map { .set(documentPath("a/late\($0)"), [:]) } + [.set(documentPath("a/late"), [:])]))
         // Answers are matched by id: the refusal, decided on arrival, may come first.
         var answers: [Int: ServerMessage] = [:]

@@ -149,9 +149,16 @@ struct FanOutTests {
         #expect(try await take(first).versions == [6])
         let shared = try await take(second)
         #expect(shared.targets == [1, 2] && shared.versions == [6])
+        #expect(hub.state.withLock { $0.table.plainTargets(of: notes) } == [[1], [1, 2]])
+        // One leaves: the one-step list is dropped, made again at the next commit without it, and
+        // the one that left is sent nothing.
         hub.unlisten(ListenerKey(session: 1, target: 1))
+        #expect(hub.state.withLock { $0.table.plainTargets(of: notes) } == nil)
         hub.publish(commit(7))
         #expect(try await take(second).targets == [1, 2])
-        #expect(first.isClosed == false)
+        #expect(hub.state.withLock { $0.table.plainTargets(of: notes) } == [[1, 2]])
+        hub.publish(commit(8))
+        #expect(try await take(second).versions == [8])
+        #expect(first.queuedCount == 0 && first.isClosed == false)
     }
 }

@@ -20,6 +20,7 @@ import TandemCore
 final class FanOutHub: Service, Sendable {
     struct State {
         var table = ListenerTable()
+        var registrations = 0
     }
 
     let state = Mutex(State())
@@ -27,12 +28,16 @@ final class FanOutHub: Service, Sendable {
     /// Changes per frame, so a large snapshot or catch-up is sent as several frames of one batch.
     let framing: Int
     let logger: Logger
-    /// Notices waiting for `run()`, and the signal that some are.
-    private let pending = Mutex<[CommitNotice]>([])
+    /// Notices waiting for `run()` (none are kept once it has stopped), and the signal that some are.
+    private let pending = Mutex(PendingNotices())
+    private struct PendingNotices {
+        var notices: [CommitNotice] = []
+        var stopped = false
+    }
     private let wake: AsyncStream<Void>
     private let wakeContinuation: AsyncStream<Void>.Continuation
-    private let requeries: AsyncStream<ListenerKey>
-    private let requeryQueue: AsyncStream<ListenerKey>.Continuation
+    private let requeries: AsyncStream<(ListenerKey, Int)>
+    private let requeryQueue: AsyncStream<(ListenerKey, Int)>.Continuation
     /// Touched only by `run()`'s one notice loop.
     private let order = Mutex(CommitOrder())
 
@@ -41,13 +46,18 @@ final class FanOutHub: Service, Sendable {
         self.framing = framing
         self.logger = logger
         (wake, wakeContinuation) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
-        (requeries, requeryQueue) = AsyncStream.makeStream(of: ListenerKey.self)
+        (requeries, requeryQueue) = AsyncStream.makeStream(of: (ListenerKey, Int).self)
     }
 
-    /// Queues a store's notice for `run()`; returns at once, as a store observer must.
+    /// Queues a store's notice for `run()`; returns at once, as a store observer must. Once `run()`
+    /// has ended nothing reads the queue, so a notice is dropped instead of kept for good.
     func receive(_ notice: CommitNotice) {
-        pending.withLock { $0.append(notice) }
-        wakeContinuation.yield()
+        let queued = pending.withLock { pending -> Bool in
+            guard !pending.stopped else { return false }
+            pending.notices.append(notice)
+            return true
+        }
+        if queued { wakeContinuation.yield() }
     }
 
     /// Delivers the commits the store reports, in version order, and runs the re-reads of limit
@@ -58,8 +68,8 @@ final class FanOutHub: Service, Sendable {
                 group.addTask {
                     for await _ in self.wake {
                         let notices = self.pending.withLock { pending in
-                            defer { pending.removeAll(keepingCapacity: true) }
-                            return pending
+                            defer { pending.notices.removeAll(keepingCapacity: true) }
+                            return pending.notices
                         }
                         var ready: [CommittedBatch] = []
                         for notice in notices {
@@ -72,10 +82,14 @@ final class FanOutHub: Service, Sendable {
                         if !ready.isEmpty { self.publish(ready) }
                     }
                 }
-                for await key in self.requeries {
-                    group.addTask { await self.requery(key) }
+                for await (key, registration) in self.requeries {
+                    group.addTask { await self.requery(key, registration: registration) }
                 }
             }
+        }
+        pending.withLock { pending in
+            pending.stopped = true
+            pending.notices.removeAll()
         }
     }
 
@@ -83,28 +97,76 @@ final class FanOutHub: Service, Sendable {
 
     // MARK: Listening
 
-    /// Starts a listener: registers it, loads its snapshot (or its changes since `resumeFrom`), sends
-    /// that, then goes live. A failure is sent as an error frame answering the listen.
-    func listen(_ key: ListenerKey, target: ListenTarget, resumeFrom: Version?, outbox: SessionOutbox) async {
-        let listener: ListenerState
+    /// Why a listener could not be registered.
+    enum RegistrationError: Error, Sendable {
+        /// A listener with this key runs already: the answer must not name its id, or the client
+        /// would take it for the running listener's end.
+        case duplicate(TandemError)
+        /// Anything else, answering the listen.
+        case refused(TandemError)
+    }
+
+    /// Registers a listener at once, before anything else the connection sent is handled, so an
+    /// `unlisten` right behind it finds it: refused if its key is taken, if its connection runs
+    /// `limit` listeners already, or if its query is invalid. It then waits for ``load(_:target:resumeFrom:)``.
+    func register(_ key: ListenerKey, target: ListenTarget, outbox: SessionOutbox, limit: Int) -> Result<Void, RegistrationError> {
+        var listener: ListenerState
         do {
             listener = try ListenerState(key: key, target: target, outbox: outbox)
         } catch {
-            outbox.send(.error(id: key.target, error))
-            return
+            return .failure(.refused(error))
         }
-        state.withLock { $0.table.insert(listener) }
-        // A session that closed while this listen was starting has already removed its listeners.
-        if outbox.isClosed {
-            unlisten(key)
-            return
+        let admitted = state.withLock { state -> Result<Void, RegistrationError> in
+            if state.table[key] != nil {
+                return .failure(.duplicate(TandemError.invalidArgument("A listener with id \(key.target) is already running on this connection; use a new id.")))
+            }
+            if state.table.count(ofSession: key.session) >= limit {
+                return .failure(.refused(TandemError(.resourceExhausted, "This connection already runs \(limit) listeners, the most allowed; stop one (unlisten) first.")))
+            }
+            state.registrations += 1
+            listener.registration = state.registrations
+            state.table.insert(listener)
+            return .success(())
         }
+        // A session closes its outbox before removing its listeners: one registered as it closed is
+        // either removed by it or sees the outbox closed here.
+        if case .success = admitted, outbox.isClosed { unlisten(key) }
+        return admitted
+    }
+
+    /// Loads a registered listener's snapshot (or its changes since `resumeFrom`), sends that, then
+    /// makes it live. A failure is sent as an error frame answering the listen, and frees its place.
+    /// Nothing happens if the listener was stopped meanwhile.
+    func load(_ key: ListenerKey, target: ListenTarget, resumeFrom: Version?) async {
+        guard let listener = state.withLock({ $0.table[key] }), case .loading = listener.phase else { return }
+        let registration = listener.registration
         do {
-            let load = try await initialLoad(key, target: target, resumeFrom: resumeFrom, hasLimit: listener.hasLimit)
-            activate(key, load)
+            let load = try await initialLoad(key, registration: registration, target: target, resumeFrom: resumeFrom, hasLimit: listener.hasLimit)
+            activate(key, registration: registration, load)
         } catch {
-            unlisten(key)
-            outbox.send(.error(id: key.target, error as? TandemError ?? TandemError(.unavailable, "The listener could not load: \(error).")))
+            // Only if it is still the same listener: an unlisten and a new listen with its id may
+            // have come meanwhile.
+            let removed = state.withLock { state -> Bool in
+                guard state.table[key]?.registration == registration else { return false }
+                state.table.remove(key)
+                return true
+            }
+            if removed {
+                listener.outbox.send(.error(id: key.target, error as? TandemError ?? TandemError(.unavailable, "The listener could not load: \(error).")))
+            }
+        }
+    }
+
+    /// Registers and loads a listener (see ``register(_:target:outbox:limit:)``); a refusal is sent
+    /// as an error frame.
+    func listen(_ key: ListenerKey, target: ListenTarget, resumeFrom: Version?, outbox: SessionOutbox, limit: Int = .max) async {
+        switch register(key, target: target, outbox: outbox, limit: limit) {
+        case .success:
+            await load(key, target: target, resumeFrom: resumeFrom)
+        case .failure(.duplicate(let error)):
+            outbox.send(.error(id: nil, error))
+        case .failure(.refused(let error)):
+            outbox.send(.error(id: key.target, error))
         }
     }
 
@@ -133,7 +195,7 @@ final class FanOutHub: Service, Sendable {
         var sent = false
     }
 
-    private func initialLoad(_ key: ListenerKey, target: ListenTarget, resumeFrom: Version?, hasLimit: Bool) async throws -> Load {
+    private func initialLoad(_ key: ListenerKey, registration: Int, target: ListenTarget, resumeFrom: Version?, hasLimit: Bool) async throws -> Load {
         if let resumeFrom, !hasLimit {
             do {
                 var changes: [RemoteChange] = []
@@ -146,16 +208,16 @@ final class FanOutHub: Service, Sendable {
                 }
                 return Load(changes: changes, isSnapshot: false, reset: false, version: since, members: nil)
             } catch TandemError.Code.outOfRange {
-                return try await snapshot(key, target, reset: true)
+                return try await snapshot(key, registration: registration, target, reset: true)
             }
         }
-        return try await snapshot(key, target, reset: false)
+        return try await snapshot(key, registration: registration, target, reset: false)
     }
 
-    private func snapshot(_ key: ListenerKey, _ target: ListenTarget, reset: Bool) async throws -> Load {
+    private func snapshot(_ key: ListenerKey, registration: Int, _ target: ListenTarget, reset: Bool) async throws -> Load {
         if let query = target.query, query.operations.isEmpty,
            let version = try await store.encodedSnapshot(target, groupSize: framing, frames: { [self] frame in
-               sendSnapshotFrame(frame, to: key, reset: reset)
+               sendSnapshotFrame(frame, to: key, registration: registration, reset: reset)
            }) {
             // No member table: every document in the listener's scope belongs to it.
             return Load(changes: [], isSnapshot: true, reset: reset, version: version, members: nil, sent: true)
@@ -169,9 +231,9 @@ final class FanOutHub: Service, Sendable {
     /// Sends a frame of a snapshot the store is still writing. Commits meanwhile wait in the
     /// listener's buffer, so they follow the last frame. False stops the read: the listener is
     /// gone, or its connection could not take the frame.
-    private func sendSnapshotFrame(_ frame: EncodedSnapshotFrame, to key: ListenerKey, reset: Bool) -> Bool {
+    private func sendSnapshotFrame(_ frame: EncodedSnapshotFrame, to key: ListenerKey, registration: Int, reset: Bool) -> Bool {
         let outbox = state.withLock { state -> SessionOutbox? in
-            guard let listener = state.table[key], case .loading = listener.phase else { return nil }
+            guard let listener = state.table[key], listener.registration == registration, case .loading = listener.phase else { return nil }
             return listener.outbox
         }
         guard let outbox else { return false }
@@ -180,15 +242,18 @@ final class FanOutHub: Service, Sendable {
     }
 
     /// Sends a listener its loaded batch and the commits buffered meanwhile, and makes it live.
-    private func activate(_ key: ListenerKey, _ load: Load) {
+    private func activate(_ key: ListenerKey, registration: Int, _ load: Load) {
         var requery = false
         state.withLock { state in
             state.table.update(key) { listener in
-                guard case .loading(let buffered) = listener.phase else { return }
+                guard listener.registration == registration, case .loading(let buffered) = listener.phase else { return }
                 if !load.sent {
                     send(load.changes, to: key, listener: listener, version: load.version, isSnapshot: load.isSnapshot, reset: load.reset)
                 }
-                listener.members = load.members
+                // Kept only where it is read: to tell which documents left a filtered query, and
+                // to diff a limit query's re-read. Without either, every document in scope
+                // belongs, and a table of them would only cost memory and the one-step path.
+                listener.members = listener.compiled != nil || listener.hasLimit ? load.members : nil
                 listener.phase = .live(load.version)
                 for batch in buffered where batch.version > load.version {
                     if listener.hasLimit {
@@ -203,7 +268,7 @@ final class FanOutHub: Service, Sendable {
                 }
             }
         }
-        if requery { startRequery(key) }
+        if requery { startRequery(key, registration: registration) }
     }
 
     // MARK: Commits
@@ -217,7 +282,12 @@ final class FanOutHub: Service, Sendable {
     func publish(_ batches: [CommittedBatch]) {
         // One list of every change; each keeps its commit's version.
         let changes = batches.count == 1 ? batches[0].changes : batches.flatMap(\.changes)
-        var requeries: [ListenerKey] = []
+        var requeries: [(ListenerKey, Int)] = []
+        // Sent under the hub's lock, on purpose: a session outbox's send only queues bytes (no I/O,
+        // never waits), and sending inside the lock is what keeps every listener's stream in order
+        // — a snapshot (sent by `activate` under the same lock) ahead of the commits after it, and
+        // commits in version order. Sends gathered and made after unlocking could interleave with
+        // another publish or activation and reach a connection out of order.
         state.withLock { state in
             // The changes each group's scope holds.
             var affected: [Int: [Int]] = [:]
@@ -261,7 +331,7 @@ final class FanOutHub: Service, Sendable {
                                 deliveries.append((codes, [key.target]))
                             }
                         case .requery:
-                            requeries.append(key)
+                            requeries.append((key, group.members[index].registration))
                         case .nothing:
                             break
                         }
@@ -270,7 +340,7 @@ final class FanOutHub: Service, Sendable {
                 }
             }
         }
-        requeries.forEach(startRequery)
+        for (key, registration) in requeries { startRequery(key, registration: registration) }
     }
 
     /// Sends one connection its listeners' deliveries, a message for each distinct set of changes
@@ -289,19 +359,19 @@ final class FanOutHub: Service, Sendable {
     }
 
     /// Asks `run()` to read a limit listener's query again.
-    private func startRequery(_ key: ListenerKey) {
-        requeryQueue.yield(key)
+    private func startRequery(_ key: ListenerKey, registration: Int) {
+        requeryQueue.yield((key, registration))
     }
 
     /// Reads a limit query again and sends the difference from what the listener has.
-    private func requery(_ key: ListenerKey) async {
-        guard let target = state.withLock({ $0.table[key]?.target }) else { return }
+    private func requery(_ key: ListenerKey, registration: Int) async {
+        guard let target = state.withLock({ state in state.table[key].flatMap { $0.registration == registration ? $0.target : nil } }) else { return }
         do {
             let snapshot = try await store.read(target)
             var again = false
             state.withLock { state in
                 state.table.update(key) { listener in
-                    guard case .loading(let buffered) = listener.phase else { return }
+                    guard listener.registration == registration, case .loading(let buffered) = listener.phase else { return }
                     let previous = listener.members ?? [:]
                     var members: [DocumentPath: Version] = [:]
                     var changes: [RemoteChange] = []
@@ -321,10 +391,12 @@ final class FanOutHub: Service, Sendable {
                     }
                 }
             }
-            if again { startRequery(key) }
+            if again { startRequery(key, registration: registration) }
         } catch {
-            let outbox = state.withLock { $0.table[key]?.outbox }
-            unlisten(key)
+            let outbox = state.withLock { state -> SessionOutbox? in
+                guard state.table[key]?.registration == registration else { return nil }
+                return state.table.remove(key)?.outbox
+            }
             outbox?.send(.error(id: key.target, error as? TandemError ?? TandemError(.unavailable, "The listener could not reload: \(error).")))
         }
     }

@@ -19,6 +19,9 @@ struct ListenerState: Sendable {
     let outbox: SessionOutbox
     var members: [DocumentPath: Version]?
     var phase: Phase = .loading([])
+    /// Which registration this is: a listener stopped and started again under the same key is a
+    /// new one, and a load or re-read begun for the old one must not land on it.
+    var registration = 0
 
     init(key: ListenerKey, target: ListenTarget, outbox: SessionOutbox) throws(TandemError) {
         self.key = key

@@ -52,8 +52,20 @@ struct ListenerTable {
     private var byCollection: [CollectionPath: Set<Int>] = [:]
     private var byGroup: [String: Set<Int>] = [:]
     private var nextID = 0
+    /// How many listeners each connection runs.
+    private var perSession: [Int: Int] = [:]
 
     var count: Int { places.count }
+
+    /// How many listeners one connection runs.
+    func count(ofSession session: Int) -> Int { perSession[session] ?? 0 }
+
+    /// The listener ids of each connection of a target's group, when the group takes the one-step
+    /// path (every member takes every commit whole); nil otherwise.
+    func plainTargets(of target: ListenTarget) -> [[Int]]? {
+        guard let id = groupIDs[target], let plain = groups[id]?.plain else { return nil }
+        return plain.map(\.targets)
+    }
 
     subscript(key: ListenerKey) -> ListenerState? {
         guard let id = places[key], let group = groups[id], let index = Self.position(of: key, in: group.members) else { return nil }
@@ -86,6 +98,7 @@ struct ListenerTable {
             }
         }
         places[key] = id
+        perSession[key.session, default: 0] += 1
         let members = groups[id]!.members
         let index = members.firstIndex { ($0.key.session, $0.key.target) > (key.session, key.target) } ?? members.count
         groups[id]!.members.insert(listener, at: index)
@@ -97,6 +110,8 @@ struct ListenerTable {
         guard let id = places.removeValue(forKey: key), let index = groups[id].flatMap({ Self.position(of: key, in: $0.members) }) else { return nil }
         let listener = groups[id]!.members.remove(at: index)
         groups[id]!.plain = nil
+        perSession[key.session]! -= 1
+        if perSession[key.session] == 0 { perSession[key.session] = nil }
         if groups[id]!.members.isEmpty {
             let target = groups.removeValue(forKey: id)!.target
             groupIDs[target] = nil

@@ -153,6 +153,9 @@ final class SessionOutbox: Sendable {
     /// Whether the connection was dropped for reading too slowly.
     var isOverflowed: Bool { state.withLock { $0.overflowed } }
 
+    /// Messages queued and not taken by the writer yet.
+    var queuedCount: Int { state.withLock { $0.items.count - $0.head } }
+
     func finish() {
         let waiter = state.withLock { state in
             state.closed = true

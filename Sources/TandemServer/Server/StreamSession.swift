@@ -16,7 +16,6 @@ final class StreamSession: Sendable {
         var clientID: String?
         /// The protocol agreed in `hello`.
         var protocolVersion = TandemVersion.wireProtocol
-        var listenIDs: Set<Int> = []
         var sequencer: WriteSequencer
         /// Write requests admitted and waiting for `runWrites`, in the order they came.
         var queue: [(id: Int, mutations: [Mutation])] = []
@@ -82,28 +81,19 @@ final class StreamSession: Sendable {
         case .heartbeat:
             outbox.send(.heartbeat)
         case .listen(let requestID, let target, let resumeFrom):
-            let limit = configuration.limits.maximumListenersPerConnection
-            let admitted = state.withLock { state -> Result<Void, TandemError> in
-                if state.listenIDs.contains(requestID) {
-                    return .failure(TandemError.invalidArgument("A listener with id \(requestID) is already running on this connection; use a new id."))
-                }
-                if state.listenIDs.count >= limit {
-                    return .failure(TandemError(.resourceExhausted, "This connection already runs \(limit) listeners, the most allowed; stop one (unlisten) first."))
-                }
-                state.listenIDs.insert(requestID)
-                return .success(())
-            }
-            if case .failure(let error) = admitted {
-                outbox.send(.error(id: requestID, error))
-                return
-            }
+            // Registered here, before the next message is read, so an unlisten right behind it
+            // finds it; the snapshot loads in a task of its own.
             let key = ListenerKey(session: id, target: requestID)
-            let context = self.context
-            tasks.addTask {
-                await self.service.listen(key, target: target, resumeFrom: resumeFrom, outbox: self.outbox, context: context)
+            switch service.register(key, target: target, outbox: outbox, context: context) {
+            case .success:
+                tasks.addTask { await self.service.load(key, target: target, resumeFrom: resumeFrom) }
+            case .failure(.duplicate(let error)):
+                // Not naming the id: the client would take it for the running listener's end.
+                outbox.send(.error(id: nil, error))
+            case .failure(.refused(let error)):
+                outbox.send(.error(id: requestID, error))
             }
         case .unlisten(let requestID):
-            state.withLock { _ = $0.listenIDs.remove(requestID) }
             service.unlisten(ListenerKey(session: id, target: requestID))
         case .write(let requestID, let mutations):
             let now = clock.now()
@@ -227,9 +217,11 @@ final class StreamSession: Sendable {
         }
     }
 
+    /// Ends the session. The outbox closes first: a listener registered meanwhile either is
+    /// removed here or finds it closed (see ``FanOutHub/register(_:target:outbox:limit:)``).
     func close() {
         wakeContinuation.finish()
-        service.hub.removeSession(id)
         outbox.finish()
+        service.hub.removeSession(id)
     }
 }

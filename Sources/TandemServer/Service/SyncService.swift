@@ -43,16 +43,21 @@ final class SyncService: Sendable {
         return try await store.changes(since: version, in: target, limit: limit)
     }
 
-    /// Starts a listener: its snapshot (or changes since `resumeFrom`) then every commit that
-    /// affects it, sent to `outbox`; a failure is sent as an error frame answering the listen.
-    func listen(_ key: ListenerKey, target: ListenTarget, resumeFrom: Version?, outbox: SessionOutbox, context: RequestContext) async {
+    /// Registers a listener at once (see ``FanOutHub/register(_:target:outbox:limit:)``), after
+    /// checking its target against the limits; ``load(_:target:resumeFrom:)`` then sends its
+    /// snapshot (or its changes since a version) and makes it live.
+    func register(_ key: ListenerKey, target: ListenTarget, outbox: SessionOutbox, context: RequestContext) -> Result<Void, FanOutHub.RegistrationError> {
         do {
             try check(target)
         } catch {
-            outbox.send(.error(id: key.target, Self.tandemError(error)))
-            return
+            return .failure(.refused(Self.tandemError(error)))
         }
-        await hub.listen(key, target: target, resumeFrom: resumeFrom, outbox: outbox)
+        return hub.register(key, target: target, outbox: outbox, limit: limits.maximumListenersPerConnection)
+    }
+
+    /// Loads a registered listener; a failure is sent as an error frame answering the listen.
+    func load(_ key: ListenerKey, target: ListenTarget, resumeFrom: Version?) async {
+        await hub.load(key, target: target, resumeFrom: resumeFrom)
     }
 
     func unlisten(_ key: ListenerKey) {
