@@ -108,6 +108,23 @@ struct SQLiteServerStoreTests {
         #expect(try await store.encodedSnapshot(.collectionGroup("tags", Query()), groupSize: 10)?.count == 1)
     }
 
+    @Test("an answer whose named row no longer holds it is unknown, not a failure of every later send")
+    func answerLostWithItsRow() async throws {
+        let store = try makeStore()
+        let id = MutationID(clientID: "phone", sequence: 1)
+        let set = Mutation.set(path("notes/a"), ["v": 1]).identified(by: id)
+        _ = try await store.commit([set])
+        // The row loses the mark naming the answer it holds (a repair by hand, say).
+        try await store.pool.write { try $0.execute(sql: "UPDATE documents SET mutation_client = NULL, mutation_sequence = NULL WHERE path = 'notes/a'") }
+        let again = try await store.commit([[set]], limits: ServerLimits(), clientID: nil)[0].get()
+        #expect(again.acknowledgements.map(\.status) == [.unknown] && again.batch == nil)
+        // A new write beside it is refused for good; one of its own applies.
+        let beside = try await store.commit([[set, Mutation.set(path("notes/b"), ["v": 1]).identified(by: MutationID(clientID: "phone", sequence: 2))]], limits: ServerLimits(), clientID: nil)[0].get()
+        #expect(beside.acknowledgements.map(\.status) == [.unknown, .refused] && beside.acknowledgements[1].error?.code == .failedPrecondition)
+        let alone = try await store.commit([Mutation.set(path("notes/b"), ["v": 1]).identified(by: MutationID(clientID: "phone", sequence: 3))])
+        #expect(alone.acknowledgements.map(\.status) == [.applied])
+    }
+
     @Test("an answer that names the row it wrote keeps its document when the row is rewritten or deleted, in one request or one shared transaction")
     func answersOutliveTheirRows() async throws {
         let store = try makeStore()
@@ -180,7 +197,7 @@ struct SQLiteServerStoreTests {
         #expect(replay.acknowledgements.first?.status == .replayed)
         #expect(replay.acknowledgements.first?.document?.data == ["v": 1] && replay.acknowledgements.first?.version == 1)
         // A sequence below the newest with no row was never decided: refused, not acknowledged.
-        let late = try await store.commit([[Mutation.set(path("notes/c"), [:]).identified(by: MutationID(clientID: "phone", sequence: 0))]], limits: ServerLimits(), clientID: nil)
+        let late = await store.commit([[Mutation.set(path("notes/c"), [:]).identified(by: MutationID(clientID: "phone", sequence: 0))]], limits: ServerLimits(), clientID: nil)
         #expect(try late[0].get().acknowledgements.first?.status == .refused)
         #expect(try await store.commit([.set(path("notes/b"), [:])]).batch?.version == 2)
     }

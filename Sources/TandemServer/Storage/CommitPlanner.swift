@@ -115,12 +115,19 @@ public struct CommitPlanner: Sendable {
                 }
                 let answer = record.acknowledgement.replayed
                 answers[index] = answer
-                if answer.status == .refused {
-                    blocker = blocker ?? TandemError(answer.error?.code ?? .aborted, "Mutation \(id) of this write was refused before: \(answer.error?.message ?? "")")
+                // The new mutations beside it cannot apply, now or on any later send: refused for
+                // good (a passing code would have the client send the request again forever).
+                switch answer.status {
+                case .applied, .replayed:
+                    break
+                case .refused:
+                    blocker = blocker ?? TandemError(.failedPrecondition, "Mutation \(id) of this write was refused before (\(answer.error.map { "\($0.code): \($0.message)" } ?? "no reason kept")), so nothing new of the write was written. Send the new mutations in a write of their own.")
+                case .unknown:
+                    blocker = blocker ?? Self.undecidable(id)
                 }
             } else if let pruned = try transaction.prunedSequence(of: id.clientID), id.sequence <= pruned {
                 answers[index] = WriteAcknowledgement(id: id, status: .unknown, version: committed)
-                blocker = blocker ?? TandemError(.aborted, "Mutation \(id) of this write was decided too long ago for its answer to be kept; nothing new was written. Read the documents, then write again with new sequences.")
+                blocker = blocker ?? Self.undecidable(id)
             } else {
                 let error = TandemError.invalidArgument("Mutation \(id) arrived after \(id.clientID)#\(newest ?? 0) was decided and was never applied: a client's sequences must increase in the order it sends its writes. Nothing was written; send the write again with a new sequence.")
                 answers[index] = .refused(id, error, at: committed)
@@ -155,6 +162,11 @@ public struct CommitPlanner: Sendable {
             try transaction.record(MutationRecord(acknowledgement: answer, digest: request.digests[index], time: time.date), for: id)
         }
         return .success(CommitResult(acknowledgements: answers.map { $0! }, batch: batch))
+    }
+
+    /// Why new mutations beside one whose answer is no longer known cannot apply.
+    private static func undecidable(_ id: MutationID) -> TandemError {
+        TandemError(.failedPrecondition, "Mutation \(id) of this write was decided too long ago for its answer to be kept, so nothing new of the write was written. Read the documents, then send the new mutations in a write of their own.")
     }
 
     private struct Applied {

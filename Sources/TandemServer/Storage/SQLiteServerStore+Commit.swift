@@ -37,14 +37,18 @@ extension SQLiteServerStore {
                 last = version
             }
             lastVersion.withLock { $0 = last }
+            let (newMarks, newOwners) = (transaction.marks, transaction.owners)
+            // The transaction shares the known marks' storage: dropped first, the merges below
+            // change them in place instead of copying every mark on every commit.
+            transaction = SQLiteTransaction(db: db, committedMarks: [:])
             highWaterMarks.withLock { known in
                 // A bound on memory: past it, marks are read from the database again as needed.
-                if known.count + transaction.marks.count > Self.highWaterMarksKept { known.removeAll() }
-                known.merge(transaction.marks) { $1 }
+                if known.count + newMarks.count > Self.highWaterMarksKept { known.removeAll() }
+                known.merge(newMarks) { $1 }
             }
             owners.withLock { known in
-                if known.count + transaction.owners.count > Self.highWaterMarksKept { known.removeAll() }
-                known.merge(transaction.owners) { $1 }
+                if known.count + newOwners.count > Self.highWaterMarksKept { known.removeAll() }
+                known.merge(newOwners) { $1 }
             }
             transactions.add(1, ordering: .relaxed)
             requestsCommitted.add(submissions.reduce(0) { $0 + $1.requests.count }, ordering: .relaxed)
@@ -98,10 +102,14 @@ extension SQLiteServerStore {
             try written.bind(1, path)
             try written.bind(2, id.clientID)
             try written.bind(3, Int64(bitPattern: id.sequence))
-            guard let document = try written.first({ try self.document($0) }) else {
-                throw TandemError(.dataLoss, "The stored answer to mutation \(id) names \(path), which no longer holds it.")
+            if let document = try written.first({ try self.document($0) }) {
+                acknowledgement = WriteAcknowledgement(id: id, version: version, document: document)
+            } else {
+                // The row it names no longer holds the answer (pruned since, say): the write was
+                // decided, and what it answered is gone. Unknown, as for a pruned record — never
+                // a failure that would stop every later send of this id from being answered.
+                acknowledgement = WriteAcknowledgement(id: id, status: .unknown, version: version)
             }
-            acknowledgement = WriteAcknowledgement(id: id, version: version, document: document)
         } else {
             acknowledgement = WriteAcknowledgement(id: id, version: version, document: nil)
         }

@@ -109,6 +109,8 @@ extension ServerStoreConformance {
                 _ = await store.commitAll([[refused]])
                 let blocked = try await store.commitAll([[refused, increment.identified(by: id("phone", 8))]])[0].get()
                 try expectEqual(blocked.acknowledgements.map(\.status), [.refused, .refused], "a new write beside a refused one")
+                // For good: a passing code would have the client send it again forever.
+                try expectEqual(blocked.acknowledgements.map { $0.error?.code }, [.notFound, .failedPrecondition], "the codes of a new write beside a refused one")
                 try expectEqual(try await store.counter(), 2, "the counter after the refused request")
             },
             Check("a writer id belongs to the client that first wrote under it: no other client can write, replay or poison it") { opened in
@@ -157,6 +159,11 @@ extension ServerStoreConformance {
                 try expectEqual(try await reopened.counter(), 2, "the counter")
                 _ = try await reopened.commit([increment.identified(by: id("phone", 3))])
                 try expectEqual(try await reopened.counter(), 3, "a new id after pruning")
+                // A new write beside a pruned id is refused for good, the pruned one answered unknown again.
+                let beside = try await reopened.commitAll([[increment.identified(by: id("phone", 1)), increment.identified(by: id("phone", 4))]])[0].get()
+                try expectEqual(beside.acknowledgements.map(\.status), [.unknown, .refused], "a new write beside a pruned id")
+                try expectEqual(beside.acknowledgements.last?.error?.code, .failedPrecondition, "the code of a new write beside a pruned id")
+                try expectEqual(try await reopened.counter(), 3, "the counter after a write beside a pruned id")
             },
         ]
     }
