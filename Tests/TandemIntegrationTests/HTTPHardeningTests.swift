@@ -110,6 +110,8 @@ struct HTTPHardeningTests {
         let silent = try await RawConnection.open(port: server.port)
         await clock.waitForSleepers { $0.contains(.init(offset: .seconds(60))) }
         clock.advance(by: .seconds(59))
+        // A second early, the idle timer is still waiting.
+        #expect(clock.pendingDeadlines.contains(.init(offset: .seconds(60))))
         clock.advance(by: .seconds(1))
         #expect(try await silent.readUntilClosed() == "")
 
@@ -144,18 +146,52 @@ struct HTTPHardeningTests {
         await server.stop()
     }
 
+    @Test("an upgrade request is guarded until its upgrade is granted: one whose body never comes gets 408")
+    func upgradeGuardedUntilGranted() async throws {
+        let clock = ManualClock()
+        var configuration = SyncServerConfiguration()
+        configuration.clock = clock
+        configuration.requestBodyTimeout = .seconds(30)
+        configuration.heartbeatInterval = .seconds(10_000)
+        let server = try await LiveServer.start(store: MemoryServerStore(clock: ManualClock()), configuration: configuration)
+        // A complete handshake that announces a body and sends none: the upgrade waits for the
+        // request's end, and asking for it buys no freedom from the body's timeout.
+        let connection = try await RawConnection.open(port: server.port)
+        try await connection.send("GET /v1/stream HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nContent-Length: 10\r\n\r\n")
+        let bodyDeadline = clock.now.advanced(by: .seconds(30))
+        await clock.waitForSleepers { $0.contains(bodyDeadline) }
+        clock.advance(by: .seconds(30))
+        let answer = try #require(RawResponse(try await connection.readUntilClosed()))
+        #expect(answer.status == 408 && answer.errorCode == "deadline-exceeded")
+        // A granted upgrade leaves HTTP's timeouts behind: the stream answers long after them.
+        let stream = RawStream(port: server.port)
+        try #require(await stream.hello("upgraded"), "expected welcome")
+        clock.advance(by: .seconds(120))
+        stream.send(.get(id: 1, path: try DocumentPath("a/b")))
+        guard case .documents(1, _, _)? = await stream.next() else { Issue.record("expected an answer on the stream"); return }
+        await stream.close()
+        await server.stop()
+    }
+
     @Test("on the real clock, the timeouts run as event-loop timers: a silent connection and a half-sent head are closed")
     func timeoutsOnTheRealClock() async throws {
-        var configuration = SyncServerConfiguration()
-        configuration.idleTimeout = .milliseconds(200)
-        configuration.requestHeadTimeout = .milliseconds(200)
-        let server = try await LiveServer.start(store: MemoryServerStore(clock: ManualClock()), configuration: configuration)
-        let silent = try await RawConnection.open(port: server.port)
-        let slowHead = try await RawConnection.open(port: server.port)
-        try await slowHead.send("GET /health HTTP/1.1\r\nHost: x\r\nX-Partial: ")
+        // Each timeout on a server of its own, the other one far away: on a loaded machine the time
+        // between connecting and sending the first bytes could outlast a short idle timeout.
+        var idle = SyncServerConfiguration()
+        idle.idleTimeout = .milliseconds(200)
+        let idleServer = try await LiveServer.start(store: MemoryServerStore(clock: ManualClock()), configuration: idle)
+        let silent = try await RawConnection.open(port: idleServer.port)
         #expect(try await silent.readUntilClosed() == "")
+        await idleServer.stop()
+
+        var head = SyncServerConfiguration()
+        head.idleTimeout = .seconds(600)
+        head.requestHeadTimeout = .milliseconds(200)
+        let headServer = try await LiveServer.start(store: MemoryServerStore(clock: ManualClock()), configuration: head)
+        let slowHead = try await RawConnection.open(port: headServer.port)
+        try await slowHead.send("GET /health HTTP/1.1\r\nHost: x\r\nX-Partial: ")
         #expect(RawResponse(try await slowHead.readUntilClosed())?.status == 408)
-        await server.stop()
+        await headServer.stop()
     }
 
     @Test("past the connection cap a connection waits to be served until another closes")

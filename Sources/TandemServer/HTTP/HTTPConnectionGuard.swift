@@ -30,6 +30,8 @@ final class HTTPConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler {
     /// Counts armings, so a timer that fires after being replaced does nothing.
     private var arming = 0
     private var sawHeadThisRead = false
+    /// A 101 was written: step aside once it is flushed.
+    private var stepAsideAfterFlush = false
 
     init(timeouts: HTTPConnectionGuardStateMachine.Timeouts, clock: ServerClock) {
         self.clock = clock
@@ -65,10 +67,9 @@ final class HTTPConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler {
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         let part = unwrapInboundIn(data)
         switch part {
-        case .head(let head):
+        case .head:
             sawHeadThisRead = true
-            let isUpgrade = Self.isStreamPath(head.uri) && head.headers[canonicalForm: "upgrade"].contains { $0.lowercased() == "websocket" }
-            let action = machine.headArrived(isUpgrade: isUpgrade, now: clock.now())
+            let action = machine.headArrived(now: clock.now())
             context.fireChannelRead(data)
             run(action, context: context)
         case .body:
@@ -87,7 +88,18 @@ final class HTTPConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
-        if case .end = unwrapOutboundIn(data) {
+        switch unwrapOutboundIn(data) {
+        case .head(let head):
+            let action = machine.responseHeadWritten(status: Int(head.status.code))
+            context.write(data, promise: promise)
+            // The 101 must be flushed through this handler before it leaves (a flush sent to a
+            // handler already removed goes nowhere); the upgrade then takes the HTTP handlers out.
+            if action == .stepAside {
+                stepAsideAfterFlush = true
+            } else {
+                run(action, context: context)
+            }
+        case .end:
             let action = machine.responseEnded(now: clock.now())
             let written = promise ?? context.eventLoop.makePromise()
             context.write(data, promise: written)
@@ -95,9 +107,17 @@ final class HTTPConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler {
                 let loopBound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
                 written.futureResult.whenComplete { _ in loopBound.value.0.run(action, context: loopBound.value.1) }
             }
-            return
+        case .body:
+            context.write(data, promise: promise)
         }
-        context.write(data, promise: promise)
+    }
+
+    func flush(context: ChannelHandlerContext) {
+        context.flush()
+        if stepAsideAfterFlush {
+            stepAsideAfterFlush = false
+            run(.stepAside, context: context)
+        }
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {

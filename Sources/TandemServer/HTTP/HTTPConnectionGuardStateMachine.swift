@@ -10,7 +10,10 @@ import TandemCore
 /// - A request that is not valid HTTP/1.1 is answered with a status and the JSON error shape and
 ///   closed, since nothing after it can be read; if the response to an earlier request is still
 ///   being written, the answer follows it.
-/// - A WebSocket upgrade leaves HTTP: the guard steps aside (the stream has its own watchdog).
+/// - A WebSocket upgrade leaves HTTP once it is granted — when a `101 Switching Protocols` head is
+///   written — and the guard steps aside (the stream has its own watchdog). An upgrade request that
+///   is refused is an HTTP request like any other, its connection guarded as before: asking for an
+///   upgrade never buys a connection freedom from the timeouts.
 struct HTTPConnectionGuardStateMachine: Sendable {
     struct Timeouts: Sendable, Hashable {
         var idle: Duration
@@ -67,13 +70,9 @@ struct HTTPConnectionGuardStateMachine: Sendable {
     }
 
     /// A request head arrived.
-    mutating func headArrived(isUpgrade: Bool, now: Duration) -> Action {
+    mutating func headArrived(now: Duration) -> Action {
         switch state {
         case .waiting, .readingHead:
-            if isUpgrade {
-                state = .done
-                return .stepAside
-            }
             let deadline = now + timeouts.body
             state = .readingBody(deadline: deadline, answered: false)
             return .wake(at: deadline)
@@ -89,6 +88,14 @@ struct HTTPConnectionGuardStateMachine: Sendable {
         if answered { return wait(now: now) }
         state = .responding(then: nil)
         return .none
+    }
+
+    /// A response head with this status is being written.
+    mutating func responseHeadWritten(status: Int) -> Action {
+        // Switching protocols: what follows on the connection is no longer HTTP.
+        guard status == 101 else { return .none }
+        state = .done
+        return .stepAside
     }
 
     /// The response's last part was written.

@@ -193,7 +193,7 @@ struct HTTPAPI: Sendable {
         case .resourceExhausted: return .contentTooLarge
         case .unimplemented: return .notImplemented
         case .unavailable: return .serviceUnavailable
-        case .deadlineExceeded: return .gatewayTimeout
+        case .deadlineExceeded: return .requestTimeout
         default: return .internalServerError
         }
     }
