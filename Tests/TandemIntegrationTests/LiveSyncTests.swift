@@ -243,7 +243,8 @@ struct LiveSyncTests {
         // At the interval it prunes, then sleeps again: by then the tombstone is gone.
         clock.advance(by: .seconds(1))
         await clock.waitForSleepers(count: 1)
-        await #expect(throws: TandemError.self) { _ = try await server.store.changes(since: 0, in: nil, limit: 10) }
+        let pruned = await #expect(throws: TandemError.self) { _ = try await server.store.changes(since: 0, in: nil, limit: 10) }
+        #expect(pruned?.code == .outOfRange)
         let feed = try await server.store.changes(since: 2, in: nil, limit: 10)
         #expect(feed.changes.isEmpty && feed.version == 2)
         #expect(try await server.store.document(at: documentPath("notes/2")) != nil)

@@ -1,18 +1,19 @@
 /// Who is asking, for every request that reaches ``SyncService``: the place access rules will read
-/// from.
-public struct RequestContext: Sendable, Hashable {
+/// from. Internal until those rules exist: nothing outside the server builds one yet.
+struct RequestContext: Sendable, Hashable {
     /// The caller's verified identity.
-    public enum Identity: Sendable, Hashable {
+    enum Identity: Sendable, Hashable {
         /// No credentials: everyone, on a server that runs open.
         case anonymous
     }
 
-    public var identity: Identity
-    /// The client id a WebSocket connection said `hello` with: every mutation id it sends must be
-    /// this client's. Nil over HTTP, where each request stands alone.
-    public var clientID: String?
+    var identity: Identity
+    /// The client id a WebSocket connection said `hello` with: the owner of the writer ids it
+    /// writes under (a writer id belongs to the client that first wrote under it). Nil over HTTP,
+    /// where each request stands alone and may write only under writer ids nobody owns.
+    var clientID: String?
 
-    public init(identity: Identity = .anonymous, clientID: String? = nil) {
+    init(identity: Identity = .anonymous, clientID: String? = nil) {
         self.identity = identity
         self.clientID = clientID
     }

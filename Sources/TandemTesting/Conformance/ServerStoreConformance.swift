@@ -10,7 +10,10 @@ import TandemServer
 /// ```swift
 /// @Test(arguments: ServerStoreConformance.checks)
 /// func conformance(_ check: ServerStoreConformance.Check) async throws {
-///     try await check.run(on: .init(name: "mine") { try MyStore.openFresh() })
+///     try await check.run(on: .init(name: "mine") {
+///         let store = try MyStore.openFresh()
+///         return .init(store: store) { try MyStore.reopen(store) }   // the same data, as after a restart
+///     })
 /// }
 /// ```
 public enum ServerStoreConformance {

@@ -27,7 +27,6 @@ extension ServerBenchmarks {
     static func fanOutRun(clients: Int, perClient: Int, listeners: Int, directory: URL) async throws -> Duration {
         let server = try await LiveServer.start(directory: directory)
         let collection = try CollectionPath("fanout")
-        let total = clients * perClient
         let connections = min(listeners, 20)
         let received = Reached(connections: connections)
         var listening: [Task<Void, any Error>] = []
