@@ -59,12 +59,3 @@ func eventually(_ condition: () async throws -> Bool) async rethrows -> Bool {
 func documentPath(_ text: String) -> DocumentPath { try! DocumentPath(text) }
 func collectionPath(_ text: String) -> CollectionPath { try! CollectionPath(text) }
 
-/// A value shared with a `@Sendable` closure, behind a lock.
-final class Locked<Value: Sendable>: Sendable {
-    private let storage: Mutex<Value>
-    init(_ value: Value) { storage = Mutex(value) }
-    var value: Value {
-        get { storage.withLock { $0 } }
-        set { storage.withLock { $0 = newValue } }
-    }
-}

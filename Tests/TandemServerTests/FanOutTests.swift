@@ -69,7 +69,7 @@ struct FanOutTests {
     @Test("past its budget an outbox overflows once, tells its owner, and takes nothing more")
     func outboxOverflows() async throws {
         let outbox = SessionOutbox(budget: 100)
-        let told = Shared(0)
+        let told = Locked(0)
         outbox.onOverflow = { told.value += 1 }
         #expect(outbox.send(text: String(repeating: "x", count: 60)))
         #expect(!outbox.send(text: String(repeating: "y", count: 60)))

@@ -199,7 +199,7 @@ struct ServerStateMachineTests {
         var configuration = MemoryServerStore<ManualClock>.Configuration()
         configuration.pruneInterval = .seconds(60)
         configuration.tombstoneRetention = .zero
-        let now = Shared(Date(timeIntervalSince1970: 1_800_000_000))
+        let now = Locked(Date(timeIntervalSince1970: 1_800_000_000))
         configuration.now = { now.value }
         let store = MemoryServerStore(clock: clock, configuration: configuration)
         _ = try await store.commit([.set(try DocumentPath("a/b"), [:])])
@@ -217,12 +217,3 @@ struct ServerStateMachineTests {
     }
 }
 
-/// A value shared with a `@Sendable` closure.
-final class Shared<Value: Sendable>: Sendable {
-    private let storage: Mutex<Value>
-    init(_ value: Value) { storage = Mutex(value) }
-    var value: Value {
-        get { storage.withLock { $0 } }
-        set { storage.withLock { $0 = newValue } }
-    }
-}

@@ -118,7 +118,7 @@ extension ServerStoreConformance {
             },
             Check("concurrent writers each get their own version; observers hear of every batch once, in order, before its writer") { opened in
                 let store = opened.store
-                let heard = Shared<(batches: [Version], watermark: Version)>(([], .zero))
+                let heard = Locked<(batches: [Version], watermark: Version)>(([], .zero))
                 store.observeCommits { notice in
                     heard.withLock { heard in
                         heard.batches += notice.batches.map(\.version)

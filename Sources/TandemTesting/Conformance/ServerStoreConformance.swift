@@ -72,12 +72,6 @@ public struct ConformanceFailure: Error, CustomStringConvertible {
     public var description: String { "\(file):\(line): \(message)" }
 }
 
-/// A value several tasks read and change under a lock.
-final class Shared<Value: Sendable>: Sendable {
-    private let value: Mutex<Value>
-    init(_ value: Value) { self.value = Mutex(value) }
-    func withLock<T: Sendable>(_ body: (inout sending Value) throws -> sending T) rethrows -> T { try value.withLock(body) }
-}
 
 // MARK: Assertions
 
