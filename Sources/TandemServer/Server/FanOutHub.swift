@@ -104,6 +104,14 @@ final class FanOutHub: Service, Sendable {
         case duplicate(TandemError)
         /// Anything else, answering the listen.
         case refused(TandemError)
+
+        /// The error frame that answers the listen of `key`.
+        func answer(to key: ListenerKey) -> ServerMessage {
+            switch self {
+            case .duplicate(let error): .error(id: nil, error)
+            case .refused(let error): .error(id: key.target, error)
+            }
+        }
     }
 
     /// Registers a listener at once, before anything else the connection sent is handled, so an
@@ -163,10 +171,8 @@ final class FanOutHub: Service, Sendable {
         switch register(key, target: target, outbox: outbox, limit: limit) {
         case .success:
             await load(key, target: target, resumeFrom: resumeFrom)
-        case .failure(.duplicate(let error)):
-            outbox.send(.error(id: nil, error))
-        case .failure(.refused(let error)):
-            outbox.send(.error(id: key.target, error))
+        case .failure(let refusal):
+            outbox.send(refusal.answer(to: key))
         }
     }
 

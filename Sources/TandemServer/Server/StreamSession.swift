@@ -87,11 +87,10 @@ final class StreamSession: Sendable {
             switch service.register(key, target: target, outbox: outbox, context: context) {
             case .success:
                 tasks.addTask { await self.service.load(key, target: target, resumeFrom: resumeFrom) }
-            case .failure(.duplicate(let error)):
-                // Not naming the id: the client would take it for the running listener's end.
-                outbox.send(.error(id: nil, error))
-            case .failure(.refused(let error)):
-                outbox.send(.error(id: requestID, error))
+            case .failure(let refusal):
+                // A duplicate's answer names no id: the client would take it for the running
+                // listener's end.
+                outbox.send(refusal.answer(to: key))
             }
         case .unlisten(let requestID):
             service.unlisten(ListenerKey(session: id, target: requestID))
