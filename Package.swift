@@ -61,6 +61,8 @@ let package = Package(
                 // The HTTP decoder's parts and errors, for the connection guard.
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
+                // WebSocket frames, written by each session straight onto its channel.
+                .product(name: "NIOWebSocket", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],

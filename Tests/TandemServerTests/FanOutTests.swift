@@ -66,6 +66,30 @@ struct FanOutTests {
         #expect(await outbox.next() == nil)
     }
 
+    @Test("an attached writer is called once for whatever queues until it takes it, gets it all in order, and nothing after the outbox closes")
+    func outboxPushes() async throws {
+        let outbox = SessionOutbox(budget: 1 << 20)
+        outbox.send(text: "early")
+        let calls = Locked(0)
+        // Messages queued before the writer attached are its first drain.
+        outbox.attach { calls.withLock { $0 += 1 } }
+        #expect(calls.withLock { $0 } == 1)
+        outbox.send(text: "a")
+        outbox.send(changes: Array(#"[{"path":"a/1"}]"#.utf8), targets: [1, 2], version: 5)
+        outbox.send(changes: Array(#"[{"path":"a/2"}]"#.utf8), targets: [1, 2], version: 6)
+        // Told once until it takes them.
+        #expect(calls.withLock { $0 } == 1)
+        let taken = try #require(outbox.takeAll())
+        #expect(taken.map(\.message.text) == ["early", "a", #"{"changes":[{"path":"a/1"},{"path":"a/2"}],"targets":[1,2],"type":"changes","version":6}"#])
+        outbox.wrote(taken.reduce(0) { $0 + $1.bytes })
+        outbox.send(text: "b")
+        #expect(calls.withLock { $0 } == 2)
+        #expect(try #require(outbox.takeAll()).map(\.message.text) == ["b"])
+        outbox.finish()
+        outbox.send(text: "c")
+        #expect(calls.withLock { $0 } == 2 && outbox.takeAll() == nil)
+    }
+
     @Test("past its budget an outbox overflows once, tells its owner, and takes nothing more")
     func outboxOverflows() async throws {
         let outbox = SessionOutbox(budget: 100)

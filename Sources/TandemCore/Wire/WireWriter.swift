@@ -156,6 +156,11 @@ package struct WireWriter {
 
     /// A `snapshot` or `changes` message around an already written changes array.
     package static func batch(target: Int, changes: [UInt8], version: Version, isSnapshot: Bool, reset: Bool, more: Bool) -> String {
+        String(decoding: batchBytes(target: target, changes: changes, version: version, isSnapshot: isSnapshot, reset: reset, more: more), as: UTF8.self)
+    }
+
+    /// As ``batch(target:changes:version:isSnapshot:reset:more:)``, as UTF-8 bytes.
+    package static func batchBytes(target: Int, changes: [UInt8], version: Version, isSnapshot: Bool, reset: Bool, more: Bool) -> [UInt8] {
         var writer = WireWriter(capacity: changes.count + 96)
         writer.raw(#"{"changes":"#)
         writer.raw(changes)
@@ -166,13 +171,18 @@ package struct WireWriter {
         writer.raw(isSnapshot ? #","type":"snapshot","version":"# : #","type":"changes","version":"#)
         writer.int(Int(clamping: version.rawValue))
         writer.raw("}")
-        return writer.text
+        return writer.bytes
     }
 }
 
 extension WireWriter {
     /// A `changes` message for several listeners, around an already written changes array.
     package static func sharedBatch(targets: [Int], changes: [UInt8], version: Version) -> String {
+        String(decoding: sharedBatchBytes(targets: targets, changes: changes, version: version), as: UTF8.self)
+    }
+
+    /// As ``sharedBatch(targets:changes:version:)``, as UTF-8 bytes.
+    package static func sharedBatchBytes(targets: [Int], changes: [UInt8], version: Version) -> [UInt8] {
         var writer = WireWriter(capacity: changes.count + 64 + targets.count * 6)
         writer.raw(#"{"changes":"#)
         writer.raw(changes)
@@ -181,7 +191,7 @@ extension WireWriter {
         writer.raw(#","type":"changes","version":"#)
         writer.int(Int(clamping: version.rawValue))
         writer.raw("}")
-        return writer.text
+        return writer.bytes
     }
 }
 

@@ -25,6 +25,17 @@ final class SessionOutbox: Sendable {
         var closed = false
         var overflowed = false
         var waiter: CheckedContinuation<Void, Never>?
+        /// The writer pushing this outbox onto its connection, if one is attached (otherwise a
+        /// writer pulls with ``next()``), and whether it was told about the messages queued.
+        var drain: Drain?
+        var drainScheduled = false
+    }
+
+    /// What an attached writer is called with when messages wait and it was not told yet; boxed
+    /// like the overflow handler.
+    final class Drain: Sendable {
+        let call: @Sendable () -> Void
+        init(_ call: @escaping @Sendable () -> Void) { self.call = call }
     }
 
     private let state = Mutex(State())
@@ -86,22 +97,85 @@ final class SessionOutbox: Sendable {
 
     private func enqueue(bytes: Int, _ add: (inout State) -> Void) -> Bool {
         var overflowedNow = false
+        var drain: Drain?
         let (accepted, waiter) = state.withLock { state -> (Bool, CheckedContinuation<Void, Never>?) in
             if state.closed || state.overflowed { return (false, nil) }
             if state.queuedBytes + bytes > budget {
                 state.overflowed = true
+                state.drain = nil
                 overflowedNow = true
                 defer { state.waiter = nil }
                 return (false, state.waiter)
             }
             state.queuedBytes += bytes
             add(&state)
+            if !state.drainScheduled, let attached = state.drain {
+                state.drainScheduled = true
+                drain = attached
+            }
             defer { state.waiter = nil }
             return (true, state.waiter)
         }
         waiter?.resume()
+        drain?.call()
         if overflowedNow { onOverflow?() }
         return accepted
+    }
+
+    /// Attaches the writer that pushes this outbox onto its connection: `drain` is called (outside
+    /// the outbox's lock) whenever messages wait and it was not called for them yet, and is to
+    /// call ``takeAll()``. Cleared when the outbox closes or overflows.
+    func attach(drain: @escaping @Sendable () -> Void) {
+        let box = Drain(drain)
+        let now = state.withLock { state -> Bool in
+            guard !state.closed, !state.overflowed else { return false }
+            state.drain = box
+            guard state.head < state.items.count, !state.drainScheduled else { return false }
+            state.drainScheduled = true
+            return true
+        }
+        if now { drain() }
+    }
+
+    /// A message ready to write: text as queued, or live changes written out as UTF-8 bytes
+    /// (never made a `String`, which would check the bytes again).
+    enum Outgoing {
+        case text(String)
+        case utf8([UInt8])
+
+        var text: String {
+            switch self {
+            case .text(let text): text
+            case .utf8(let bytes): String(decoding: bytes, as: UTF8.self)
+            }
+        }
+    }
+
+    /// Every message waiting, in order, with the bytes each counts for (give them to
+    /// ``wrote(_:)`` once on the wire), for an attached writer; nil once the outbox is closed or
+    /// overflowed. The writer is called again for the messages queued after this.
+    func takeAll() -> [(message: Outgoing, bytes: Int)]? {
+        let taken = state.withLock { state -> [Item]? in
+            state.drainScheduled = false
+            if state.closed || state.overflowed { return nil }
+            let items = Array(state.items[state.head...])
+            state.items.removeAll(keepingCapacity: true)
+            state.head = 0
+            return items
+        }
+        return taken?.map(Self.outgoing)
+    }
+
+    private static func outgoing(_ item: Item) -> (message: Outgoing, bytes: Int) {
+        switch item {
+        case .text(let text, let bytes):
+            return (.text(text), bytes)
+        case .changes(let targets, let changes, let version, let bytes):
+            let utf8 = targets.count == 1
+                ? WireWriter.batchBytes(target: targets[0], changes: changes, version: version, isSnapshot: false, reset: false, more: false)
+                : WireWriter.sharedBatchBytes(targets: targets, changes: changes, version: version)
+            return (.utf8(utf8), bytes)
+        }
     }
 
     /// The next message to write and the bytes it counts for (give them to ``wrote(_:)`` once it
@@ -125,13 +199,9 @@ final class SessionOutbox: Sendable {
             switch taken {
             case .some(nil):
                 return nil
-            case .some(.text(let text, let bytes))?:
-                return (text, bytes)
-            case .some(.changes(let targets, let changes, let version, let bytes))?:
-                let text = targets.count == 1
-                    ? WireWriter.batch(target: targets[0], changes: changes, version: version, isSnapshot: false, reset: false, more: false)
-                    : WireWriter.sharedBatch(targets: targets, changes: changes, version: version)
-                return (text, bytes)
+            case .some(let item?):
+                let (message, bytes) = Self.outgoing(item)
+                return (message.text, bytes)
             case nil:
                 await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
                     let now = state.withLock { state -> Bool in
@@ -159,6 +229,7 @@ final class SessionOutbox: Sendable {
     func finish() {
         let waiter = state.withLock { state in
             state.closed = true
+            state.drain = nil
             defer { state.waiter = nil }
             return state.waiter
         }

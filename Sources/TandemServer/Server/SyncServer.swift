@@ -49,12 +49,14 @@ public struct SyncServer: Service {
         // The stream's upgrade is decided here rather than by a `router.ws` route: that route keeps
         // each connection's request context in a box the context itself holds, a cycle nothing
         // breaks, so every WebSocket connection leaked its context.
-        let stream: WebSocketDataHandler<HTTP1WebSocketUpgradeChannel.Context> = { inbound, outbound, _ in
-            let id = sessions.add(1, ordering: .relaxed).newValue
-            let session = StreamSession(id: id, service: service, configuration: configuration, clock: clock)
-            service.streamSessions.add(1, ordering: .relaxed)
-            await Self.serve(session, inbound: inbound, outbound: outbound, configuration: configuration, clock: clock, watchdog: watchdog)
-            service.streamSessions.subtract(1, ordering: .relaxed)
+        let stream = { @Sendable (channel: any Channel) -> WebSocketDataHandler<HTTP1WebSocketUpgradeChannel.Context> in
+            { inbound, outbound, _ in
+                let id = sessions.add(1, ordering: .relaxed).newValue
+                let session = StreamSession(id: id, service: service, configuration: configuration, clock: clock)
+                service.streamSessions.add(1, ordering: .relaxed)
+                await Self.serve(session, channel: channel, inbound: inbound, configuration: configuration, clock: clock, watchdog: watchdog)
+                service.streamSessions.subtract(1, ordering: .relaxed)
+            }
         }
         let host = configuration.host
         let port = configuration.port
@@ -66,8 +68,8 @@ public struct SyncServer: Service {
         let webSocket = HTTP1WebSocketUpgradeChannel.Configuration(ws: .init(maxFrameSize: maximumFrame, autoPing: .disabled, closeTimeout: .seconds(5)))
         let server = HTTPServerBuilder { responder in
             GuardedHTTPChannel(
-                inner: HTTP1WebSocketUpgradeChannel(responder: responder, configuration: webSocket) { head, _, _ in
-                    head.path.map(HTTPConnectionGuard.isStreamPath) == true ? .upgrade([:], stream) : .dontUpgrade
+                inner: HTTP1WebSocketUpgradeChannel(responder: responder, configuration: webSocket) { head, channel, _ in
+                    head.path.map(HTTPConnectionGuard.isStreamPath) == true ? .upgrade([:], stream(channel)) : .dontUpgrade
                 },
                 timeouts: timeouts, clock: clock)
         }
@@ -85,31 +87,23 @@ public struct SyncServer: Service {
         try await app.run()
     }
 
-    /// Runs one WebSocket session: a reader handling messages, a writer draining the outbox, and the
-    /// session's ordered write queue, watched by the server's ``SessionWatchdog``. The session ends
-    /// when the client goes, when it is silent for three heartbeats, or when it reads too slowly
-    /// (its outbox overflows, even while the writer is stuck on a full socket): then every task is
-    /// cancelled and the socket closed.
-    static func serve(_ session: StreamSession, inbound: WebSocketInboundStream, outbound: WebSocketOutboundWriter,
+    /// Runs one WebSocket session: a reader handling messages and the session's ordered write
+    /// queue, with its outbox written onto `channel` by a ``SessionChannelWriter``, watched by the
+    /// server's ``SessionWatchdog``. The session ends when the client goes, when it is silent for
+    /// three heartbeats, or when it reads too slowly (its outbox overflows, even while the socket
+    /// is full): then every task is cancelled and the socket closed.
+    static func serve(_ session: StreamSession, channel: any Channel, inbound: WebSocketInboundStream,
                       configuration: SyncServerConfiguration, clock: ServerClock, watchdog: SessionWatchdog) async {
         let lastHeard = LastHeard(clock.now())
         // Whichever part sees the end first says so.
         let end = Ticket<Void>()
         session.outbox.onOverflow = { end.fulfill(.success(())) }
+        SessionChannelWriter(channel: channel, outbox: session.outbox, frameBytes: outgoingFrameBytes) {
+            end.fulfill(.success(()))
+        }.start()
         watchdog.watch(session.id, lastHeard: lastHeard) { end.fulfill(.success(())) }
         defer { watchdog.forget(session.id) }
         await withDiscardingTaskGroup { group in
-            group.addTask {
-                while let (text, bytes) = await session.outbox.next() {
-                    do {
-                        try await Self.write(text, to: outbound)
-                    } catch {
-                        break
-                    }
-                    session.outbox.wrote(bytes)
-                }
-                end.fulfill(.success(()))
-            }
             group.addTask {
                 await session.runWrites()
             }
@@ -157,19 +151,6 @@ extension SyncServer {
     /// The largest frame the server sends: a longer message goes out in frames of this size, which
     /// every client takes (the server takes frames as large as a request).
     static let outgoingFrameBytes = 1 << 20
-
-    static func write(_ text: String, to outbound: WebSocketOutboundWriter) async throws {
-        guard text.utf8.count > outgoingFrameBytes else {
-            try await outbound.writeTextMessage(text)
-            return
-        }
-        var buffer = ByteBuffer(string: text)
-        try await outbound.withTextMessageWriter { writer in
-            while let frame = buffer.readSlice(length: min(outgoingFrameBytes, buffer.readableBytes)), frame.readableBytes > 0 {
-                try await writer(frame)
-            }
-        }
-    }
 }
 
 extension Duration {
