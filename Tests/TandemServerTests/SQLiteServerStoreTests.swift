@@ -1,6 +1,7 @@
 import Foundation
 import Synchronization
 import Testing
+import TandemTesting
 import TandemCore
 @testable import TandemServer
 import GRDB
@@ -88,6 +89,25 @@ struct SQLiteServerStoreTests {
         #expect(frames.withLock { $0.count } == 1)
         #expect(try await store.encodedSnapshot(.collection(try CollectionPath("shops/p/reviews"), Query().limit(to: 1)), groupSize: 2) == nil)
         #expect(try await store.encodedSnapshot(.document(path("shops/p/reviews/r1")), groupSize: 2) == nil)
+    }
+
+    @Test("a group told to report tells the observers even when it changed nothing; idle, the store has no commits under way")
+    func promisedReport() async throws {
+        let store = try makeStore()
+        #expect(!store.commitsUnderWay())
+        let notices = Locked<[CommitNotice]>([])
+        store.observeCommits { notice in notices.withLock { $0.append(notice) } }
+        // A refusal changes no document and takes no version.
+        let refused = try CommitPlanner.check([.update(path("notes/missing"), fields: ["v": 1])], limits: ServerLimits())
+        for mustReport in [false, true] {
+            _ = try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<[Result<[Result<CommitResult, TandemError>], any Error>], any Error>) in
+                store.pool.asyncWriteWithoutTransaction { db in
+                    continuation.resume(returning: store.commitTogether([.init(requests: [refused], limits: ServerLimits(), clientID: nil)], db: db, mustReport: mustReport))
+                }
+            }
+        }
+        #expect(notices.withLock { $0 } == [CommitNotice(batches: [], visibleThrough: .zero)])
+        #expect(!store.commitsUnderWay())
     }
 
     @Test("a damaged stored body makes a snapshot fail with data-loss, and the next read after the repair works")

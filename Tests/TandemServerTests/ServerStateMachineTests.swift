@@ -32,6 +32,54 @@ struct ServerStateMachineTests {
         #expect(released.ready.map(\.version) == [5] && released.late == 1)
     }
 
+    @Test("batches go out at once from an idle store, and wait for the notice a busy store promises, a few notices at most")
+    func deliveryHold() {
+        var hold = DeliveryHold(limit: 2)
+        var asked = 0
+        var busy = false
+        let underWay = { () -> Bool in asked += 1; return busy }
+        // Idle: at once.
+        #expect(hold.receive([batch(1)], commitsUnderWay: underWay).map(\.version) == [1])
+        // Nothing to deliver: the store is not asked (asking costs it a notice).
+        #expect(hold.receive([], commitsUnderWay: underWay).isEmpty && asked == 1)
+        // Busy: held for two notices, then out together, in order.
+        busy = true
+        #expect(hold.receive([batch(2)], commitsUnderWay: underWay).isEmpty)
+        #expect(hold.receive([batch(3)], commitsUnderWay: underWay).isEmpty && hold.heldCount == 2)
+        #expect(hold.receive([batch(4)], commitsUnderWay: underWay).map(\.version) == [2, 3, 4])
+        // The store's promised notice may release nothing new: what was held goes once it is idle.
+        #expect(hold.receive([batch(5)], commitsUnderWay: underWay).isEmpty)
+        busy = false
+        #expect(hold.receive([], commitsUnderWay: underWay).map(\.version) == [5] && hold.heldCount == 0)
+    }
+
+    @Test("a group commit drain asked whether it runs promises one more report: a group told to report, or the idle call")
+    func groupCommitPromise() async throws {
+        let queue = GroupCommitQueue<Int, Int>()
+        #expect(!queue.promiseReport())
+        let reports = Locked<[String]>([])
+        let idle = Ticket<Void>()
+        let answer = try await queue.submit(7) {
+            Task {
+                queue.drain { requests, mustReport in
+                    reports.withLock { $0.append("group \(requests) report \(mustReport)") }
+                    // Asked while the group commits: the drain owes one more report.
+                    #expect(queue.promiseReport())
+                    return requests.map { .success($0 * 2) }
+                } idle: {
+                    reports.withLock { $0.append("idle") }
+                    idle.fulfill(.success(()))
+                }
+            }
+        }
+        #expect(answer == 14)
+        // The drain answers before it looks for more work and finds none: its last report comes
+        // after the answer.
+        try await idle.value()
+        #expect(reports.withLock { $0 } == ["group [7] report false", "idle"])
+        #expect(!queue.promiseReport())
+    }
+
     func write(_ sequence: UInt64?..., writer: String = "c") -> [Mutation] {
         sequence.map { sequence in
             let mutation = Mutation.set(try! DocumentPath("a/b"), [:])

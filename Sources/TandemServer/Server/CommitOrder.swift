@@ -38,3 +38,36 @@ struct CommitOrder: Sendable {
     /// How many batches wait for the watermark.
     var waitingCount: Int { waiting.count }
 }
+
+/// Decides when the fan-out delivers the batches ``CommitOrder`` releases. With the store idle,
+/// at once. While the store has commits under way (``ServerStore/commitsUnderWay()``, which
+/// promises another notice), they wait for that notice and go out together, for at most `limit`
+/// notices in a row: under write load each connection gets one larger frame instead of one per
+/// group commit, and a quiet server delivers with no delay. Pure: the store's answer is asked only
+/// when there is something to hold.
+struct DeliveryHold: Sendable {
+    let limit: Int
+    private var held: [CommittedBatch] = []
+    private var holds = 0
+
+    init(limit: Int) {
+        self.limit = limit
+    }
+
+    /// Takes the batches one wake-up released (in version order, after those held) and returns
+    /// what to deliver now; empty while holding.
+    mutating func receive(_ released: [CommittedBatch], commitsUnderWay: () -> Bool) -> [CommittedBatch] {
+        held += released
+        if held.isEmpty { return [] }
+        if holds < limit, commitsUnderWay() {
+            holds += 1
+            return []
+        }
+        holds = 0
+        defer { held = [] }
+        return held
+    }
+
+    /// Batches waiting for the store's next notice.
+    var heldCount: Int { held.count }
+}

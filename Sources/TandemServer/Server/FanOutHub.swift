@@ -14,8 +14,10 @@ import TandemCore
 /// The hub is a `Service` of its own, off the commit path: a store's observer only queues each
 /// ``CommitNotice`` (``receive(_:)``), and `run()` puts the batches in version order up to the
 /// store's watermark (``CommitOrder``) and delivers them, so the writer goes back to committing at
-/// once. Under load it takes every notice waiting at once and sends each connection one frame for
-/// all the whole commits a listener gets from them: the busier it is, the fewer frames per commit.
+/// once. Under load it takes every notice waiting at once, and while the store has commits under
+/// way it waits for them too (``DeliveryHold``), a few notices at most; then it sends each
+/// connection one frame for all the whole commits a listener gets from them: the busier it is, the
+/// fewer frames per commit.
 /// Limit listeners re-read their query in child tasks of `run()`.
 final class FanOutHub: Service, Sendable {
     struct State {
@@ -41,9 +43,13 @@ final class FanOutHub: Service, Sendable {
     /// Touched only by `run()`'s one notice loop.
     private let order = Mutex(CommitOrder())
 
-    init(store: any ServerStore, framing: Int = 500, logger: Logger = Logger(label: "tandem.fanout")) {
+    /// The most notices in a row whose batches wait for the store's next one (``DeliveryHold``).
+    let holding: Int
+
+    init(store: any ServerStore, framing: Int = 500, holding: Int = 4, logger: Logger = Logger(label: "tandem.fanout")) {
         self.store = store
         self.framing = framing
+        self.holding = holding
         self.logger = logger
         (wake, wakeContinuation) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
         (requeries, requeryQueue) = AsyncStream.makeStream(of: (ListenerKey, Int).self)
@@ -66,6 +72,7 @@ final class FanOutHub: Service, Sendable {
         await cancelWhenGracefulShutdown {
             await withDiscardingTaskGroup { group in
                 group.addTask {
+                    var hold = DeliveryHold(limit: self.holding)
                     for await _ in self.wake {
                         let notices = self.pending.withLock { pending in
                             defer { pending.notices.removeAll(keepingCapacity: true) }
@@ -79,7 +86,8 @@ final class FanOutHub: Service, Sendable {
                             }
                             ready += released.lazy.filter { !$0.changes.isEmpty }
                         }
-                        if !ready.isEmpty { self.publish(ready) }
+                        let now = hold.receive(ready) { self.store.commitsUnderWay() }
+                        if !now.isEmpty { self.publish(now) }
                     }
                 }
                 for await (key, registration) in self.requeries {

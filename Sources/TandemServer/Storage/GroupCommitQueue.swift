@@ -16,6 +16,8 @@ final class GroupCommitQueue<Request: Sendable, Response: Sendable>: Sendable {
     private struct State {
         var queue: [Entry] = []
         var draining = false
+        /// Someone was told the drain would report again (``promiseReport()``).
+        var promised = false
     }
 
     private let state = Mutex(State())
@@ -37,20 +39,38 @@ final class GroupCommitQueue<Request: Sendable, Response: Sendable>: Sendable {
         return try await ticket.value()
     }
 
+    /// Whether a drain is running (or about to): true promises that the drain reports once more
+    /// after this call — `process` is then called with `mustReport` set, or, if no group is left,
+    /// `idle` — so whoever waits for that report is never left waiting.
+    func promiseReport() -> Bool {
+        state.withLock { state in
+            guard state.draining else { return false }
+            state.promised = true
+            return true
+        }
+    }
+
     /// Commits the queued requests group by group until the queue is empty. `process` commits a
-    /// group and answers each request, in order.
-    func drain(_ process: ([Request]) -> [Result<Response, any Error>]) {
+    /// group and answers each request, in order; `mustReport` says a report was promised (see
+    /// ``promiseReport()``), which `process` must make even if its group changes nothing or fails.
+    /// `idle` is called when the queue is empty and a promised report is still owed.
+    func drain(_ process: (_ requests: [Request], _ mustReport: Bool) -> [Result<Response, any Error>], idle: () -> Void = {}) {
         while true {
-            let entries = state.withLock { state -> [Entry] in
+            let (entries, mustReport) = state.withLock { state -> ([Entry], Bool) in
+                let promised = state.promised
+                state.promised = false
                 if state.queue.isEmpty {
                     state.draining = false
-                    return []
+                    return ([], promised)
                 }
                 defer { state.queue.removeAll(keepingCapacity: true) }
-                return state.queue
+                return (state.queue, promised)
             }
-            if entries.isEmpty { return }
-            let results = process(entries.map(\.request))
+            if entries.isEmpty {
+                if mustReport { idle() }
+                return
+            }
+            let results = process(entries.map(\.request), mustReport)
             for (entry, result) in zip(entries, results) {
                 entry.ticket.fulfill(result)
             }

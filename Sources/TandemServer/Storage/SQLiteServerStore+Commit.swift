@@ -13,8 +13,9 @@ extension SQLiteServerStore {
     /// Decides every queued submission in one transaction, in order. A refused request writes only
     /// the records of its refusal (the planner decides before it writes), so requests need no
     /// savepoints of their own; an error from SQLite fails every request of the transaction.
-    /// Called by the one drain, on the database's writer.
-    func commitTogether(_ submissions: [Submission], db: Database) -> [Result<[Result<CommitResult, TandemError>], any Error>] {
+    /// Called by the one drain, on the database's writer; `mustReport` makes it tell the observers
+    /// even when nothing changed (see ``commitsUnderWay()``).
+    func commitTogether(_ submissions: [Submission], db: Database, mustReport: Bool = false) -> [Result<[Result<CommitResult, TandemError>], any Error>] {
         let time = ServerTime(WireTimestamp.date(milliseconds: WireTimestamp.milliseconds(configuration.now())))
         let start = lastVersion.withLock { $0 }
         var transaction = SQLiteTransaction(db: db, committedMarks: highWaterMarks.withLock { $0 }, committedOwners: owners.withLock { $0 })
@@ -59,9 +60,10 @@ extension SQLiteServerStore {
                     if let batch = result.batch, !batch.changes.isEmpty { batches.append(batch) }
                 }
             }
-            if last != start || !batches.isEmpty { publish(CommitNotice(batches: batches, visibleThrough: last)) }
+            if last != start || !batches.isEmpty || mustReport { publish(CommitNotice(batches: batches, visibleThrough: last)) }
             return answers.map { .success($0) }
         } catch {
+            if mustReport { publish(CommitNotice(batches: [], visibleThrough: start)) }
             let failure = TandemError(.unavailable, "The server database failed to commit: \(error). Nothing was written; retry.", cause: error)
             return submissions.map { _ in .failure(failure) }
         }

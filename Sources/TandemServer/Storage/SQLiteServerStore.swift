@@ -158,6 +158,11 @@ public final class SQLiteServerStore: ServerStore {
 
     // MARK: Writes
 
+    /// True while the group commit drain runs; it then reports once more before it stops.
+    public func commitsUnderWay() -> Bool {
+        queue.promiseReport()
+    }
+
     public func commit(_ requests: [[Mutation]], limits: ServerLimits, clientID: String?) async -> [Result<CommitResult, TandemError>] {
         // Checked here, off the database writer, so its one thread spends its time committing.
         var checked: [Result<CommitPlanner.CheckedRequest, TandemError>] = []
@@ -175,7 +180,11 @@ public final class SQLiteServerStore: ServerStore {
         do {
             decided = .success(try await queue.submit(Submission(requests: valid, limits: limits, clientID: clientID)) {
                 pool.asyncWriteWithoutTransaction { db in
-                    self.queue.drain { submissions in self.commitTogether(submissions, db: db) }
+                    self.queue.drain { submissions, mustReport in
+                        self.commitTogether(submissions, db: db, mustReport: mustReport)
+                    } idle: {
+                        self.publish(CommitNotice(batches: [], visibleThrough: self.lastVersion.withLock { $0 }))
+                    }
                 }
             })
         } catch {

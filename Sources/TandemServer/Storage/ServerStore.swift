@@ -84,6 +84,13 @@ public protocol ServerStore: Service {
     /// answered. It must return at once (queue the notice, do not work in it).
     func observeCommits(_ observer: @escaping @Sendable (CommitNotice) -> Void)
 
+    /// Whether commits are under way that the observers have not heard of yet. True is a promise:
+    /// the observers get another ``CommitNotice`` after this call, an empty one if those commits
+    /// change nothing or fail. Under write load the fan-out holds batches back while it hears
+    /// true, for a few notices at most, and sends each listener fewer, larger batches. Must return
+    /// at once. The default, false, makes the fan-out deliver every notice as it comes.
+    func commitsUnderWay() -> Bool
+
     /// Deletes tombstones, and the records of decided mutations, last written before `date`,
     /// keeping each client's newest record. Returns how many tombstones went. Change feeds from
     /// before the newest pruned tombstone become `out-of-range`; a pruned record is answered
@@ -93,6 +100,8 @@ public protocol ServerStore: Service {
 }
 
 extension ServerStore {
+    public func commitsUnderWay() -> Bool { false }
+
     public func encodedSnapshot(_ target: ListenTarget, groupSize: Int, frames: @escaping @Sendable (EncodedSnapshotFrame) -> Bool) async throws -> Version? {
         nil
     }

@@ -116,6 +116,29 @@ extension ServerStoreConformance {
                 try expectEqual((try? results[3].get())?.batch?.version, 1, "the good request after the bad ones")
                 try expect(try await store.document(at: path("l/big")) == nil, "an oversized document was written")
             },
+            Check("a store that says commits are under way tells its observers again afterwards") { opened in
+                let store = opened.store
+                let heard = Locked(0)
+                let (notices, continuation) = AsyncStream.makeStream(of: Int.self)
+                store.observeCommits { _ in continuation.yield(heard.withLock { $0 += 1; return $0 }) }
+                // Asked as each of many concurrent writers is answered (a store answering false
+                // promises nothing and passes at once).
+                let promised = try await withThrowingTaskGroup(of: Int?.self) { group in
+                    for index in 0..<32 {
+                        group.addTask {
+                            _ = try await store.commit([.set(path("busy/\(index)"), ["i": .int(index)])])
+                            let before = heard.withLock { $0 }
+                            return store.commitsUnderWay() ? before : nil
+                        }
+                    }
+                    return try await group.reduce(into: [Int]()) { all, count in if let count { all.append(count) } }
+                }
+                // A notice after the last promise (a store that breaks it leaves this check waiting).
+                if let last = promised.max() {
+                    for await count in notices where count > last { break }
+                }
+                try expectEqual(try await store.currentVersion(), 32, "the watermark after the writes")
+            },
             Check("concurrent writers each get their own version; observers hear of every batch once, in order, before its writer") { opened in
                 let store = opened.store
                 let heard = Locked<(batches: [Version], watermark: Version)>(([], .zero))
