@@ -252,7 +252,7 @@ enum ServerBenchmarks {
         }
         if only == nil || only == "fanout" {
             Console.error("bench: writes while 1,000 listeners receive them")
-            try await writesUnderFanOut(clients: 16, perClient: max(1, writes / 16), listeners: 1_000, directory: directory, into: &report)
+            try await writesUnderFanOut(clients: 16, perClient: max(1, writes / 4), listeners: 1_000, directory: directory, into: &report)
         }
         if only == nil || only == "latency" {
             Console.error("bench: commit-to-listener latency")
