@@ -27,23 +27,17 @@ final class SessionOutbox: Sendable {
         var waiter: CheckedContinuation<Void, Never>?
         /// The writer pushing this outbox onto its connection, if one is attached (otherwise a
         /// writer pulls with ``next()``), and whether it was told about the messages queued.
-        var drain: Drain?
+        var drain: Callback?
         var drainScheduled = false
-    }
-
-    /// What an attached writer is called with when messages wait and it was not told yet; boxed
-    /// like the overflow handler.
-    final class Drain: Sendable {
-        let call: @Sendable () -> Void
-        init(_ call: @escaping @Sendable () -> Void) { self.call = call }
     }
 
     private let state = Mutex(State())
     private let budget: Int
-    private let overflowHandler = Mutex<OverflowHandler?>(nil)
+    private let overflowHandler = Mutex<Callback?>(nil)
 
-    /// Kept in a box: a closure stored directly in a `Mutex` is thunked again at every access.
-    private final class OverflowHandler: Sendable {
+    /// The overflow handler and the attached writer, kept in a box: a closure stored directly in a
+    /// `Mutex` is thunked again at every access.
+    private final class Callback: Sendable {
         let call: @Sendable () -> Void
         init(_ call: @escaping @Sendable () -> Void) { self.call = call }
     }
@@ -51,7 +45,7 @@ final class SessionOutbox: Sendable {
     /// Called once when the outbox overflows.
     var onOverflow: (@Sendable () -> Void)? {
         get { overflowHandler.withLock { $0?.call } }
-        set { overflowHandler.withLock { $0 = newValue.map(OverflowHandler.init) } }
+        set { overflowHandler.withLock { $0 = newValue.map(Callback.init) } }
     }
 
     init(budget: Int) {
@@ -97,7 +91,7 @@ final class SessionOutbox: Sendable {
 
     private func enqueue(bytes: Int, _ add: (inout State) -> Void) -> Bool {
         var overflowedNow = false
-        var drain: Drain?
+        var drain: Callback?
         let (accepted, waiter) = state.withLock { state -> (Bool, CheckedContinuation<Void, Never>?) in
             if state.closed || state.overflowed { return (false, nil) }
             if state.queuedBytes + bytes > budget {
@@ -126,7 +120,7 @@ final class SessionOutbox: Sendable {
     /// the outbox's lock) whenever messages wait and it was not called for them yet, and is to
     /// call ``takeAll()``. Cleared when the outbox closes or overflows.
     func attach(drain: @escaping @Sendable () -> Void) {
-        let box = Drain(drain)
+        let box = Callback(drain)
         let now = state.withLock { state -> Bool in
             guard !state.closed, !state.overflowed else { return false }
             state.drain = box
