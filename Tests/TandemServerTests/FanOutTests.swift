@@ -102,6 +102,36 @@ struct FanOutTests {
         #expect(await outbox.next() == nil)
     }
 
+    @Test("under sustained load the hub delivers once a pacing interval on its clock, the commits meanwhile in one batch")
+    func pacedDeliveries() async throws {
+        let store = MemoryServerStore(clock: ManualClock())
+        let clock = ManualClock()
+        let hub = FanOutHub(store: store, pacing: FanOutPacing(interval: .milliseconds(5), busyCommits: 2), clock: ServerClock(clock))
+        store.observeCommits { hub.receive($0) }
+        let running = Task { try await hub.run() }
+        defer { running.cancel() }
+        let outbox = SessionOutbox(budget: 1 << 20)
+        await hub.listen(ListenerKey(session: 1, target: 1), target: .collection(try CollectionPath("notes"), Query()), resumeFrom: nil, outbox: outbox)
+        func take() async throws -> [Version] {
+            guard let (text, bytes) = await outbox.next() else { throw TandemError(.internal, "no message") }
+            outbox.wrote(bytes)
+            guard case .batch(_, let batch, _, _) = try ServerMessage.parse(text) else { throw TandemError(.internal, "not a batch: \(text)") }
+            return batch.changes.map(\.version)
+        }
+        #expect(try await take() == [])  // the snapshot
+        // One commit: no load, delivered at once.
+        _ = try await store.commit([.set(path("notes/a"), ["n": 1])])
+        #expect(try await take() == [1])
+        // A second within the interval is load: the hub sleeps until 5 ms after its last delivery.
+        _ = try await store.commit([.set(path("notes/a"), ["n": 2])])
+        await clock.waitForSleepers { $0 == [ManualClock.Instant(offset: .milliseconds(5))] }
+        _ = try await store.commit([.set(path("notes/b"), ["n": 3])])
+        _ = try await store.commit([.set(path("notes/a"), ["n": 4])])
+        #expect(outbox.queuedCount == 0)
+        clock.advance(by: .milliseconds(5))
+        #expect(try await take() == [2, 3, 4])
+    }
+
     @Test("a publication of several commits reaches a listener as one batch of whole commits, oldest first, at the last version")
     func coalescedPublication() async throws {
         let store = MemoryServerStore(clock: ManualClock())

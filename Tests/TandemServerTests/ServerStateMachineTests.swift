@@ -38,19 +38,51 @@ struct ServerStateMachineTests {
         var asked = 0
         var busy = false
         let underWay = { () -> Bool in asked += 1; return busy }
+        func versions(_ decision: DeliveryHold.Decision) -> [Version]? {
+            if case .deliver(let batches) = decision { return batches.map(\.version) }
+            return nil
+        }
         // Idle: at once.
-        #expect(hold.receive([batch(1)], commitsUnderWay: underWay).map(\.version) == [1])
+        #expect(versions(hold.receive([batch(1)], now: .zero, commitsUnderWay: underWay)) == [1])
         // Nothing to deliver: the store is not asked (asking costs it a notice).
-        #expect(hold.receive([], commitsUnderWay: underWay).isEmpty && asked == 1)
+        #expect(hold.receive([], now: .zero, commitsUnderWay: underWay) == .wait && asked == 1)
         // Busy: held for two notices, then out together, in order.
         busy = true
-        #expect(hold.receive([batch(2)], commitsUnderWay: underWay).isEmpty)
-        #expect(hold.receive([batch(3)], commitsUnderWay: underWay).isEmpty && hold.heldCount == 2)
-        #expect(hold.receive([batch(4)], commitsUnderWay: underWay).map(\.version) == [2, 3, 4])
+        #expect(hold.receive([batch(2)], now: .zero, commitsUnderWay: underWay) == .wait)
+        #expect(hold.receive([batch(3)], now: .zero, commitsUnderWay: underWay) == .wait && hold.heldCount == 2)
+        #expect(versions(hold.receive([batch(4)], now: .zero, commitsUnderWay: underWay)) == [2, 3, 4])
         // The store's promised notice may release nothing new: what was held goes once it is idle.
-        #expect(hold.receive([batch(5)], commitsUnderWay: underWay).isEmpty)
+        #expect(hold.receive([batch(5)], now: .zero, commitsUnderWay: underWay) == .wait)
         busy = false
-        #expect(hold.receive([], commitsUnderWay: underWay).map(\.version) == [5] && hold.heldCount == 0)
+        #expect(versions(hold.receive([], now: .zero, commitsUnderWay: underWay)) == [5] && hold.heldCount == 0)
+    }
+
+    @Test("under sustained load deliveries are paced, at most one an interval; below the load, or once it passes, at once")
+    func deliveryPacing() {
+        var hold = DeliveryHold(limit: 0, pacing: FanOutPacing(interval: .milliseconds(5), busyCommits: 3))
+        let idle = { () -> Bool in false }
+        func ms(_ value: Int) -> Duration { .milliseconds(value) }
+        func versions(_ decision: DeliveryHold.Decision) -> [Version]? {
+            if case .deliver(let batches) = decision { return batches.map(\.version) }
+            return nil
+        }
+        // Two commits within an interval: below the load, each at once.
+        #expect(versions(hold.receive([batch(1)], now: ms(0), commitsUnderWay: idle)) == [1])
+        #expect(versions(hold.receive([batch(2)], now: ms(1), commitsUnderWay: idle)) == [2])
+        // The third within 5 ms is load: it waits until 5 ms after the last delivery (at 1 ms).
+        #expect(hold.receive([batch(3)], now: ms(2), commitsUnderWay: idle) == .waitUntil(ms(6)))
+        // Notices meanwhile join it; asked before the time, it still waits.
+        #expect(hold.receive([batch(4), batch(5)], now: ms(4), commitsUnderWay: idle) == .waitUntil(ms(6)))
+        #expect(hold.heldCount == 3)
+        // At the time, everything held goes together, in order.
+        #expect(versions(hold.receive([], now: ms(6), commitsUnderWay: idle)) == [3, 4, 5])
+        // Still under load (three commits in the last 5 ms): the next waits for 11 ms.
+        #expect(hold.receive([batch(6)], now: ms(7), commitsUnderWay: idle) == .waitUntil(ms(11)))
+        #expect(versions(hold.receive([], now: ms(11), commitsUnderWay: idle)) == [6])
+        // The load gone (no commit in the last interval), a commit goes at once again.
+        #expect(versions(hold.receive([batch(7)], now: ms(30), commitsUnderWay: idle)) == [7])
+        // Nothing held: nothing to wait for, however busy.
+        #expect(hold.receive([], now: ms(31), commitsUnderWay: idle) == .wait)
     }
 
     @Test("a group commit drain asked whether it runs promises one more report: a group told to report, or the idle call")

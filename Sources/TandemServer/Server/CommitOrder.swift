@@ -39,35 +39,85 @@ struct CommitOrder: Sendable {
     var waitingCount: Int { waiting.count }
 }
 
-/// Decides when the fan-out delivers the batches ``CommitOrder`` releases. With the store idle,
-/// at once. While the store has commits under way (``ServerStore/commitsUnderWay()``, which
-/// promises another notice), they wait for that notice and go out together, for at most `limit`
-/// notices in a row: under write load each connection gets one larger frame instead of one per
-/// group commit, and a quiet server delivers with no delay. Pure: the store's answer is asked only
-/// when there is something to hold.
+/// Decides when the fan-out delivers the batches ``CommitOrder`` releases. Pure: the time comes in
+/// with each call, and the store's answer is asked only when there is something to hold.
+///
+/// - A quiet server delivers at once.
+/// - While the store has commits under way (``ServerStore/commitsUnderWay()``, which promises
+///   another notice), batches wait for that notice and go out together, for at most `limit`
+///   notices in a row.
+/// - Under sustained write load (``FanOutPacing``: at least `busyCommits` commits within one
+///   `interval`), the hub delivers at most once per `interval`: each connection gets one larger
+///   frame instead of one per group commit, which is what a thousand listeners cost the writers
+///   (every frame is a socket write and a reader's wake-up), at the price of up to `interval` of
+///   latency while the load lasts.
 struct DeliveryHold: Sendable {
+    enum Decision: Equatable {
+        /// Deliver these now.
+        case deliver([CommittedBatch])
+        /// Nothing to deliver until the store's next notice.
+        case wait
+        /// Paced: ask again at this time on the clock (notices meanwhile join what is held).
+        case waitUntil(Duration)
+    }
+
     let limit: Int
+    let pacing: FanOutPacing?
     private var held: [CommittedBatch] = []
     private var holds = 0
+    private var lastDelivery: Duration?
+    /// Commits released within the last pacing interval, and when.
+    private var recent: [(at: Duration, count: Int)] = []
+    private var recentStart = 0
+    private var recentCount = 0
 
-    init(limit: Int) {
+    init(limit: Int, pacing: FanOutPacing? = nil) {
         self.limit = limit
+        self.pacing = pacing
     }
 
-    /// Takes the batches one wake-up released (in version order, after those held) and returns
-    /// what to deliver now; empty while holding.
-    mutating func receive(_ released: [CommittedBatch], commitsUnderWay: () -> Bool) -> [CommittedBatch] {
+    /// Takes the batches one wake-up released at `now` (in version order, after those held) and
+    /// decides what to do with everything held.
+    mutating func receive(_ released: [CommittedBatch], now: Duration, commitsUnderWay: () -> Bool) -> Decision {
         held += released
-        if held.isEmpty { return [] }
+        if let pacing {
+            count(released.count, at: now, within: pacing.interval)
+            if held.isEmpty { return .wait }
+            if recentCount >= pacing.busyCommits, let lastDelivery {
+                let due = lastDelivery + pacing.interval
+                return now < due ? .waitUntil(due) : deliver(at: now)
+            }
+        }
+        if held.isEmpty { return .wait }
         if holds < limit, commitsUnderWay() {
             holds += 1
-            return []
+            return .wait
         }
-        holds = 0
-        defer { held = [] }
-        return held
+        return deliver(at: now)
     }
 
-    /// Batches waiting for the store's next notice.
+    private mutating func deliver(at now: Duration) -> Decision {
+        holds = 0
+        lastDelivery = now
+        defer { held = [] }
+        return .deliver(held)
+    }
+
+    private mutating func count(_ commits: Int, at now: Duration, within interval: Duration) {
+        if commits > 0 {
+            recent.append((now, commits))
+            recentCount += commits
+        }
+        while recentStart < recent.count, recent[recentStart].at <= now - interval {
+            recentCount -= recent[recentStart].count
+            recentStart += 1
+        }
+        if recentStart >= 64, recentStart * 2 >= recent.count {
+            recent.removeFirst(recentStart)
+            recentStart = 0
+        }
+    }
+
+    /// Batches waiting to be delivered.
     var heldCount: Int { held.count }
 }

@@ -14,10 +14,10 @@ import TandemCore
 /// The hub is a `Service` of its own, off the commit path: a store's observer only queues each
 /// ``CommitNotice`` (``receive(_:)``), and `run()` puts the batches in version order up to the
 /// store's watermark (``CommitOrder``) and delivers them, so the writer goes back to committing at
-/// once. Under load it takes every notice waiting at once, and while the store has commits under
-/// way it waits for them too (``DeliveryHold``), a few notices at most; then it sends each
-/// connection one frame for all the whole commits a listener gets from them: the busier it is, the
-/// fewer frames per commit.
+/// once. Under load it takes every notice waiting at once, while the store has commits under way it
+/// waits for them too, and under sustained load it delivers once per pacing interval
+/// (``DeliveryHold``, ``FanOutPacing``); each delivery sends each connection one frame for all the
+/// whole commits a listener gets: the busier the server, the fewer frames per commit.
 /// Limit listeners re-read their query in child tasks of `run()`.
 final class FanOutHub: Service, Sendable {
     struct State {
@@ -45,11 +45,17 @@ final class FanOutHub: Service, Sendable {
 
     /// The most notices in a row whose batches wait for the store's next one (``DeliveryHold``).
     let holding: Int
+    /// Deliveries under sustained load, on `clock`; nil delivers as soon as the store allows.
+    let pacing: FanOutPacing?
+    let clock: ServerClock
 
-    init(store: any ServerStore, framing: Int = 500, holding: Int = 4, logger: Logger = Logger(label: "tandem.fanout")) {
+    init(store: any ServerStore, framing: Int = 500, holding: Int = 4, pacing: FanOutPacing? = nil,
+         clock: ServerClock = ServerClock(ContinuousClock()), logger: Logger = Logger(label: "tandem.fanout")) {
         self.store = store
         self.framing = framing
         self.holding = holding
+        self.pacing = pacing
+        self.clock = clock
         self.logger = logger
         (wake, wakeContinuation) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
         (requeries, requeryQueue) = AsyncStream.makeStream(of: (ListenerKey, Int).self)
@@ -72,22 +78,22 @@ final class FanOutHub: Service, Sendable {
         await cancelWhenGracefulShutdown {
             await withDiscardingTaskGroup { group in
                 group.addTask {
-                    var hold = DeliveryHold(limit: self.holding)
+                    var hold = DeliveryHold(limit: self.holding, pacing: self.pacing)
                     for await _ in self.wake {
-                        let notices = self.pending.withLock { pending in
-                            defer { pending.notices.removeAll(keepingCapacity: true) }
-                            return pending.notices
-                        }
-                        var ready: [CommittedBatch] = []
-                        for notice in notices {
-                            let (released, late) = self.order.withLock { $0.receive(notice) }
-                            if late > 0 {
-                                self.logger.error("the store reported \(late) commit(s) at or below a watermark it had already passed; listeners may have missed them")
+                        var released = self.release()
+                        deciding: while true {
+                            switch hold.receive(released, now: self.clock.now(), commitsUnderWay: { self.store.commitsUnderWay() }) {
+                            case .deliver(let batches):
+                                self.publish(batches)
+                                break deciding
+                            case .wait:
+                                break deciding
+                            case .waitUntil(let deadline):
+                                // Notices that come meanwhile wait in `pending` and go with these.
+                                guard (try? await self.clock.sleepUntil(deadline)) != nil else { break deciding }  // shutting down
+                                released = self.release()
                             }
-                            ready += released.lazy.filter { !$0.changes.isEmpty }
                         }
-                        let now = hold.receive(ready) { self.store.commitsUnderWay() }
-                        if !now.isEmpty { self.publish(now) }
                     }
                 }
                 for await (key, registration) in self.requeries {
@@ -99,6 +105,24 @@ final class FanOutHub: Service, Sendable {
             pending.stopped = true
             pending.notices.removeAll()
         }
+    }
+
+    /// The batches the notices queued since the last call release, in version order, without
+    /// those that change nothing.
+    private func release() -> [CommittedBatch] {
+        let notices = pending.withLock { pending in
+            defer { pending.notices.removeAll(keepingCapacity: true) }
+            return pending.notices
+        }
+        var ready: [CommittedBatch] = []
+        for notice in notices {
+            let (released, late) = order.withLock { $0.receive(notice) }
+            if late > 0 {
+                logger.error("the store reported \(late) commit(s) at or below a watermark it had already passed; listeners may have missed them")
+            }
+            ready += released.lazy.filter { !$0.changes.isEmpty }
+        }
+        return ready
     }
 
     var listenerCount: Int { state.withLock { $0.table.count } }

@@ -36,10 +36,10 @@ public struct SyncServer: Service {
     public func run() async throws {
         let configuration = self.configuration
         let store = self.store
-        let hub = FanOutHub(store: store, logger: configuration.logger)
+        let clock = ServerClock(configuration.clock)
+        let hub = FanOutHub(store: store, pacing: configuration.fanOutPacing, clock: clock, logger: configuration.logger)
         store.observeCommits { hub.receive($0) }
         let service = SyncService(store: store, hub: hub, limits: configuration.limits)
-        let clock = ServerClock(configuration.clock)
         // HEAD is answered like GET without the body.
         let router = Router(context: BasicRequestContext.self, options: .autoGenerateHeadEndpoints)
         router.add(middleware: JSONErrorMiddleware())

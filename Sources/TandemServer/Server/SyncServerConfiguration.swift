@@ -26,11 +26,34 @@ public struct SyncServerConfiguration: Sendable {
     /// The most connections (HTTP and WebSocket together) served at once; more wait to be accepted
     /// until one closes. Default 10,000.
     public var maximumConnections = 10_000
-    /// The clock the timeouts, the heartbeat watchdog and the write rate run on; tests pass a
-    /// manual one.
+    /// How listeners' deliveries are paced under sustained write load; nil delivers every commit
+    /// as soon as it is visible, whatever the load. Default ``FanOutPacing/init(interval:busyCommits:)``.
+    public var fanOutPacing: FanOutPacing? = FanOutPacing()
+    /// The clock the timeouts, the heartbeat watchdog, the write rate and the fan-out's pacing run
+    /// on; tests pass a manual one.
     public var clock: any Clock<Duration> = ContinuousClock()
     /// The server's logger.
     public var logger = Logger(label: "tandem.server")
 
     public init() {}
+}
+
+/// Pacing of the fan-out under sustained write load. Below `busyCommits` commits within one
+/// `interval`, each commit goes to its listeners as soon as it is visible. At or above it, the
+/// server delivers at most once per `interval`: every listener still gets every commit, whole and
+/// in order, but a connection gets one message for all the commits of an interval instead of one
+/// per commit. Each message is a socket write and a wake-up of the reader, so with many listeners
+/// this is what keeps the writers' rate; the price is up to `interval` of extra latency while the
+/// load lasts.
+public struct FanOutPacing: Sendable, Hashable {
+    /// The shortest time between two deliveries under load. Default 5 ms.
+    public var interval: Duration
+    /// The commits within one interval that count as sustained load. Default 16 (3,200 commits/s
+    /// at 5 ms).
+    public var busyCommits: Int
+
+    public init(interval: Duration = .milliseconds(5), busyCommits: Int = 16) {
+        self.interval = interval
+        self.busyCommits = busyCommits
+    }
 }
