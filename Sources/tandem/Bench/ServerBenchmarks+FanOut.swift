@@ -9,11 +9,11 @@ import TandemTesting
 /// fan-out runs off the commit path, so listeners should cost the writers little.
 extension ServerBenchmarks {
     static func writesUnderFanOut(clients: Int, perClient: Int, listeners: Int, directory: URL, into report: inout BenchReport) async throws {
-        // In turns, three times each, the fastest run of each kept: the machine's speed drifts by
+        // In turns, five times each, the fastest run of each kept: the machine's speed drifts by
         // more than the difference measured, and the first run of a process also pays for warming up.
         var quiet: (elapsed: Duration, cpu: Double)?
         var busy: (elapsed: Duration, cpu: Double)?
-        for turn in 0..<3 {
+        for turn in 0..<5 {
             let none = try await fanOutRun(clients: clients, perClient: perClient, listeners: 0, directory: directory.appendingPathComponent("fanout-none-\(turn)"))
             if quiet == nil || none.elapsed < quiet!.elapsed { quiet = none }
             let many = try await fanOutRun(clients: clients, perClient: perClient, listeners: listeners, directory: directory.appendingPathComponent("fanout-\(listeners)-\(turn)"))

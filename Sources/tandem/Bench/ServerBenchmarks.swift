@@ -272,7 +272,7 @@ enum ServerBenchmarks {
     static func latencies(into report: inout BenchReport, directory: URL) async throws {
         let echo = try await echo(roundTrips: 2_000)
         report.notes.append("baseline: WebSocket echo round trip on loopback: \(percentiles(echo))")
-        for (listeners, commits) in [(1, 500), (100, 200), (1_000, 40)] {
+        for (listeners, commits) in [(1, 500), (100, 200), (1_000, 120)] {
             let (commitToListener, endToEnd) = try await latency(listeners: listeners, commits: commits, directory: directory)
             var line = "server: commit-to-listener latency, \(listeners) listener\(listeners == 1 ? "" : "s"): \(percentiles(commitToListener)); write-sent-to-listener \(percentiles(endToEnd))"
             let p50 = commitToListener[commitToListener.count / 2], p99 = commitToListener[commitToListener.count * 99 / 100]
