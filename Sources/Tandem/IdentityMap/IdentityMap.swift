@@ -44,15 +44,19 @@ public final class IdentityMap: Sendable {
         return EntityObserver(map: self, key: node.key, hold: node.observers)
     }
 
-    /// Stores several entities in one transaction.
+    /// Stores several entities in one transaction: all or nothing. Every stamp is checked before
+    /// anything is applied, so a stale one throws with the map unchanged. An id the batch holds
+    /// more than once is stored once, with its last value. Returns an observer for each entity
+    /// given, in order (repeats observe the same entity).
     @discardableResult
     public func store<T: Identifiable & Sendable>(entities: [T], stamp: Stamp? = nil) throws(IdentityMapError) -> [EntityObserver<T>]
     where T.ID: Sendable {
         let nodes = try write { storage throws(IdentityMapError) in
-            var nodes: [Node] = []
-            for entity in entities {
-                nodes.append(try storage.upsert(entity, stamp: stamp, strict: true))
+            var stored: [T.ID: Node] = [:]
+            for entity in try storage.checkedBatch(entities, stamp: stamp) {
+                stored[entity.id] = try storage.upsert(entity, stamp: stamp, strict: true, checked: true)
             }
+            let nodes = entities.map { stored[$0.id]! }
             for node in nodes { _ = storage.retain(node) }
             return nodes
         }
@@ -72,17 +76,18 @@ public final class IdentityMap: Sendable {
         return find(T.self, aliased: name)
     }
 
-    /// Stores a list of entities and points an alias at the list, in order.
+    /// Stores a list of entities and points an alias at the list, in order, all or nothing as
+    /// ``store(entities:stamp:)`` does (the list may name an entity twice; it is stored once, with
+    /// its last value).
     @discardableResult
     public func store<T: Identifiable & Sendable>(_ entities: [T], aliased name: String, stamp: Stamp? = nil) throws(IdentityMapError) -> AliasObserver<[T]>
     where T.ID: Sendable {
         let alias = NodeKey(alias: [T].self, name: name)
         try write { storage throws(IdentityMapError) in
-            var keys: [NodeKey] = []
-            for entity in entities {
-                keys.append(try storage.upsert(entity, stamp: stamp, strict: true).key)
+            for entity in try storage.checkedBatch(entities, stamp: stamp) {
+                try storage.upsert(entity, stamp: stamp, strict: true, checked: true)
             }
-            storage.setAlias(alias, to: keys)
+            storage.setAlias(alias, to: entities.map { NodeKey(entity: T.self, id: $0.id) })
         }
         return find([T].self, aliased: name)
     }

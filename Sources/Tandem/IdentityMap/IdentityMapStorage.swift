@@ -41,14 +41,36 @@ final class IdentityMapStorage: @unchecked Sendable {
 
     // MARK: Writing
 
+    /// The entities of a batch to store, each id once with its last value (in the order ids first
+    /// appear), once every one's stamp is checked against the stored one: a stale stamp throws
+    /// before anything is applied. Store them with `checked: true`, so an entity stored earlier in
+    /// the same batch (as another's nested entity) does not make a later one stale.
+    func checkedBatch<T: Identifiable & Sendable>(_ entities: [T], stamp: Stamp?) throws(IdentityMapError) -> [T] where T.ID: Sendable {
+        var last: [T.ID: Int] = [:]
+        var order: [T.ID] = []
+        for (index, entity) in entities.enumerated() {
+            if last.updateValue(index, forKey: entity.id) == nil { order.append(entity.id) }
+        }
+        let batch = order.map { entities[last[$0]!] }
+        if let stamp {
+            for entity in batch {
+                if let current = nodes[NodeKey(entity: T.self, id: entity.id)]?.stamp, stamp <= current {
+                    throw .staleStamp(entity: "\(T.self) '\(entity.id)'", current: current, rejected: stamp)
+                }
+            }
+        }
+        return batch
+    }
+
     /// Stores an entity (and, for an aggregate, its nested entities). A stamp not newer than the
-    /// stored one leaves the entity as it is; `strict` makes that an error.
+    /// stored one leaves the entity as it is; `strict` makes that an error; `checked` says the
+    /// stamp was checked already (``checkedBatch(_:stamp:)``) and applies it whatever is stored.
     @discardableResult
-    func upsert<T: Identifiable & Sendable>(_ value: T, stamp: Stamp?, strict: Bool = false) throws(IdentityMapError) -> Node
+    func upsert<T: Identifiable & Sendable>(_ value: T, stamp: Stamp?, strict: Bool = false, checked: Bool = false) throws(IdentityMapError) -> Node
     where T.ID: Sendable {
         let key = NodeKey(entity: T.self, id: value.id)
         let node = nodeCreating(key)
-        if let stamp, let current = node.stamp, stamp <= current {
+        if !checked, let stamp, let current = node.stamp, stamp <= current {
             if strict { throw .staleStamp(entity: "\(T.self) '\(value.id)'", current: current, rejected: stamp) }
             return node
         }

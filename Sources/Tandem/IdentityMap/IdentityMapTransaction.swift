@@ -25,14 +25,14 @@ public struct IdentityMapTransaction {
         storage.setAlias(NodeKey(alias: T.self, name: name), to: [node.key])
     }
 
-    /// Stores a list and points an alias at it.
+    /// Stores a list and points an alias at it; every stamp is checked before any entity is stored,
+    /// and an entity the list names twice is stored once, with its last value.
     public mutating func store<T: Identifiable & Sendable>(_ entities: [T], aliased name: String, stamp: Stamp? = nil) throws(IdentityMapError)
     where T.ID: Sendable {
-        var keys: [NodeKey] = []
-        for entity in entities {
-            keys.append(try storage.upsert(entity, stamp: stamp, strict: true).key)
+        for entity in try storage.checkedBatch(entities, stamp: stamp) {
+            try storage.upsert(entity, stamp: stamp, strict: true, checked: true)
         }
-        storage.setAlias(NodeKey(alias: [T].self, name: name), to: keys)
+        storage.setAlias(NodeKey(alias: [T].self, name: name), to: entities.map { NodeKey(entity: T.self, id: $0.id) })
     }
 
     /// Changes a stored entity; false when it is not in the map.

@@ -35,6 +35,34 @@ struct IdentityMapTests {
         #expect(held.value.name == "Six")
     }
 
+    @Test("a batch that names an entity twice stores it once, its last value; a stale stamp in a batch throws before anything is applied")
+    func batches() throws {
+        let map = IdentityMap()
+        // The same id twice with one stamp: not stale against itself; the last copy wins.
+        let held = try map.store(entities: [ada, grace, User(id: "ada", name: "Ada again")], stamp: 1)
+        #expect(held.map(\.value.name) == ["Ada again", "Grace", "Ada again"])
+        // Alan is new, Grace's stamp is stale: nothing is applied, Alan included.
+        do {
+            try map.store(entities: [alan, User(id: "grace", name: "Stale")], stamp: 1)
+            Issue.record("a stale stamp in the batch should throw")
+        } catch {
+            #expect(error.code == .staleStamp && error.currentStamp == 1)
+        }
+        #expect(map.find(User.self, id: "alan") == nil)
+        #expect(held[1].value.name == "Grace")
+        // The aliased list form: the alias keeps the order and the repeat, the entity is stored once.
+        let list = try map.store([alan, ada, alan], aliased: "trio", stamp: 2)
+        #expect(list.value?.map(\.name) == ["Alan", "Ada", "Alan"])
+        #expect(throws: IdentityMapError.self) { try map.store([User(id: "bob", name: "Bob"), ada], aliased: "pair", stamp: 2) }
+        #expect(map.find(User.self, id: "bob") == nil && map.find([User].self, aliased: "pair").value == nil)
+        // An aggregate stores its nested entities first: a later entity of the batch with the
+        // batch's stamp is not stale against that nested copy, and its own value is kept.
+        let nestedB = Person(id: "b", name: "B as A's friend", friends: [])
+        let a = Person(id: "a", name: "A", friends: [nestedB])
+        let people = try map.store(entities: [a, Person(id: "b", name: "B", friends: [])], stamp: 3)
+        #expect(people[1].value.name == "B" && people[0].value.friends.map(\.name) == ["B"])
+    }
+
     @Test("catch IdentityMapError.Code.staleStamp reads well")
     func catchByCode() throws {
         let map = IdentityMap()
