@@ -67,6 +67,30 @@ struct ConnectionTests {
         serverTask.cancel()
     }
 
+    @Test("reconnect delays draw their jitter from the configured generator")
+    func reconnectJitter() async throws {
+        let first = try await LiveServer.start()
+        let port = first.port
+        await first.stop()
+        let clock = ManualClock()
+        let policy = RetryPolicy.exponential(jitter: 0.5)
+        let running = RunningClient(url: URL(string: "http://127.0.0.1:\(port)")!, id: "c") { configuration in
+            configuration.clock = clock
+            configuration.reconnectPolicy = policy
+            configuration.random = SeededRandomNumberGenerator(seed: 11)
+        }
+        var reference = SeededRandomNumberGenerator(seed: 11)
+        for attempt in 1...3 {
+            let delay = try #require(policy.delay(afterFailures: attempt, using: &reference))
+            let deadline = clock.now.advanced(by: delay)
+            await clock.waitForSleepers(count: 1)
+            #expect(clock.pendingDeadlines == [deadline], "attempt \(attempt)")
+            #expect(delay != .seconds(1 << attempt), "attempt \(attempt) is spread")
+            clock.advance(to: clock.pendingDeadlines.first ?? deadline)
+        }
+        await running.stop()
+    }
+
     @Test("reconnects back off 2, 4, 8 s on the clock; a request while down tries at once; success resets")
     func backoff() async throws {
         let first = try await LiveServer.start()

@@ -18,6 +18,7 @@ extension TandemClient {
 
     private func connectionLoop() async {
         var failures = 0
+        var random = configuration.random
         while !Task.isCancelled && !state.withLock({ $0.stopped }) {
             let online = state.withLock { state -> Bool in
                 state.wakeRequested = false
@@ -31,7 +32,7 @@ extension TandemClient {
             if Task.isCancelled || state.withLock({ $0.stopped }) { break }
             // A connection that was up reconnects at once; failed attempts back off.
             failures = welcomed ? 0 : failures + 1
-            guard let delay = configuration.reconnectPolicy.delay(afterFailures: failures, random: Double.random(in: 0..<1)) else {
+            guard let delay = configuration.reconnectPolicy.delay(afterFailures: failures, using: &random) else {
                 configuration.logger.error("giving up reconnecting to \(streamURL) after \(failures) attempts")
                 break
             }

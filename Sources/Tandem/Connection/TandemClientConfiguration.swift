@@ -20,6 +20,8 @@ public struct TandemClientConfiguration: Sendable {
     public var reconnectPolicy: RetryPolicy = .exponential(jitter: 0.2)
     /// The clock every delay runs on.
     public var clock: any Clock<Duration> = ContinuousClock()
+    /// Where the reconnect delays' jitter comes from; give a seeded generator to replay them.
+    public var random: any RandomNumberGenerator & Sendable = SystemRandomNumberGenerator()
     /// The largest message accepted from the server. Default 256 MiB.
     public var maximumMessageBytes = 256 << 20
     public var logger = Logger(label: "tandem.client")

@@ -30,13 +30,14 @@ public final class CollectionGroupSyncEngine<T: SyncModel>: Sendable {
     /// The designated initializer. The cache loads here, before any network call.
     public init(
         remote: any RemoteCollectionGroupService, managerKey: String, persistence: (any LocalCollectionPersistence)?,
-        logger: (any DataSyncLogger)? = nil, clock: any Clock<Duration> = ContinuousClock(), retryPolicy: RetryPolicy = .default
+        logger: (any DataSyncLogger)? = nil, clock: any Clock<Duration> = ContinuousClock(), retryPolicy: RetryPolicy = .default,
+        random: any RandomNumberGenerator & Sendable = SystemRandomNumberGenerator()
     ) {
         self.remote = remote
         let (state, loadError) = SyncCore<T>.loadCollectionState(persistence, managerKey: managerKey)
         let relay = ChangeRelay()
         core = SyncCore(
-            managerKey: managerKey, logger: logger, clock: clock, retryPolicy: retryPolicy,
+            managerKey: managerKey, logger: logger, clock: clock, retryPolicy: retryPolicy, random: random,
             persistence: persistence.map { .collection($0) } ?? .memory,
             base: state.documents, outbox: Outbox(clientID: state.outbox.clientID), documentID: nil, resumeVersion: state.resumeVersion,
             commit: { _ in throw TandemError(.unimplemented, "A collection group is read-only; write through a CollectionSyncEngine.") },

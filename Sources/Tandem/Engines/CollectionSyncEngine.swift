@@ -43,17 +43,19 @@ public final class CollectionSyncEngine<T: SyncModel>: Sendable {
         }
     }
 
-    /// The designated initializer: any persistence (nil for memory only), clock and retry policy.
+    /// The designated initializer: any persistence (nil for memory only), clock, retry policy, and
+    /// the generator the retries' jitter is drawn from.
     /// The cache and the outbox are loaded here, before any network call.
     public init(
         remote: any RemoteCollectionService, managerKey: String, persistence: (any LocalCollectionPersistence)?,
-        logger: (any DataSyncLogger)? = nil, clock: any Clock<Duration> = ContinuousClock(), retryPolicy: RetryPolicy = .default
+        logger: (any DataSyncLogger)? = nil, clock: any Clock<Duration> = ContinuousClock(), retryPolicy: RetryPolicy = .default,
+        random: any RandomNumberGenerator & Sendable = SystemRandomNumberGenerator()
     ) {
         self.remote = remote
         let (state, loadError) = SyncCore<T>.loadCollectionState(persistence, managerKey: managerKey)
         let box = ChangeRelay()
         core = SyncCore(
-            managerKey: managerKey, logger: logger, clock: clock, retryPolicy: retryPolicy,
+            managerKey: managerKey, logger: logger, clock: clock, retryPolicy: retryPolicy, random: random,
             persistence: persistence.map { .collection($0) } ?? .memory,
             base: state.documents, outbox: state.outbox, documentID: nil, resumeVersion: state.resumeVersion,
             commit: { [remote] in try await remote.commit($0) },

@@ -33,7 +33,8 @@ public final class DocumentSyncEngine<T: SyncModel>: Sendable {
     /// network call.
     public init(
         remote: any RemoteDocumentService, managerKey: String, persistence: (any LocalDocumentPersistence)?,
-        logger: (any DataSyncLogger)? = nil, clock: any Clock<Duration> = ContinuousClock(), retryPolicy: RetryPolicy = .default
+        logger: (any DataSyncLogger)? = nil, clock: any Clock<Duration> = ContinuousClock(), retryPolicy: RetryPolicy = .default,
+        random: any RandomNumberGenerator & Sendable = SystemRandomNumberGenerator()
     ) {
         self.remote = remote
         var saved: LocalDocumentState?
@@ -46,7 +47,7 @@ public final class DocumentSyncEngine<T: SyncModel>: Sendable {
         let state = saved ?? LocalDocumentState(outbox: Outbox(clientID: SyncCore<T>.newClientID(managerKey)))
         let relay = ChangeRelay()
         core = SyncCore(
-            managerKey: managerKey, logger: logger, clock: clock, retryPolicy: retryPolicy,
+            managerKey: managerKey, logger: logger, clock: clock, retryPolicy: retryPolicy, random: random,
             persistence: persistence.map { .document($0) } ?? .memory,
             base: state.base.map { [$0] } ?? [], outbox: state.outbox, documentID: state.documentID, resumeVersion: state.resumeVersion,
             commit: { [remote] in try await remote.commit($0) },

@@ -109,7 +109,7 @@ extension SyncCore {
                     log("bulkLoad_fail", ["error_description": "\(error)"], severity: .severe)
                 }
                 started.resume()
-                guard let delay = retryPolicy.delay(afterFailures: failures) else {
+                guard let delay = retryDelay(afterFailures: failures) else {
                     log("listener_stopped", ["error_description": "The retry policy gave up."], severity: .severe)
                     state.withLock { if $0.listenerGeneration == generation { $0.listener = nil } }
                     return

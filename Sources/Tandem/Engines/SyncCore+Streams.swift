@@ -48,7 +48,7 @@ extension SyncCore {
                         if Task.isCancelled { break }
                         failures += 1
                         log("listener_fail", ["error_description": "\(error)", "retry_count": failures], severity: .severe)
-                        guard let delay = retryPolicy.delay(afterFailures: failures) else {
+                        guard let delay = retryDelay(afterFailures: failures) else {
                             continuation.finish(throwing: error)
                             return
                         }

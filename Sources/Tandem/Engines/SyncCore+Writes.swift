@@ -175,7 +175,7 @@ extension SyncCore {
             triggerFlush()
             return
         }
-        guard let delay = retryPolicy.delay(afterFailures: failures) else { return }
+        guard let delay = retryDelay(afterFailures: failures) else { return }
         log("syncPendingWrites_retrying", [
             "error_description": "\(error)", "retry_count": failures, "delay_seconds": delay.doubleSeconds,
             "pending_write_count": pendingWriteCount,

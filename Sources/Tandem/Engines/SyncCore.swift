@@ -50,6 +50,7 @@ package final class SyncCore<T: SyncModel>: Sendable {
     let logger: (any DataSyncLogger)?
     let clock: any Clock<Duration>
     let retryPolicy: RetryPolicy
+    let randomness: RetryRandomness
     let persistence: EnginePersistence
     let commit: @Sendable ([Mutation]) async throws -> [WriteAcknowledgement]
     let state: Mutex<State>
@@ -58,7 +59,7 @@ package final class SyncCore<T: SyncModel>: Sendable {
 
     init(
         managerKey: String, logger: (any DataSyncLogger)?, clock: any Clock<Duration>, retryPolicy: RetryPolicy,
-        persistence: EnginePersistence, base: [Document], outbox: Outbox, documentID: String?, resumeVersion: Version?,
+        random: any RandomNumberGenerator & Sendable, persistence: EnginePersistence, base: [Document], outbox: Outbox, documentID: String?, resumeVersion: Version?,
         commit: @escaping @Sendable ([Mutation]) async throws -> [WriteAcknowledgement],
         didChange: @escaping @Sendable () -> Void
     ) {
@@ -66,6 +67,7 @@ package final class SyncCore<T: SyncModel>: Sendable {
         self.logger = logger
         self.clock = clock
         self.retryPolicy = retryPolicy
+        self.randomness = RetryRandomness(random)
         self.persistence = persistence
         self.commit = commit
         self.didChange = didChange
@@ -74,6 +76,11 @@ package final class SyncCore<T: SyncModel>: Sendable {
         initial.documentID = documentID
         Self.rebuildModels(&initial, orderHint: base.map(\.path))
         state = Mutex(initial)
+    }
+
+    /// The retry policy's delay after `failures` failures in a row, with its jitter.
+    func retryDelay(afterFailures failures: Int) -> Duration? {
+        randomness.delay(retryPolicy, afterFailures: failures)
     }
 
     // MARK: Events

@@ -176,6 +176,34 @@ struct CollectionSyncEngineTests {
         engine.stopListening()
     }
 
+    @Test("an engine's retries draw their jitter from the generator it is given: spread around the backoff, the same for the same seed")
+    func retryJitter() async throws {
+        let clock = ManualClock()
+        let policy = RetryPolicy.exponential(jitter: 0.5)
+        let remote = MockRemoteCollectionService(collection: Product.mocks, collectionPath: { "products" })
+        let engine = CollectionSyncEngine<Product>(remote: remote, managerKey: "products", persistence: nil, clock: clock,
+                                                   retryPolicy: policy, random: SeededRandomNumberGenerator(seed: 7))
+        var reference = SeededRandomNumberGenerator(seed: 7)
+        remote.store.failNextCalls(4)
+        await engine.startListening()
+        var delays: [Duration] = []
+        for failures in 1...4 {
+            let expected = try #require(policy.delay(afterFailures: failures, using: &reference))
+            let deadline = clock.now.advanced(by: expected)
+            // The retry's sleep, whatever it is: a wrong delay fails here instead of waiting for ever.
+            await clock.waitForSleepers(count: 1)
+            #expect(clock.pendingDeadlines == [deadline], "after \(failures) failures")
+            delays.append(expected)
+            clock.advance(to: clock.pendingDeadlines.first ?? deadline)
+        }
+        // Within half of 2, 4, 8, 16 s either way, and not the plain backoff.
+        for (delay, base) in zip(delays, [2.0, 4.0, 8.0, 16.0]) {
+            #expect(abs(delay.doubleSeconds - base) <= base * 0.5)
+        }
+        #expect(delays.map(\.doubleSeconds) != [2, 4, 8, 16])
+        engine.stopListening()
+    }
+
     @Test("stopListening cancels a scheduled retry")
     func stopCancelsRetry() async throws {
         let clock = ManualClock()
