@@ -21,6 +21,28 @@ struct QueryTests {
         try query.evaluate(docs).map(\.path.id)
     }
 
+    @Test("where(…) is whereField(…) under the other libraries' spelling, every filter")
+    func whereSpelling() throws {
+        let pairs: [(Query, Query)] = [
+            (Query().where("s", isEqualTo: "x"), Query().whereField("s", isEqualTo: "x")),
+            (Query().where("s", isNotEqualTo: "x"), Query().whereField("s", isNotEqualTo: "x")),
+            (Query().where("n", isLessThan: 2), Query().whereField("n", isLessThan: 2)),
+            (Query().where("n", isLessThanOrEqualTo: 2), Query().whereField("n", isLessThanOrEqualTo: 2)),
+            (Query().where("n", isGreaterThan: 1), Query().whereField("n", isGreaterThan: 1)),
+            (Query().where("n", isGreaterThanOrEqualTo: 2), Query().whereField("n", isGreaterThanOrEqualTo: 2)),
+            (Query().where("tags", arrayContains: "red"), Query().whereField("tags", arrayContains: "red")),
+            (Query().where("tags", arrayContainsAny: ["red", "green"]), Query().whereField("tags", arrayContainsAny: ["red", "green"])),
+            (Query().where("s", in: ["x", "y"]), Query().whereField("s", in: ["x", "y"])),
+            (Query().where("s", notIn: ["x"]), Query().whereField("s", notIn: ["x"])),
+            (Query().where("n", .greaterThan, 1), Query().whereField("n", .greaterThan, 1)),
+        ]
+        for (spelled, reference) in pairs {
+            #expect(spelled == reference)
+            #expect(try ids(spelled) == ids(reference))
+        }
+        #expect(try ids(Query().where("s", isEqualTo: "x").where("n", isLessThan: 2)) == ["a"])
+    }
+
     @Test("operations are kept in chain order; equality is order-sensitive")
     func equality() throws {
         let a = Query().whereField("n", isEqualTo: 1).order(by: "s")
