@@ -75,7 +75,20 @@ public final class MockLocalCollectionPersistence: LocalCollectionPersistence {
         return fresh
     }
 
+    /// Makes the next `count` calls to ``apply(_:)`` throw, writing nothing, as a full disk would.
+    public func failNextApplies(_ count: Int) {
+        failures.withLock { $0 = count }
+    }
+
+    private let failures = Mutex(0)
+
     public func apply(_ change: LocalCollectionChange) throws {
+        let fail = failures.withLock { failures -> Bool in
+            guard failures > 0 else { return false }
+            failures -= 1
+            return true
+        }
+        if fail { throw TandemError(.unavailable, "An injected failure: the mock persistence refused the write.") }
         changes.withLock { $0.append(change) }
         state.withLock { state in
             guard var current = state else { return }

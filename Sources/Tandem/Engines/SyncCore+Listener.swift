@@ -150,6 +150,7 @@ extension SyncCore {
                 // A large batch: the cache write needs only the batch, so it runs on one core while
                 // the view and the models are brought up to date on the other.
                 var changed: [DocumentPath] = []
+                var failure: String?
                 Parallel.both({
                     if let promotion = prepared?.promotion(of: batch) {
                         do {
@@ -159,7 +160,11 @@ extension SyncCore {
                             // The staged snapshot is not there whole: write the batch itself.
                         }
                     }
-                    try? store.apply(Self.change(for: batch))
+                    do {
+                        try store.apply(Self.change(for: batch))
+                    } catch {
+                        failure = "\(error)"
+                    }
                 }, {
                     if let prepared, let adopted = Self.adopt(batch, prepared, into: &state) {
                         changed = adopted
@@ -168,13 +173,15 @@ extension SyncCore {
                     changed = state.view.applyRemote(batch, now: Date())
                     Self.refreshModels(changed, in: &state, prepared: prepared?.models)
                 })
+                if let failure { state.persistFailures.append(failure) }
                 return changed
             }
             let changed = state.view.applyRemote(batch, now: Date())
-            try? persistence.persist(Self.change(for: batch), view: state.view, documentID: state.documentID, resumeVersion: batch.version)
+            persist(Self.change(for: batch), in: &state, documentID: state.documentID, resumeVersion: batch.version)
             Self.refreshModels(changed, in: &state, prepared: prepared?.models)
             return changed
         }
+        reportPersistFailures()
         if batch.isSnapshot {
             log("bulkLoad_success", ["count": batch.changes.count])
         } else {

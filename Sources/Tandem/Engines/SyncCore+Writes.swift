@@ -99,9 +99,10 @@ extension SyncCore {
                 entry.attempts += 1
                 var change = LocalCollectionChange()
                 change.outboxPuts = [entry]
-                try? persistence.persist(change, view: state.view, documentID: state.documentID, resumeVersion: state.resumeVersion)
+                persist(change, in: &state, documentID: state.documentID, resumeVersion: state.resumeVersion)
                 return entry
             }
+            reportPersistFailures()
             guard let entry = next else { break }
             do {
                 let acknowledgements = try await commit([entry.mutation])
@@ -138,10 +139,11 @@ extension SyncCore {
                     change.deletions = [entry.path]
                 }
             }
-            try? persistence.persist(change, view: state.view, documentID: state.documentID, resumeVersion: state.resumeVersion)
+            persist(change, in: &state, documentID: state.documentID, resumeVersion: state.resumeVersion)
             Self.refreshModels([entry.path], in: &state)
             return state.waiters.removeValue(forKey: entry.id) ?? []
         }
+        reportPersistFailures()
         notifyChanged()
         waiters.forEach { $0.resume(returning: .acknowledged(acknowledgement)) }
     }
@@ -152,10 +154,11 @@ extension SyncCore {
             state.rejected.append(RejectedWrite(mutation: entry.mutation, error: error))
             var change = LocalCollectionChange()
             change.outboxRemovals = [entry.id]
-            try? persistence.persist(change, view: state.view, documentID: state.documentID, resumeVersion: state.resumeVersion)
+            persist(change, in: &state, documentID: state.documentID, resumeVersion: state.resumeVersion)
             Self.refreshModels([entry.path], in: &state)
             return state.waiters.removeValue(forKey: entry.id) ?? []
         }
+        reportPersistFailures()
         notifyChanged()
         log("writeRejected", ["document_id": entry.path.id, "error_description": error.message], severity: .severe)
         waiters.forEach { $0.resume(returning: .rejected(error)) }

@@ -44,6 +44,8 @@ package final class SyncCore<T: SyncModel>: Sendable {
         var wake: CheckedContinuation<Void, Never>?
         var observers: [Int: @Sendable () -> Void] = [:]
         var nextObserver = 0
+        /// Persistence writes that failed under the lock, for ``reportPersistFailures()`` to log.
+        var persistFailures: [String] = []
     }
 
     let managerKey: String
@@ -305,6 +307,28 @@ package final class SyncCore<T: SyncModel>: Sendable {
         _ = state.withLock { $0.observers.removeValue(forKey: token) }
     }
 
+    /// Writes `change` to the engine's persistence, under the state's lock. A failure is kept for
+    /// ``reportPersistFailures()`` to log once the lock is released (the logger is the app's code):
+    /// the in-memory state goes on, and the failure is never dropped silently.
+    func persist(_ change: LocalCollectionChange, in state: inout State, documentID: String?, resumeVersion: Version?) {
+        do {
+            try persistence.persist(change, view: state.view, documentID: documentID, resumeVersion: resumeVersion)
+        } catch {
+            state.persistFailures.append("\(error)")
+        }
+    }
+
+    /// Logs every persistence failure kept since the last call, as a severe `persist_fail` event.
+    func reportPersistFailures() {
+        let failures = state.withLock { state -> [String] in
+            defer { state.persistFailures.removeAll() }
+            return state.persistFailures
+        }
+        for failure in failures {
+            log("persist_fail", ["error_description": failure], severity: .severe)
+        }
+    }
+
     func notifyChanged() {
         let observers = state.withLock { Array($0.observers.values) }
         didChange()
@@ -322,9 +346,10 @@ extension SyncCore {
             state.isFromCache = true
             var change = LocalCollectionChange()
             change.replacesAllDocuments = true
-            try? persistence.persist(change, view: state.view, documentID: state.documentID, resumeVersion: nil)
+            persist(change, in: &state, documentID: state.documentID, resumeVersion: nil)
             Self.rebuildModels(&state)
         }
+        reportPersistFailures()
         notifyChanged()
     }
 
@@ -341,10 +366,11 @@ extension SyncCore {
             state.view.clearBase(now: Date())
             state.resumeVersion = nil
             state.isFromCache = true
-            try? persistence.persist(LocalCollectionChange(), view: state.view, documentID: id, resumeVersion: nil)
+            persist(LocalCollectionChange(), in: &state, documentID: id, resumeVersion: nil)
             Self.rebuildModels(&state)
             return true
         }
+        reportPersistFailures()
         if switched { notifyChanged() }
         return switched
     }

@@ -121,6 +121,22 @@ struct EngineDetailTests {
         #expect(view.hasPendingWrites(path))
     }
 
+    @Test("a cache write that fails is logged as a severe persist_fail, and the engine goes on in memory")
+    func persistFailure() async throws {
+        let persistence = MockLocalCollectionPersistence()
+        let remote = MockRemoteCollectionService(collection: Product.mocks, collectionPath: { "products" })
+        let logger = RecordingDataSyncLogger()
+        let engine = CollectionSyncEngine<Product>(remote: remote, managerKey: "products", persistence: persistence, logger: logger, clock: ManualClock())
+        persistence.failNextApplies(1)
+        await engine.startListening()
+        #expect(engine.currentCollection.map(\.id) == ["desk", "lamp"])
+        let failures = logger.events(named: "products_persist_fail")
+        #expect(failures.count == 1 && failures.first?.severity == .severe)
+        #expect((failures.first?.parameters["error_description"] as? String)?.contains("injected failure") == true)
+        #expect(persistence.appliedChanges.isEmpty)
+        engine.stopListening()
+    }
+
     @Test("mock persistences seed an engine before any network, and saves carry the model's event parameters")
     func mocks() async throws {
         let persistence = MockLocalCollectionPersistence(collection: Product.mocks, collectionPath: "products")
