@@ -31,6 +31,14 @@ struct ConnectionTests {
         return (await iterator.next() ?? 0, task)
     }
 
+    /// A server started and stopped again: its port refuses connections, and starting one on its
+    /// directory and port later brings it back.
+    static func stoppedServer() async throws -> LiveServer {
+        let server = try await LiveServer.start()
+        await server.stop()
+        return server
+    }
+
     static func configure(_ clock: ManualClock) -> (inout TandemClientConfiguration) -> Void {
         { configuration in
             configuration.clock = clock
@@ -69,9 +77,7 @@ struct ConnectionTests {
 
     @Test("reconnect delays draw their jitter from the configured generator")
     func reconnectJitter() async throws {
-        let first = try await LiveServer.start()
-        let port = first.port
-        await first.stop()
+        let port = try await Self.stoppedServer().port
         let clock = ManualClock()
         let policy = RetryPolicy.exponential(jitter: 0.5)
         let running = RunningClient(url: URL(string: "http://127.0.0.1:\(port)")!, id: "c") { configuration in
@@ -93,9 +99,8 @@ struct ConnectionTests {
 
     @Test("reconnects back off 2, 4, 8 s on the clock; a request while down tries at once; success resets")
     func backoff() async throws {
-        let first = try await LiveServer.start()
+        let first = try await Self.stoppedServer()
         let port = first.port
-        await first.stop()
         let clock = ManualClock()
         let running = RunningClient(url: URL(string: "http://127.0.0.1:\(port)")!, id: "c", configure: Self.configure(clock))
         for (attempt, delay) in [(1, 2), (2, 4), (3, 8)] {

@@ -54,7 +54,7 @@ public final class IdentityMap: Sendable {
         let nodes = try write { storage throws(IdentityMapError) in
             var stored: [T.ID: Node] = [:]
             for entity in try storage.checkedBatch(entities, stamp: stamp) {
-                stored[entity.id] = try storage.upsert(entity, stamp: stamp, strict: true, checked: true)
+                stored[entity.id] = try storage.upsert(entity, stamp: stamp, checked: true)
             }
             let nodes = entities.map { stored[$0.id]! }
             for node in nodes { _ = storage.retain(node) }
@@ -85,7 +85,7 @@ public final class IdentityMap: Sendable {
         let alias = NodeKey(alias: [T].self, name: name)
         try write { storage throws(IdentityMapError) in
             for entity in try storage.checkedBatch(entities, stamp: stamp) {
-                try storage.upsert(entity, stamp: stamp, strict: true, checked: true)
+                try storage.upsert(entity, stamp: stamp, checked: true)
             }
             storage.setAlias(alias, to: entities.map { NodeKey(entity: T.self, id: $0.id) })
         }

@@ -55,11 +55,15 @@ final class IdentityMapStorage: @unchecked Sendable {
         if let stamp {
             for entity in batch {
                 if let current = nodes[NodeKey(entity: T.self, id: entity.id)]?.stamp, stamp <= current {
-                    throw .staleStamp(entity: "\(T.self) '\(entity.id)'", current: current, rejected: stamp)
+                    throw Self.stale(entity, current: current, rejected: stamp)
                 }
             }
         }
         return batch
+    }
+
+    private static func stale<T: Identifiable>(_ entity: T, current: Stamp, rejected: Stamp) -> IdentityMapError {
+        .staleStamp(entity: "\(T.self) '\(entity.id)'", current: current, rejected: rejected)
     }
 
     /// Stores an entity (and, for an aggregate, its nested entities). A stamp not newer than the
@@ -71,7 +75,7 @@ final class IdentityMapStorage: @unchecked Sendable {
         let key = NodeKey(entity: T.self, id: value.id)
         let node = nodeCreating(key)
         if !checked, let stamp, let current = node.stamp, stamp <= current {
-            if strict { throw .staleStamp(entity: "\(T.self) '\(value.id)'", current: current, rejected: stamp) }
+            if strict { throw Self.stale(value, current: current, rejected: stamp) }
             return node
         }
         if node.isAggregate == nil {

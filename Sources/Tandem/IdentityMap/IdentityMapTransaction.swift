@@ -30,7 +30,7 @@ public struct IdentityMapTransaction {
     public mutating func store<T: Identifiable & Sendable>(_ entities: [T], aliased name: String, stamp: Stamp? = nil) throws(IdentityMapError)
     where T.ID: Sendable {
         for entity in try storage.checkedBatch(entities, stamp: stamp) {
-            try storage.upsert(entity, stamp: stamp, strict: true, checked: true)
+            try storage.upsert(entity, stamp: stamp, checked: true)
         }
         storage.setAlias(NodeKey(alias: [T].self, name: name), to: entities.map { NodeKey(entity: T.self, id: $0.id) })
     }

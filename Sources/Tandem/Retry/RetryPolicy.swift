@@ -1,5 +1,4 @@
 import Foundation
-import Synchronization
 
 /// How long to wait before each retry of a failed listener or connection.
 ///
@@ -57,20 +56,5 @@ public struct RetryPolicy: Sendable, Hashable {
     /// The delay with jitter drawn from a random number generator.
     public func delay(afterFailures failures: Int, using generator: inout some RandomNumberGenerator) -> Duration? {
         delay(afterFailures: failures, random: jitter == 0 ? 0.5 : Double.random(in: 0..<1, using: &generator))
-    }
-}
-
-/// The random numbers an engine's or a client's retries draw their jitter from: one generator,
-/// shared by every retry of its owner under a lock. Give a seeded one to replay a test's delays.
-final class RetryRandomness: Sendable {
-    private let generator: Mutex<any RandomNumberGenerator & Sendable>
-
-    init(_ generator: any RandomNumberGenerator & Sendable) {
-        self.generator = Mutex(generator)
-    }
-
-    /// `policy`'s delay after `failures` failures, its jitter drawn from the generator.
-    func delay(_ policy: RetryPolicy, afterFailures failures: Int) -> Duration? {
-        generator.withLock { generator in policy.delay(afterFailures: failures, using: &generator) }
     }
 }

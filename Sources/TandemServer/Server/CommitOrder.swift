@@ -80,15 +80,12 @@ struct DeliveryHold: Sendable {
     /// decides what to do with everything held.
     mutating func receive(_ released: [CommittedBatch], now: Duration, commitsUnderWay: () -> Bool) -> Decision {
         held += released
-        if let pacing {
-            count(released.count, at: now, within: pacing.interval)
-            if held.isEmpty { return .wait }
-            if recentCount >= pacing.busyCommits, let lastDelivery {
-                let due = lastDelivery + pacing.interval
-                return now < due ? .waitUntil(due) : deliver(at: now)
-            }
-        }
+        if let pacing { count(released.count, at: now, within: pacing.interval) }
         if held.isEmpty { return .wait }
+        if let pacing, recentCount >= pacing.busyCommits, let lastDelivery {
+            let due = lastDelivery + pacing.interval
+            return now < due ? .waitUntil(due) : deliver(at: now)
+        }
         if holds < limit, commitsUnderWay() {
             holds += 1
             return .wait
