@@ -1,7 +1,7 @@
 import Foundation
 import Synchronization
 import Testing
-import Tandem
+@_spi(Testing) import Tandem
 import TandemCore
 import TandemServer
 import TandemTesting

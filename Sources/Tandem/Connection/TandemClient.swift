@@ -36,7 +36,6 @@ public final class TandemClient: Service, Sendable {
         var generation: Int
         var frames: AsyncStream<String>.Continuation
         var welcomed = false
-        var dropNextAck = false
     }
 
     struct Listener {
@@ -120,7 +119,7 @@ public final class TandemClient: Service, Sendable {
 
     /// Fault injection for tests: the next acknowledgement the server sends is discarded and the
     /// connection dropped, as if the network failed after the commit and before the answer.
-    public func dropNextAcknowledgement() {
+    @_spi(Testing) public func dropNextAcknowledgement() {
         state.withLock { $0.dropNextAcknowledgement = true }
     }
 

@@ -5,12 +5,13 @@ extension CollectionSyncEngine {
     /// own: it never touches ``currentCollection``, and it retries with the engine's policy.
     public func streamDocument(id: String) -> AsyncThrowingStream<T?, any Error> {
         let remote = self.remote
+        let core = self.core
         let updates = core.passThrough { resumeFrom in remote.listenDocument(id: id, resumeFrom: resumeFrom) }
         return AsyncThrowingStream { continuation in
             let task = Task {
                 do {
                     for try await update in updates {
-                        continuation.yield(update.documents.values.first.flatMap(SyncCore<T>.decode))
+                        continuation.yield(update.documents.values.first.flatMap(core.decode))
                     }
                     continuation.finish()
                 } catch {

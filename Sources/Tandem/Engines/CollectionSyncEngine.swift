@@ -134,7 +134,7 @@ public final class CollectionSyncEngine<T: SyncModel>: Sendable {
         core.log("getCollection_start")
         do {
             let documents = try await remote.getDocuments(query: core.query ?? Query())
-            let models = documents.compactMap(SyncCore<T>.decode)
+            let models = documents.compactMap(core.decode)
             core.log("getCollection_success", ["count": models.count])
             return models
         } catch {

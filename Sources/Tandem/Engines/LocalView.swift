@@ -201,12 +201,4 @@ struct LocalView: Sendable {
         recompute(entry.path, now: now)
         return entry
     }
-
-    mutating func clearOutbox(now: Date) {
-        let paths = Array(pendingCount.keys)
-        confirmed.removeAll()
-        outbox.removeAll()
-        pendingCount.removeAll()
-        for path in paths { recompute(path, now: now) }
-    }
 }

@@ -141,16 +141,18 @@ extension SyncCore {
         apply(batch, prepared: nil)
     }
 
-    /// As above, with what was prepared while the batch's pieces arrived.
+    /// As above, with what was prepared while the batch's pieces arrived. The batch's models are
+    /// decoded before any lock is taken; only documents with pending writes on top are decoded
+    /// after the view's locked step.
     func apply(_ batch: RemoteChangeBatch, prepared: PreparedBatch?) {
-        let changed = state.withLock { state -> [DocumentPath] in
-            state.resumeVersion = batch.version
-            state.isFromCache = false
+        let models = prepared?.models ?? PreparedModels(batch.changes)
+        let changed = serial.withLock { _ -> [DocumentPath] in
             if batch.changes.count > 64, case .collection(let store) = persistence {
                 // A large batch: the cache write needs only the batch, so it runs on one core while
                 // the view and the models are brought up to date on the other.
                 var changed: [DocumentPath] = []
-                var failure: String?
+                var undecided: [Document] = []
+                var failure: (any Error)?
                 Parallel.both({
                     if let promotion = prepared?.promotion(of: batch) {
                         do {
@@ -163,25 +165,36 @@ extension SyncCore {
                     do {
                         try store.apply(Self.change(for: batch))
                     } catch {
-                        failure = "\(error)"
+                        failure = error
                     }
                 }, {
-                    if let prepared, let adopted = Self.adopt(batch, prepared, into: &state) {
-                        changed = adopted
-                        return
+                    state.withLock { state in
+                        state.resumeVersion = batch.version
+                        state.isFromCache = false
+                        if let adopted = Self.adopt(batch, models, into: &state) {
+                            (changed, undecided) = adopted
+                            return
+                        }
+                        changed = state.view.applyRemote(batch, now: Date())
+                        undecided = Self.refreshModels(changed, in: &state, prepared: models)
                     }
-                    changed = state.view.applyRemote(batch, now: Date())
-                    Self.refreshModels(changed, in: &state, prepared: prepared?.models)
                 })
-                if let failure { state.persistFailures.append(failure) }
+                if let failure { logPersistFailure(failure) }
+                installModels(undecided)
                 return changed
             }
-            let changed = state.view.applyRemote(batch, now: Date())
-            persist(Self.change(for: batch), in: &state, documentID: state.documentID, resumeVersion: batch.version)
-            Self.refreshModels(changed, in: &state, prepared: prepared?.models)
+            let (changed, undecided, write) = state.withLock { state in
+                state.resumeVersion = batch.version
+                state.isFromCache = false
+                let changed = state.view.applyRemote(batch, now: Date())
+                let write = persistence.write(Self.change(for: batch), view: state.view, documentID: state.documentID, resumeVersion: batch.version)
+                return (changed, Self.refreshModels(changed, in: &state, prepared: models), write)
+            }
+            store(write)
+            installModels(undecided)
             return changed
         }
-        reportPersistFailures()
+        for (path, error) in models.failures { logDecodeFailure(path, error) }
         if batch.isSnapshot {
             log("bulkLoad_success", ["count": batch.changes.count])
         } else {
@@ -215,8 +228,7 @@ extension SyncCore {
     /// A first snapshot with nothing pending, its models all prepared: the snapshot becomes the
     /// view and its models the models, with nothing left to look up. Returns the changed paths;
     /// nil, changing nothing, when it is not one.
-    static func adopt(_ batch: RemoteChangeBatch, _ prepared: PreparedBatch, into state: inout State) -> [DocumentPath]? {
-        let models = prepared.models
+    static func adopt(_ batch: RemoteChangeBatch, _ models: PreparedModels, into state: inout State) -> ([DocumentPath], [Document])? {
         guard batch.isSnapshot, models.paths.count == batch.changes.count, state.orderedPaths.isEmpty,
               // Models are kept in path order; a snapshot comes in it.
               models.inPathOrder,
@@ -227,12 +239,11 @@ extension SyncCore {
         let changed = state.view.applyRemote(batch, now: Date())
         guard changed.count == models.paths.count else {
             // Not one document per change: look each model up after all.
-            refreshModels(changed, in: &state, prepared: models)
-            return changed
+            return (changed, refreshModels(changed, in: &state, prepared: models))
         }
         state.orderedPaths = models.modelPaths
         state.ordered = models.models
-        return changed
+        return (changed, [])
     }
 
     /// The persistence, when it can stage a snapshot while it arrives.

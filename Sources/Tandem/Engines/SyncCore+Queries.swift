@@ -36,7 +36,7 @@ extension SyncCore {
         retryNowIfDown()
         log("getDocumentsQuery_start", ["filter_count": query.filterCount])
         do {
-            let models = try await fetch(query).compactMap(Self.decode)
+            let models = try await fetch(query).compactMap(decode)
             log("getDocumentsQuery_success", ["count": models.count, "filter_count": query.filterCount])
             return models
         } catch {
@@ -71,7 +71,7 @@ extension SyncCore {
         do {
             let document = try await fetch(id)
             log("getDocument_success", ["document_id": id])
-            return document.flatMap(Self.decode)
+            return document.flatMap(decode)
         } catch {
             log("getDocument_fail", ["document_id": id, "error_description": "\(error)"], severity: .severe)
             throw error

@@ -74,7 +74,7 @@ extension SyncCore {
                 do {
                     let compiled = try CompiledQuery(query)
                     for try await update in updates {
-                        continuation.yield(compiled.evaluate(update.documents.values).compactMap(Self.decode))
+                        continuation.yield(compiled.evaluate(update.documents.values).compactMap(self.decode))
                     }
                     continuation.finish()
                 } catch {
@@ -96,7 +96,7 @@ extension SyncCore {
             do {
                 for try await update in source {
                     for document in update.updated {
-                        if let model = Self.decode(document) { updatesContinuation.yield(model) }
+                        if let model = self.decode(document) { updatesContinuation.yield(model) }
                     }
                     for path in update.removed { deletionsContinuation.yield(path.id) }
                 }

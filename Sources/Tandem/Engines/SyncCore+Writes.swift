@@ -19,27 +19,45 @@ extension SyncCore {
             throw error
         }
         // The waiter is registered in the same locked step as the enqueue: a sender already running
-        // could otherwise send and acknowledge the entry before anyone waits for its answer.
+        // could otherwise send and acknowledge the entry before anyone waits for its answer. The
+        // sender takes entries inside `serial`, so it never sees one that is not durable yet.
+        let path = mutation.path
         let outcome = await withCheckedContinuation { (continuation: CheckedContinuation<WriteOutcome, Never>) in
-            let enqueued = state.withLock { state -> Result<Int, any Error> in
-                let previousLast = state.view.outbox.entries.last
-                let result = state.view.enqueue(mutation, now: Date())
-                var change = LocalCollectionChange()
-                change.outboxPuts = [result.entry]
-                change.nextSequence = state.view.outbox.nextSequence
+            let enqueued = serial.withLock { _ -> Result<Int, any Error> in
+                // What the view will show, decoded before the locked step.
+                let now = Date()
+                let shown = LocalView.applyLocally(mutation, to: state.withLock { $0.view.documents[path] }, now: now)
+                let prepared = PreparedModels(showing: shown.map { [$0] } ?? [])
+                let (result, previousLast, write, undecided) = state.withLock { state in
+                    let previousLast = state.view.outbox.entries.last
+                    let result = state.view.enqueue(mutation, now: now)
+                    var change = LocalCollectionChange()
+                    change.outboxPuts = [result.entry]
+                    change.nextSequence = state.view.outbox.nextSequence
+                    let undecided = Self.refreshModels([path], in: &state, prepared: prepared)
+                    state.waiters[result.entry.id, default: []].append(continuation)
+                    let write = persistence.write(change, view: state.view, documentID: state.documentID, resumeVersion: state.resumeVersion)
+                    return (result, previousLast, write, undecided)
+                }
+                for (path, error) in prepared.failures { logDecodeFailure(path, error) }
                 do {
-                    try persistence.persist(change, view: state.view, documentID: state.documentID, resumeVersion: state.resumeVersion)
+                    try write.run()
                 } catch {
                     // Not durable, so not accepted: undo it in memory too.
-                    switch result {
-                    case .appended(let entry): state.view.removeEntry(entry.id, now: Date())
-                    case .merged: state.view.restoreLast(previousLast!, now: Date())
+                    let undone = state.withLock { state -> [Document] in
+                        state.waiters[result.entry.id]?.removeLast()
+                        if state.waiters[result.entry.id]?.isEmpty == true { state.waiters[result.entry.id] = nil }
+                        switch result {
+                        case .appended(let entry): state.view.removeEntry(entry.id, now: now)
+                        case .merged: state.view.restoreLast(previousLast!, now: now)
+                        }
+                        return Self.refreshModels([path], in: &state)
                     }
+                    installModels(undone)
                     return .failure(error)
                 }
-                Self.refreshModels([mutation.path], in: &state)
-                state.waiters[result.entry.id, default: []].append(continuation)
-                return .success(state.view.outbox.count)
+                installModels(undecided)
+                return .success(state.withLock { $0.view.outbox.count })
             }
             switch enqueued {
             case .failure(let error):
@@ -89,20 +107,20 @@ extension SyncCore {
     func flush() async {
         log("syncPendingWrites_start", ["pending_write_count": pendingWriteCount])
         while true {
-            // Mark the first entry as sent before sending, durably: once sent it is never merged.
-            let next: PendingWrite? = state.withLock { state in
-                guard var entry = state.view.outbox.first else {
-                    state.flushing = false
-                    return nil
+            // Mark the first entry as sent before sending: once sent it is never merged. In memory
+            // only: entries loaded from disk all count as sent. Inside `serial`, so the entry taken
+            // is durable.
+            let next: PendingWrite? = serial.withLock { _ in
+                state.withLock { state in
+                    guard var entry = state.view.outbox.first else {
+                        state.flushing = false
+                        return nil
+                    }
+                    state.view.markAttempted(entry.id)
+                    entry.attempts += 1
+                    return entry
                 }
-                state.view.markAttempted(entry.id)
-                entry.attempts += 1
-                var change = LocalCollectionChange()
-                change.outboxPuts = [entry]
-                persist(change, in: &state, documentID: state.documentID, resumeVersion: state.resumeVersion)
-                return entry
             }
-            reportPersistFailures()
             guard let entry = next else { break }
             do {
                 let acknowledgements = try await commit([entry.mutation])
@@ -122,43 +140,58 @@ extension SyncCore {
     }
 
     private func acknowledged(_ entry: PendingWrite, _ acknowledgement: WriteAcknowledgement) {
-        let waiters = state.withLock { state -> [CheckedContinuation<WriteOutcome, Never>] in
-            state.flushFailures = 0
-            var change = LocalCollectionChange()
-            change.outboxRemovals = [entry.id]
-            if acknowledgement.status == .unknown {
-                // Decided so long ago that the server no longer knows the answer: the write leaves
-                // the outbox and the view falls back to the server's state, which the listener
-                // keeps current; nothing is assumed deleted.
-                state.view.removeEntry(entry.id, now: Date())
-            } else {
-                state.view.acknowledge(entry, result: acknowledgement.document, version: acknowledgement.version, now: Date())
-                if let document = acknowledgement.document {
-                    change.upserts = [document]
-                } else {
-                    change.deletions = [entry.path]
-                }
-            }
-            persist(change, in: &state, documentID: state.documentID, resumeVersion: state.resumeVersion)
-            Self.refreshModels([entry.path], in: &state)
-            return state.waiters.removeValue(forKey: entry.id) ?? []
+        // The server's document, decoded before the locked step: the view shows it when no other
+        // write to it is pending.
+        var prepared = PreparedModels()
+        if let document = acknowledgement.document {
+            prepared.add([RemoteChange(path: entry.path, document: document, version: document.version)])
         }
-        reportPersistFailures()
+        let waiters = serial.withLock { _ -> [CheckedContinuation<WriteOutcome, Never>] in
+            let (write, undecided, waiters) = state.withLock { state in
+                state.flushFailures = 0
+                var change = LocalCollectionChange()
+                change.outboxRemovals = [entry.id]
+                if acknowledgement.status == .unknown {
+                    // Decided so long ago that the server no longer knows the answer: the write leaves
+                    // the outbox and the view falls back to the server's state, which the listener
+                    // keeps current; nothing is assumed deleted.
+                    state.view.removeEntry(entry.id, now: Date())
+                } else {
+                    state.view.acknowledge(entry, result: acknowledgement.document, version: acknowledgement.version, now: Date())
+                    if let document = acknowledgement.document {
+                        change.upserts = [document]
+                    } else {
+                        change.deletions = [entry.path]
+                    }
+                }
+                let write = persistence.write(change, view: state.view, documentID: state.documentID, resumeVersion: state.resumeVersion)
+                let undecided = Self.refreshModels([entry.path], in: &state, prepared: prepared)
+                return (write, undecided, state.waiters.removeValue(forKey: entry.id) ?? [])
+            }
+            store(write)
+            installModels(undecided)
+            return waiters
+        }
+        for (path, error) in prepared.failures { logDecodeFailure(path, error) }
         notifyChanged()
         waiters.forEach { $0.resume(returning: .acknowledged(acknowledgement)) }
     }
 
     private func rejected(_ entry: PendingWrite, _ error: TandemError) {
-        let waiters = state.withLock { state -> [CheckedContinuation<WriteOutcome, Never>] in
-            state.view.removeEntry(entry.id, now: Date())
-            state.rejected.append(RejectedWrite(mutation: entry.mutation, error: error))
-            var change = LocalCollectionChange()
-            change.outboxRemovals = [entry.id]
-            persist(change, in: &state, documentID: state.documentID, resumeVersion: state.resumeVersion)
-            Self.refreshModels([entry.path], in: &state)
-            return state.waiters.removeValue(forKey: entry.id) ?? []
+        let waiters = serial.withLock { _ -> [CheckedContinuation<WriteOutcome, Never>] in
+            let (write, undecided, waiters) = state.withLock { state in
+                state.view.removeEntry(entry.id, now: Date())
+                state.rejected.append(RejectedWrite(mutation: entry.mutation, error: error))
+                var change = LocalCollectionChange()
+                change.outboxRemovals = [entry.id]
+                let write = persistence.write(change, view: state.view, documentID: state.documentID, resumeVersion: state.resumeVersion)
+                let undecided = Self.refreshModels([entry.path], in: &state)
+                return (write, undecided, state.waiters.removeValue(forKey: entry.id) ?? [])
+            }
+            store(write)
+            installModels(undecided)
+            return waiters
         }
-        reportPersistFailures()
         notifyChanged()
         log("writeRejected", ["document_id": entry.path.id, "error_description": error.message], severity: .severe)
         waiters.forEach { $0.resume(returning: .rejected(error)) }

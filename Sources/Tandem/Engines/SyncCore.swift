@@ -5,8 +5,15 @@ import TandemCore
 /// The machinery the three engines share: the local view and its decoded models, the outbox and
 /// its single in-order sender, the listener with retry, persistence and analytics events.
 ///
-/// State lives in one mutex. Persistence writes happen under it on purpose: the durable order of
-/// outbox entries must be the in-memory order, and they are short local writes with no suspension.
+/// Two locks, never held together the other way round:
+/// - `serial` orders every change of the view with its persistence, so the durable order of outbox
+///   entries is the in-memory order. Only changes take it; it is held across disk writes and decoding.
+/// - `state` guards the values readers see. It is held for in-memory steps only: no fsync, SQLite
+///   write or decode ever runs under it, so a UI reading `currentCollection` never waits on disk.
+///
+/// A change runs in up to two locked steps inside `serial`: the view (and every model whose decoded
+/// form is at hand) first, then the models decoded outside the lock. Nothing else changes the
+/// view in between.
 package final class SyncCore<T: SyncModel>: Sendable {
     enum WriteOutcome: Sendable {
         case acknowledged(WriteAcknowledgement)
@@ -44,8 +51,6 @@ package final class SyncCore<T: SyncModel>: Sendable {
         var wake: CheckedContinuation<Void, Never>?
         var observers: [Int: @Sendable () -> Void] = [:]
         var nextObserver = 0
-        /// Persistence writes that failed under the lock, for ``reportPersistFailures()`` to log.
-        var persistFailures: [String] = []
     }
 
     let managerKey: String
@@ -56,6 +61,8 @@ package final class SyncCore<T: SyncModel>: Sendable {
     let persistence: EnginePersistence
     let commit: @Sendable ([Mutation]) async throws -> [WriteAcknowledgement]
     let state: Mutex<State>
+    /// Held by every change of the view, across its persistence and decoding; never by a reader.
+    let serial = Mutex<Void>(())
     /// Called, outside the lock, after the view changed.
     let didChange: @Sendable () -> Void
 
@@ -73,11 +80,16 @@ package final class SyncCore<T: SyncModel>: Sendable {
         self.persistence = persistence
         self.commit = commit
         self.didChange = didChange
+        // Entries loaded from disk count as sent: one may have reached the server before the app
+        // stopped, so none is merged again. This is what spares a write to disk before each send.
+        var outbox = outbox
+        outbox.markAllAttempted()
         var initial = State(view: LocalView(base: base, outbox: outbox, now: Date()))
         initial.resumeVersion = resumeVersion
         initial.documentID = documentID
-        Self.rebuildModels(&initial, orderHint: base.map(\.path))
+        let failures = Self.rebuildModels(&initial, orderHint: base.map(\.path))
         state = Mutex(initial)
+        for (path, error) in failures { logDecodeFailure(path, error) }
     }
 
     /// The retry policy's delay after `failures` failures in a row, with its jitter.
@@ -91,16 +103,37 @@ package final class SyncCore<T: SyncModel>: Sendable {
         logger?.trackEvent(DataSyncLogEvent(name: "\(managerKey)_\(event)", parameters: parameters, severity: severity))
     }
 
-    // MARK: Models
-
-    /// Decodes a view document into a model; the document id fills a missing `id` field.
-    static func decode(_ document: Document) -> T? {
-        try? JSONValueDecoder().decode(T.self, from: document.data, defaultID: document.path.id)
+    /// A document that no longer decodes into the model: it stays out of the models, and says so.
+    func logDecodeFailure(_ path: DocumentPath, _ error: any Error) {
+        log("decode_fail", ["document_id": path.id, "error_description": "\(error)"], severity: .severe)
     }
 
-    /// Decodes every view document. `orderHint` lists paths in the order they probably sort in (the
-    /// persistence's order); checking that order costs one pass, where sorting would cost n log n.
-    static func rebuildModels(_ state: inout State, orderHint: [DocumentPath] = []) {
+    /// A write to the engine's persistence that failed: the in-memory state goes on, said loudly.
+    func logPersistFailure(_ error: any Error) {
+        log("persist_fail", ["error_description": "\(error)"], severity: .severe)
+    }
+
+    // MARK: Models
+
+    /// Decodes a document into a model; the document id fills a missing `id` field.
+    static func decodeModel(_ document: Document) throws -> T {
+        try JSONValueDecoder().decode(T.self, from: document.data, defaultID: document.path.id)
+    }
+
+    /// Decodes a document into a model, or logs `decode_fail` with its id and returns nil.
+    func decode(_ document: Document) -> T? {
+        do {
+            return try Self.decodeModel(document)
+        } catch {
+            logDecodeFailure(document.path, error)
+            return nil
+        }
+    }
+
+    /// Decodes every view document, returning those that failed. `orderHint` lists paths in the
+    /// order they probably sort in (the persistence's order); checking that order costs one pass,
+    /// where sorting would cost n log n. For a state no reader sees yet (an engine being made).
+    static func rebuildModels(_ state: inout State, orderHint: [DocumentPath] = []) -> [(DocumentPath, any Error)] {
         var paths = orderHint.filter { state.view.documents[$0] != nil }
         if paths.count != state.view.documents.count {
             paths = Array(state.view.documents.keys)
@@ -110,27 +143,186 @@ package final class SyncCore<T: SyncModel>: Sendable {
         }
         var orderedPaths: [DocumentPath] = []
         var ordered: [T] = []
+        var failures: [(DocumentPath, any Error)] = []
         orderedPaths.reserveCapacity(paths.count)
         ordered.reserveCapacity(paths.count)
         for path in paths {
-            guard let model = state.view.documents[path].flatMap(decode) else { continue }
-            orderedPaths.append(path)
-            ordered.append(model)
+            guard let document = state.view.documents[path] else { continue }
+            do {
+                ordered.append(try decodeModel(document))
+                orderedPaths.append(path)
+            } catch {
+                failures.append((path, error))
+            }
         }
         state.orderedPaths = orderedPaths
         state.ordered = ordered
+        return failures
     }
 
-    /// Brings the decoded models of some paths in line with the view.
-    static func refreshModels(_ paths: [DocumentPath], in state: inout State, prepared: PreparedModels? = nil) {
+    /// Brings the models of `paths` in line with the view, in a locked step: a path whose document
+    /// went loses its model, one whose decoded model is at hand (`prepared`) gets it. Returns the
+    /// documents left to decode (after the lock, with ``installModels(_:)``); their models stay as
+    /// they were until then.
+    static func refreshModels(_ paths: [DocumentPath], in state: inout State, prepared: PreparedModels? = nil) -> [Document] {
+        let decided = decideModels(paths, from: state.view, prepared: prepared)
+        place(decided, into: &state)
+        return decided.undecided
+    }
+
+    /// Decodes documents found by ``refreshModels(_:in:prepared:)`` outside the state's lock, then
+    /// puts their models in place. Called inside `serial`, so the view still shows them.
+    func installModels(_ documents: [Document]) {
+        guard !documents.isEmpty else { return }
+        var fresh = DecodedModels()
+        for document in documents.sorted(by: { $0.path < $1.path }) {
+            fresh.changed.append(document.path)
+            if let model = decode(document) {
+                fresh.paths.append(document.path)
+                fresh.models.append(model)
+            }
+        }
+        let placed = state.withLock { state -> Bool in
+            // Nothing changes the view outside `serial`; checked all the same, as it is cheap.
+            guard documents.allSatisfy({ state.view.documents[$0.path] == $0 }) else { return false }
+            Self.place(fresh, into: &state)
+            return true
+        }
+        if !placed {
+            log("models_stale", ["count": documents.count], severity: .severe)
+        }
+    }
+
+    /// Models decoded from a batch's documents before its locked step (while later pieces were
+    /// still arriving, or just before), in the batch's order. Each stands for the view's document
+    /// as long as the view shows that very version of it with no pending write on top (a server
+    /// version of a document never changes).
+    struct PreparedModels {
+        /// Every change's path and document version.
+        var paths: [DocumentPath] = []
+        var versions: [Version?] = []
+        /// Each change's index in `models`, or -1 when its document did not decode (or was none).
+        var modelIndex: [Int] = []
+        var modelPaths: [DocumentPath] = []
+        var models: [T] = []
+        /// Documents that did not decode, to log once the batch is applied.
+        var failures: [(DocumentPath, any Error)] = []
+        /// Whether `modelPaths` is strictly increasing (checked as they come, while at hand).
+        private(set) var inPathOrder = true
+
+        init() {}
+
+        /// When set, a model stands for the view's document only when that is this very document,
+        /// pending writes or not: for models of what a local write will show.
+        private(set) var exactDocuments: [Document]?
+
+        init(_ changes: [RemoteChange]) {
+            add(changes)
+        }
+
+        /// The models of documents the view is about to show, pending writes included.
+        init(showing documents: [Document]) {
+            add(documents.map { RemoteChange(path: $0.path, document: $0, version: $0.version) })
+            exactDocuments = documents
+        }
+
+        /// Whether the prepared change at `index` stands for `document`, shown by `view`.
+        func stands(_ index: Int, for document: Document, in view: LocalView, anyPending: Bool) -> Bool {
+            if let exactDocuments { return exactDocuments[index] == document }
+            return versions[index] == document.version && (!anyPending || !view.hasPendingWrites(document.path))
+        }
+
+        mutating func add(_ changes: [RemoteChange]) {
+            for change in changes {
+                paths.append(change.path)
+                versions.append(change.document?.version)
+                guard let document = change.document else {
+                    modelIndex.append(-1)
+                    continue
+                }
+                do {
+                    let model = try decodeModel(document)
+                    if inPathOrder, let last = modelPaths.last, !(last < change.path) { inPathOrder = false }
+                    modelIndex.append(models.count)
+                    modelPaths.append(change.path)
+                    models.append(model)
+                } catch {
+                    modelIndex.append(-1)
+                    failures.append((change.path, error))
+                }
+            }
+        }
+    }
+
+    /// Models for a merge: the paths whose model is decided (gone, or fresh), the fresh ones in path
+    /// order, and the documents still to decode.
+    struct DecodedModels {
+        var changed: [DocumentPath] = []
+        var paths: [DocumentPath] = []
+        var models: [T] = []
+        var undecided: [Document] = []
+    }
+
+    /// Decides the models of the view's documents at `paths` from what is prepared, without decoding.
+    static func decideModels(_ paths: [DocumentPath], from view: LocalView, prepared: PreparedModels?) -> DecodedModels {
+        // Sort the paths, not (path, model) pairs (moving generic models is slow), and only when
+        // they do not come sorted already (strictly increasing also means no repeats).
+        var sorted = paths
+        if !zip(paths, paths.dropFirst()).allSatisfy({ $0 < $1 }) {
+            sorted = Set(paths).sorted()
+        }
+        // Prepared models line up with the batch when the paths are the batch's own (a snapshot,
+        // or a batch of distinct documents in path order); otherwise they are looked up.
+        let aligned = prepared.map { $0.paths.count == sorted.count && $0.paths == sorted } ?? false
+        var lookup: [DocumentPath: Int] = [:]
+        if let prepared, !aligned {
+            lookup.reserveCapacity(prepared.paths.count)
+            for (index, path) in prepared.paths.enumerated() { lookup[path] = index }
+        }
+        let documents = view.documents
+        let anyPending = view.hasPendingWrites
+        var decided = DecodedModels()
+        // Two arrays rather than one of (path, model) pairs: generic tuples copy slowly.
+        decided.changed.reserveCapacity(sorted.count)
+        decided.paths.reserveCapacity(sorted.count)
+        decided.models.reserveCapacity(sorted.count)
+        for (position, path) in sorted.enumerated() {
+            guard let document = documents[path] else {
+                decided.changed.append(path)
+                continue
+            }
+            if let prepared, let index = aligned ? position : lookup[path],
+               prepared.stands(index, for: document, in: view, anyPending: anyPending) {
+                decided.changed.append(path)
+                let model = prepared.modelIndex[index]
+                if model >= 0 {
+                    decided.paths.append(path)
+                    decided.models.append(prepared.models[model])
+                }
+            } else {
+                decided.undecided.append(document)
+            }
+        }
+        return decided
+    }
+
+    /// Puts decided models in place of those of their paths, keeping path order.
+    static func place(_ fresh: DecodedModels, into state: inout State) {
         // Many paths at once (a snapshot, a large batch): one merge pass instead of an insertion
         // each, which would be quadratic.
-        if paths.count > 64 {
-            mergeModels(paths, in: &state, prepared: prepared)
+        if fresh.changed.count > 64 {
+            merge(fresh, into: &state)
             return
         }
-        for path in paths {
-            let model = state.view.documents[path].flatMap(decode)
+        var next = 0
+        for path in fresh.changed {
+            let model: T?
+            if next < fresh.paths.count && fresh.paths[next] == path {
+                model = fresh.models[next]
+                next += 1
+            } else {
+                model = nil
+            }
             let index = binarySearch(state.orderedPaths, path)
             let present = index < state.orderedPaths.count && state.orderedPaths[index] == path
             switch (model, present) {
@@ -148,89 +340,7 @@ package final class SyncCore<T: SyncModel>: Sendable {
         }
     }
 
-    /// Re-decodes `paths` and merges them into the ordered models in one pass.
-    static func mergeModels(_ paths: [DocumentPath], in state: inout State, prepared: PreparedModels? = nil) {
-        merge(decodeModels(paths, from: state.view, prepared: prepared), into: &state)
-    }
-
-    /// Models decoded from a batch's documents while its later pieces were still arriving, in the
-    /// batch's order. Each stands for the view's document as long as the view shows that very
-    /// version of it with no pending write on top (a server version of a document never changes).
-    struct PreparedModels {
-        /// Every change's path and document version.
-        var paths: [DocumentPath] = []
-        var versions: [Version?] = []
-        /// Whether each change's document decoded; those that did, with their paths.
-        var decodes: [Bool] = []
-        var modelPaths: [DocumentPath] = []
-        var models: [T] = []
-        /// Whether `modelPaths` is strictly increasing (checked as they come, while at hand).
-        private(set) var inPathOrder = true
-
-        mutating func add(_ changes: [RemoteChange]) {
-            for change in changes {
-                paths.append(change.path)
-                versions.append(change.document?.version)
-                let model = change.document.flatMap(decode)
-                decodes.append(model != nil)
-                if let model {
-                    if inPathOrder, let last = modelPaths.last, !(last < change.path) { inPathOrder = false }
-                    modelPaths.append(change.path)
-                    models.append(model)
-                }
-            }
-        }
-    }
-
-    /// Models decoded for a merge: the changed paths, and those that still decode, in path order.
-    struct DecodedModels {
-        var changed: [DocumentPath] = []
-        var paths: [DocumentPath] = []
-        var models: [T] = []
-    }
-
-    /// Decodes the view's documents at `paths`, taking each prepared model that still stands for
-    /// its document.
-    static func decodeModels(_ paths: [DocumentPath], from view: LocalView, prepared: PreparedModels? = nil) -> DecodedModels {
-        // Sort the paths, not (path, model) pairs (moving generic models is slow), and only when
-        // they do not come sorted already (strictly increasing also means no repeats).
-        var decoded = DecodedModels()
-        decoded.changed = paths
-        if !zip(paths, paths.dropFirst()).allSatisfy({ $0 < $1 }) {
-            decoded.changed = Set(paths).sorted()
-        }
-        // Prepared models line up with the batch; they serve when the paths are the batch's own.
-        let prepared = prepared.flatMap { $0.paths.count == decoded.changed.count ? $0 : nil }
-        let documents = view.documents
-        let anyPending = view.hasPendingWrites
-        // Two arrays rather than one of (path, model) pairs: generic tuples copy slowly.
-        decoded.paths.reserveCapacity(decoded.changed.count)
-        decoded.models.reserveCapacity(decoded.changed.count)
-        var preparedModel = 0
-        for (index, path) in decoded.changed.enumerated() {
-            // The prepared model of this change, if it decoded.
-            var candidate: T?
-            if let prepared, prepared.decodes[index] {
-                candidate = prepared.models[preparedModel]
-                preparedModel += 1
-            }
-            guard let document = documents[path] else { continue }
-            let model: T?
-            if let prepared, prepared.paths[index] == path, prepared.versions[index] == document.version,
-               !anyPending || !view.hasPendingWrites(path) {
-                model = candidate
-            } else {
-                model = decode(document)
-            }
-            if let model {
-                decoded.paths.append(path)
-                decoded.models.append(model)
-            }
-        }
-        return decoded
-    }
-
-    /// Puts decoded models in place of those of their paths, keeping path order.
+    /// Puts decided models in place of those of their paths in one pass.
     static func merge(_ fresh: DecodedModels, into state: inout State) {
         if state.orderedPaths.isEmpty {
             // Nothing to merge with (a first snapshot): the fresh models are the whole list.
@@ -307,25 +417,17 @@ package final class SyncCore<T: SyncModel>: Sendable {
         _ = state.withLock { $0.observers.removeValue(forKey: token) }
     }
 
-    /// Writes `change` to the engine's persistence, under the state's lock. A failure is kept for
-    /// ``reportPersistFailures()`` to log once the lock is released (the logger is the app's code):
-    /// the in-memory state goes on, and the failure is never dropped silently.
-    func persist(_ change: LocalCollectionChange, in state: inout State, documentID: String?, resumeVersion: Version?) {
+    /// Runs a write to the engine's persistence, outside the state's lock (inside `serial`). A
+    /// failure is logged as `persist_fail`: the in-memory state goes on, and it is never dropped
+    /// silently. Returns whether it was written.
+    @discardableResult
+    func store(_ write: LocalWrite) -> Bool {
         do {
-            try persistence.persist(change, view: state.view, documentID: documentID, resumeVersion: resumeVersion)
+            try write.run()
+            return true
         } catch {
-            state.persistFailures.append("\(error)")
-        }
-    }
-
-    /// Logs every persistence failure kept since the last call, as a severe `persist_fail` event.
-    func reportPersistFailures() {
-        let failures = state.withLock { state -> [String] in
-            defer { state.persistFailures.removeAll() }
-            return state.persistFailures
-        }
-        for failure in failures {
-            log("persist_fail", ["error_description": failure], severity: .severe)
+            logPersistFailure(error)
+            return false
         }
     }
 
@@ -339,38 +441,58 @@ package final class SyncCore<T: SyncModel>: Sendable {
 extension SyncCore {
     /// Drops the cached documents (memory and disk); pending writes stay in the view and the outbox.
     func clearDocuments(forgetDocumentID: Bool = false) {
-        state.withLock { state in
-            if forgetDocumentID { state.documentID = nil }
-            state.view.clearBase(now: Date())
-            state.resumeVersion = nil
-            state.isFromCache = true
-            var change = LocalCollectionChange()
-            change.replacesAllDocuments = true
-            persist(change, in: &state, documentID: state.documentID, resumeVersion: nil)
-            Self.rebuildModels(&state)
+        serial.withLock { _ in
+            let (write, undecided) = state.withLock { state -> (LocalWrite, [Document]) in
+                if forgetDocumentID { state.documentID = nil }
+                state.view.clearBase(now: Date())
+                state.resumeVersion = nil
+                state.isFromCache = true
+                var change = LocalCollectionChange()
+                change.replacesAllDocuments = true
+                let write = persistence.write(change, view: state.view, documentID: state.documentID, resumeVersion: nil)
+                return (write, Self.pruneModels(in: &state))
+            }
+            store(write)
+            installModels(undecided)
         }
-        reportPersistFailures()
         notifyChanged()
     }
 
-
+    /// After the base was dropped, in a locked step: the models of documents that went go too.
+    /// Returns what pending writes still show, to decode again.
+    static func pruneModels(in state: inout State) -> [Document] {
+        let documents = state.view.documents
+        var paths: [DocumentPath] = []
+        var models: [T] = []
+        for (path, model) in zip(state.orderedPaths, state.ordered) where documents[path] != nil {
+            paths.append(path)
+            models.append(model)
+        }
+        state.orderedPaths = paths
+        state.ordered = models
+        return Array(documents.values)
+    }
 
     var documentID: String? { state.withLock { $0.documentID } }
 
     /// Points a document engine at another document: the old cached document goes, its pending
     /// writes stay. Returns whether the id changed.
     func switchDocument(to id: String) -> Bool {
-        let switched = state.withLock { state -> Bool in
-            guard state.documentID != id else { return false }
-            state.documentID = id
-            state.view.clearBase(now: Date())
-            state.resumeVersion = nil
-            state.isFromCache = true
-            persist(LocalCollectionChange(), in: &state, documentID: id, resumeVersion: nil)
-            Self.rebuildModels(&state)
+        let switched = serial.withLock { _ -> Bool in
+            let change = state.withLock { state -> (LocalWrite, [Document])? in
+                guard state.documentID != id else { return nil }
+                state.documentID = id
+                state.view.clearBase(now: Date())
+                state.resumeVersion = nil
+                state.isFromCache = true
+                let write = persistence.write(LocalCollectionChange(), view: state.view, documentID: id, resumeVersion: nil)
+                return (write, Self.pruneModels(in: &state))
+            }
+            guard let (write, undecided) = change else { return false }
+            store(write)
+            installModels(undecided)
             return true
         }
-        reportPersistFailures()
         if switched { notifyChanged() }
         return switched
     }

@@ -51,7 +51,7 @@ public struct Outbox: Sendable, Hashable, Codable {
 
     /// Adds a write, merging it into the newest entry when that keeps its meaning.
     @discardableResult
-    public mutating func enqueue(_ mutation: Mutation) -> Enqueued {
+    package mutating func enqueue(_ mutation: Mutation) -> Enqueued {
         if let last = entries.last, last.attempts == 0, last.path == mutation.path,
            let merged = Self.merge(last.mutation, then: mutation)
         {
@@ -66,21 +66,29 @@ public struct Outbox: Sendable, Hashable, Codable {
     }
 
     /// Records that an entry was sent (so it is never merged again).
-    public mutating func markAttempted(_ id: MutationID) {
+    package mutating func markAttempted(_ id: MutationID) {
         guard let index = entries.firstIndex(where: { $0.id == id }) else { return }
         entries[index].attempts += 1
     }
 
+    /// Records that every entry may have been sent: entries loaded from disk, which an earlier run
+    /// may have sent just before it stopped. None of them is merged with a later write.
+    package mutating func markAllAttempted() {
+        for index in entries.indices where entries[index].attempts == 0 {
+            entries[index].attempts = 1
+        }
+    }
+
     /// Removes an entry, on acknowledgement or on rejection for good.
     @discardableResult
-    public mutating func remove(_ id: MutationID) -> PendingWrite? {
+    package mutating func remove(_ id: MutationID) -> PendingWrite? {
         guard let index = entries.firstIndex(where: { $0.id == id }) else { return nil }
         if index == entries.startIndex { return entries.removeFirst() }
         return entries.remove(at: index)
     }
 
     /// Removes every entry.
-    public mutating func removeAll() {
+    package mutating func removeAll() {
         entries.removeAll()
     }
 

@@ -36,8 +36,6 @@ public struct LocalCollectionChange: Sendable, Hashable {
     public var outboxPuts: [PendingWrite] = []
     /// Outbox entries acknowledged or rejected.
     public var outboxRemovals: [MutationID] = []
-    /// Remove every outbox entry (before `outboxPuts`).
-    public var clearsOutbox = false
     /// The outbox's next sequence number, which must never go back even when the outbox empties:
     /// the server would take a reused number for a replay.
     public var nextSequence: UInt64?
@@ -48,7 +46,7 @@ public struct LocalCollectionChange: Sendable, Hashable {
 
     public var isEmpty: Bool {
         promotesStagedSnapshot == nil && !replacesAllDocuments && upserts.isEmpty && deletions.isEmpty && outboxPuts.isEmpty && outboxRemovals.isEmpty
-            && !clearsOutbox && nextSequence == nil && resumeVersion == nil
+            && nextSequence == nil && resumeVersion == nil
     }
 }
 

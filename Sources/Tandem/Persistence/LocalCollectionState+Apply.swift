@@ -11,7 +11,6 @@ extension LocalCollectionState {
             documents = byPath.values.sorted { $0.path < $1.path }
         }
         var entries = Array(outbox.entries)
-        if change.clearsOutbox { entries = [] }
         let removed = Set(change.outboxRemovals)
         entries.removeAll { removed.contains($0.id) }
         for put in change.outboxPuts {

@@ -191,9 +191,6 @@ public final class SQLiteCollectionPersistence: LocalCollectionPersistence, Snap
             try db.execute(sql: "DELETE FROM document WHERE manager_key = ? AND slot = ?", arguments: [managerKey, slot])
             staging.withLock { $0 = nil }
         }
-        if change.clearsOutbox {
-            try db.execute(sql: "DELETE FROM outbox WHERE manager_key = ?", arguments: [managerKey])
-        }
         if !change.outboxRemovals.isEmpty {
             let statement = try db.cachedStatement(sql: "DELETE FROM outbox WHERE manager_key = ? AND sequence = ?")
             for id in change.outboxRemovals {
