@@ -14,15 +14,13 @@ public final class MockLocalDocumentPersistence: LocalDocumentPersistence {
     public var saveCount: Int { saves.load(ordering: .relaxed) }
     private let saves = Atomic<Int>(0)
 
-    /// Starts empty, or holding `document` as the confirmed state of `collectionPath/id`.
-    public init<T: SyncModel>(document: T? = nil, collectionPath: String = "mocks", clientID: String = "mock-client") {
-        var initial: LocalDocumentState?
-        if let document, let path = try? DocumentPath("\(collectionPath)/\(document.id)"),
-           let data = try? JSONValueEncoder().encodeObject(document)
-        {
-            initial = LocalDocumentState(documentID: document.id, base: Document(path: path, data: data), outbox: Outbox(clientID: clientID))
-        }
-        state = Mutex(initial)
+    /// Starts holding `document` as the confirmed state of `collectionPath/id`. The collection path
+    /// must be the engine's remote's: a document cached under another path is not the one it reads.
+    /// Throws when the path or the document is not valid.
+    public init<T: SyncModel>(document: T, collectionPath: String, clientID: String = "mock-client") throws {
+        let path = try CollectionPath(collectionPath).document(document.id)
+        let data = try JSONValueEncoder().encodeObject(document)
+        state = Mutex(LocalDocumentState(documentID: document.id, base: Document(path: path, data: data), outbox: Outbox(clientID: clientID)))
     }
 
     /// Starts empty.
@@ -51,13 +49,13 @@ public final class MockLocalCollectionPersistence: LocalCollectionPersistence {
     public var appliedChanges: [LocalCollectionChange] { changes.withLock { $0 } }
     private let changes = Mutex<[LocalCollectionChange]>([])
 
-    /// Starts holding `collection` as confirmed documents under `collectionPath` (nothing saved when empty).
-    public init<T: SyncModel>(collection: [T] = [], collectionPath: String = "mocks", clientID: String = "mock-client") {
-        let documents = collection.compactMap { model -> Document? in
-            guard let path = try? DocumentPath("\(collectionPath)/\(model.id)"),
-                  let data = try? JSONValueEncoder().encodeObject(model)
-            else { return nil }
-            return Document(path: path, data: data)
+    /// Starts holding `collection` as confirmed documents under `collectionPath` (nothing saved when
+    /// empty). The collection path must be the engine's remote's: documents cached under another
+    /// path are not the ones it reads. Throws when a path or a model is not valid.
+    public init<T: SyncModel>(collection: [T], collectionPath: String, clientID: String = "mock-client") throws {
+        let collectionPath = try CollectionPath(collectionPath)
+        let documents = try collection.map { model in
+            Document(path: try collectionPath.document(model.id), data: try JSONValueEncoder().encodeObject(model))
         }
         state = Mutex(collection.isEmpty ? nil : LocalCollectionState(documents: documents, outbox: Outbox(clientID: clientID)))
     }
@@ -82,7 +80,21 @@ public final class MockLocalCollectionPersistence: LocalCollectionPersistence {
 
     private let failures = Mutex(0)
 
+    /// Runs `observer` at the start of every ``apply(_:)``, on the applying thread: a test can see
+    /// what holds while the engine writes to disk.
+    public func whenApplying(_ observer: @escaping @Sendable (LocalCollectionChange) -> Void) {
+        applying.withLock { $0 = Observer(call: observer) }
+    }
+
+    private final class Observer: Sendable {
+        let call: @Sendable (LocalCollectionChange) -> Void
+        init(call: @escaping @Sendable (LocalCollectionChange) -> Void) { self.call = call }
+    }
+
+    private let applying = Mutex<Observer?>(nil)
+
     public func apply(_ change: LocalCollectionChange) throws {
+        applying.withLock { $0 }?.call(change)
         let fail = failures.withLock { failures -> Bool in
             guard failures > 0 else { return false }
             failures -= 1

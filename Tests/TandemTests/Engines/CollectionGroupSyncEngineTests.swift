@@ -137,9 +137,51 @@ struct EngineDetailTests {
         engine.stopListening()
     }
 
+    @Test("cache writes run outside the lock readers take: a reader never waits on disk")
+    func diskOutsideReaderLock() async throws {
+        let persistence = MockLocalCollectionPersistence()
+        let remote = MockRemoteCollectionService(collection: Product.mocks, collectionPath: { "products" })
+        let engine = CollectionSyncEngine<Product>(remote: remote, managerKey: "products", persistence: persistence, clock: ManualClock())
+        // While each change is written (a snapshot, a local write, its acknowledgement), the lock
+        // that readers take must be free.
+        let readable = Mutex<[Bool]>([])
+        persistence.whenApplying { _ in
+            let free = engine.core.state.withLockIfAvailable { _ in true } ?? false
+            readable.withLock { $0.append(free) }
+        }
+        await engine.startListening()
+        try await engine.saveDocument(Product(id: "rug", name: "Rug", price: 1, stock: 1))
+        let seen = readable.withLock { $0 }
+        #expect(seen.count >= 3, "the snapshot, the write and its acknowledgement each wrote to disk")
+        #expect(seen.allSatisfy { $0 }, "\(seen)")
+        engine.stopListening()
+    }
+
+    @Test("a document that no longer decodes is logged as decode_fail with its id, never dropped silently")
+    func decodeFailure() async throws {
+        let collection = try CollectionPath("products")
+        let store = InMemoryDocumentStore(documents: [
+            Document(path: try collection.document("desk"), data: ["id": "desk", "name": "Desk", "price": 10, "stock": 1]),
+            Document(path: try collection.document("odd"), data: ["id": "odd", "name": "Odd", "price": "not a number", "stock": 1]),
+        ])
+        let remote = MockRemoteCollectionService(collectionPath: { "products" }, store: store)
+        let logger = RecordingDataSyncLogger()
+        let engine = CollectionSyncEngine<Product>(remote: remote, managerKey: "products", persistence: nil, logger: logger, clock: ManualClock())
+        await engine.startListening()
+        #expect(engine.currentCollection.map(\.id) == ["desk"])
+        let failures = logger.events(named: "products_decode_fail")
+        #expect(failures.count == 1 && failures.first?.severity == .severe)
+        #expect(failures.first?.parameters["document_id"] as? String == "odd")
+        // A local write that makes a document undecodable is logged as well.
+        try await engine.updateDocument(id: "desk", data: ["price": "free"])
+        #expect(engine.currentCollection.isEmpty)
+        #expect(logger.events(named: "products_decode_fail").contains { $0.parameters["document_id"] as? String == "desk" })
+        engine.stopListening()
+    }
+
     @Test("mock persistences seed an engine before any network, and saves carry the model's event parameters")
     func mocks() async throws {
-        let persistence = MockLocalCollectionPersistence(collection: Product.mocks, collectionPath: "products")
+        let persistence = try MockLocalCollectionPersistence(collection: Product.mocks, collectionPath: "products")
         let remote = MockRemoteCollectionService(collectionPath: { "products" })
         remote.store.goOffline()
         let logger = RecordingDataSyncLogger()
