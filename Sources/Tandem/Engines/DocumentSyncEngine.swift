@@ -72,7 +72,9 @@ public final class DocumentSyncEngine<T: SyncModel>: Sendable {
     public func startListening(documentId: String) async throws {
         _ = try remote.collectionPath().document(documentId)  // a valid path now, or a typed error
         let switched = core.switchDocument(to: documentId)
-        if !switched && core.isListening { return }
+        // The same id again: nothing to do while the listener is up; one waiting out a backoff
+        // starts again at once.
+        if !switched && core.isListenerUp { return }
         let remote = self.remote
         await core.startListener { resumeFrom in remote.listen(documentID: documentId, resumeFrom: resumeFrom) }
         core.triggerFlush()

@@ -43,6 +43,9 @@ extension SyncCore {
 
     var isListening: Bool { state.withLock { $0.listener != nil } }
 
+    /// Whether a listener runs and is up (not waiting out a backoff).
+    var isListenerUp: Bool { state.withLock { $0.listener != nil && !$0.listenerDown } }
+
     /// Called by reads and writes: a listener waiting to retry tries again now.
     func retryNowIfDown() {
         let wake = state.withLock { state -> CheckedContinuation<Void, Never>? in

@@ -2,13 +2,14 @@ import Foundation
 import TandemCore
 
 extension SyncCore {
-    /// Listens to a query: the same query again (while live) does nothing; a new one replaces the
-    /// listener and starts from a snapshot, since a resume version belongs to the query that reached it.
+    /// Listens to a query: the same query again does nothing while its listener is up, and starts
+    /// it again at once (resuming) while it waits out a backoff; a new query replaces the listener
+    /// and starts from a snapshot, since a resume version belongs to the query that reached it.
     func listen(to query: Query, _ listen: @escaping @Sendable (Query, Version?) -> AsyncThrowingStream<RemoteChangeBatch, any Error>) async {
         let unchanged = state.withLock { state -> Bool in
-            if state.query == query && state.listener != nil { return true }
+            if state.query == query && state.listener != nil { return !state.listenerDown }
+            if state.query != query { state.resumeVersion = nil }
             state.query = query
-            state.resumeVersion = nil
             return false
         }
         if unchanged { return }

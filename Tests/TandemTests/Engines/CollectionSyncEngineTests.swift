@@ -232,6 +232,21 @@ struct CollectionSyncEngineTests {
         engine.stopListening()
     }
 
+    @Test("the same query again while the listener backs off starts it at once")
+    func sameQueryWakesBackoff() async throws {
+        let clock = ManualClock()
+        let remote = MockRemoteCollectionService(collection: Product.mocks, collectionPath: { "products" })
+        let engine = makeEngine(remote: remote, clock: clock)
+        remote.store.failNextCalls(1)
+        await engine.startListening { $0.whereField("price", isLessThan: 100) }
+        #expect(engine.currentCollection.isEmpty)
+        await clock.waitForSleepers(count: 1)
+        // The clock never moves: only the second start can bring the documents.
+        await engine.startListening { $0.whereField("price", isLessThan: 100) }
+        #expect(engine.currentCollection.map(\.id) == ["lamp"])
+        engine.stopListening()
+    }
+
     @Test("the same query is a no-op; a different one swaps the listener")
     func queries() async throws {
         let remote = MockRemoteCollectionService(collection: Product.mocks, collectionPath: { "products" })

@@ -79,6 +79,33 @@ struct DocumentSyncEngineTests {
         #expect(remote.store.documents[try DocumentPath("users/ada")]?.data["name"] == "Offline Ada")
     }
 
+    @Test("starting the same id again while the listener backs off starts it at once")
+    func sameIDWakesBackoff() async throws {
+        let clock = ManualClock()
+        let remote = MockRemoteDocumentService(document: UserModel(id: "ada", name: "Ada", visits: 0), collectionPath: { "users" })
+        let engine = makeEngine(remote, clock: clock)
+        remote.store.failNextCalls(1)
+        try await engine.startListening(documentId: "ada")
+        #expect(engine.currentDocument == nil)
+        await clock.waitForSleepers(count: 1)
+        // The clock never moves: only the second start can bring the document.
+        try await engine.startListening(documentId: "ada")
+        #expect(engine.currentDocument?.name == "Ada")
+        engine.stopListening()
+    }
+
+    @Test("each server copy of the document is pushed to the logger as high-priority user properties")
+    func userProperties() async throws {
+        let logger = RecordingDataSyncLogger()
+        let remote = MockRemoteDocumentService(document: UserModel(id: "ada", name: "Ada", visits: 0), collectionPath: { "users" })
+        let engine = makeEngine(remote, logger: logger)
+        try await engine.startListening(documentId: "ada")
+        let pushed = logger.userProperties
+        #expect(pushed.count == 1)
+        #expect(pushed.first?.dict["id"] as? String == "ada" && pushed.first?.isHighPriority == true)
+        engine.stopListening()
+    }
+
     @Test("listener failures back off on the clock like the other engines")
     func backoff() async throws {
         let clock = ManualClock()
