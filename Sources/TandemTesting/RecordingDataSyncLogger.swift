@@ -19,4 +19,12 @@ public final class RecordingDataSyncLogger: DataSyncLogger {
 
     /// The events with this name.
     public func events(named name: String) -> [DataSyncLogEvent] { events.filter { $0.name == name } }
+
+    /// Every `addUserProperties` call so far, in order.
+    public var userProperties: [(dict: [String: any Sendable], isHighPriority: Bool)] { properties.withLock { $0 } }
+    private let properties = Mutex<[(dict: [String: any Sendable], isHighPriority: Bool)]>([])
+
+    public func addUserProperties(dict: [String: any Sendable], isHighPriority: Bool) {
+        properties.withLock { $0.append((dict, isHighPriority)) }
+    }
 }

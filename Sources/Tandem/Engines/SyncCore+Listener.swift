@@ -198,6 +198,11 @@ extension SyncCore {
             return changed
         }
         for (path, error) in models.failures { logDecodeFailure(path, error) }
+        if let logger, documentID != nil {
+            // A document engine's document describes the user (a profile): the seed's engines push
+            // it as user properties on every update.
+            for model in models.models { logger.addUserProperties(dict: model.eventParameters, isHighPriority: true) }
+        }
         if batch.isSnapshot {
             log("bulkLoad_success", ["count": batch.changes.count])
         } else {

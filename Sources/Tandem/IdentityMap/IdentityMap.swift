@@ -13,7 +13,7 @@ import Synchronization
 /// Task { for await latest in user.values { print(latest.name) } }
 ///
 /// map.update(User.self, id: "ada") { $0.name = "Ada Lovelace" }   // the loop prints it
-/// try map.store(User(id: "ada", name: "Old"), stamp: 0)            // throws: stamp 0 is stale
+/// _ = try map.store(User(id: "ada", name: "Old"), stamp: 0)        // throws: stamp 0 is stale
 ///
 /// let me = try map.store(user.value, aliased: "current_user")      // held until removeAlias
 /// ```
@@ -23,8 +23,35 @@ import Synchronization
 public final class IdentityMap: Sendable {
     @usableFromInline let storage = Mutex(IdentityMapStorage())
     private let subscriberIDs = Atomic<Int>(0)
+    /// Told of every entity stored or refused.
+    public let logger: (any IdentityMapLogger)?
 
-    public init() {}
+    public init(logger: (any IdentityMapLogger)? = nil) {
+        self.logger = logger
+    }
+
+    /// Reports a `store` call's outcome to the logger, outside the lock.
+    private func report<T: Identifiable>(_ entities: [T], _ result: Result<Void, IdentityMapError>) {
+        guard let logger else { return }
+        switch result {
+        case .success:
+            for entity in entities { logger.didStore(T.self, id: entity.id) }
+        case .failure(let error):
+            for entity in entities { logger.didFailedToStore(T.self, id: entity.id, error: error) }
+        }
+    }
+
+    /// Runs a store, reporting it.
+    private func logged<T: Identifiable, R>(_ entities: [T], _ body: () throws(IdentityMapError) -> R) throws(IdentityMapError) -> R {
+        do {
+            let result = try body()
+            report(entities, .success(()))
+            return result
+        } catch {
+            report(entities, .failure(error))
+            throw error
+        }
+    }
 
     // MARK: Storing
 
@@ -32,14 +59,15 @@ public final class IdentityMap: Sendable {
     ///
     /// A stamp equal to or lower than the stored one is refused with ``IdentityMapError/Code/staleStamp``;
     /// a higher one applies and becomes the stored stamp; a nil stamp applies and keeps the stored stamp.
-    /// Hold the returned observer to keep the entity in the map.
-    @discardableResult
+    /// Hold the returned observer to keep the entity in the map: an entity nobody holds is released.
     public func store<T: Identifiable & Sendable>(_ entity: T, stamp: Stamp? = nil) throws(IdentityMapError) -> EntityObserver<T>
     where T.ID: Sendable {
-        let node = try write { storage throws(IdentityMapError) in
-            let node = try storage.upsert(entity, stamp: stamp, strict: true)
-            _ = storage.retain(node)
-            return node
+        let node = try logged([entity]) { () throws(IdentityMapError) in
+            try write { storage throws(IdentityMapError) in
+                let node = try storage.upsert(entity, stamp: stamp, strict: true)
+                _ = storage.retain(node)
+                return node
+            }
         }
         return EntityObserver(map: self, key: node.key, hold: node.observers)
     }
@@ -48,30 +76,33 @@ public final class IdentityMap: Sendable {
     /// anything is applied, so a stale one throws with the map unchanged. An id the batch holds
     /// more than once is stored once, with its last value. Returns an observer for each entity
     /// given, in order (repeats observe the same entity).
-    @discardableResult
     public func store<T: Identifiable & Sendable>(entities: [T], stamp: Stamp? = nil) throws(IdentityMapError) -> [EntityObserver<T>]
     where T.ID: Sendable {
-        let nodes = try write { storage throws(IdentityMapError) in
-            var stored: [T.ID: Node] = [:]
-            for entity in try storage.checkedBatch(entities, stamp: stamp) {
-                stored[entity.id] = try storage.upsert(entity, stamp: stamp, checked: true)
+        let nodes = try logged(entities) { () throws(IdentityMapError) in
+            try write { storage throws(IdentityMapError) in
+                var stored: [T.ID: Node] = [:]
+                for entity in try storage.checkedBatch(entities, stamp: stamp) {
+                    stored[entity.id] = try storage.upsert(entity, stamp: stamp, checked: true)
+                }
+                let nodes = entities.map { stored[$0.id]! }
+                for node in nodes { _ = storage.retain(node) }
+                return nodes
             }
-            let nodes = entities.map { stored[$0.id]! }
-            for node in nodes { _ = storage.retain(node) }
-            return nodes
         }
         return nodes.map { EntityObserver(map: self, key: $0.key, hold: $0.observers) }
     }
 
     /// Stores an entity and points an alias at it. Aliased entities are held until the alias is removed.
     /// The same name used for two types makes two aliases.
-    @discardableResult
+    @discardableResult  // the alias holds what it names
     public func store<T: Identifiable & Sendable>(_ entity: T, aliased name: String, stamp: Stamp? = nil) throws(IdentityMapError) -> AliasObserver<T>
     where T.ID: Sendable {
         let alias = NodeKey(alias: T.self, name: name)
-        try write { storage throws(IdentityMapError) in
-            let node = try storage.upsert(entity, stamp: stamp, strict: true)
-            storage.setAlias(alias, to: [node.key])
+        try logged([entity]) { () throws(IdentityMapError) in
+            try write { storage throws(IdentityMapError) in
+                let node = try storage.upsert(entity, stamp: stamp, strict: true)
+                storage.setAlias(alias, to: [node.key])
+            }
         }
         return find(T.self, aliased: name)
     }
@@ -79,15 +110,17 @@ public final class IdentityMap: Sendable {
     /// Stores a list of entities and points an alias at the list, in order, all or nothing as
     /// ``store(entities:stamp:)`` does (the list may name an entity twice; it is stored once, with
     /// its last value).
-    @discardableResult
+    @discardableResult  // the alias holds what it names
     public func store<T: Identifiable & Sendable>(_ entities: [T], aliased name: String, stamp: Stamp? = nil) throws(IdentityMapError) -> AliasObserver<[T]>
     where T.ID: Sendable {
         let alias = NodeKey(alias: [T].self, name: name)
-        try write { storage throws(IdentityMapError) in
-            for entity in try storage.checkedBatch(entities, stamp: stamp) {
-                try storage.upsert(entity, stamp: stamp, checked: true)
+        try logged(entities) { () throws(IdentityMapError) in
+            try write { storage throws(IdentityMapError) in
+                for entity in try storage.checkedBatch(entities, stamp: stamp) {
+                    try storage.upsert(entity, stamp: stamp, checked: true)
+                }
+                storage.setAlias(alias, to: entities.map { NodeKey(entity: T.self, id: $0.id) })
             }
-            storage.setAlias(alias, to: entities.map { NodeKey(entity: T.self, id: $0.id) })
         }
         return find([T].self, aliased: name)
     }

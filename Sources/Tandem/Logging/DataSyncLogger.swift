@@ -7,8 +7,19 @@
 ///     func trackEvent(_ event: DataSyncLogEvent) { print(event.name, event.parameters) }
 /// }
 /// ```
+///
+/// A document engine also pushes its document's ``SyncModel/eventParameters`` as high-priority user
+/// properties each time the server's copy of it arrives (a profile's name, a plan), through
+/// ``addUserProperties(dict:isHighPriority:)``; loggers that keep no user properties ignore it.
 public protocol DataSyncLogger: Sendable {
     func trackEvent(_ event: DataSyncLogEvent)
+    /// Properties describing the user, for analytics tools that attach them to later events.
+    func addUserProperties(dict: [String: any Sendable], isHighPriority: Bool)
+}
+
+extension DataSyncLogger {
+    /// Keeps no user properties.
+    public func addUserProperties(dict: [String: any Sendable], isHighPriority: Bool) {}
 }
 
 /// One analytics event.

@@ -27,4 +27,14 @@ public struct SwiftLogDataSyncLogger: DataSyncLogger {
         }
         logger.log(level: level, "\(event.name)", metadata: metadata)
     }
+
+    /// Logged at `debug` as `user_properties`, with the properties as metadata.
+    public func addUserProperties(dict: [String: any Sendable], isHighPriority: Bool) {
+        var metadata = Logger.Metadata()
+        for (key, value) in dict {
+            metadata[key] = .string("\(value)")
+        }
+        metadata["high_priority"] = .string("\(isHighPriority)")
+        logger.log(level: .debug, "user_properties", metadata: metadata)
+    }
 }

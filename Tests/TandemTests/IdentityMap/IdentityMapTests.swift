@@ -1,3 +1,4 @@
+import Synchronization
 import Testing
 @testable import Tandem
 
@@ -5,13 +6,36 @@ import Testing
 struct IdentityMapTests {
     // MARK: 1. Stamps
 
+    @Test("a logger hears of every entity stored and every one refused, a refused batch whole")
+    func logger() throws {
+        final class Recorder: IdentityMapLogger {
+            let lines = Mutex<[String]>([])
+            func didStore<T: Identifiable>(_ type: T.Type, id: T.ID) { lines.withLock { $0.append("stored \(T.self) \(id)") } }
+            func didFailedToStore<T: Identifiable>(_ type: T.Type, id: T.ID, error: IdentityMapError) {
+                lines.withLock { $0.append("refused \(T.self) \(id) \(error.code.rawValue)") }
+            }
+        }
+        let recorder = Recorder()
+        let map = IdentityMap(logger: recorder)
+        let ada = try map.store(User(id: "ada", name: "Ada"), stamp: 2)
+        #expect(throws: IdentityMapError.self) { _ = try map.store(User(id: "ada", name: "Old"), stamp: 1) }
+        #expect(throws: IdentityMapError.self) {
+            _ = try map.store(entities: [User(id: "bob", name: "Bob"), User(id: "ada", name: "Older")], stamp: 1)
+        }
+        let list = try map.store([User(id: "cy", name: "Cy")], aliased: "team")
+        #expect(recorder.lines.withLock { $0 } == [
+            "stored User ada", "refused User ada stale-stamp", "refused User bob stale-stamp", "refused User ada stale-stamp", "stored User cy",
+        ])
+        withExtendedLifetime((ada, list)) {}
+    }
+
     @Test("a stamp equal to or lower than the stored one is rejected with the current stamp")
     func staleStamps() throws {
         let map = IdentityMap()
         let held = try map.store(ada, stamp: 2)
         for stale: Stamp in [2, 1] {
             do {
-                try map.store(User(id: "ada", name: "Old"), stamp: stale)
+                _ = try map.store(User(id: "ada", name: "Old"), stamp: stale)
                 Issue.record("stamp \(stale) should be rejected")
             } catch {
                 #expect(error.code == .staleStamp)
@@ -20,7 +44,7 @@ struct IdentityMapTests {
             }
         }
         #expect(held.value.name == "Ada")
-        try map.store(User(id: "ada", name: "New"), stamp: 3)
+        _ = try map.store(User(id: "ada", name: "New"), stamp: 3)
         #expect(held.value.name == "New")
     }
 
@@ -28,10 +52,10 @@ struct IdentityMapTests {
     func nilStamp() throws {
         let map = IdentityMap()
         let held = try map.store(ada, stamp: 5)
-        try map.store(User(id: "ada", name: "Unstamped"))
+        _ = try map.store(User(id: "ada", name: "Unstamped"))
         #expect(held.value.name == "Unstamped")
         #expect(throws: IdentityMapError.self) { try map.store(User(id: "ada", name: "x"), stamp: 5) }
-        try map.store(User(id: "ada", name: "Six"), stamp: 6)
+        _ = try map.store(User(id: "ada", name: "Six"), stamp: 6)
         #expect(held.value.name == "Six")
     }
 
@@ -43,7 +67,7 @@ struct IdentityMapTests {
         #expect(held.map(\.value.name) == ["Ada again", "Grace", "Ada again"])
         // Alan is new, Grace's stamp is stale: nothing is applied, Alan included.
         do {
-            try map.store(entities: [alan, User(id: "grace", name: "Stale")], stamp: 1)
+            _ = try map.store(entities: [alan, User(id: "grace", name: "Stale")], stamp: 1)
             Issue.record("a stale stamp in the batch should throw")
         } catch {
             #expect(error.code == .staleStamp && error.currentStamp == 1)
@@ -69,7 +93,7 @@ struct IdentityMapTests {
         let held = try map.store(ada, stamp: 1)
         var caught = false
         do {
-            try map.store(ada, stamp: 1)
+            _ = try map.store(ada, stamp: 1)
         } catch IdentityMapError.Code.staleStamp {
             caught = true
         } catch {}
@@ -133,7 +157,7 @@ struct IdentityMapTests {
     @Test("unaliased entities nobody observes are released")
     func release() async throws {
         let map = IdentityMap()
-        try map.store(ada)
+        _ = try map.store(ada)
         #expect(map.find(User.self, id: "ada") == nil, "nothing held it")
 
         var held: EntityObserver<User>? = try map.store(ada)
@@ -184,9 +208,9 @@ struct IdentityMapTests {
         #expect(updated.comments[1].author.name == "Ada L.", "a nested aggregate's child updates the outer one")
         #expect(post.value == updated)
 
-        try map.store(User(id: "grace", name: "Grace H."))
+        _ = try map.store(User(id: "grace", name: "Grace H."))
         #expect(await values.next()?.editor?.name == "Grace H.")
-        try map.store(Comment(id: 1, text: "Edited", author: alan))
+        _ = try map.store(Comment(id: 1, text: "Edited", author: alan))
         #expect(await values.next()?.comments[0].text == "Edited")
     }
 
@@ -194,7 +218,7 @@ struct IdentityMapTests {
     func aggregatesInAliasedLists() async throws {
         let map = IdentityMap()
         let feed = try map.store([Post(id: "p1", title: "A", author: ada, editor: nil, comments: [])], aliased: "feed")
-        try map.store(User(id: "ada", name: "Ada 2"))
+        _ = try map.store(User(id: "ada", name: "Ada 2"))
         #expect(feed.value?.first?.author.name == "Ada 2")
     }
 
@@ -204,7 +228,7 @@ struct IdentityMapTests {
         let c1 = Comment(id: 1, text: "one", author: alan)
         let c2 = Comment(id: 2, text: "two", author: alan)
         let post = try map.store(Post(id: "p1", title: "A", author: ada, editor: nil, comments: [c1, c2]))
-        try map.store(Post(id: "p1", title: "A", author: ada, editor: nil, comments: [c1]))
+        _ = try map.store(Post(id: "p1", title: "A", author: ada, editor: nil, comments: [c1]))
         #expect(map.find(Comment.self, id: 2) == nil, "nothing holds the removed child any more")
         let c2Held = try map.store(Comment(id: 2, text: "two, edited", author: alan))
         #expect(post.value.comments.map(\.id) == [1])
@@ -242,8 +266,8 @@ struct IdentityMapTests {
         let observer = try map.store(ada)
         var values = observer.values.makeAsyncIterator()
         #expect(await values.next() == ada)
-        try map.store(User(id: "ada", name: "1"))
-        try map.store(User(id: "ada", name: "2"))
+        _ = try map.store(User(id: "ada", name: "1"))
+        _ = try map.store(User(id: "ada", name: "2"))
         #expect(await values.next()?.name == "1")
         #expect(await values.next()?.name == "2")
     }
@@ -259,7 +283,7 @@ struct IdentityMapTests {
             tx.update(User.self, id: "ada") { $0.name += " then second" }
             try tx.store(grace)
         }
-        try map.store(User(id: "ada", name: "marker"))
+        _ = try map.store(User(id: "ada", name: "marker"))
         #expect(await values.next()?.name == "first then second")
         #expect(await values.next()?.name == "marker", "no intermediate value was delivered")
     }
@@ -275,7 +299,7 @@ struct IdentityMapTests {
             try tx.store(User(id: "grace", name: "G"))
             try tx.store(User(id: "alan", name: "not observed"))
         }
-        try map.store(User(id: "nobody", name: "N"))  // held by the observation, so it stays
+        _ = try map.store(User(id: "nobody", name: "N"))  // held by the observation, so it stays
         #expect(await values.next()?.map(\.name) == ["G", "A"])
         #expect(await values.next()?.map(\.name) == ["G", "A", "N"])
         _ = held
