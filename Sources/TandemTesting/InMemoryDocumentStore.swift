@@ -121,6 +121,16 @@ public final class InMemoryDocumentStore: Sendable {
 
     // MARK: Server behaviour
 
+    /// The listeners being set up (their first batch not yet sent), by number.
+    private let setups = Mutex<(next: Int, running: [Int: Task<Void, Never>])>((0, [:]))
+
+    /// Returns once every listener asked for so far is set up or gone: what a test awaits before
+    /// counting listeners.
+    public func settle() async {
+        let running = setups.withLock { Array($0.running.values) }
+        for task in running { await task.value }
+    }
+
     func enter() async throws {
         let delay = latency.withLock { $0 }
         if delay > .zero { try await clock.sleep(for: delay) }
@@ -246,36 +256,69 @@ public final class InMemoryDocumentStore: Sendable {
             continuation.finish(throwing: error)
             return stream
         }
-        let task = Task {
-            do {
-                try await self.enter()
-            } catch {
-                continuation.finish(throwing: error)
-                return
-            }
-            let id = state.withLock { state -> Int in
-                let id = state.nextListener
-                state.nextListener += 1
-                let listener = Listener(target: target, query: compiled, continuation: continuation)
-                state.listeners[id] = listener
-                // The first batch, under the lock so no commit slips between it and the live ones.
-                if let resumeFrom, resumeFrom <= state.version {
-                    let changes = state.log.filter { $0.version > resumeFrom && target.covers($0.path) }.map { change -> RemoteChange in
-                        if let document = change.document, compiled.matchesFilters(document.data) { return change }
-                        return .removal(change.path, version: change.version)
-                    }
-                    continuation.yield(RemoteChangeBatch(isSnapshot: false, changes: changes, version: state.version))
-                } else {
-                    let documents = compiled.evaluate(state.documents.values.filter { target.covers($0.path) })
-                    continuation.yield(RemoteChangeBatch(isSnapshot: true, changes: documents.map(RemoteChange.upsert), version: state.version))
-                }
-                return id
-            }
-            continuation.onTermination = { [weak self] _ in
-                _ = self?.state.withLock { $0.listeners.removeValue(forKey: id) }
-            }
+        // One termination handler for the whole life of the stream: one installed after the first
+        // batch could come too late, and the listener stayed registered for good.
+        let registration = ListenRegistration()
+        // Created under the lock of the set-ups, so it is listed before its own removal can run.
+        let task = setups.withLock { setups -> Task<Void, Never> in
+            setups.next += 1
+            let setup = setups.next
+            let task = Task { await self.setUp(setup, target, compiled, resumeFrom, continuation, registration) }
+            setups.running[setup] = task
+            return task
         }
-        continuation.onTermination = { _ in task.cancel() }
+        continuation.onTermination = { [weak self] _ in
+            task.cancel()
+            let id = registration.state.withLock { registration -> Int? in
+                registration.ended = true
+                return registration.id
+            }
+            if let id { _ = self?.state.withLock { $0.listeners.removeValue(forKey: id) } }
+        }
         return stream
     }
+
+    private func setUp(
+        _ setup: Int, _ target: Target, _ compiled: CompiledQuery, _ resumeFrom: Version?,
+        _ continuation: AsyncThrowingStream<RemoteChangeBatch, any Error>.Continuation, _ registration: ListenRegistration
+    ) async {
+        defer { _ = setups.withLock { $0.running.removeValue(forKey: setup) } }
+        do {
+            try await enter()
+        } catch {
+            continuation.finish(throwing: error)
+            return
+        }
+        state.withLock { state in
+            // Registered and recorded before the first batch is yielded: whoever receives it and
+            // stops finds the id to remove.
+            let open = registration.state.withLock { registration -> Bool in
+                if registration.ended { return false }
+                registration.id = state.nextListener
+                return true
+            }
+            guard open else { return }
+            let id = state.nextListener
+            state.nextListener += 1
+            let listener = Listener(target: target, query: compiled, continuation: continuation)
+            state.listeners[id] = listener
+            // The first batch, under the lock so no commit slips between it and the live ones.
+            if let resumeFrom, resumeFrom <= state.version {
+                let changes = state.log.filter { $0.version > resumeFrom && target.covers($0.path) }.map { change -> RemoteChange in
+                    if let document = change.document, compiled.matchesFilters(document.data) { return change }
+                    return .removal(change.path, version: change.version)
+                }
+                continuation.yield(RemoteChangeBatch(isSnapshot: false, changes: changes, version: state.version))
+            } else {
+                let documents = compiled.evaluate(state.documents.values.filter { target.covers($0.path) })
+                continuation.yield(RemoteChangeBatch(isSnapshot: true, changes: documents.map(RemoteChange.upsert), version: state.version))
+            }
+        }
+    }
+}
+
+/// Whether a listener's stream ended, and the id it is registered under: read by its set-up and by
+/// its termination, whichever comes first.
+private final class ListenRegistration: Sendable {
+    let state = Mutex<(id: Int?, ended: Bool)>((nil, false))
 }
