@@ -41,17 +41,19 @@ public final class CollectionGroupSyncEngine<T: SyncModel>: Sendable {
             persistence: persistence.map { .collection($0) } ?? .memory,
             base: state.documents, outbox: Outbox(clientID: state.outbox.clientID), documentID: nil, resumeVersion: state.resumeVersion,
             commit: { _ in throw TandemError(.unimplemented, "A collection group is read-only; write through a CollectionSyncEngine.") },
-            didChange: { relay.fire() }
+            didChange: { relay.fire($0) }
         )
         core.bindReachability(of: remote)
-        relay.set { [weak self] in self?.collectionDidChange() }
+        relay.set { [weak self] in self?.coreDidChange($0) }
         if let loadError {
             core.log("persistence_fail", ["error_description": "\(loadError)"], severity: .severe)
         }
     }
 
-    private func collectionDidChange() {
-        withMutation(keyPath: \.currentCollection) {}
+    /// Tells observers of each property the change touched, on the thread that made the change.
+    private func coreDidChange(_ changes: EngineChanges) {
+        if changes.contains(.documents) { withMutation(keyPath: \.currentCollection) {} }
+        if changes.contains(.isFromCache) { withMutation(keyPath: \.isFromCache) {} }
     }
 
     /// Loads the group's matching documents, then streams changes. The same query again does nothing;
@@ -75,14 +77,18 @@ public final class CollectionGroupSyncEngine<T: SyncModel>: Sendable {
 
     /// The cached documents with their full paths, for telling equal ids apart.
     public var currentDocuments: [(path: DocumentPath, model: T)] {
-        core.state.withLock { state in zip(state.orderedPaths, state.ordered).map { ($0, $1) } }
+        access(keyPath: \.currentCollection)
+        return core.state.withLock { state in zip(state.orderedPaths, state.ordered).map { ($0, $1) } }
     }
 
     public func getCollection() -> [T] { currentCollection }
 
     public func getDocuments(where predicate: (T) -> Bool) -> [T] { currentCollection.filter(predicate) }
 
-    public var isFromCache: Bool { core.isFromCache }
+    public var isFromCache: Bool {
+        access(keyPath: \.isFromCache)
+        return core.isFromCache
+    }
 
     /// The documents matching a query across the group, always from the server.
     public func getDocumentsAsync(buildQuery: (Query) -> Query) async throws -> [T] {

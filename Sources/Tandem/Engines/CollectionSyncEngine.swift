@@ -59,17 +59,23 @@ public final class CollectionSyncEngine<T: SyncModel>: Sendable {
             persistence: persistence.map { .collection($0) } ?? .memory,
             base: state.documents, outbox: state.outbox, documentID: nil, resumeVersion: state.resumeVersion,
             commit: { [remote] in try await remote.commit($0) },
-            didChange: { box.fire() }
+            didChange: { box.fire($0) }
         )
         core.bindReachability(of: remote)
-        box.set { [weak self] in self?.collectionDidChange() }
+        box.set { [weak self] in self?.coreDidChange($0) }
         if let loadError {
             core.log("persistence_fail", ["error_description": "\(loadError)"], severity: .severe)
         }
     }
 
-    private func collectionDidChange() {
-        withMutation(keyPath: \.currentCollection) {}
+    /// Tells observers of each property the change touched. Delivered on the thread that made the
+    /// change (the listener's task, or the writer's); `withObservationTracking` and SwiftUI take it
+    /// from there.
+    private func coreDidChange(_ changes: EngineChanges) {
+        if changes.contains(.documents) { withMutation(keyPath: \.currentCollection) {} }
+        if changes.contains(.pendingWrites) { withMutation(keyPath: \.pendingWrites) {} }
+        if changes.contains(.rejectedWrites) { withMutation(keyPath: \.rejectedWrites) {} }
+        if changes.contains(.isFromCache) { withMutation(keyPath: \.isFromCache) {} }
     }
 
     // MARK: Listening
@@ -114,18 +120,32 @@ public final class CollectionSyncEngine<T: SyncModel>: Sendable {
 
     /// Whether a document has writes not yet acknowledged, and whether it came from the cache.
     public func metadata(id: String) -> DocumentMetadata {
+        access(keyPath: \.pendingWrites)
+        access(keyPath: \.isFromCache)
         guard let path = try? remote.collectionPath().document(id) else { return DocumentMetadata(hasPendingWrites: false, isFromCache: true) }
         return core.metadata(at: path)
     }
 
-    /// Whether any write is waiting for the server.
-    public var hasPendingWrites: Bool { core.pendingWriteCount > 0 }
+    /// Whether any write is waiting for the server. Observed, as every state property is.
+    public var hasPendingWrites: Bool {
+        access(keyPath: \.pendingWrites)
+        return core.pendingWriteCount > 0
+    }
     /// The writes waiting for the server, oldest first.
-    public var pendingWrites: [PendingWrite] { core.pendingWrites }
+    public var pendingWrites: [PendingWrite] {
+        access(keyPath: \.pendingWrites)
+        return core.pendingWrites
+    }
     /// Writes the server refused for good, rolled back from the view.
-    public var rejectedWrites: [RejectedWrite] { core.rejectedWrites }
+    public var rejectedWrites: [RejectedWrite] {
+        access(keyPath: \.rejectedWrites)
+        return core.rejectedWrites
+    }
     /// True until the server's first batch arrives in this session.
-    public var isFromCache: Bool { core.isFromCache }
+    public var isFromCache: Bool {
+        access(keyPath: \.isFromCache)
+        return core.isFromCache
+    }
 
     /// The collection from the cache when listening (or holding data), else fetched.
     public func getCollectionAsync(behavior: FetchBehavior = .cachedOrFetch) async throws -> [T] {
@@ -193,11 +213,11 @@ public final class CollectionSyncEngine<T: SyncModel>: Sendable {
 /// reabstraction thunk on every `withLock` (inout) access, so each call got slower than the last.
 final class ChangeRelay: Sendable {
     private final class Handler: Sendable {
-        let call: @Sendable () -> Void
-        init(_ call: @escaping @Sendable () -> Void) { self.call = call }
+        let call: @Sendable (EngineChanges) -> Void
+        init(_ call: @escaping @Sendable (EngineChanges) -> Void) { self.call = call }
     }
 
     private let handler = Mutex<Handler?>(nil)
-    func set(_ handler: @escaping @Sendable () -> Void) { self.handler.withLock { $0 = Handler(handler) } }
-    func fire() { handler.withLock { $0 }?.call() }
+    func set(_ handler: @escaping @Sendable (EngineChanges) -> Void) { self.handler.withLock { $0 = Handler(handler) } }
+    func fire(_ changes: EngineChanges) { handler.withLock { $0 }?.call(changes) }
 }

@@ -51,17 +51,21 @@ public final class DocumentSyncEngine<T: SyncModel>: Sendable {
             persistence: persistence.map { .document($0) } ?? .memory,
             base: state.base.map { [$0] } ?? [], outbox: state.outbox, documentID: state.documentID, resumeVersion: state.resumeVersion,
             commit: { [remote] in try await remote.commit($0) },
-            didChange: { relay.fire() }
+            didChange: { relay.fire($0) }
         )
         core.bindReachability(of: remote)
-        relay.set { [weak self] in self?.documentDidChange() }
+        relay.set { [weak self] in self?.coreDidChange($0) }
         if let loadError {
             core.log("persistence_fail", ["error_description": "\(loadError)"], severity: .severe)
         }
     }
 
-    private func documentDidChange() {
-        withMutation(keyPath: \.currentDocument) {}
+    /// Tells observers of each property the change touched, on the thread that made the change.
+    private func coreDidChange(_ changes: EngineChanges) {
+        if changes.contains(.documents) { withMutation(keyPath: \.currentDocument) {} }
+        if changes.contains(.pendingWrites) { withMutation(keyPath: \.pendingWrites) {} }
+        if changes.contains(.rejectedWrites) { withMutation(keyPath: \.rejectedWrites) {} }
+        if changes.contains(.isFromCache) { withMutation(keyPath: \.isFromCache) {} }
     }
 
     // MARK: Listening
@@ -126,15 +130,32 @@ public final class DocumentSyncEngine<T: SyncModel>: Sendable {
 
     /// Whether the document has writes not yet acknowledged, and whether it came from the cache.
     public func metadata(id: String? = nil) -> DocumentMetadata {
+        access(keyPath: \.pendingWrites)
+        access(keyPath: \.isFromCache)
         guard let id = id ?? core.documentID, let path = try? remote.collectionPath().document(id) else {
             return DocumentMetadata(hasPendingWrites: false, isFromCache: true)
         }
         return core.metadata(at: path)
     }
 
-    public var hasPendingWrites: Bool { core.pendingWriteCount > 0 }
-    public var pendingWrites: [PendingWrite] { core.pendingWrites }
-    public var rejectedWrites: [RejectedWrite] { core.rejectedWrites }
+    /// Whether any write is waiting for the server. Observed, as every state property is.
+    public var hasPendingWrites: Bool {
+        access(keyPath: \.pendingWrites)
+        return core.pendingWriteCount > 0
+    }
+    public var pendingWrites: [PendingWrite] {
+        access(keyPath: \.pendingWrites)
+        return core.pendingWrites
+    }
+    public var rejectedWrites: [RejectedWrite] {
+        access(keyPath: \.rejectedWrites)
+        return core.rejectedWrites
+    }
+    /// True until the server's first state of the document arrives in this session.
+    public var isFromCache: Bool {
+        access(keyPath: \.isFromCache)
+        return core.isFromCache
+    }
 
     /// A document (default: the listened one) from the cache or the server.
     public func getDocumentAsync(id: String? = nil, behavior: FetchBehavior = .cachedOrFetch) async throws -> T? {

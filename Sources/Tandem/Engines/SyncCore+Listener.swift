@@ -149,6 +149,7 @@ extension SyncCore {
     /// after the view's locked step.
     func apply(_ batch: RemoteChangeBatch, prepared: PreparedBatch?) {
         let models = prepared?.models ?? PreparedModels(batch.changes)
+        var leftCache = false
         let changed = serial.withLock { _ -> [DocumentPath] in
             if batch.changes.count > 64, case .collection(let store) = persistence {
                 // A large batch: the cache write needs only the batch, so it runs on one core while
@@ -173,6 +174,7 @@ extension SyncCore {
                 }, {
                     state.withLock { state in
                         state.resumeVersion = batch.version
+                        leftCache = state.isFromCache
                         state.isFromCache = false
                         if let adopted = Self.adopt(batch, models, into: &state) {
                             (changed, undecided) = adopted
@@ -188,6 +190,7 @@ extension SyncCore {
             }
             let (changed, undecided, write) = state.withLock { state in
                 state.resumeVersion = batch.version
+                leftCache = state.isFromCache
                 state.isFromCache = false
                 let changed = state.view.applyRemote(batch, now: Date())
                 let write = persistence.write(Self.change(for: batch), view: state.view, documentID: state.documentID, resumeVersion: batch.version)
@@ -210,7 +213,9 @@ extension SyncCore {
                 log(remote.document == nil ? "documentDeleted" : "documentUpdated", ["document_id": remote.path.id])
             }
         }
-        if !changed.isEmpty || batch.isSnapshot { notifyChanged() }
+        var changes: EngineChanges = leftCache ? .isFromCache : []
+        if !changed.isEmpty || batch.isSnapshot { changes.insert(.documents) }
+        if !changes.isEmpty { notifyChanged(changes) }
     }
 }
 

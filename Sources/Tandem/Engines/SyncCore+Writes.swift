@@ -63,7 +63,7 @@ extension SyncCore {
             case .failure(let error):
                 continuation.resume(returning: .notStored(error))
             case .success(let pendingCount):
-                notifyChanged()
+                notifyChanged([.documents, .pendingWrites])
                 log("pendingWriteAdded", ["document_id": mutation.path.id, "pending_write_count": pendingCount])
                 triggerFlush()
             }
@@ -173,7 +173,7 @@ extension SyncCore {
             return waiters
         }
         for (path, error) in prepared.failures { logDecodeFailure(path, error) }
-        notifyChanged()
+        notifyChanged([.documents, .pendingWrites])
         waiters.forEach { $0.resume(returning: .acknowledged(acknowledgement)) }
     }
 
@@ -192,7 +192,7 @@ extension SyncCore {
             installModels(undecided)
             return waiters
         }
-        notifyChanged()
+        notifyChanged([.documents, .pendingWrites, .rejectedWrites])
         log("writeRejected", ["document_id": entry.path.id, "error_description": error.message], severity: .severe)
         waiters.forEach { $0.resume(returning: .rejected(error)) }
     }

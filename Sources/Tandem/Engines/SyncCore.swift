@@ -63,14 +63,14 @@ package final class SyncCore<T: SyncModel>: Sendable {
     let state: Mutex<State>
     /// Held by every change of the view, across its persistence and decoding; never by a reader.
     let serial = Mutex<Void>(())
-    /// Called, outside the lock, after the view changed.
-    let didChange: @Sendable () -> Void
+    /// Called, outside the locks, after a change, with what it changed.
+    let didChange: @Sendable (EngineChanges) -> Void
 
     init(
         managerKey: String, logger: (any DataSyncLogger)?, clock: any Clock<Duration>, retryPolicy: RetryPolicy,
         random: any RandomNumberGenerator & Sendable, persistence: EnginePersistence, base: [Document], outbox: Outbox, documentID: String?, resumeVersion: Version?,
         commit: @escaping @Sendable ([Mutation]) async throws -> [WriteAcknowledgement],
-        didChange: @escaping @Sendable () -> Void
+        didChange: @escaping @Sendable (EngineChanges) -> Void
     ) {
         self.managerKey = managerKey
         self.logger = logger
@@ -431,9 +431,9 @@ package final class SyncCore<T: SyncModel>: Sendable {
         }
     }
 
-    func notifyChanged() {
+    func notifyChanged(_ changes: EngineChanges) {
         let observers = state.withLock { Array($0.observers.values) }
-        didChange()
+        didChange(changes)
         observers.forEach { $0() }
     }
 }
@@ -455,7 +455,7 @@ extension SyncCore {
             store(write)
             installModels(undecided)
         }
-        notifyChanged()
+        notifyChanged([.documents, .isFromCache])
     }
 
     /// After the base was dropped, in a locked step: the models of documents that went go too.
@@ -493,7 +493,7 @@ extension SyncCore {
             installModels(undecided)
             return true
         }
-        if switched { notifyChanged() }
+        if switched { notifyChanged([.documents, .isFromCache]) }
         return switched
     }
 }
@@ -504,4 +504,16 @@ extension SyncCore {
         guard let reporting = remote as? any ReachabilityReporting else { return }
         reporting.whenReachable { [weak self] in self?.retryNowIfDown() }
     }
+}
+
+/// What one change of an engine's state touched, so observers of the other properties are not
+/// woken by it.
+struct EngineChanges: OptionSet, Sendable {
+    let rawValue: Int
+    /// The documents shown (`currentCollection`, `currentDocument`).
+    static let documents = EngineChanges(rawValue: 1)
+    /// The outbox (`pendingWrites`, `hasPendingWrites`, per-document metadata).
+    static let pendingWrites = EngineChanges(rawValue: 2)
+    static let rejectedWrites = EngineChanges(rawValue: 4)
+    static let isFromCache = EngineChanges(rawValue: 8)
 }

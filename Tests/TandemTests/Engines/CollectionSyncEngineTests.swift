@@ -1,4 +1,6 @@
 import Foundation
+import Observation
+import Synchronization
 import Testing
 import TandemCore
 import TandemTesting
@@ -154,6 +156,35 @@ struct CollectionSyncEngineTests {
         #expect(logger.names.contains("products_writeRejected"))
     }
 
+    @Test("pending writes, rejections, isFromCache and metadata are observed, each woken only by its own changes")
+    func observation() async throws {
+        let remote = MockRemoteCollectionService(collection: Product.mocks, collectionPath: { "products" })
+        let engine = makeEngine(remote: remote)
+        let fromCache = ChangeCounter()
+        withObservationTracking { _ = engine.isFromCache } onChange: { fromCache.fire() }
+        await engine.startListening()
+        #expect(fromCache.count == 1, "the first batch ends isFromCache")
+
+        // A write: the badge and the document's metadata hear it; rejections do not.
+        let pending = ChangeCounter(), metadata = ChangeCounter(), rejected = ChangeCounter(), cache = ChangeCounter()
+        withObservationTracking { _ = engine.hasPendingWrites } onChange: { pending.fire() }
+        withObservationTracking { _ = engine.metadata(id: "lamp") } onChange: { metadata.fire() }
+        withObservationTracking { _ = engine.rejectedWrites } onChange: { rejected.fire() }
+        withObservationTracking { _ = engine.isFromCache } onChange: { cache.fire() }
+        try await engine.updateDocument(id: "lamp", data: ["stock": .increment(1)])
+        #expect(pending.count == 1 && metadata.count == 1)
+        #expect(rejected.count == 0 && cache.count == 0)
+
+        // A refusal: the rejected list hears it.
+        let refused = ChangeCounter()
+        withObservationTracking { _ = engine.rejectedWrites } onChange: { refused.fire() }
+        remote.store.failNextCalls(1, with: TandemError(.permissionDenied, "No."))
+        await #expect(throws: TandemError.self) { try await engine.updateDocument(id: "lamp", data: ["price": 1]) }
+        #expect(refused.count == 1)
+        #expect(cache.count == 0)
+        engine.stopListening(clearCaches: false)
+    }
+
     @Test("listener failures retry after 2, 4, 8 s on the clock, and reset after a good batch")
     func retryBackoff() async throws {
         let clock = ManualClock()
@@ -291,4 +322,11 @@ struct CollectionSyncEngineTests {
         #expect(await eventually { !relaunched.hasPendingWrites })
         #expect(remote.store.documents[try DocumentPath("products/desk")]?.data["stock"] == .int(3))
     }
+}
+
+/// Counts the changes an observation heard.
+final class ChangeCounter: Sendable {
+    private let fired = Atomic<Int>(0)
+    var count: Int { fired.load(ordering: .relaxed) }
+    func fire() { fired.wrappingAdd(1, ordering: .relaxed) }
 }
