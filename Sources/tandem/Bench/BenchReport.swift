@@ -60,7 +60,9 @@ struct BenchReport {
     }
 
     static func time(_ seconds: Double) -> String {
-        seconds >= 1 ? "\(String(format2: seconds)) s" : "\(String(format2: seconds * 1_000)) ms"
+        if seconds >= 1 { return "\(String(format2: seconds)) s" }
+        if seconds < 0.000_1 { return "\(String(format2: seconds * 1_000_000)) µs" }
+        return "\(String(format2: seconds * 1_000)) ms"
     }
 }
 

@@ -1,5 +1,6 @@
 import Foundation
 import GRDB
+import Synchronization
 import Tandem
 import TandemCore
 import TandemTesting
@@ -110,6 +111,110 @@ enum EngineBenchmarks {
 }
 
 extension EngineBenchmarks {
+    /// The p99 of reading a 10,000-document `currentCollection` while `writes` persisted writes are
+    /// made, beside reading a `Mutex`-held array while the same number of elements are replaced and
+    /// as many FULL-synchronous SQLite inserts run outside its lock (the same disk load).
+    static func readsWhileWriting(documents: Int, writes: Int, directory: URL) async throws -> (ours: Duration, baseline: Duration) {
+        let persistence = try SQLiteCollectionPersistence(managerKey: "reads", directory: directory)
+        let items = (0..<documents).map(item)
+        let remote = MockRemoteCollectionService(collection: items, collectionPath: { "items" })
+        let engine = CollectionSyncEngine<Item>(remote: remote, managerKey: "reads", persistence: persistence, retryPolicy: .none)
+        await engine.startListening()
+        precondition(engine.currentCollection.count == documents)
+        remote.store.goOffline()  // every write is queued durably; none is answered
+        let ours = try await readLatencyP99 {
+            _ = engine.currentCollection.count
+        } whileWriting: {
+            for step in 0..<writes {
+                var changed = item(step % documents)
+                changed.stock = 5_000 + step
+                try await engine.saveDocument(changed)
+            }
+        }
+        engine.stopListening(clearCaches: false)
+
+        let array = Mutex(items)
+        let queue = try fullSyncQueue(directory.appendingPathComponent("reads-baseline.sqlite").path)
+        let baseline = try await readLatencyP99 {
+            _ = array.withLock { $0 }.count
+        } whileWriting: {
+            for step in 0..<writes {
+                var changed = item(step % documents)
+                changed.stock = 5_000 + step
+                let replacement = changed
+                array.withLock { $0[step % documents] = replacement }
+                try await queue.write { db in
+                    try db.execute(sql: "INSERT INTO item (id, data) VALUES (?, ?)", arguments: ["w\(step)", replacement.name])
+                }
+            }
+        }
+        return (ours, baseline)
+    }
+
+    /// Reads in a loop on a task of its own while `writing` runs; the p99 of one read.
+    static func readLatencyP99(_ read: @escaping @Sendable () -> Void, whileWriting writing: () async throws -> Void) async throws -> Duration {
+        let running = Atomic<Bool>(true)
+        let reader = Task.detached { () -> [Duration] in
+            let clock = ContinuousClock()
+            var samples: [Duration] = []
+            samples.reserveCapacity(1 << 20)
+            while running.load(ordering: .relaxed) {
+                let start = clock.now
+                read()
+                samples.append(clock.now - start)
+            }
+            return samples
+        }
+        try await writing()
+        running.store(false, ordering: .relaxed)
+        var samples = await reader.value
+        samples.sort()
+        return samples[samples.count * 99 / 100]
+    }
+
+    /// A database queue whose every transaction is fsynced, with a two-column table.
+    static func fullSyncQueue(_ path: String) throws -> DatabaseQueue {
+        var configuration = Configuration()
+        configuration.prepareDatabase { db in
+            try db.execute(sql: "PRAGMA journal_mode = WAL")
+            try db.execute(sql: "PRAGMA synchronous = FULL")
+        }
+        let queue = try DatabaseQueue(path: path, configuration: configuration)
+        try queue.write { db in try db.execute(sql: "CREATE TABLE IF NOT EXISTS item (id TEXT PRIMARY KEY, data TEXT)") }
+        return queue
+    }
+
+    /// The p50 of one local write until it is durably queued (the server unreachable), beside the
+    /// p50 of one `synchronous = FULL` insert through GRDB: the fsync floor.
+    static func localWrite(writes: Int, directory: URL) async throws -> (ours: Duration, baseline: Duration) {
+        let persistence = try SQLiteCollectionPersistence(managerKey: "local", directory: directory)
+        let remote = MockRemoteCollectionService(collection: [item(0)], collectionPath: { "items" })
+        let engine = CollectionSyncEngine<Item>(remote: remote, managerKey: "local", persistence: persistence, retryPolicy: .none)
+        remote.store.goOffline()
+        let clock = ContinuousClock()
+        var ours: [Duration] = []
+        for step in 0..<writes {
+            var changed = item(step)
+            changed.stock = step
+            ours.append(try await clock.measure { try await engine.saveDocument(changed) })
+        }
+        let queue = try fullSyncQueue(directory.appendingPathComponent("local-baseline.sqlite").path)
+        var baseline: [Duration] = []
+        for step in 0..<writes {
+            let text = try String(decoding: JSONEncoder().encode(item(step)), as: UTF8.self)
+            baseline.append(try clock.measure {
+                try queue.write { db in
+                    try db.execute(sql: "INSERT INTO item (id, data) VALUES (?, ?)", arguments: ["w\(step)", text])
+                }
+            })
+        }
+        ours.sort()
+        baseline.sort()
+        return (ours[ours.count / 2], baseline[baseline.count / 2])
+    }
+}
+
+extension EngineBenchmarks {
     static func run(documents: Int, repetitions: Int, coldStartOnly: Bool = false) async throws -> BenchReport {
         var report = BenchReport(title: "tandem bench engines")
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("tandem-bench-\(UUID().uuidString)")
@@ -119,6 +224,10 @@ extension EngineBenchmarks {
         if coldStartOnly { return report }
         let (p50, p99) = try await remoteChange(count: documents, changes: 500, directory: directory)
         report.notes.append("engines: one remote change with \(documents) documents cached (persisted): p50 \(BenchReport.time(p50.doubleSeconds)), p99 \(BenchReport.time(p99.doubleSeconds)) (target p50 ≤ 1 ms: \(p50 <= .milliseconds(1) ? "meets" : "MISSES"))")
+        let (readOurs, readBaseline) = try await readsWhileWriting(documents: min(documents, 10_000), writes: 1_000, directory: directory)
+        report.notes.append("engines: reading currentCollection (\(min(documents, 10_000)) documents) while 1,000 persisted writes are made: p99 \(BenchReport.time(readOurs.doubleSeconds)), beside a Mutex-held array under the same disk load: p99 \(BenchReport.time(readBaseline.doubleSeconds)); ratio \(String(format2: readOurs.doubleSeconds / readBaseline.doubleSeconds))× (target ≤ 2×: \(readOurs.doubleSeconds <= 2 * readBaseline.doubleSeconds ? "meets" : "MISSES"))")
+        let (writeOurs, writeBaseline) = try await localWrite(writes: 500, directory: directory)
+        report.notes.append("engines: one local write until durably queued: p50 \(BenchReport.time(writeOurs.doubleSeconds)), beside one synchronous = FULL insert through GRDB: p50 \(BenchReport.time(writeBaseline.doubleSeconds)); ratio \(String(format2: writeOurs.doubleSeconds / writeBaseline.doubleSeconds))× (target ≤ 1.5×: \(writeOurs.doubleSeconds <= 1.5 * writeBaseline.doubleSeconds ? "meets" : "MISSES"))")
         let writes = 10_000
         let (queue, flush) = try await flush(count: writes)
         report.notes.append("engines: \(writes) updates queued offline in \(BenchReport.time(queue.doubleSeconds)) (\(BenchReport.rate(Double(writes) / queue.doubleSeconds)) writes/s), flushed to the in-memory server in \(BenchReport.time(flush.doubleSeconds)) (\(BenchReport.rate(Double(writes) / flush.doubleSeconds)) writes/s)")
