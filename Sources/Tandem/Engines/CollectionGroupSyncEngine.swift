@@ -16,6 +16,14 @@ import TandemCore
 public final class CollectionGroupSyncEngine<T: SyncModel>: Sendable {
     @ObservationIgnored let core: SyncCore<T>
     @ObservationIgnored let remote: any RemoteCollectionGroupService
+    /// The observed key paths, made once: a key path into a generic type is built anew at each
+    /// use, which cost more than the read it guards.
+    @ObservationIgnored private let keys = ObservedKeys()
+
+    private struct ObservedKeys: @unchecked Sendable {
+        let currentCollection: KeyPath<CollectionGroupSyncEngine<T>, [T]> = \.currentCollection
+        let isFromCache: KeyPath<CollectionGroupSyncEngine<T>, Bool> = \.isFromCache
+    }
 
     /// - Parameters:
     ///   - enableLocalPersistence: keep the cache in SQLite across launches (default).
@@ -52,8 +60,8 @@ public final class CollectionGroupSyncEngine<T: SyncModel>: Sendable {
 
     /// Tells observers of each property the change touched, on the thread that made the change.
     private func coreDidChange(_ changes: EngineChanges) {
-        if changes.contains(.documents) { withMutation(keyPath: \.currentCollection) {} }
-        if changes.contains(.isFromCache) { withMutation(keyPath: \.isFromCache) {} }
+        if changes.contains(.documents) { withMutation(keyPath: keys.currentCollection) {} }
+        if changes.contains(.isFromCache) { withMutation(keyPath: keys.isFromCache) {} }
     }
 
     /// Loads the group's matching documents, then streams changes. The same query again does nothing;
@@ -71,13 +79,13 @@ public final class CollectionGroupSyncEngine<T: SyncModel>: Sendable {
 
     /// The cached documents of the group, ordered by full path.
     public var currentCollection: [T] {
-        access(keyPath: \.currentCollection)
+        access(keyPath: keys.currentCollection)
         return core.ordered
     }
 
     /// The cached documents with their full paths, for telling equal ids apart.
     public var currentDocuments: [(path: DocumentPath, model: T)] {
-        access(keyPath: \.currentCollection)
+        access(keyPath: keys.currentCollection)
         return core.state.withLock { state in zip(state.orderedPaths, state.ordered).map { ($0, $1) } }
     }
 
@@ -86,7 +94,7 @@ public final class CollectionGroupSyncEngine<T: SyncModel>: Sendable {
     public func getDocuments(where predicate: (T) -> Bool) -> [T] { currentCollection.filter(predicate) }
 
     public var isFromCache: Bool {
-        access(keyPath: \.isFromCache)
+        access(keyPath: keys.isFromCache)
         return core.isFromCache
     }
 

@@ -20,6 +20,16 @@ import TandemCore
 public final class CollectionSyncEngine<T: SyncModel>: Sendable {
     @ObservationIgnored package let core: SyncCore<T>
     @ObservationIgnored let remote: any RemoteCollectionService
+    /// The observed key paths, made once: a key path into a generic type is built anew at each
+    /// use, which cost more than the read it guards.
+    @ObservationIgnored private let keys = ObservedKeys()
+
+    private struct ObservedKeys: @unchecked Sendable {
+        let currentCollection: KeyPath<CollectionSyncEngine<T>, [T]> = \.currentCollection
+        let pendingWrites: KeyPath<CollectionSyncEngine<T>, [PendingWrite]> = \.pendingWrites
+        let rejectedWrites: KeyPath<CollectionSyncEngine<T>, [RejectedWrite]> = \.rejectedWrites
+        let isFromCache: KeyPath<CollectionSyncEngine<T>, Bool> = \.isFromCache
+    }
 
     /// - Parameters:
     ///   - remote: the server side.
@@ -72,10 +82,10 @@ public final class CollectionSyncEngine<T: SyncModel>: Sendable {
     /// change (the listener's task, or the writer's); `withObservationTracking` and SwiftUI take it
     /// from there.
     private func coreDidChange(_ changes: EngineChanges) {
-        if changes.contains(.documents) { withMutation(keyPath: \.currentCollection) {} }
-        if changes.contains(.pendingWrites) { withMutation(keyPath: \.pendingWrites) {} }
-        if changes.contains(.rejectedWrites) { withMutation(keyPath: \.rejectedWrites) {} }
-        if changes.contains(.isFromCache) { withMutation(keyPath: \.isFromCache) {} }
+        if changes.contains(.documents) { withMutation(keyPath: keys.currentCollection) {} }
+        if changes.contains(.pendingWrites) { withMutation(keyPath: keys.pendingWrites) {} }
+        if changes.contains(.rejectedWrites) { withMutation(keyPath: keys.rejectedWrites) {} }
+        if changes.contains(.isFromCache) { withMutation(keyPath: keys.isFromCache) {} }
     }
 
     // MARK: Listening
@@ -98,7 +108,7 @@ public final class CollectionSyncEngine<T: SyncModel>: Sendable {
 
     /// The cached documents with pending writes applied, ordered by path.
     public var currentCollection: [T] {
-        access(keyPath: \.currentCollection)
+        access(keyPath: keys.currentCollection)
         return core.ordered
     }
 
@@ -120,30 +130,30 @@ public final class CollectionSyncEngine<T: SyncModel>: Sendable {
 
     /// Whether a document has writes not yet acknowledged, and whether it came from the cache.
     public func metadata(id: String) -> DocumentMetadata {
-        access(keyPath: \.pendingWrites)
-        access(keyPath: \.isFromCache)
+        access(keyPath: keys.pendingWrites)
+        access(keyPath: keys.isFromCache)
         guard let path = try? remote.collectionPath().document(id) else { return DocumentMetadata(hasPendingWrites: false, isFromCache: true) }
         return core.metadata(at: path)
     }
 
     /// Whether any write is waiting for the server. Observed, as every state property is.
     public var hasPendingWrites: Bool {
-        access(keyPath: \.pendingWrites)
+        access(keyPath: keys.pendingWrites)
         return core.pendingWriteCount > 0
     }
     /// The writes waiting for the server, oldest first.
     public var pendingWrites: [PendingWrite] {
-        access(keyPath: \.pendingWrites)
+        access(keyPath: keys.pendingWrites)
         return core.pendingWrites
     }
     /// Writes the server refused for good, rolled back from the view.
     public var rejectedWrites: [RejectedWrite] {
-        access(keyPath: \.rejectedWrites)
+        access(keyPath: keys.rejectedWrites)
         return core.rejectedWrites
     }
     /// True until the server's first batch arrives in this session.
     public var isFromCache: Bool {
-        access(keyPath: \.isFromCache)
+        access(keyPath: keys.isFromCache)
         return core.isFromCache
     }
 

@@ -18,6 +18,16 @@ import TandemCore
 public final class DocumentSyncEngine<T: SyncModel>: Sendable {
     @ObservationIgnored let core: SyncCore<T>
     @ObservationIgnored let remote: any RemoteDocumentService
+    /// The observed key paths, made once: a key path into a generic type is built anew at each
+    /// use, which cost more than the read it guards.
+    @ObservationIgnored private let keys = ObservedKeys()
+
+    private struct ObservedKeys: @unchecked Sendable {
+        let currentDocument: KeyPath<DocumentSyncEngine<T>, T?> = \.currentDocument
+        let pendingWrites: KeyPath<DocumentSyncEngine<T>, [PendingWrite]> = \.pendingWrites
+        let rejectedWrites: KeyPath<DocumentSyncEngine<T>, [RejectedWrite]> = \.rejectedWrites
+        let isFromCache: KeyPath<DocumentSyncEngine<T>, Bool> = \.isFromCache
+    }
 
     /// - Parameters:
     ///   - remote: the server side.
@@ -62,10 +72,10 @@ public final class DocumentSyncEngine<T: SyncModel>: Sendable {
 
     /// Tells observers of each property the change touched, on the thread that made the change.
     private func coreDidChange(_ changes: EngineChanges) {
-        if changes.contains(.documents) { withMutation(keyPath: \.currentDocument) {} }
-        if changes.contains(.pendingWrites) { withMutation(keyPath: \.pendingWrites) {} }
-        if changes.contains(.rejectedWrites) { withMutation(keyPath: \.rejectedWrites) {} }
-        if changes.contains(.isFromCache) { withMutation(keyPath: \.isFromCache) {} }
+        if changes.contains(.documents) { withMutation(keyPath: keys.currentDocument) {} }
+        if changes.contains(.pendingWrites) { withMutation(keyPath: keys.pendingWrites) {} }
+        if changes.contains(.rejectedWrites) { withMutation(keyPath: keys.rejectedWrites) {} }
+        if changes.contains(.isFromCache) { withMutation(keyPath: keys.isFromCache) {} }
     }
 
     // MARK: Listening
@@ -99,7 +109,7 @@ public final class DocumentSyncEngine<T: SyncModel>: Sendable {
 
     /// The listened document as cached, pending writes included; nil when none.
     public var currentDocument: T? {
-        access(keyPath: \.currentDocument)
+        access(keyPath: keys.currentDocument)
         guard let id = core.documentID else { return nil }
         return cached(id)
     }
@@ -130,8 +140,8 @@ public final class DocumentSyncEngine<T: SyncModel>: Sendable {
 
     /// Whether the document has writes not yet acknowledged, and whether it came from the cache.
     public func metadata(id: String? = nil) -> DocumentMetadata {
-        access(keyPath: \.pendingWrites)
-        access(keyPath: \.isFromCache)
+        access(keyPath: keys.pendingWrites)
+        access(keyPath: keys.isFromCache)
         guard let id = id ?? core.documentID, let path = try? remote.collectionPath().document(id) else {
             return DocumentMetadata(hasPendingWrites: false, isFromCache: true)
         }
@@ -140,20 +150,20 @@ public final class DocumentSyncEngine<T: SyncModel>: Sendable {
 
     /// Whether any write is waiting for the server. Observed, as every state property is.
     public var hasPendingWrites: Bool {
-        access(keyPath: \.pendingWrites)
+        access(keyPath: keys.pendingWrites)
         return core.pendingWriteCount > 0
     }
     public var pendingWrites: [PendingWrite] {
-        access(keyPath: \.pendingWrites)
+        access(keyPath: keys.pendingWrites)
         return core.pendingWrites
     }
     public var rejectedWrites: [RejectedWrite] {
-        access(keyPath: \.rejectedWrites)
+        access(keyPath: keys.rejectedWrites)
         return core.rejectedWrites
     }
     /// True until the server's first state of the document arrives in this session.
     public var isFromCache: Bool {
-        access(keyPath: \.isFromCache)
+        access(keyPath: keys.isFromCache)
         return core.isFromCache
     }
 

@@ -169,6 +169,9 @@ extension EngineBenchmarks {
         running.store(false, ordering: .relaxed)
         var samples = await reader.value
         samples.sort()
+        if ProcessInfo.processInfo.environment["TANDEM_BENCH_DETAIL"] != nil {
+            print("reads: \(samples.count), p50 \(samples[samples.count / 2]), p90 \(samples[samples.count * 9 / 10]), p99 \(samples[samples.count * 99 / 100]), max \(samples.last!)")
+        }
         return samples[samples.count * 99 / 100]
     }
 
