@@ -28,7 +28,7 @@ extension SyncCore {
                 let now = Date()
                 let shown = LocalView.applyLocally(mutation, to: state.withLock { $0.view.documents[path] }, now: now)
                 let prepared = PreparedModels(showing: shown.map { [$0] } ?? [])
-                let (result, previousLast, write, undecided) = state.withLock { state in
+                let (result, previousLast, write, undecided, pendingCount) = state.withLock { state in
                     let previousLast = state.view.outbox.entries.last
                     let result = state.view.enqueue(mutation, now: now)
                     var change = LocalCollectionChange()
@@ -37,7 +37,7 @@ extension SyncCore {
                     let undecided = Self.refreshModels([path], in: &state, prepared: prepared)
                     state.waiters[result.entry.id, default: []].append(continuation)
                     let write = persistence.write(change, view: state.view, documentID: state.documentID, resumeVersion: state.resumeVersion)
-                    return (result, previousLast, write, undecided)
+                    return (result, previousLast, write, undecided, state.view.outbox.count)
                 }
                 for (path, error) in prepared.failures { logDecodeFailure(path, error) }
                 do {
@@ -57,7 +57,7 @@ extension SyncCore {
                     return .failure(error)
                 }
                 installModels(undecided)
-                return .success(state.withLock { $0.view.outbox.count })
+                return .success(pendingCount)
             }
             switch enqueued {
             case .failure(let error):
