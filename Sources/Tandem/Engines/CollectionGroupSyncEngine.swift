@@ -77,16 +77,17 @@ public final class CollectionGroupSyncEngine<T: SyncModel>: Sendable {
         core.stopListening(clearCaches: clearCaches)
     }
 
-    /// The cached documents of the group, ordered by full path.
+    /// The listened query's answer over the group's cache: its filters, order, cursors and limit.
+    /// Before any query is listened to, every cached document ordered by full path.
     public var currentCollection: [T] {
         access(keyPath: keys.currentCollection)
-        return core.ordered
+        return core.shown
     }
 
     /// The cached documents with their full paths, for telling equal ids apart.
     public var currentDocuments: [(path: DocumentPath, model: T)] {
         access(keyPath: keys.currentCollection)
-        return core.state.withLock { state in zip(state.orderedPaths, state.ordered).map { ($0, $1) } }
+        return core.shownDocuments
     }
 
     public func getCollection() -> [T] { currentCollection }

@@ -106,21 +106,25 @@ public final class CollectionSyncEngine<T: SyncModel>: Sendable {
 
     // MARK: Reading
 
-    /// The cached documents with pending writes applied, ordered by path.
+    /// The listened query's answer over the cache with pending writes applied: its filters,
+    /// order, cursors and limit, as the server would answer once every write is acknowledged. A
+    /// local write shows at once where the query puts it, and leaves the view when it no longer
+    /// matches. Before any query is listened to, every cached document in path order.
     public var currentCollection: [T] {
         access(keyPath: keys.currentCollection)
-        return core.ordered
+        return core.shown
     }
 
     /// The same as ``currentCollection``.
     public func getCollection() -> [T] { currentCollection }
 
-    /// The cached document with this id, or nil.
+    /// The document with this id in ``currentCollection``, or nil.
     public func getDocument(id: String) -> T? {
+        access(keyPath: keys.currentCollection)
         guard let path = try? remote.collectionPath().document(id) else {
-            return core.models { $0.id == id }.first
+            return core.shownModels { $0.id == id }.first
         }
-        return core.model(at: path)
+        return core.shownModel(at: path)
     }
 
     /// The cached documents passing a predicate.
@@ -160,7 +164,7 @@ public final class CollectionSyncEngine<T: SyncModel>: Sendable {
     /// The collection from the cache when listening (or holding data), else fetched.
     public func getCollectionAsync(behavior: FetchBehavior = .cachedOrFetch) async throws -> [T] {
         core.retryNowIfDown()
-        if behavior == .cachedOrFetch, core.isListening || !core.ordered.isEmpty { return currentCollection }
+        if behavior == .cachedOrFetch, core.isListening || !core.shown.isEmpty { return currentCollection }
         core.log("getCollection_start")
         do {
             let documents = try await remote.getDocuments(query: core.query ?? Query())

@@ -116,7 +116,7 @@ public final class DocumentSyncEngine<T: SyncModel>: Sendable {
 
     private func cached(_ id: String) -> T? {
         if let path = try? remote.collectionPath().document(id) { return core.model(at: path) }
-        return core.models { $0.id == id }.first
+        return core.shownModels { $0.id == id }.first
     }
 
     /// The same as ``currentDocument``.

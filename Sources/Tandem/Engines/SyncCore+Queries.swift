@@ -6,12 +6,20 @@ extension SyncCore {
     /// it again at once (resuming) while it waits out a backoff; a new query replaces the listener
     /// and starts from a snapshot, since a resume version belongs to the query that reached it.
     func listen(to query: Query, _ listen: @escaping @Sendable (Query, Version?) -> AsyncThrowingStream<RemoteChangeBatch, any Error>) async {
-        let unchanged = state.withLock { state -> Bool in
-            if state.query == query && state.listener != nil { return !state.listenerDown }
-            if state.query != query { state.resumeVersion = nil }
-            state.query = query
-            return false
+        let (unchanged, reshown) = serial.withLock { _ in
+            state.withLock { state -> (Bool, Bool) in
+                if state.query == query && state.listener != nil { return (!state.listenerDown, false) }
+                var reshown = false
+                if state.query != query {
+                    state.resumeVersion = nil
+                    // The view shows the new query's answer over the cache at once.
+                    reshown = Self.setQueryView(query, in: &state)
+                }
+                state.query = query
+                return (false, reshown)
+            }
         }
+        if reshown { notifyChanged([.documents]) }
         if unchanged { return }
         log("bulkLoad_start", ["filter_count": query.filterCount])
         await startListener { resumeFrom in listen(query, resumeFrom) }

@@ -157,8 +157,15 @@ extension SyncCore {
                     // keeps current; nothing is assumed deleted.
                     state.view.removeEntry(entry.id, now: Date())
                 } else {
-                    state.view.acknowledge(entry, result: acknowledgement.document, version: acknowledgement.version, now: Date())
-                    if let document = acknowledgement.document {
+                    let now = Date()
+                    state.view.acknowledge(entry, result: acknowledgement.document, version: acknowledgement.version, now: now)
+                    if let document = acknowledgement.document, state.queryView?.admits(document) == false,
+                       state.view.base[entry.path] == document, !state.view.hasPendingWrites(entry.path) {
+                        // The server's document is outside the listened query, whose listener
+                        // will not keep it current: it is not cached, as the server would not list it.
+                        state.view.setBase(nil, at: entry.path, version: acknowledgement.version, now: now)
+                        change.deletions = [entry.path]
+                    } else if let document = acknowledgement.document {
                         change.upserts = [document]
                     } else {
                         change.deletions = [entry.path]

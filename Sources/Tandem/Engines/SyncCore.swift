@@ -30,6 +30,9 @@ package final class SyncCore<T: SyncModel>: Sendable {
         /// spares keeping a dictionary of generic models in step (the costliest part of a snapshot).
         var orderedPaths: [DocumentPath] = []
         var ordered: [T] = []
+        /// The listened query over those models: what a collection engine shows. Nil while no
+        /// query is set, or when the query keeps every document in path order.
+        var queryView: QueryView<T>?
         var resumeVersion: Version?
         var documentID: String?
         /// The query a collection engine's listener follows.
@@ -306,8 +309,42 @@ package final class SyncCore<T: SyncModel>: Sendable {
         return decided
     }
 
-    /// Puts decided models in place of those of their paths, keeping path order.
+    /// Puts decided models in place of those of their paths, keeping path order, and moves them in
+    /// the query's view.
     static func place(_ fresh: DecodedModels, into state: inout State) {
+        placeModels(fresh, into: &state)
+        refreshQueryView(fresh.changed, in: &state)
+    }
+
+    /// Brings the query's view in line with the models of `changed` (nil: of every path).
+    static func refreshQueryView(_ changed: [DocumentPath]?, in state: inout State) {
+        guard state.queryView != nil else { return }
+        // Local copies share storage with the state's arrays, which do not change meanwhile; the
+        // view is changed in place, so its arrays are not copied.
+        let paths = state.orderedPaths
+        let models = state.ordered
+        let documents = state.view.documents
+        guard let changed, changed.count <= 64 else {
+            state.queryView!.rebuild(documents: documents, paths: paths, models: models)
+            return
+        }
+        state.queryView!.update(changed, documents: documents) { path in
+            let index = binarySearch(paths, path)
+            return index < paths.count && paths[index] == path ? models[index] : nil
+        }
+    }
+
+    /// Points the view at the listened query (nil shows every model in path order). Returns
+    /// whether what is shown may have changed.
+    static func setQueryView(_ query: Query, in state: inout State) -> Bool {
+        let view = QueryView<T>(query)
+        if view == nil && state.queryView == nil { return false }
+        state.queryView = view
+        refreshQueryView(nil, in: &state)
+        return true
+    }
+
+    private static func placeModels(_ fresh: DecodedModels, into state: inout State) {
         // Many paths at once (a snapshot, a large batch): one merge pass instead of an insertion
         // each, which would be quadratic.
         if fresh.changed.count > 64 {
@@ -380,7 +417,28 @@ package final class SyncCore<T: SyncModel>: Sendable {
         return low
     }
 
-    var ordered: [T] { state.withLock { $0.ordered } }
+    package var ordered: [T] { state.withLock { $0.ordered } }
+
+    /// What the engine shows: the listened query's answer over the models, or every model in
+    /// path order.
+    package var shown: [T] { state.withLock { $0.queryView?.shown ?? $0.ordered } }
+
+    /// The shown documents' paths and models, in order.
+    var shownDocuments: [(path: DocumentPath, model: T)] {
+        state.withLock { state in
+            guard let view = state.queryView else { return zip(state.orderedPaths, state.ordered).map { ($0, $1) } }
+            return zip(view.shownPaths, view.shown).map { ($0, $1) }
+        }
+    }
+
+    /// The shown model at `path`, or nil.
+    func shownModel(at path: DocumentPath) -> T? {
+        state.withLock { state in
+            if state.queryView?.shows(path) == false { return nil }
+            let index = Self.binarySearch(state.orderedPaths, path)
+            return index < state.orderedPaths.count && state.orderedPaths[index] == path ? state.ordered[index] : nil
+        }
+    }
 
     func model(at path: DocumentPath) -> T? {
         state.withLock { state in
@@ -389,10 +447,9 @@ package final class SyncCore<T: SyncModel>: Sendable {
         }
     }
 
-    func models(where predicate: (DocumentPath) -> Bool) -> [T] {
-        state.withLock { state in
-            zip(state.orderedPaths, state.ordered).filter { predicate($0.0) }.map(\.1)
-        }
+    /// The shown models whose path passes a predicate.
+    func shownModels(where predicate: (DocumentPath) -> Bool) -> [T] {
+        shownDocuments.filter { predicate($0.path) }.map(\.model)
     }
 
     func metadata(at path: DocumentPath) -> DocumentMetadata {
@@ -470,6 +527,7 @@ extension SyncCore {
         }
         state.orderedPaths = paths
         state.ordered = models
+        refreshQueryView(nil, in: &state)
         return Array(documents.values)
     }
 

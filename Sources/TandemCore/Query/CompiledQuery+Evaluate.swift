@@ -21,19 +21,12 @@ extension CompiledQuery {
         for document in documents {
             let data = document.data
             guard matchesFilters(data) else { continue }
-            let keys = orders.map { data[field: $0.field] }
-            if let start, !passes(keys, start, isStart: true) { continue }
-            if let end, !passes(keys, end, isStart: false) { continue }
+            let keys = orderValues(data)
+            guard passesCursors(keys) else { continue }
             rows.append((keys, document))
         }
-        let orders = self.orders
         let inOrder: ((keys: [JSONValue?], element: Documents.Element), (keys: [JSONValue?], element: Documents.Element)) -> Bool = { a, b in
-            for (index, order) in orders.enumerated() {
-                var result = Self.compareKeys(a.keys[index], b.keys[index])
-                if order.descending { result = result.reversedOrdering }
-                if result != .equal { return result == .less }
-            }
-            return a.element.path < b.element.path
+            self.sortsBefore(a.keys, a.element.path, b.keys, b.element.path)
         }
         switch limit {
         case .first(let count) where count < rows.count / 4:
@@ -48,6 +41,29 @@ extension CompiledQuery {
             rows.sort(by: inOrder)
             return rows.map(\.element)
         }
+    }
+
+    /// A document's values of the order fields, in order; nil where a field is missing.
+    package func orderValues(_ data: JSONObject) -> [JSONValue?] {
+        orders.map { data[field: $0.field] }
+    }
+
+    /// Whether a document with order values `a` at `aPath` comes before one with `b` at `bPath`:
+    /// the orders in turn, then the path. The one order of results, on the server and in a cache.
+    package func sortsBefore(_ a: [JSONValue?], _ aPath: DocumentPath, _ b: [JSONValue?], _ bPath: DocumentPath) -> Bool {
+        for (index, order) in orders.enumerated() {
+            var result = Self.compareKeys(a[index], b[index])
+            if order.descending { result = result.reversedOrdering }
+            if result != .equal { return result == .less }
+        }
+        return aPath < bPath
+    }
+
+    /// Whether order values lie within both cursors.
+    package func passesCursors(_ values: [JSONValue?]) -> Bool {
+        if let start, !passes(values, start, isStart: true) { return false }
+        if let end, !passes(values, end, isStart: false) { return false }
+        return true
     }
 
     /// Whether a document's fields pass every filter.
@@ -170,9 +186,6 @@ extension CompiledQuery {
     public func matchesFiltersAndCursors(_ data: JSONObject) -> Bool {
         guard matchesFilters(data) else { return false }
         if start == nil && end == nil { return true }
-        let keys = orders.map { data[field: $0.field] }
-        if let start, !passes(keys, start, isStart: true) { return false }
-        if let end, !passes(keys, end, isStart: false) { return false }
-        return true
+        return passesCursors(orderValues(data))
     }
 }

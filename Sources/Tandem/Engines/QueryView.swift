@@ -1,0 +1,168 @@
+import TandemCore
+
+/// An engine's query run over its local view (the cache with pending writes applied): the models
+/// that pass the filters and cursors, in the query's order, and the limit's window of them. The
+/// same evaluator as the server's (`CompiledQuery`), so once every write is acknowledged the view
+/// equals the server's answer for the same documents.
+///
+/// Kept up to date change by change: a changed document leaves its old place and takes its new
+/// one by binary search, so a single write costs O(log n) comparisons plus moving the array's tail.
+/// A change of many documents (a snapshot) sorts the whole view again.
+struct QueryView<T> {
+    /// A member's place in the order: its order fields' values, then its path.
+    struct Key {
+        var values: [JSONValue?]
+        var path: DocumentPath
+    }
+
+    let query: CompiledQuery
+    /// The members, in query order, and their models.
+    private(set) var keys: [Key] = []
+    private(set) var models: [T] = []
+    /// Each member's order values, to find its place when it changes.
+    private var members: [DocumentPath: [JSONValue?]] = [:]
+    /// The limit's window of `models`, kept only under a limit: without one, `models` is shown
+    /// as it is (a second array sharing it would be copied whole at the next change).
+    private var limited: [T]?
+    private(set) var window: Range<Int> = 0..<0
+
+    /// What the engine shows.
+    var shown: [T] { limited ?? models }
+
+    /// The view of a query, or nil when the query keeps every document in path order (no filter,
+    /// order, cursor or limit): the models as they are already are its answer. An invalid query is
+    /// refused by the server, and leaves the view as it was.
+    init?(_ query: Query) {
+        guard let compiled = try? CompiledQuery(query) else { return nil }
+        if compiled.filters.isEmpty && compiled.orders.isEmpty && compiled.start == nil && compiled.end == nil && compiled.limit == nil {
+            return nil
+        }
+        self.query = compiled
+    }
+
+    /// Whether a document passes the query's filters and cursors (its limit aside).
+    func admits(_ document: Document) -> Bool {
+        query.matchesFiltersAndCursors(document.data)
+    }
+
+    /// Whether the document at `path` is shown (a member inside the limit's window).
+    func shows(_ path: DocumentPath) -> Bool {
+        guard let values = members[path] else { return false }
+        let index = position(of: Key(values: values, path: path))
+        return window.contains(index)
+    }
+
+    /// The paths shown, in order.
+    var shownPaths: [DocumentPath] { keys[window].map(\.path) }
+
+    /// Builds the view anew from every model (in path order) and the documents they stand for.
+    mutating func rebuild(documents: [DocumentPath: Document], paths: [DocumentPath], models all: [T]) {
+        var keys: [Key] = []
+        var indices: [Int] = []
+        for (index, path) in paths.enumerated() {
+            guard let document = documents[path], query.matchesFilters(document.data) else { continue }
+            let values = query.orderValues(document.data)
+            guard query.passesCursors(values) else { continue }
+            keys.append(Key(values: values, path: path))
+            indices.append(index)
+        }
+        // Models come in path order, which is the query's order when it has no order(by:). Sort
+        // positions rather than (key, model) pairs: generic models move slowly.
+        if !query.orders.isEmpty {
+            let query = self.query
+            var order = Array(keys.indices)
+            order.sort { query.sortsBefore(keys[$0].values, keys[$0].path, keys[$1].values, keys[$1].path) }
+            keys = order.map { keys[$0] }
+            indices = order.map { indices[$0] }
+        }
+        self.keys = keys
+        models = indices.map { all[$0] }
+        members = Dictionary(uniqueKeysWithValues: keys.map { ($0.path, $0.values) })
+        reshow()
+    }
+
+    /// Moves the documents at `changed` to their new places: out if gone, undecodable or no longer
+    /// passing, in with their model (`model(path)`) otherwise.
+    mutating func update(_ changed: [DocumentPath], documents: [DocumentPath: Document], model: (DocumentPath) -> T?) {
+        for path in changed {
+            var old: Int?
+            if let values = members.removeValue(forKey: path) {
+                let index = position(of: Key(values: values, path: path))
+                if index < keys.count && keys[index].path == path {
+                    old = index
+                } else {
+                    // Not where its key says: never expected, but a linear search keeps the view right.
+                    old = keys.firstIndex { $0.path == path }
+                }
+            }
+            var new: (key: Key, model: T)?
+            if let document = documents[path], query.matchesFilters(document.data), let member = model(path) {
+                let values = query.orderValues(document.data)
+                if query.passesCursors(values) { new = (Key(values: values, path: path), member) }
+            }
+            switch (old, new) {
+            case (let old?, let new?):
+                // Still a member: slide it to its new place, moving only the members in between.
+                var index = position(of: new.key)
+                if index > old { index -= 1 }
+                Self.move(&keys, from: old, to: index, replacingWith: new.key)
+                Self.move(&models, from: old, to: index, replacingWith: new.model)
+                members[path] = new.key.values
+            case (let old?, nil):
+                keys.remove(at: old)
+                models.remove(at: old)
+            case (nil, let new?):
+                let index = position(of: new.key)
+                keys.insert(new.key, at: index)
+                models.insert(new.model, at: index)
+                members[path] = new.key.values
+            case (nil, nil):
+                break
+            }
+        }
+        reshow()
+    }
+
+    /// Replaces the element at `from` with `element` placed at `to`, shifting those in between by
+    /// one: a move of |to − from| elements rather than of both tails (a removal, then an insertion).
+    private static func move<Element>(_ array: inout [Element], from: Int, to: Int, replacingWith element: Element) {
+        array.withUnsafeMutableBufferPointer { buffer in
+            let base = buffer.baseAddress!
+            (base + from).deinitialize(count: 1)
+            if to > from {
+                (base + from).moveInitialize(from: base + from + 1, count: to - from)
+            } else if to < from {
+                (base + to + 1).moveInitialize(from: base + to, count: from - to)
+            }
+            (base + to).initialize(to: element)
+        }
+    }
+
+    /// The first index whose key does not come before `key`.
+    private func position(of key: Key) -> Int {
+        var low = 0
+        var high = keys.count
+        while low < high {
+            let middle = (low + high) / 2
+            if query.sortsBefore(keys[middle].values, keys[middle].path, key.values, key.path) {
+                low = middle + 1
+            } else {
+                high = middle
+            }
+        }
+        return low
+    }
+
+    private mutating func reshow() {
+        switch query.limit {
+        case nil:
+            window = 0..<models.count
+        case .first(let count):
+            window = 0..<min(count, models.count)
+            limited = Array(models[window])
+        case .last(let count):
+            window = max(0, models.count - count)..<models.count
+            limited = Array(models[window])
+        }
+    }
+}
