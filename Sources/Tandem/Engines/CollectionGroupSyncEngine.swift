@@ -12,16 +12,19 @@ import TandemCore
 /// await reviews.startListening { $0.whereField("rating", isGreaterThan: 3) }
 /// reviews.currentCollection
 /// ```
-@Observable
-public final class CollectionGroupSyncEngine<T: SyncModel>: Sendable {
-    @ObservationIgnored let core: SyncCore<T>
-    @ObservationIgnored let remote: any RemoteCollectionGroupService
+public final class CollectionGroupSyncEngine<T: SyncModel>: Sendable, Observable {
+    @usableFromInline let core: SyncCore<T>
+    let remote: any RemoteCollectionGroupService
     /// The observed key paths, made once: a key path into a generic type is built anew at each
     /// use, which cost more than the read it guards.
-    @ObservationIgnored private let keys = ObservedKeys()
+    @usableFromInline let keys = ObservedKeys()
+    /// Observable by hand rather than with the macro, so the hot read can be `@inlinable` and
+    /// specialized for the app's model type in the app's module.
+    @usableFromInline let registrar = ObservationRegistrar()
 
-    private struct ObservedKeys: @unchecked Sendable {
-        let currentCollection: KeyPath<CollectionGroupSyncEngine<T>, [T]> = \.currentCollection
+    @usableFromInline
+    struct ObservedKeys: @unchecked Sendable {
+        @usableFromInline let currentCollection: KeyPath<CollectionGroupSyncEngine<T>, [T]> = \.currentCollection
         let isFromCache: KeyPath<CollectionGroupSyncEngine<T>, Bool> = \.isFromCache
     }
 
@@ -29,10 +32,19 @@ public final class CollectionGroupSyncEngine<T: SyncModel>: Sendable {
     ///   - enableLocalPersistence: keep the cache in SQLite across launches (default).
     public convenience init(remote: any RemoteCollectionGroupService, managerKey: String, enableLocalPersistence: Bool = true, logger: (any DataSyncLogger)? = nil) {
         var persistence: (any LocalCollectionPersistence)?
+        var openError: (any Error)?
         if enableLocalPersistence {
-            persistence = try? SQLiteCollectionPersistence(managerKey: managerKey)
+            do {
+                persistence = try SQLiteCollectionPersistence(managerKey: managerKey)
+            } catch {
+                openError = error
+            }
         }
         self.init(remote: remote, managerKey: managerKey, persistence: persistence, logger: logger)
+        if let openError {
+            // The engine runs on in memory; the failure is said, not swallowed.
+            core.log("persistence_fail", ["error_description": "\(openError)"], severity: .severe)
+        }
     }
 
     /// The designated initializer. The cache loads here, before any network call.
@@ -58,6 +70,15 @@ public final class CollectionGroupSyncEngine<T: SyncModel>: Sendable {
         }
     }
 
+    @inlinable
+    func access<Member>(keyPath: KeyPath<CollectionGroupSyncEngine, Member>) {
+        registrar.access(self, keyPath: keyPath)
+    }
+
+    func withMutation<Member, Result>(keyPath: KeyPath<CollectionGroupSyncEngine, Member>, _ mutation: () throws -> Result) rethrows -> Result {
+        try registrar.withMutation(of: self, keyPath: keyPath, mutation)
+    }
+
     /// Tells observers of each property the change touched, on the thread that made the change.
     private func coreDidChange(_ changes: EngineChanges) {
         if changes.contains(.documents) { withMutation(keyPath: keys.currentCollection) {} }
@@ -79,6 +100,7 @@ public final class CollectionGroupSyncEngine<T: SyncModel>: Sendable {
 
     /// The listened query's answer over the group's cache: its filters, order, cursors and limit.
     /// Before any query is listened to, every cached document ordered by full path.
+    @inlinable
     public var currentCollection: [T] {
         access(keyPath: keys.currentCollection)
         return core.shown

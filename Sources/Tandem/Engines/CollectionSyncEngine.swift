@@ -16,16 +16,19 @@ import TandemCore
 ///
 /// `@Observable`: views reading `currentCollection` update when it changes. Every method is safe from
 /// the main actor and from any task.
-@Observable
-public final class CollectionSyncEngine<T: SyncModel>: Sendable {
-    @ObservationIgnored package let core: SyncCore<T>
-    @ObservationIgnored let remote: any RemoteCollectionService
+public final class CollectionSyncEngine<T: SyncModel>: Sendable, Observable {
+    @usableFromInline package let core: SyncCore<T>
+    let remote: any RemoteCollectionService
     /// The observed key paths, made once: a key path into a generic type is built anew at each
     /// use, which cost more than the read it guards.
-    @ObservationIgnored private let keys = ObservedKeys()
+    @usableFromInline let keys = ObservedKeys()
+    /// Observable by hand rather than with the macro, so the hot reads can be `@inlinable` and
+    /// specialized for the app's model type in the app's module.
+    @usableFromInline let registrar = ObservationRegistrar()
 
-    private struct ObservedKeys: @unchecked Sendable {
-        let currentCollection: KeyPath<CollectionSyncEngine<T>, [T]> = \.currentCollection
+    @usableFromInline
+    struct ObservedKeys: @unchecked Sendable {
+        @usableFromInline let currentCollection: KeyPath<CollectionSyncEngine<T>, [T]> = \.currentCollection
         let pendingWrites: KeyPath<CollectionSyncEngine<T>, [PendingWrite]> = \.pendingWrites
         let rejectedWrites: KeyPath<CollectionSyncEngine<T>, [RejectedWrite]> = \.rejectedWrites
         let isFromCache: KeyPath<CollectionSyncEngine<T>, Bool> = \.isFromCache
@@ -78,6 +81,15 @@ public final class CollectionSyncEngine<T: SyncModel>: Sendable {
         }
     }
 
+    @inlinable
+    func access<Member>(keyPath: KeyPath<CollectionSyncEngine, Member>) {
+        registrar.access(self, keyPath: keyPath)
+    }
+
+    func withMutation<Member, Result>(keyPath: KeyPath<CollectionSyncEngine, Member>, _ mutation: () throws -> Result) rethrows -> Result {
+        try registrar.withMutation(of: self, keyPath: keyPath, mutation)
+    }
+
     /// Tells observers of each property the change touched. Delivered on the thread that made the
     /// change (the listener's task, or the writer's); `withObservationTracking` and SwiftUI take it
     /// from there.
@@ -110,6 +122,7 @@ public final class CollectionSyncEngine<T: SyncModel>: Sendable {
     /// order, cursors and limit, as the server would answer once every write is acknowledged. A
     /// local write shows at once where the query puts it, and leaves the view when it no longer
     /// matches. Before any query is listened to, every cached document in path order.
+    @inlinable
     public var currentCollection: [T] {
         access(keyPath: keys.currentCollection)
         return core.shown

@@ -8,6 +8,7 @@ import TandemCore
 /// Kept up to date change by change: a changed document leaves its old place and takes its new
 /// one by binary search, so a single write costs O(log n) comparisons plus moving the array's tail.
 /// A change of many documents (a snapshot) sorts the whole view again.
+@usableFromInline
 struct QueryView<T> {
     /// A member's place in the order: its order fields' values, then its path.
     struct Key {
@@ -18,16 +19,16 @@ struct QueryView<T> {
     let query: CompiledQuery
     /// The members, in query order, and their models.
     private(set) var keys: [Key] = []
-    private(set) var models: [T] = []
+    @usableFromInline private(set) var models: [T] = []
     /// Each member's order values, to find its place when it changes.
     private var members: [DocumentPath: [JSONValue?]] = [:]
     /// The limit's window of `models`, kept only under a limit: without one, `models` is shown
     /// as it is (a second array sharing it would be copied whole at the next change).
-    private var limited: [T]?
+    @usableFromInline private(set) var limited: [T]?
     private(set) var window: Range<Int> = 0..<0
 
     /// What the engine shows.
-    var shown: [T] { limited ?? models }
+    @inlinable var shown: [T] { limited ?? models }
 
     /// The view of a query, or nil when the query keeps every document in path order (no filter,
     /// order, cursor or limit): the models as they are already are its answer. An invalid query is

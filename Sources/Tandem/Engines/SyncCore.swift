@@ -14,6 +14,7 @@ import TandemCore
 /// A change runs in up to two locked steps inside `serial`: the view (and every model whose decoded
 /// form is at hand) first, then the models decoded outside the lock. Nothing else changes the
 /// view in between.
+@usableFromInline
 package final class SyncCore<T: SyncModel>: Sendable {
     enum WriteOutcome: Sendable {
         case acknowledged(WriteAcknowledgement)
@@ -24,15 +25,16 @@ package final class SyncCore<T: SyncModel>: Sendable {
         case notStored(any Error)
     }
 
+    @usableFromInline
     struct State {
         var view: LocalView
         /// The decoded models in path order, and their paths: a lookup is a binary search, which
         /// spares keeping a dictionary of generic models in step (the costliest part of a snapshot).
         var orderedPaths: [DocumentPath] = []
-        var ordered: [T] = []
+        @usableFromInline var ordered: [T] = []
         /// The listened query over those models: what a collection engine shows. Nil while no
         /// query is set, or when the query keeps every document in path order.
-        var queryView: QueryView<T>?
+        @usableFromInline var queryView: QueryView<T>?
         var resumeVersion: Version?
         var documentID: String?
         /// The query a collection engine's listener follows.
@@ -63,7 +65,7 @@ package final class SyncCore<T: SyncModel>: Sendable {
     let randomness: RetryRandomness
     let persistence: EnginePersistence
     let commit: @Sendable ([Mutation]) async throws -> [WriteAcknowledgement]
-    let state: Mutex<State>
+    @usableFromInline let state: Mutex<State>
     /// Held by every change of the view, across its persistence and decoding; never by a reader.
     let serial = Mutex<Void>(())
     /// Called, outside the locks, after a change, with what it changed.
@@ -417,10 +419,9 @@ package final class SyncCore<T: SyncModel>: Sendable {
         return low
     }
 
-    package var ordered: [T] { state.withLock { $0.ordered } }
-
     /// What the engine shows: the listened query's answer over the models, or every model in
     /// path order.
+    @inlinable
     package var shown: [T] { state.withLock { $0.queryView?.shown ?? $0.ordered } }
 
     /// The shown documents' paths and models, in order.

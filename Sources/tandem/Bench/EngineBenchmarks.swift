@@ -20,7 +20,7 @@ enum EngineBenchmarks {
     }
 
     /// Cold start of an engine whose cache holds `count` documents, against a raw GRDB fetch of the
-    /// same rows decoded with JSONDecoder. Target: at most 1.5× the baseline's time.
+    /// same rows decoded with JSONDecoder. Target: at most 1.2× the baseline's time.
     static func coldStart(count: Int, repetitions: Int, directory: URL, into report: inout BenchReport) throws {
         let persistence = try SQLiteCollectionPersistence(managerKey: "bench", directory: directory)
         _ = try persistence.create(clientID: "bench")
@@ -54,7 +54,7 @@ enum EngineBenchmarks {
         }
         precondition(decoded == count)
         report.add("engines: cold start with \(count) cached documents vs GRDB fetch + JSONDecoder",
-                   ours: ours, baseline: baseline, operations: count, unit: "documents", target: 1.5)
+                   ours: ours, baseline: baseline, operations: count, unit: "documents", target: 1.2)
     }
 
     /// One remote change applied to an engine holding `count` documents (durably), p50 and p99.
