@@ -162,6 +162,14 @@ public final class TandemClient: Service, Sendable {
         return acknowledgements
     }
 
+    /// Commits the mutations built in `build` atomically, as ``commit(_:)-([Mutation])`` does.
+    @discardableResult
+    public func commit(batch build: (inout MutationBatch) throws -> Void) async throws -> [WriteAcknowledgement] {
+        var batch = MutationBatch()
+        try build(&batch)
+        return try await commit(batch.mutations)
+    }
+
     /// Sends a request and waits for its answer; an error frame answering it is thrown.
     func request(_ make: (Int) -> ClientMessage) async throws -> ServerMessage {
         let answer = try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<ServerMessage, any Error>) in

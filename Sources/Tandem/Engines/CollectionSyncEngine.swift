@@ -226,6 +226,19 @@ public final class CollectionSyncEngine<T: SyncModel>: Sendable, Observable {
         try await core.write(try FieldUpdate.mutation(path, data), event: "update")
     }
 
+    /// Writes several documents atomically: the writes show at once, are queued durably as one
+    /// batch, and are sent as one request that the server applies whole or not at all. Returns
+    /// once acknowledged or durably queued; throws when the server refuses the batch for good (every
+    /// write of it is then rolled back), or before writing anything when a write cannot be made.
+    /// At most 500 writes, the server's limit.
+    public func commit(_ build: (inout WriteBatch<T>) throws -> Void) async throws {
+        core.retryNowIfDown()
+        var batch = WriteBatch<T>(collection: try remote.collectionPath())
+        try build(&batch)
+        if let failure = batch.failure { throw failure }
+        try await core.writeBatch(batch.mutations)
+    }
+
     /// Deletes a document.
     public func deleteDocument(id: String) async throws {
         core.retryNowIfDown()

@@ -155,6 +155,16 @@ struct LocalView: Sendable {
         return result
     }
 
+    /// Queues an atomic batch: every write shows at once, in order.
+    mutating func enqueue(batch mutations: [Mutation], now: Date) -> [PendingWrite] {
+        let added = outbox.enqueue(batch: mutations)
+        for mutation in mutations {
+            pendingCount[mutation.path, default: 0] += 1
+            documents[mutation.path] = Self.applyLocally(mutation, to: documents[mutation.path], now: now)
+        }
+        return added
+    }
+
     mutating func markAttempted(_ id: MutationID) {
         outbox.markAttempted(id)
     }

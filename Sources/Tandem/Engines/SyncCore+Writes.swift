@@ -81,6 +81,83 @@ extension SyncCore {
         return outcome
     }
 
+    /// Applies an atomic batch of writes to the view and the outbox in one durable step, then sends
+    /// it as one request: the server applies every write or none. Returns and throws as ``write``.
+    @discardableResult
+    func writeBatch(_ mutations: [Mutation], maximumWrites: Int = 500) async throws -> WriteOutcome? {
+        log("batch_start", ["write_count": mutations.count])
+        guard !mutations.isEmpty else {
+            log("batch_success", ["write_count": 0])
+            return nil
+        }
+        do {
+            guard mutations.count <= maximumWrites else {
+                throw TandemError.invalidArgument("A batch holds at most \(maximumWrites) writes and this one has \(mutations.count); split it into several batches.")
+            }
+            for mutation in mutations { try mutation.validate() }
+        } catch let error as TandemError {
+            log("batch_fail", ["write_count": mutations.count, "error_description": error.message], severity: .severe)
+            throw error
+        }
+        let paths = mutations.map(\.path)
+        let outcome = await withCheckedContinuation { (continuation: CheckedContinuation<WriteOutcome, Never>) in
+            let enqueued = serial.withLock { _ -> Result<Int, any Error> in
+                // What the view will show of each document, decoded before the locked step.
+                let now = Date()
+                var shown = state.withLock { state in Dictionary(paths.map { ($0, state.view.documents[$0]) }) { first, _ in first } }
+                for mutation in mutations {
+                    shown[mutation.path] = .some(LocalView.applyLocally(mutation, to: shown[mutation.path] ?? nil, now: now))
+                }
+                let prepared = PreparedModels(showing: shown.values.compactMap { $0 })
+                let (added, write, undecided, pendingCount) = state.withLock { state in
+                    let added = state.view.enqueue(batch: mutations, now: now)
+                    var change = LocalCollectionChange()
+                    change.outboxPuts = added
+                    change.nextSequence = state.view.outbox.nextSequence
+                    let undecided = Self.refreshModels(paths, in: &state, prepared: prepared)
+                    // Every write of the batch is answered together; its first one carries the waiter.
+                    state.waiters[added[0].id, default: []].append(continuation)
+                    let write = persistence.write(change, view: state.view, documentID: state.documentID, resumeVersion: state.resumeVersion)
+                    return (added, write, undecided, state.view.outbox.count)
+                }
+                for (path, error) in prepared.failures { logDecodeFailure(path, error) }
+                do {
+                    try write.run()
+                } catch {
+                    // Not durable, so not accepted: none of it stays.
+                    let undone = state.withLock { state -> [Document] in
+                        state.waiters[added[0].id] = nil
+                        for entry in added.reversed() { state.view.removeEntry(entry.id, now: now) }
+                        return Self.refreshModels(paths, in: &state)
+                    }
+                    installModels(undone)
+                    return .failure(error)
+                }
+                installModels(undecided)
+                return .success(pendingCount)
+            }
+            switch enqueued {
+            case .failure(let error):
+                continuation.resume(returning: .notStored(error))
+            case .success(let pendingCount):
+                notifyChanged([.documents, .pendingWrites])
+                log("pendingWriteAdded", ["write_count": mutations.count, "pending_write_count": pendingCount])
+                triggerFlush()
+            }
+        }
+        switch outcome {
+        case .notStored(let error):
+            log("batch_fail", ["write_count": mutations.count, "error_description": "\(error)"], severity: .severe)
+            throw error
+        case .acknowledged, .queued:
+            log("batch_success", ["write_count": mutations.count])
+        case .rejected(let error):
+            log("batch_fail", ["write_count": mutations.count, "error_description": error.message], severity: .severe)
+            throw error
+        }
+        return outcome
+    }
+
     /// Starts the sender unless it is running. Any write, read or reconnect calls this. With
     /// `retryIfRunning` (a reconnection), a send under way that then fails is retried at once: it
     /// may have failed on the connection that was just replaced.
@@ -110,25 +187,28 @@ extension SyncCore {
             // Mark the first entry as sent before sending: once sent it is never merged. In memory
             // only: entries loaded from disk all count as sent. Inside `serial`, so the entry taken
             // is durable.
-            let next: PendingWrite? = serial.withLock { _ in
+            let next: [PendingWrite] = serial.withLock { _ in
                 state.withLock { state in
-                    guard var entry = state.view.outbox.first else {
-                        state.flushing = false
-                        return nil
+                    let request = state.view.outbox.request(startingAt: state.view.outbox.entries.startIndex)
+                    if request.isEmpty { state.flushing = false }
+                    return request.map { entry in
+                        state.view.markAttempted(entry.id)
+                        var sent = entry
+                        sent.attempts += 1
+                        return sent
                     }
-                    state.view.markAttempted(entry.id)
-                    entry.attempts += 1
-                    return entry
                 }
             }
-            guard let entry = next else { break }
+            guard !next.isEmpty else { break }
             do {
-                let acknowledgements = try await commit([entry.mutation])
-                let acknowledgement = acknowledgements.first { $0.id == entry.id }
-                    ?? WriteAcknowledgement(id: entry.id, status: .unknown, version: acknowledgements.last?.version ?? .zero)
-                acknowledged(entry, acknowledgement)
+                let acknowledgements = try await commit(next.map(\.mutation))
+                acknowledged(next.map { entry in
+                    let acknowledgement = acknowledgements.first { $0.id == entry.id }
+                        ?? WriteAcknowledgement(id: entry.id, status: .unknown, version: acknowledgements.last?.version ?? .zero)
+                    return (entry, acknowledgement)
+                })
             } catch let error where TandemError.isPermanent(error) {
-                rejected(entry, error as! TandemError)
+                rejected(next, error as! TandemError)
             } catch {
                 transientFailure(error)
                 return
@@ -139,41 +219,28 @@ extension SyncCore {
         log("syncPendingWrites_complete", ["pending_write_count": pendingWriteCount])
     }
 
-    private func acknowledged(_ entry: PendingWrite, _ acknowledgement: WriteAcknowledgement) {
-        // The server's document, decoded before the locked step: the view shows it when no other
-        // write to it is pending.
+    /// Records the answers to one request (a write, or a batch's writes) in one locked step.
+    private func acknowledged(_ answered: [(PendingWrite, WriteAcknowledgement)]) {
+        // The server's documents, decoded before the locked step: the view shows each when no
+        // other write to it is pending.
         var prepared = PreparedModels()
-        if let document = acknowledgement.document {
-            prepared.add([RemoteChange(path: entry.path, document: document, version: document.version)])
+        for (entry, acknowledgement) in answered {
+            if let document = acknowledgement.document {
+                prepared.add([RemoteChange(path: entry.path, document: document, version: document.version)])
+            }
         }
-        let waiters = serial.withLock { _ -> [CheckedContinuation<WriteOutcome, Never>] in
+        let waiters = serial.withLock { _ -> [(CheckedContinuation<WriteOutcome, Never>, WriteAcknowledgement)] in
             let (write, undecided, waiters) = state.withLock { state in
                 state.flushFailures = 0
                 var change = LocalCollectionChange()
-                change.outboxRemovals = [entry.id]
-                if acknowledgement.status == .unknown {
-                    // Decided so long ago that the server no longer knows the answer: the write leaves
-                    // the outbox and the view falls back to the server's state, which the listener
-                    // keeps current; nothing is assumed deleted.
-                    state.view.removeEntry(entry.id, now: Date())
-                } else {
-                    let now = Date()
-                    state.view.acknowledge(entry, result: acknowledgement.document, version: acknowledgement.version, now: now)
-                    if let document = acknowledgement.document, state.queryView?.admits(document) == false,
-                       state.view.base[entry.path] == document, !state.view.hasPendingWrites(entry.path) {
-                        // The server's document is outside the listened query, whose listener
-                        // will not keep it current: it is not cached, as the server would not list it.
-                        state.view.setBase(nil, at: entry.path, version: acknowledgement.version, now: now)
-                        change.deletions = [entry.path]
-                    } else if let document = acknowledgement.document {
-                        change.upserts = [document]
-                    } else {
-                        change.deletions = [entry.path]
-                    }
+                var waiters: [(CheckedContinuation<WriteOutcome, Never>, WriteAcknowledgement)] = []
+                for (entry, acknowledgement) in answered {
+                    Self.acknowledge(entry, acknowledgement, in: &state, change: &change)
+                    for waiter in state.waiters.removeValue(forKey: entry.id) ?? [] { waiters.append((waiter, acknowledgement)) }
                 }
                 let write = persistence.write(change, view: state.view, documentID: state.documentID, resumeVersion: state.resumeVersion)
-                let undecided = Self.refreshModels([entry.path], in: &state, prepared: prepared)
-                return (write, undecided, state.waiters.removeValue(forKey: entry.id) ?? [])
+                let undecided = Self.refreshModels(answered.map(\.0.path), in: &state, prepared: prepared)
+                return (write, undecided, waiters)
             }
             store(write)
             installModels(undecided)
@@ -181,26 +248,58 @@ extension SyncCore {
         }
         for (path, error) in prepared.failures { logDecodeFailure(path, error) }
         notifyChanged([.documents, .pendingWrites])
-        waiters.forEach { $0.resume(returning: .acknowledged(acknowledgement)) }
+        waiters.forEach { $0.resume(returning: .acknowledged($1)) }
     }
 
-    private func rejected(_ entry: PendingWrite, _ error: TandemError) {
+    /// One acknowledged write: out of the outbox, its result into the base (and `change`).
+    private static func acknowledge(_ entry: PendingWrite, _ acknowledgement: WriteAcknowledgement, in state: inout State, change: inout LocalCollectionChange) {
+        change.outboxRemovals.append(entry.id)
+        if acknowledgement.status == .unknown {
+            // Decided so long ago that the server no longer knows the answer: the write leaves
+            // the outbox and the view falls back to the server's state, which the listener
+            // keeps current; nothing is assumed deleted.
+            state.view.removeEntry(entry.id, now: Date())
+        } else {
+            let now = Date()
+            state.view.acknowledge(entry, result: acknowledgement.document, version: acknowledgement.version, now: now)
+            if let document = acknowledgement.document, state.queryView?.admits(document) == false,
+               state.view.base[entry.path] == document, !state.view.hasPendingWrites(entry.path) {
+                // The server's document is outside the listened query, whose listener
+                // will not keep it current: it is not cached, as the server would not list it.
+                state.view.setBase(nil, at: entry.path, version: acknowledgement.version, now: now)
+                change.deletions.append(entry.path)
+            } else if let document = acknowledgement.document {
+                change.upserts.append(document)
+            } else {
+                change.deletions.append(entry.path)
+            }
+        }
+    }
+
+    /// A request refused for good: every write of it leaves the outbox and the view, together.
+    private func rejected(_ entries: [PendingWrite], _ error: TandemError) {
         let waiters = serial.withLock { _ -> [CheckedContinuation<WriteOutcome, Never>] in
             let (write, undecided, waiters) = state.withLock { state in
-                state.view.removeEntry(entry.id, now: Date())
-                state.rejected.append(RejectedWrite(mutation: entry.mutation, error: error))
                 var change = LocalCollectionChange()
-                change.outboxRemovals = [entry.id]
+                var waiters: [CheckedContinuation<WriteOutcome, Never>] = []
+                for entry in entries {
+                    state.view.removeEntry(entry.id, now: Date())
+                    state.rejected.append(RejectedWrite(mutation: entry.mutation, error: error))
+                    change.outboxRemovals.append(entry.id)
+                    waiters += state.waiters.removeValue(forKey: entry.id) ?? []
+                }
                 let write = persistence.write(change, view: state.view, documentID: state.documentID, resumeVersion: state.resumeVersion)
-                let undecided = Self.refreshModels([entry.path], in: &state)
-                return (write, undecided, state.waiters.removeValue(forKey: entry.id) ?? [])
+                let undecided = Self.refreshModels(entries.map(\.path), in: &state)
+                return (write, undecided, waiters)
             }
             store(write)
             installModels(undecided)
             return waiters
         }
         notifyChanged([.documents, .pendingWrites, .rejectedWrites])
-        log("writeRejected", ["document_id": entry.path.id, "error_description": error.message], severity: .severe)
+        for entry in entries {
+            log("writeRejected", ["document_id": entry.path.id, "error_description": error.message], severity: .severe)
+        }
         waiters.forEach { $0.resume(returning: .rejected(error)) }
     }
 
@@ -234,6 +333,21 @@ extension SyncCore {
         state.withLock { state in
             if state.flushing { retry.cancel() } else { state.flushRetry = retry }
         }
+    }
+}
+
+extension LocalCollectionChange {
+    /// Records a document's new state; the last one recorded for a path wins.
+    mutating func upsert(_ document: Document) {
+        deletions.removeAll { $0 == document.path }
+        upserts.removeAll { $0.path == document.path }
+        upserts.append(document)
+    }
+
+    mutating func delete(_ path: DocumentPath) {
+        upserts.removeAll { $0.path == path }
+        deletions.removeAll { $0 == path }
+        deletions.append(path)
     }
 }
 

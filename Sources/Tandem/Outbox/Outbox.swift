@@ -52,7 +52,8 @@ public struct Outbox: Sendable, Hashable, Codable {
     /// Adds a write, merging it into the newest entry when that keeps its meaning.
     @discardableResult
     package mutating func enqueue(_ mutation: Mutation) -> Enqueued {
-        if let last = entries.last, last.attempts == 0, last.path == mutation.path,
+        // A batch's writes never merge with another write: that would make it part of the batch.
+        if let last = entries.last, last.attempts == 0, last.batch == nil, last.path == mutation.path,
            let merged = Self.merge(last.mutation, then: mutation)
         {
             let lastIndex = entries.index(before: entries.endIndex)
@@ -63,6 +64,30 @@ public struct Outbox: Sendable, Hashable, Codable {
         nextSequence += 1
         entries.append(entry)
         return .appended(entry)
+    }
+
+    /// Adds the writes of an atomic batch, each with its own id, consecutive and tagged with the
+    /// first one's sequence; nothing merges into or out of them.
+    package mutating func enqueue(batch mutations: [Mutation]) -> [PendingWrite] {
+        let first = nextSequence
+        var added: [PendingWrite] = []
+        added.reserveCapacity(mutations.count)
+        for mutation in mutations {
+            let entry = PendingWrite(id: MutationID(clientID: clientID, sequence: nextSequence), mutation: mutation, batch: first)
+            nextSequence += 1
+            entries.append(entry)
+            added.append(entry)
+        }
+        return added
+    }
+
+    /// The writes of the request that starts at `index`: the entry alone, or its whole batch.
+    public func request(startingAt index: Int) -> ArraySlice<PendingWrite> {
+        guard index < entries.endIndex else { return [] }
+        guard let batch = entries[index].batch else { return entries[index...index] }
+        var end = index + 1
+        while end < entries.endIndex && entries[end].batch == batch { end += 1 }
+        return entries[index..<end]
     }
 
     /// Records that an entry was sent (so it is never merged again).

@@ -97,6 +97,10 @@ public final class SQLiteCollectionPersistence: LocalCollectionPersistence, Snap
                 ALTER TABLE engine_state ADD COLUMN document_slot INTEGER NOT NULL DEFAULT 0;
                 """)
         }
+        migrator.registerMigration("v3: outbox batches") { db in
+            // The first sequence of the atomic batch an entry belongs to; null for a write of its own.
+            try db.execute(sql: "ALTER TABLE outbox ADD COLUMN batch INTEGER")
+        }
         return migrator
     }
 
@@ -118,12 +122,15 @@ public final class SQLiteCollectionPersistence: LocalCollectionPersistence, Snap
             }
 
             var entries: [PendingWrite] = []
-            let outboxCursor = try Row.fetchCursor(db, sql: "SELECT sequence, mutation, attempts FROM outbox WHERE manager_key = ? ORDER BY sequence", arguments: [managerKey])
+            let outboxCursor = try Row.fetchCursor(db, sql: "SELECT sequence, mutation, attempts, batch FROM outbox WHERE manager_key = ? ORDER BY sequence", arguments: [managerKey])
             while let row = try outboxCursor.next() {
                 let text: String = row["mutation"]
                 let mutation = try JSONValueDecoder().decode(Mutation.self, from: JSONText.parse(text))
                 let sequence: Int64 = row["sequence"]
-                entries.append(PendingWrite(id: MutationID(clientID: clientID, sequence: UInt64(sequence)), mutation: mutation, attempts: row["attempts"]))
+                let batch: Int64? = row["batch"]
+                entries.append(PendingWrite(
+                    id: MutationID(clientID: clientID, sequence: UInt64(sequence)), mutation: mutation, attempts: row["attempts"],
+                    batch: batch.map { UInt64($0) }))
             }
             let outbox = Outbox(clientID: clientID, entries: entries, nextSequence: UInt64(nextSequence))
             return LocalCollectionState(documents: documents, outbox: outbox, resumeVersion: resume.map { Version(UInt64($0)) })
@@ -198,10 +205,10 @@ public final class SQLiteCollectionPersistence: LocalCollectionPersistence, Snap
             }
         }
         if !change.outboxPuts.isEmpty {
-            let statement = try db.cachedStatement(sql: "INSERT OR REPLACE INTO outbox (manager_key, sequence, mutation, attempts) VALUES (?, ?, ?, ?)")
+            let statement = try db.cachedStatement(sql: "INSERT OR REPLACE INTO outbox (manager_key, sequence, mutation, attempts, batch) VALUES (?, ?, ?, ?, ?)")
             for entry in change.outboxPuts {
                 let text = JSONText.encode(try JSONValueEncoder().encode(entry.mutation))
-                try statement.execute(arguments: [managerKey, Int64(entry.id.sequence), text, entry.attempts])
+                try statement.execute(arguments: [managerKey, Int64(entry.id.sequence), text, entry.attempts, entry.batch.map { Int64($0) }])
             }
         }
         if let next = change.nextSequence {
