@@ -96,3 +96,48 @@ func until<T>(_ engine: CollectionSyncEngine<T>, _ condition: @escaping () -> Bo
         guard await iterator.next() != nil else { return condition() }
     }
 }
+
+@Suite("Batches against the real server")
+struct LiveBatchTests {
+    @Test("an engine's batch and a client's batch each commit as one request: all their documents share one version", .timeLimit(.minutes(1)))
+    func oneRequestEach() async throws {
+        let server = try await LiveServer.start()
+        let client = RunningClient(server, id: "batches")
+        await client.client.waitUntilConnected()
+        let notes = collectionPath("notes")
+        let engine = CollectionSyncEngine<Note>(remote: TandemRemoteCollectionService(client: client.client, collection: notes), managerKey: "batches", persistence: nil)
+        await engine.startListening()
+        try await engine.commit { batch in
+            batch.save(Note(id: "1", text: "one"))
+            batch.save(Note(id: "2", text: "two"))
+            batch.update(id: "1", data: ["n": .increment(2)])
+        }
+        #expect(!engine.hasPendingWrites)
+        let one = try #require(try await server.store.document(at: documentPath("notes/1")))
+        let two = try #require(try await server.store.document(at: documentPath("notes/2")))
+        #expect(one.data["n"] == 2)
+        #expect(one.version == two.version)
+
+        // Refused whole: the update of a missing document takes the save with it.
+        await #expect(throws: TandemError.self) {
+            try await engine.commit { batch in
+                batch.save(Note(id: "3", text: "three"))
+                batch.update(id: "missing", data: ["n": 1])
+            }
+        }
+        #expect(try await server.store.document(at: documentPath("notes/3")) == nil)
+        #expect(engine.getDocument(id: "3") == nil)
+
+        let acknowledgements = try await client.client.commit { batch in
+            batch.set(documentPath("notes/4"), ["text": "four", "n": 0])
+            batch.delete(documentPath("notes/2"))
+        }
+        #expect(acknowledgements.count == 2)
+        #expect(Set(acknowledgements.map(\.version)).count == 1)
+        #expect(try await server.store.document(at: documentPath("notes/2")) == nil)
+        let converged = await until(engine) { engine.currentCollection.map(\.id) == ["1", "4"] }
+        #expect(converged, "the view shows \(engine.currentCollection.map(\.id))")
+        await client.stop()
+        await server.stop()
+    }
+}
