@@ -59,15 +59,27 @@ extension SyncCore {
                 installModels(undecided)
                 return .success(pendingCount)
             }
-            switch enqueued {
-            case .failure(let error):
-                continuation.resume(returning: .notStored(error))
-            case .success(let pendingCount):
-                notifyChanged([.documents, .pendingWrites])
-                log("pendingWriteAdded", ["document_id": mutation.path.id, "pending_write_count": pendingCount])
-                triggerFlush()
-            }
+            announce(enqueued, continuation, ["document_id": mutation.path.id])
         }
+        try report(outcome, event: event, parameters)
+        return outcome
+    }
+
+    /// After a write's locked steps: answers one that could not be stored, or tells observers of
+    /// the queued one and starts the sender.
+    private func announce(_ enqueued: Result<Int, any Error>, _ continuation: CheckedContinuation<WriteOutcome, Never>, _ parameters: [String: any Sendable]) {
+        switch enqueued {
+        case .failure(let error):
+            continuation.resume(returning: .notStored(error))
+        case .success(let pendingCount):
+            notifyChanged([.documents, .pendingWrites])
+            log("pendingWriteAdded", parameters.merging(["pending_write_count": pendingCount]) { $1 })
+            triggerFlush()
+        }
+    }
+
+    /// Logs a write's outcome as `{event}_success` or `_fail`, and throws its error.
+    private func report(_ outcome: WriteOutcome, event: String, _ parameters: [String: any Sendable]) throws {
         switch outcome {
         case .notStored(let error):
             log("\(event)_fail", parameters.merging(["error_description": "\(error)"]) { $1 }, severity: .severe)
@@ -78,7 +90,6 @@ extension SyncCore {
             log("\(event)_fail", parameters.merging(["error_description": error.message]) { $1 }, severity: .severe)
             throw error
         }
-        return outcome
     }
 
     /// Applies an atomic batch of writes to the view and the outbox in one durable step, then sends
@@ -136,25 +147,9 @@ extension SyncCore {
                 installModels(undecided)
                 return .success(pendingCount)
             }
-            switch enqueued {
-            case .failure(let error):
-                continuation.resume(returning: .notStored(error))
-            case .success(let pendingCount):
-                notifyChanged([.documents, .pendingWrites])
-                log("pendingWriteAdded", ["write_count": mutations.count, "pending_write_count": pendingCount])
-                triggerFlush()
-            }
+            announce(enqueued, continuation, ["write_count": mutations.count])
         }
-        switch outcome {
-        case .notStored(let error):
-            log("batch_fail", ["write_count": mutations.count, "error_description": "\(error)"], severity: .severe)
-            throw error
-        case .acknowledged, .queued:
-            log("batch_success", ["write_count": mutations.count])
-        case .rejected(let error):
-            log("batch_fail", ["write_count": mutations.count, "error_description": error.message], severity: .severe)
-            throw error
-        }
+        try report(outcome, event: "batch", ["write_count": mutations.count])
         return outcome
     }
 
