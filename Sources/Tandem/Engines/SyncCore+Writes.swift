@@ -184,14 +184,15 @@ extension SyncCore {
             // is durable.
             let next: [PendingWrite] = serial.withLock { _ in
                 state.withLock { state in
-                    let request = state.view.outbox.request(startingAt: state.view.outbox.entries.startIndex)
+                    // Copied out before marking: a slice still held would make the marking copy the
+                    // whole outbox.
+                    var request = Array(state.view.outbox.request(startingAt: state.view.outbox.entries.startIndex))
                     if request.isEmpty { state.flushing = false }
-                    return request.map { entry in
-                        state.view.markAttempted(entry.id)
-                        var sent = entry
-                        sent.attempts += 1
-                        return sent
+                    for index in request.indices {
+                        state.view.markAttempted(request[index].id)
+                        request[index].attempts += 1
                     }
+                    return request
                 }
             }
             guard !next.isEmpty else { break }
