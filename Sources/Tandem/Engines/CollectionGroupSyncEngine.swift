@@ -12,14 +12,13 @@ import TandemCore
 /// await reviews.startListening { $0.whereField("rating", isGreaterThan: 3) }
 /// reviews.currentCollection
 /// ```
-public final class CollectionGroupSyncEngine<T: SyncModel>: Sendable, Observable {
+public final class CollectionGroupSyncEngine<T: SyncModel>: Sendable, RegistrarObservable {
     @usableFromInline let core: SyncCore<T>
     let remote: any RemoteCollectionGroupService
     /// The observed key paths, made once: a key path into a generic type is built anew at each
     /// use, which cost more than the read it guards.
     @usableFromInline let keys = ObservedKeys()
-    /// Observable by hand rather than with the macro, so the hot read can be `@inlinable` and
-    /// specialized for the app's model type in the app's module.
+    /// Observable by hand (``RegistrarObservable``), so the hot read can be `@inlinable`.
     @usableFromInline let registrar = ObservationRegistrar()
 
     @usableFromInline
@@ -68,15 +67,6 @@ public final class CollectionGroupSyncEngine<T: SyncModel>: Sendable, Observable
         if let loadError {
             core.log("persistence_fail", ["error_description": "\(loadError)"], severity: .severe)
         }
-    }
-
-    @inlinable
-    func access<Member>(keyPath: KeyPath<CollectionGroupSyncEngine, Member>) {
-        registrar.access(self, keyPath: keyPath)
-    }
-
-    func withMutation<Member, Result>(keyPath: KeyPath<CollectionGroupSyncEngine, Member>, _ mutation: () throws -> Result) rethrows -> Result {
-        try registrar.withMutation(of: self, keyPath: keyPath, mutation)
     }
 
     /// Tells observers of each property the change touched, on the thread that made the change.

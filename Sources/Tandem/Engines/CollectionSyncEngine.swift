@@ -16,14 +16,13 @@ import TandemCore
 ///
 /// `@Observable`: views reading `currentCollection` update when it changes. Every method is safe from
 /// the main actor and from any task.
-public final class CollectionSyncEngine<T: SyncModel>: Sendable, Observable {
+public final class CollectionSyncEngine<T: SyncModel>: Sendable, RegistrarObservable {
     @usableFromInline package let core: SyncCore<T>
     let remote: any RemoteCollectionService
     /// The observed key paths, made once: a key path into a generic type is built anew at each
     /// use, which cost more than the read it guards.
     @usableFromInline let keys = ObservedKeys()
-    /// Observable by hand rather than with the macro, so the hot reads can be `@inlinable` and
-    /// specialized for the app's model type in the app's module.
+    /// Observable by hand (``RegistrarObservable``), so the hot reads can be `@inlinable`.
     @usableFromInline let registrar = ObservationRegistrar()
 
     @usableFromInline
@@ -79,15 +78,6 @@ public final class CollectionSyncEngine<T: SyncModel>: Sendable, Observable {
         if let loadError {
             core.log("persistence_fail", ["error_description": "\(loadError)"], severity: .severe)
         }
-    }
-
-    @inlinable
-    func access<Member>(keyPath: KeyPath<CollectionSyncEngine, Member>) {
-        registrar.access(self, keyPath: keyPath)
-    }
-
-    func withMutation<Member, Result>(keyPath: KeyPath<CollectionSyncEngine, Member>, _ mutation: () throws -> Result) rethrows -> Result {
-        try registrar.withMutation(of: self, keyPath: keyPath, mutation)
     }
 
     /// Tells observers of each property the change touched. Delivered on the thread that made the
