@@ -5,8 +5,10 @@ public enum TandemVersion {
     ///
     /// Protocol 2 answers every mutation of a write with its status (`applied`, `replayed`,
     /// `refused` with its error, or `unknown`), where protocol 1 answered a refusal with an error
-    /// frame and a forgotten answer as if the write had deleted its document.
-    public static let wireProtocol = 2
+    /// frame and a forgotten answer as if the write had deleted its document. Protocol 3 adds writes
+    /// whose mutations are decided one by one (`"atomic": false`), so a client can send many
+    /// independent queued writes in one request.
+    public static let wireProtocol = 3
     /// The oldest protocol a server of this build still speaks (`docs/PROTOCOL.md` says how the two
     /// differ).
     public static let oldestWireProtocol = 1

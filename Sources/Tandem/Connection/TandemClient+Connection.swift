@@ -173,20 +173,23 @@ extension TandemClient {
         case .heartbeat:
             break
         case .ack(let id, _), .documents(let id, _, _):
-            let (continuation, drop) = state.withLock { state -> (CheckedContinuation<ServerMessage, any Error>?, Bool) in
-                if case .ack = message, state.dropNextAcknowledgement {
-                    state.dropNextAcknowledgement = false
-                    return (nil, true)
+            let (reply, drop) = state.withLock { state -> (PendingReply?, Bool) in
+                if case .ack = message, let before = state.acknowledgementsBeforeDrop {
+                    if before == 0 {
+                        state.acknowledgementsBeforeDrop = nil
+                        return (nil, true)
+                    }
+                    state.acknowledgementsBeforeDrop = before - 1
                 }
                 return (state.pending.removeValue(forKey: id), false)
             }
             if drop { return false }
-            continuation?.resume(returning: message)
+            reply?.resume(.success(message))
         case .error(let id?, let error):
-            let (continuation, listener) = state.withLock { state in
+            let (reply, listener) = state.withLock { state in
                 (state.pending.removeValue(forKey: id), state.listeners.removeValue(forKey: id))
             }
-            continuation?.resume(returning: message)
+            reply?.resume(.success(message))
             listener?.continuation.finish(throwing: error)
         case .error(nil, let error):
             configuration.logger.warning("the server reports: \(error)")
@@ -246,7 +249,7 @@ extension TandemClient {
     /// The connection is gone: fail what waits on it; listeners that must fail do, the others wait
     /// to resume.
     private func connectionEnded() {
-        let (pending, failing) = state.withLock { state -> ([CheckedContinuation<ServerMessage, any Error>], [Listener]) in
+        let (pending, failing) = state.withLock { state -> ([PendingReply], [Listener]) in
             state.connection = nil
             let pending = Array(state.pending.values)
             state.pending = [:]
@@ -263,7 +266,7 @@ extension TandemClient {
             return (pending, failing)
         }
         let error = TandemError(.unavailable, "The connection to the Tandem server at \(url.absoluteString) was lost; retrying in the background.")
-        pending.forEach { $0.resume(throwing: error) }
+        pending.forEach { $0.resume(.failure(error)) }
         failing.forEach { $0.continuation.finish(throwing: error) }
     }
 }

@@ -55,7 +55,7 @@ public final class TandemClient: Service, Sendable {
         var connection: Connection?
         var generation = 0
         var nextRequestID = 1
-        var pending: [Int: CheckedContinuation<ServerMessage, any Error>] = [:]
+        var pending: [Int: PendingReply] = [:]
         var listeners: [Int: Listener] = [:]
         var online = true
         var stopped = false
@@ -63,7 +63,8 @@ public final class TandemClient: Service, Sendable {
         var wake: CheckedContinuation<Void, Never>?
         var connectedWaiters: [CheckedContinuation<Void, Never>] = []
         var reachability: [ReachabilityHandler] = []
-        var dropNextAcknowledgement = false
+        /// Fault injection: acknowledgements to let through before one is dropped with the connection.
+        var acknowledgementsBeforeDrop: Int?
         var connectionAttempts = 0
     }
 
@@ -120,7 +121,13 @@ public final class TandemClient: Service, Sendable {
     /// Fault injection for tests: the next acknowledgement the server sends is discarded and the
     /// connection dropped, as if the network failed after the commit and before the answer.
     @_spi(Testing) public func dropNextAcknowledgement() {
-        state.withLock { $0.dropNextAcknowledgement = true }
+        dropConnection(afterAcknowledgements: 0)
+    }
+
+    /// Fault injection for tests: after `count` more acknowledgements, the next one is discarded
+    /// and the connection dropped. Writes sent after it may have been applied too, unanswered.
+    @_spi(Testing) public func dropConnection(afterAcknowledgements count: Int) {
+        state.withLock { $0.acknowledgementsBeforeDrop = count }
     }
 
     /// Calls `action` after each (re)connection; engines use it to resume and send their outboxes.
@@ -153,13 +160,7 @@ public final class TandemClient: Service, Sendable {
     /// to know the answer: read the document). Throws the error when the write was refused, and
     /// `unavailable` or `aborted` when it was not applied and may be sent again.
     public func commit(_ mutations: [Mutation]) async throws -> [WriteAcknowledgement] {
-        guard case .ack(_, let acknowledgements) = try await request({ .write(id: $0, mutations: mutations) }) else {
-            throw TandemError(.internal, "The server answered a write with the wrong message.")
-        }
-        if let refused = acknowledgements.first(where: { $0.status == .refused }) {
-            throw refused.error ?? TandemError(.unknown, "The server refused the write without saying why.")
-        }
-        return acknowledgements
+        try await commit(requests: [WriteRequest(mutations)])[0].get()
     }
 
     /// Commits the mutations built in `build` atomically, as ``commit(_:)-([Mutation])`` does.
@@ -170,26 +171,79 @@ public final class TandemClient: Service, Sendable {
         return try await commit(batch.mutations)
     }
 
+    /// Sends several write requests at once, in order, without waiting for one answer before
+    /// sending the next, and returns each one's answer. The server applies them in the order sent;
+    /// when one fails for a passing reason (`unavailable`), the later ones fail with `aborted`
+    /// rather than apply ahead of it.
+    ///
+    /// An atomic request answers as ``commit(_:)-([Mutation])`` does (refused: its error). A
+    /// request that is not atomic answers with each mutation's acknowledgement, `refused` ones
+    /// included, or fails whole (with nothing to assume about which of its writes applied: send it
+    /// again, and those are answered `replayed`).
+    public func commit(requests: [WriteRequest]) async -> [Result<[WriteAcknowledgement], any Error>] {
+        guard !requests.isEmpty else { return [] }
+        let answers = await send(requests.map { request -> (Int) -> ClientMessage in
+            if request.isAtomic || request.mutations.count == 1 {
+                return { .write(id: $0, mutations: request.mutations) }
+            }
+            return { .writeEach(id: $0, mutations: request.mutations) }
+        })
+        guard answers.count == requests.count else { return requests.map { _ in .failure(notConnected) } }
+        return zip(requests, answers).map { request, answer in
+            Self.acknowledgements(of: answer, atomic: request.isAtomic || request.mutations.count == 1)
+        }
+    }
+
+    /// A write's answer: its acknowledgements, or why it was not applied. An atomic write with a
+    /// refused mutation fails with that mutation's error.
+    private static func acknowledgements(of answer: Result<ServerMessage, any Error>, atomic: Bool) -> Result<[WriteAcknowledgement], any Error> {
+        switch answer {
+        case .failure(let error):
+            return .failure(error)
+        case .success(.error(_, let error)):
+            return .failure(error)
+        case .success(.ack(_, let acknowledgements)):
+            if atomic, let refused = acknowledgements.first(where: { $0.status == .refused }) {
+                return .failure(refused.error ?? TandemError(.unknown, "The server refused the write without saying why."))
+            }
+            return .success(acknowledgements)
+        case .success:
+            return .failure(TandemError(.internal, "The server answered a write with the wrong message."))
+        }
+    }
+
+    private var notConnected: TandemError {
+        TandemError(.unavailable, "Not connected to the Tandem server at \(url.absoluteString); retrying in the background.")
+    }
+
     /// Sends a request and waits for its answer; an error frame answering it is thrown.
-    func request(_ make: (Int) -> ClientMessage) async throws -> ServerMessage {
-        let answer = try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<ServerMessage, any Error>) in
+    func request(_ make: @escaping (Int) -> ClientMessage) async throws -> ServerMessage {
+        let answer = try await send([make])[0].get()
+        if case .error(_, let error) = answer { throw error }
+        return answer
+    }
+
+    /// Sends requests in one locked step, so they go out in this order with nothing between them,
+    /// and waits for every answer. Not connected: one `unavailable` failure.
+    func send(_ requests: [(Int) -> ClientMessage]) async -> [Result<ServerMessage, any Error>] {
+        guard !requests.isEmpty else { return [] }
+        return await withCheckedContinuation { (continuation: CheckedContinuation<[Result<ServerMessage, any Error>], Never>) in
             let (sent, wake) = state.withLock { state -> (Bool, CheckedContinuation<Void, Never>?) in
                 guard let connection = state.connection, connection.welcomed else {
                     return (false, Self.requestWake(&state))
                 }
-                let id = state.nextRequestID
-                state.nextRequestID += 1
-                state.pending[id] = continuation
-                connection.frames.yield(make(id).text)
+                let collector = ReplyCollector(count: requests.count, continuation: continuation)
+                for (slot, make) in requests.enumerated() {
+                    let id = state.nextRequestID
+                    state.nextRequestID += 1
+                    state.pending[id] = PendingReply(collector: collector, slot: slot)
+                    connection.frames.yield(make(id).text)
+                }
                 return (true, nil)
             }
             wake?.resume()
-            if !sent {
-                continuation.resume(throwing: TandemError(.unavailable, "Not connected to the Tandem server at \(url.absoluteString); retrying in the background."))
-            }
+            if !sent { continuation.resume(returning: [.failure(notConnected)]) }
         }
-        if case .error(_, let error) = answer { throw error }
-        return answer
     }
 
     /// Asks the connection loop to try now, if it is waiting out a backoff.
@@ -198,6 +252,42 @@ public final class TandemClient: Service, Sendable {
         state.wakeRequested = true
         defer { state.wake = nil }
         return state.wake
+    }
+}
+
+/// Where the answer to one request goes: a slot of the requests sent together with it.
+struct PendingReply: Sendable {
+    let collector: ReplyCollector
+    let slot: Int
+
+    func resume(_ answer: Result<ServerMessage, any Error>) { collector.fill(slot, with: answer) }
+}
+
+/// Gathers the answers to requests sent together and hands them over once every one is in.
+final class ReplyCollector: Sendable {
+    private struct State {
+        var answers: [Result<ServerMessage, any Error>?]
+        var remaining: Int
+        var continuation: CheckedContinuation<[Result<ServerMessage, any Error>], Never>?
+    }
+
+    private let state: Mutex<State>
+
+    init(count: Int, continuation: CheckedContinuation<[Result<ServerMessage, any Error>], Never>) {
+        state = Mutex(State(answers: Array(repeating: nil, count: count), remaining: count, continuation: continuation))
+    }
+
+    /// Records one answer; the last one hands them all over.
+    func fill(_ slot: Int, with answer: Result<ServerMessage, any Error>) {
+        let done = state.withLock { state -> (CheckedContinuation<[Result<ServerMessage, any Error>], Never>, [Result<ServerMessage, any Error>])? in
+            guard state.answers[slot] == nil else { return nil }
+            state.answers[slot] = answer
+            state.remaining -= 1
+            guard state.remaining == 0, let continuation = state.continuation else { return nil }
+            state.continuation = nil
+            return (continuation, state.answers.map { $0 ?? .failure(TandemError(.internal, "no answer")) })
+        }
+        if let (continuation, answers) = done { continuation.resume(returning: answers) }
     }
 }
 

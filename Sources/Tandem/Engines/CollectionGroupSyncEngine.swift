@@ -59,7 +59,7 @@ public final class CollectionGroupSyncEngine<T: SyncModel>: Sendable, RegistrarO
             managerKey: managerKey, logger: logger, clock: clock, retryPolicy: retryPolicy, random: random,
             persistence: persistence.map { .collection($0) } ?? .memory,
             base: state.documents, outbox: Outbox(clientID: state.outbox.clientID), documentID: nil, resumeVersion: state.resumeVersion,
-            commit: { _ in throw TandemError(.unimplemented, "A collection group is read-only; write through a CollectionSyncEngine.") },
+            commit: { requests in requests.map { _ in .failure(TandemError(.unimplemented, "A collection group is read-only; write through a CollectionSyncEngine.")) } },
             didChange: { relay.fire($0) }
         )
         core.bindReachability(of: remote)

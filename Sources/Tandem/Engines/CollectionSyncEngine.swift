@@ -70,7 +70,13 @@ public final class CollectionSyncEngine<T: SyncModel>: Sendable, RegistrarObserv
             managerKey: managerKey, logger: logger, clock: clock, retryPolicy: retryPolicy, random: random,
             persistence: persistence.map { .collection($0) } ?? .memory,
             base: state.documents, outbox: state.outbox, documentID: nil, resumeVersion: state.resumeVersion,
-            commit: { [remote] in try await remote.commit($0) },
+            commit: { [remote] in await remote.commit(requests: $0) },
+            refetch: { [remote] path in
+                guard try remote.collectionPath() == path.parent else {
+                    throw TandemError(.failedPrecondition, "\(path) is no longer in the remote's collection; it is read again when listened to.")
+                }
+                return try await remote.getDocument(id: path.id)
+            },
             didChange: { box.fire($0) }
         )
         core.bindReachability(of: remote)

@@ -60,7 +60,13 @@ public final class DocumentSyncEngine<T: SyncModel>: Sendable {
             managerKey: managerKey, logger: logger, clock: clock, retryPolicy: retryPolicy, random: random,
             persistence: persistence.map { .document($0) } ?? .memory,
             base: state.base.map { [$0] } ?? [], outbox: state.outbox, documentID: state.documentID, resumeVersion: state.resumeVersion,
-            commit: { [remote] in try await remote.commit($0) },
+            commit: { [remote] in await remote.commit(requests: $0) },
+            refetch: { [remote] path in
+                guard try remote.collectionPath() == path.parent else {
+                    throw TandemError(.failedPrecondition, "\(path) is no longer in the remote's collection; it is read again when listened to.")
+                }
+                return try await remote.getDocument(id: path.id)
+            },
             didChange: { relay.fire($0) }
         )
         core.bindReachability(of: remote)

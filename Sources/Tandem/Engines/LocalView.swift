@@ -8,8 +8,9 @@ struct LocalView: Sendable {
     private(set) var outbox: Outbox
     /// The view: base plus pending writes.
     private(set) var documents: [DocumentPath: Document] = [:]
-    /// How many outbox entries write each document.
-    private var pendingCount: [DocumentPath: Int] = [:]
+    /// The outbox entries that write each document, in outbox order (their ids and mutations): a
+    /// document's view is rebuilt from its own entries without walking the whole outbox.
+    private var pending: [DocumentPath: [Pending]] = [:]
     /// Pending writes the listener has already seen committed (their echo, recognized by mutation
     /// id): the base includes them, so the view must not apply them again. They leave the outbox
     /// with their acknowledgement.
@@ -19,11 +20,21 @@ struct LocalView: Sendable {
         self.outbox = outbox
         for document in base { self.base[document.path] = document }
         documents = self.base
-        for entry in outbox.entries { pendingCount[entry.path, default: 0] += 1 }
-        for path in pendingCount.keys { recompute(path, now: now) }
+        for entry in outbox.entries { pending[entry.path, default: []].append(Pending(entry)) }
+        for path in pending.keys { recompute(path, now: now) }
     }
 
-    func hasPendingWrites(_ path: DocumentPath) -> Bool { (pendingCount[path] ?? 0) > 0 }
+    /// An outbox entry as the view applies it.
+    private struct Pending: Sendable {
+        let id: MutationID
+        let mutation: Mutation
+        init(_ entry: PendingWrite) {
+            id = entry.id
+            mutation = entry.mutation
+        }
+    }
+
+    func hasPendingWrites(_ path: DocumentPath) -> Bool { pending[path] != nil }
 
     var hasPendingWrites: Bool { !outbox.isEmpty }
 
@@ -31,17 +42,15 @@ struct LocalView: Sendable {
     /// view of it changed.
     @discardableResult
     mutating func recompute(_ path: DocumentPath, now: Date) -> Bool {
-        if pendingCount.isEmpty || pendingCount[path] == nil {
+        guard let entries = pending[path] else {
             // No pending write: the view is the base (the common case, and a snapshot's).
             let document = base[path]
             let old = document.map { documents.updateValue($0, forKey: path) } ?? documents.removeValue(forKey: path)
             return old != document
         }
         var document = base[path]
-        if (pendingCount[path] ?? 0) > 0 {
-            for entry in outbox.entries where entry.path == path && !confirmed.contains(entry.id) {
-                document = Self.applyLocally(entry.mutation, to: document, now: now)
-            }
+        for entry in entries where confirmed.isEmpty || !confirmed.contains(entry.id) {
+            document = Self.applyLocally(entry.mutation, to: document, now: now)
         }
         let old = documents[path]
         documents[path] = document
@@ -58,12 +67,12 @@ struct LocalView: Sendable {
     }
 
     /// Whether a snapshot would become the view as it is: no base yet, and nothing pending.
-    var takesSnapshotWhole: Bool { base.isEmpty && documents.isEmpty && pendingCount.isEmpty }
+    var takesSnapshotWhole: Bool { base.isEmpty && documents.isEmpty && pending.isEmpty }
 
     /// Applies a listener batch to the base. Returns the paths whose view changed, each once, in
     /// the batch's order where it has them (a snapshot's is path order).
     mutating func applyRemote(_ batch: RemoteChangeBatch, now: Date) -> [DocumentPath] {
-        if batch.isSnapshot && base.isEmpty && documents.isEmpty && pendingCount.isEmpty {
+        if batch.isSnapshot && base.isEmpty && documents.isEmpty && pending.isEmpty {
             // A first snapshot with nothing pending: the view is the snapshot itself.
             base.reserveCapacity(batch.changes.count)
             // By index, so only each document is copied, not each change; each path is hashed
@@ -122,10 +131,10 @@ struct LocalView: Sendable {
     /// is not ours; true when the view needs no rebuild (the write was the oldest unconfirmed one for
     /// the document and the server computed what the view assumed); false when it must be rebuilt.
     private mutating func echo(of id: MutationID, _ change: RemoteChange, now: Date) -> Bool? {
-        guard id.clientID == outbox.clientID, (pendingCount[change.path] ?? 0) > 0,
-              let entry = outbox.entries.first(where: { $0.id == id }), entry.path == change.path
+        guard id.clientID == outbox.clientID, let entries = pending[change.path],
+              let entry = entries.first(where: { $0.id == id })
         else { return nil }
-        let oldest = outbox.entries.first { $0.path == change.path && !confirmed.contains($0.id) }
+        let oldest = entries.first { !confirmed.contains($0.id) }
         let assumed = Self.applyLocally(entry.mutation, to: base[change.path], now: now)
         confirmed.insert(id)
         return oldest?.id == id && assumed?.data == change.document?.data
@@ -148,7 +157,13 @@ struct LocalView: Sendable {
 
     mutating func enqueue(_ mutation: Mutation, now: Date) -> Outbox.Enqueued {
         let result = outbox.enqueue(mutation)
-        if case .appended = result { pendingCount[mutation.path, default: 0] += 1 }
+        switch result {
+        case .appended(let entry):
+            pending[mutation.path, default: []].append(Pending(entry))
+        case .merged(let entry):
+            // The newest entry, so the last of its document's.
+            pending[mutation.path]![pending[mutation.path]!.count - 1] = Pending(entry)
+        }
         // The view already holds every earlier pending write; a merge means the same as applying
         // the two writes in turn, so applying just the new one on top is exact.
         documents[mutation.path] = Self.applyLocally(mutation, to: documents[mutation.path], now: now)
@@ -158,15 +173,23 @@ struct LocalView: Sendable {
     /// Queues an atomic batch: every write shows at once, in order.
     mutating func enqueue(batch mutations: [Mutation], now: Date) -> [PendingWrite] {
         let added = outbox.enqueue(batch: mutations)
-        for mutation in mutations {
-            pendingCount[mutation.path, default: 0] += 1
-            documents[mutation.path] = Self.applyLocally(mutation, to: documents[mutation.path], now: now)
+        for entry in added {
+            pending[entry.path, default: []].append(Pending(entry))
+            documents[entry.path] = Self.applyLocally(entry.mutation, to: documents[entry.path], now: now)
         }
         return added
     }
 
-    mutating func markAttempted(_ id: MutationID) {
-        outbox.markAttempted(id)
+    /// Records that the first `count` entries were sent.
+    mutating func markAttempted(first count: Int) {
+        outbox.markAttempted(first: count)
+    }
+
+    /// Takes an entry that left the outbox out of its document's list.
+    private mutating func forget(_ entry: PendingWrite) {
+        guard var entries = pending[entry.path], let index = entries.firstIndex(where: { $0.id == entry.id }) else { return }
+        entries.remove(at: index)
+        pending[entry.path] = entries.isEmpty ? nil : entries
     }
 
     /// Records an acknowledged write: the server's result becomes the base, the entry leaves the
@@ -174,16 +197,12 @@ struct LocalView: Sendable {
     /// concurrent change), the view stays as it is without replaying the remaining pending writes.
     mutating func acknowledge(_ entry: PendingWrite, result: Document?, version: Version, now: Date) {
         let assumed = Self.applyLocally(entry.mutation, to: base[entry.path], now: now)
-        let isFirstForPath = outbox.entries.first(where: { $0.path == entry.path })?.id == entry.id
+        let isFirstForPath = pending[entry.path]?.first?.id == entry.id
         guard outbox.remove(entry.id) != nil else { return }
-        if let count = pendingCount[entry.path], count > 1 {
-            pendingCount[entry.path] = count - 1
-        } else {
-            pendingCount[entry.path] = nil
-        }
+        forget(entry)
         if confirmed.remove(entry.id) != nil {
             // The listener brought this commit first: the base and the view already include it.
-            if pendingCount[entry.path] == nil { recompute(entry.path, now: now) }
+            if pending[entry.path] == nil { recompute(entry.path, now: now) }
             return
         }
         if let current = base[entry.path], current.version > version {
@@ -192,7 +211,7 @@ struct LocalView: Sendable {
         }
         base[entry.path] = result
         if isFirstForPath, assumed?.data == result?.data {
-            if pendingCount[entry.path] == nil { documents[entry.path] = result }
+            if pending[entry.path] == nil { documents[entry.path] = result }
             return
         }
         recompute(entry.path, now: now)
@@ -203,11 +222,7 @@ struct LocalView: Sendable {
     mutating func removeEntry(_ id: MutationID, now: Date) -> PendingWrite? {
         guard let entry = outbox.remove(id) else { return nil }
         confirmed.remove(id)
-        if let count = pendingCount[entry.path], count > 1 {
-            pendingCount[entry.path] = count - 1
-        } else {
-            pendingCount[entry.path] = nil
-        }
+        forget(entry)
         recompute(entry.path, now: now)
         return entry
     }

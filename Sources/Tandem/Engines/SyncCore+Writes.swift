@@ -35,7 +35,7 @@ extension SyncCore {
                     change.outboxPuts = [result.entry]
                     change.nextSequence = state.view.outbox.nextSequence
                     let undecided = Self.refreshModels([path], in: &state, prepared: prepared)
-                    state.waiters[result.entry.id, default: []].append(continuation)
+                    state.sender.wait(for: result.entry.id, continuation)
                     let write = persistence.write(change, view: state.view, documentID: state.documentID, resumeVersion: state.resumeVersion)
                     return (result, previousLast, write, undecided, state.view.outbox.count)
                 }
@@ -45,8 +45,7 @@ extension SyncCore {
                 } catch {
                     // Not durable, so not accepted: undo it in memory too.
                     let undone = state.withLock { state -> [Document] in
-                        state.waiters[result.entry.id]?.removeLast()
-                        if state.waiters[result.entry.id]?.isEmpty == true { state.waiters[result.entry.id] = nil }
+                        _ = state.sender.stopWaiting(for: result.entry.id)
                         switch result {
                         case .appended(let entry): state.view.removeEntry(entry.id, now: now)
                         case .merged: state.view.restoreLast(previousLast!, now: now)
@@ -127,7 +126,7 @@ extension SyncCore {
                     change.nextSequence = state.view.outbox.nextSequence
                     let undecided = Self.refreshModels(paths, in: &state, prepared: prepared)
                     // Every write of the batch is answered together; its first one carries the waiter.
-                    state.waiters[added[0].id, default: []].append(continuation)
+                    state.sender.wait(for: added[0].id, continuation)
                     let write = persistence.write(change, view: state.view, documentID: state.documentID, resumeVersion: state.resumeVersion)
                     return (added, write, undecided, state.view.outbox.count)
                 }
@@ -137,7 +136,7 @@ extension SyncCore {
                 } catch {
                     // Not durable, so not accepted: none of it stays.
                     let undone = state.withLock { state -> [Document] in
-                        state.waiters[added[0].id] = nil
+                        _ = state.sender.stopWaiting(for: added[0].id)
                         for entry in added.reversed() { state.view.removeEntry(entry.id, now: now) }
                         return Self.refreshModels(paths, in: &state)
                     }
@@ -153,197 +152,201 @@ extension SyncCore {
         return outcome
     }
 
-    /// Starts the sender unless it is running. Any write, read or reconnect calls this. With
-    /// `retryIfRunning` (a reconnection), a send under way that then fails is retried at once: it
-    /// may have failed on the connection that was just replaced.
+    /// Wakes the sender: it sends the front of the outbox at once unless a window is in flight.
+    /// Any write, read or reconnect calls this. With `retryIfRunning` (a reconnection), a window
+    /// in flight that then fails is sent again at once: it may have failed on the connection that
+    /// was just replaced.
     func triggerFlush(retryIfRunning: Bool = false) {
-        let start = state.withLock { state -> Bool in
-            if state.flushing {
-                if retryIfRunning { state.flushAfterFailure = true }
-                return false
+        let (action, retry) = serial.withLock { _ in
+            state.withLock { state in
+                Self.take(state.sender.wake(outbox: state.view.outbox, reconnected: retryIfRunning), in: &state)
             }
-            state.flushAfterFailure = false
-            if state.view.outbox.isEmpty { return false }
-            state.flushing = true
-            state.flushRetry?.cancel()
-            state.flushRetry = nil
-            return true
         }
-        if start {
-            Task { await self.flush() }
-        }
+        run(action, cancelling: retry)
     }
 
-    /// Sends the outbox in order, one write at a time, until it is empty or a transient failure
-    /// stops it (then a retry is scheduled with backoff).
-    func flush() async {
-        log("syncPendingWrites_start", ["pending_write_count": pendingWriteCount])
-        while true {
-            // Mark the first entry as sent before sending: once sent it is never merged. In memory
-            // only: entries loaded from disk all count as sent. Inside `serial`, so the entry taken
-            // is durable.
-            let next: [PendingWrite] = serial.withLock { _ in
-                state.withLock { state in
-                    // Copied out before marking: a slice still held would make the marking copy the
-                    // whole outbox.
-                    var request = Array(state.view.outbox.request(startingAt: state.view.outbox.entries.startIndex))
-                    if request.isEmpty { state.flushing = false }
-                    for index in request.indices {
-                        state.view.markAttempted(request[index].id)
-                        request[index].attempts += 1
-                    }
-                    return request
+    /// The backoff's deadline came.
+    private func retryDue() {
+        let (action, retry) = serial.withLock { _ in
+            state.withLock { state in
+                Self.take(state.sender.retryDue(outbox: state.view.outbox, now: elapsed()), in: &state)
+            }
+        }
+        run(action, cancelling: retry)
+    }
+
+    /// The in-memory part of a sender action, under the locks (inside `serial`, so every write it
+    /// sends is durable): a window's writes are marked as sent, so none is merged with a later
+    /// write, and a backoff sleep is taken out to be cancelled.
+    private static func take(_ action: Sender.Action, in state: inout State) -> (Sender.Action, Task<Void, Never>?) {
+        guard case .send(let window) = action else { return (action, nil) }
+        // A window is the front of the outbox.
+        state.view.markAttempted(first: window.reduce(0) { $0 + $1.entries.count })
+        defer { state.flushRetry = nil }
+        return (action, state.flushRetry)
+    }
+
+    /// Runs a sender action's outside part: a window goes out, or a backoff sleep starts.
+    private func run(_ action: Sender.Action, cancelling retry: Task<Void, Never>?) {
+        retry?.cancel()
+        switch action {
+        case .send(let window):
+            log("syncPendingWrites_start", ["pending_write_count": pendingWriteCount])
+            Task { [weak self] in await self?.send(window) }
+        case .sleep(let deadline):
+            let delay = deadline - elapsed()
+            let sleeper = Task { [weak self, clock] in
+                do {
+                    try await clock.sleep(for: delay)
+                } catch {
+                    return
                 }
+                self?.retryDue()
             }
-            guard !next.isEmpty else { break }
-            do {
-                let acknowledgements = try await commit(next.map(\.mutation))
-                acknowledged(next.map { entry in
-                    let acknowledgement = acknowledgements.first { $0.id == entry.id }
-                        ?? WriteAcknowledgement(id: entry.id, status: .unknown, version: acknowledgements.last?.version ?? .zero)
-                    return (entry, acknowledgement)
-                })
-            } catch let error where TandemError.isPermanent(error) {
-                rejected(next, error as! TandemError)
-            } catch {
-                transientFailure(error)
-                return
+            state.withLock { state in
+                if case .waiting = state.sender.phase, state.flushRetry == nil { state.flushRetry = sleeper } else { sleeper.cancel() }
             }
+        case .none:
+            break
         }
-        let cleared = state.withLock { $0.view.outbox.isEmpty }
-        if cleared { log("pendingWritesCleared") }
-        log("syncPendingWrites_complete", ["pending_write_count": pendingWriteCount])
     }
 
-    /// Records the answers to one request (a write, or a batch's writes) in one locked step.
-    private func acknowledged(_ answered: [(PendingWrite, WriteAcknowledgement)]) {
+    /// Sends windows until the outbox is empty or a failure that may pass stops it.
+    private func send(_ first: [Sender.Request]) async {
+        var window = first
+        while true {
+            let answers = await commit(window.map(\.writeRequest))
+            let (action, retry) = settle(answers)
+            if case .send(let next) = action {
+                retry?.cancel()
+                window = next
+                continue
+            }
+            run(action, cancelling: retry)
+            if case .none = action {
+                if state.withLock({ $0.view.outbox.isEmpty }) { log("pendingWritesCleared") }
+                log("syncPendingWrites_complete", ["pending_write_count": pendingWriteCount])
+            }
+            return
+        }
+    }
+
+    /// Records the answers to a window in one durable step: acknowledged writes leave the outbox
+    /// with their results in the base, rejected ones leave the outbox and the view. Then tells
+    /// the waiters, and returns what the sender does next.
+    private func settle(_ answers: [Result<[WriteAcknowledgement], any Error>]) -> (Sender.Action, Task<Void, Never>?) {
         // The server's documents, decoded before the locked step: the view shows each when no
         // other write to it is pending.
         var prepared = PreparedModels()
-        for (entry, acknowledgement) in answered {
-            if let document = acknowledgement.document {
-                prepared.add([RemoteChange(path: entry.path, document: document, version: document.version)])
-            }
+        for case .success(let acknowledgements) in answers {
+            prepared.add(acknowledgements.compactMap { acknowledgement in
+                acknowledgement.document.map { RemoteChange(path: $0.path, document: $0, version: $0.version) }
+            })
         }
-        let waiters = serial.withLock { _ -> [(CheckedContinuation<WriteOutcome, Never>, WriteAcknowledgement)] in
-            let (write, undecided, waiters) = state.withLock { state in
-                state.flushFailures = 0
+        let random = randomness.next()
+        let (settlement, action, retry, refetched) = serial.withLock { _ in
+            let (settlement, write, undecided, action, retry, refetched) = state.withLock { state in
+                let settlement = state.sender.answered(answers)
                 var change = LocalCollectionChange()
-                var waiters: [(CheckedContinuation<WriteOutcome, Never>, WriteAcknowledgement)] = []
-                for (entry, acknowledgement) in answered {
-                    Self.acknowledge(entry, acknowledgement, in: &state, change: &change)
-                    for waiter in state.waiters.removeValue(forKey: entry.id) ?? [] { waiters.append((waiter, acknowledgement)) }
+                var refetched: [(DocumentPath, Version)] = []
+                // Each document a write was acknowledged for, once, with the version it reached.
+                var cached: [DocumentPath: Version] = [:]
+                let now = Date()
+                for (entry, decision) in settlement.decisions {
+                    change.outboxRemovals.append(entry.id)
+                    switch decision {
+                    case .acknowledged(let acknowledgement) where acknowledgement.status == .unknown:
+                        // Decided so long ago that the server no longer knows the answer: the
+                        // write leaves the outbox, the view falls back to what the engine knows of
+                        // the server's state, and the document is read again; nothing is assumed deleted.
+                        state.view.removeEntry(entry.id, now: now)
+                        refetched.append((entry.path, acknowledgement.version))
+                    case .acknowledged(let acknowledgement):
+                        state.view.acknowledge(entry, result: acknowledgement.document, version: acknowledgement.version, now: now)
+                        cached[entry.path] = max(acknowledgement.version, cached[entry.path] ?? .zero)
+                    case .rejected(let error):
+                        state.view.removeEntry(entry.id, now: now)
+                        state.rejected.append(RejectedWrite(mutation: entry.mutation, error: error))
+                    }
                 }
-                let write = persistence.write(change, view: state.view, documentID: state.documentID, resumeVersion: state.resumeVersion)
-                let undecided = Self.refreshModels(answered.map(\.0.path), in: &state, prepared: prepared)
-                return (write, undecided, waiters)
+                for (path, version) in cached { Self.keepInBase(path, version: version, in: &state, change: &change, now: now) }
+                let write = settlement.decisions.isEmpty ? nil
+                    : persistence.write(change, view: state.view, documentID: state.documentID, resumeVersion: state.resumeVersion)
+                let undecided = Self.refreshModels(settlement.decisions.map(\.entry.path), in: &state, prepared: prepared)
+                let (action, retry) = Self.take(state.sender.proceed(outbox: state.view.outbox, now: elapsed(), random: random), in: &state)
+                return (settlement, write, undecided, action, retry, refetched)
             }
-            store(write)
+            if let write { store(write) }
             installModels(undecided)
-            return waiters
+            return (settlement, action, retry, refetched)
         }
         for (path, error) in prepared.failures { logDecodeFailure(path, error) }
-        notifyChanged([.documents, .pendingWrites])
-        waiters.forEach { $0.resume(returning: .acknowledged($1)) }
-    }
-
-    /// One acknowledged write: out of the outbox, its result into the base (and `change`).
-    private static func acknowledge(_ entry: PendingWrite, _ acknowledgement: WriteAcknowledgement, in state: inout State, change: inout LocalCollectionChange) {
-        change.outboxRemovals.append(entry.id)
-        if acknowledgement.status == .unknown {
-            // Decided so long ago that the server no longer knows the answer: the write leaves
-            // the outbox and the view falls back to the server's state, which the listener
-            // keeps current; nothing is assumed deleted.
-            state.view.removeEntry(entry.id, now: Date())
-        } else {
-            let now = Date()
-            state.view.acknowledge(entry, result: acknowledgement.document, version: acknowledgement.version, now: now)
-            if let document = acknowledgement.document, state.queryView?.admits(document) == false,
-               state.view.base[entry.path] == document, !state.view.hasPendingWrites(entry.path) {
-                // The server's document is outside the listened query, whose listener
-                // will not keep it current: it is not cached, as the server would not list it.
-                state.view.setBase(nil, at: entry.path, version: acknowledgement.version, now: now)
-                change.deletions.append(entry.path)
-            } else if let document = acknowledgement.document {
-                change.upserts.append(document)
-            } else {
-                change.deletions.append(entry.path)
-            }
+        let rejected = settlement.decisions.filter { if case .rejected = $0.decision { return true } else { return false } }
+        if !settlement.decisions.isEmpty {
+            notifyChanged(rejected.isEmpty ? [.documents, .pendingWrites] : [.documents, .pendingWrites, .rejectedWrites])
         }
-    }
-
-    /// A request refused for good: every write of it leaves the outbox and the view, together.
-    private func rejected(_ entries: [PendingWrite], _ error: TandemError) {
-        let waiters = serial.withLock { _ -> [CheckedContinuation<WriteOutcome, Never>] in
-            let (write, undecided, waiters) = state.withLock { state in
-                var change = LocalCollectionChange()
-                var waiters: [CheckedContinuation<WriteOutcome, Never>] = []
-                for entry in entries {
-                    state.view.removeEntry(entry.id, now: Date())
-                    state.rejected.append(RejectedWrite(mutation: entry.mutation, error: error))
-                    change.outboxRemovals.append(entry.id)
-                    waiters += state.waiters.removeValue(forKey: entry.id) ?? []
-                }
-                let write = persistence.write(change, view: state.view, documentID: state.documentID, resumeVersion: state.resumeVersion)
-                let undecided = Self.refreshModels(entries.map(\.path), in: &state)
-                return (write, undecided, waiters)
-            }
-            store(write)
-            installModels(undecided)
-            return waiters
-        }
-        notifyChanged([.documents, .pendingWrites, .rejectedWrites])
-        for entry in entries {
+        for case (let entry, .rejected(let error)) in rejected {
             log("writeRejected", ["document_id": entry.path.id, "error_description": error.message], severity: .severe)
         }
-        waiters.forEach { $0.resume(returning: .rejected(error)) }
+        if let failure = settlement.failure {
+            var parameters: [String: any Sendable] = ["error_description": "\(failure)", "retry_count": state.withLock { $0.sender.failures }, "pending_write_count": pendingWriteCount]
+            if case .sleep(let deadline) = action { parameters["delay_seconds"] = (deadline - elapsed()).doubleSeconds }
+            log("syncPendingWrites_retrying", parameters, severity: .warning)
+        }
+        settlement.resumed.forEach { $0.resume(returning: $1) }
+        if !refetched.isEmpty { refetch(refetched) }
+        return (action, retry)
     }
 
-    private func transientFailure(_ error: any Error) {
-        let (waiters, failures, again) = state.withLock { state -> ([CheckedContinuation<WriteOutcome, Never>], Int, Bool) in
-            state.flushing = false
-            state.flushFailures += 1
-            let waiters = state.waiters.values.flatMap { $0 }
-            state.waiters.removeAll()
-            defer { state.flushAfterFailure = false }
-            return (waiters, state.flushFailures, state.flushAfterFailure)
+    /// Records in `change` the base's document at `path` after the server answered for it outside
+    /// the listener. One the listened query excludes leaves the base, as the server would not list
+    /// it: its listener would never keep it current.
+    private static func keepInBase(_ path: DocumentPath, version: Version, in state: inout State, change: inout LocalCollectionChange, now: Date) {
+        if let document = state.view.base[path], state.queryView?.admits(document) == false, !state.view.hasPendingWrites(path) {
+            state.view.setBase(nil, at: path, version: version, now: now)
+            change.deletions.append(path)
+        } else if let document = state.view.base[path] {
+            change.upserts.append(document)
+        } else {
+            change.deletions.append(path)
         }
-        waiters.forEach { $0.resume(returning: .queued) }
-        if again {
-            triggerFlush()
-            return
-        }
-        guard let delay = retryDelay(afterFailures: failures) else { return }
-        log("syncPendingWrites_retrying", [
-            "error_description": "\(error)", "retry_count": failures, "delay_seconds": delay.doubleSeconds,
-            "pending_write_count": pendingWriteCount,
-        ], severity: .warning)
-        let retry = Task { [clock] in
-            do {
-                try await clock.sleep(for: delay)
-            } catch {
-                return
+    }
+
+    /// Reads again the documents whose writes were answered `unknown`, and takes the server's
+    /// state of each into the base (unless the listener brought a newer one meanwhile).
+    private func refetch(_ documents: [(DocumentPath, Version)]) {
+        guard let refetch else { return }
+        Task { [weak self] in
+            for (path, answered) in documents {
+                do {
+                    let document = try await refetch(path)
+                    self?.takeFetched(path, document, version: document?.version ?? answered)
+                } catch {
+                    self?.log("refetch_fail", ["document_id": path.id, "error_description": "\(error)"], severity: .warning)
+                }
             }
-            self.triggerFlush()
-        }
-        state.withLock { state in
-            if state.flushing { retry.cancel() } else { state.flushRetry = retry }
         }
     }
-}
 
-extension LocalCollectionChange {
-    /// Records a document's new state; the last one recorded for a path wins.
-    mutating func upsert(_ document: Document) {
-        deletions.removeAll { $0 == document.path }
-        upserts.removeAll { $0.path == document.path }
-        upserts.append(document)
-    }
-
-    mutating func delete(_ path: DocumentPath) {
-        upserts.removeAll { $0.path == path }
-        deletions.removeAll { $0 == path }
-        deletions.append(path)
+    private func takeFetched(_ path: DocumentPath, _ document: Document?, version: Version) {
+        var prepared = PreparedModels()
+        if let document { prepared.add([RemoteChange(path: path, document: document, version: version)]) }
+        serial.withLock { _ in
+            let (write, undecided) = state.withLock { state -> (LocalWrite?, [Document]) in
+                let now = Date()
+                if let current = state.view.base[path], current.version > version { return (nil, []) }
+                state.view.setBase(document, at: path, version: version, now: now)
+                var change = LocalCollectionChange()
+                Self.keepInBase(path, version: version, in: &state, change: &change, now: now)
+                let write = persistence.write(change, view: state.view, documentID: state.documentID, resumeVersion: state.resumeVersion)
+                return (write, Self.refreshModels([path], in: &state, prepared: prepared))
+            }
+            if let write { store(write) }
+            installModels(undecided)
+        }
+        for (path, error) in prepared.failures { logDecodeFailure(path, error) }
+        notifyChanged([.documents])
+        log("refetch_success", ["document_id": path.id])
     }
 }
 

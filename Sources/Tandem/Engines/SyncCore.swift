@@ -16,14 +16,7 @@ import TandemCore
 /// view in between.
 @usableFromInline
 package final class SyncCore<T: SyncModel>: Sendable {
-    enum WriteOutcome: Sendable {
-        case acknowledged(WriteAcknowledgement)
-        case rejected(TandemError)
-        /// Not confirmed yet (offline or a transient failure): kept in the outbox and retried.
-        case queued
-        /// Not accepted: the local store could not record it, so nothing was queued.
-        case notStored(any Error)
-    }
+    typealias Sender = OutboxSender<CheckedContinuation<WriteOutcome, Never>>
 
     @usableFromInline
     struct State {
@@ -41,13 +34,9 @@ package final class SyncCore<T: SyncModel>: Sendable {
         var query: Query?
         var isFromCache = true
         var rejected: [RejectedWrite] = []
-        // The sender.
-        var flushing = false
-        var flushFailures = 0
+        // The sender: its rules, and the task sleeping out its backoff.
+        var sender: Sender
         var flushRetry: Task<Void, Never>?
-        /// A reconnection arrived while a send was under way: if that send fails, retry at once.
-        var flushAfterFailure = false
-        var waiters: [MutationID: [CheckedContinuation<WriteOutcome, Never>]] = [:]
         // The listener.
         var listener: Task<Void, Never>?
         var listenerGeneration = 0
@@ -64,7 +53,12 @@ package final class SyncCore<T: SyncModel>: Sendable {
     let retryPolicy: RetryPolicy
     let randomness: RetryRandomness
     let persistence: EnginePersistence
-    let commit: @Sendable ([Mutation]) async throws -> [WriteAcknowledgement]
+    /// Sends a window of write requests in order and answers each.
+    let commit: @Sendable ([WriteRequest]) async -> [Result<[WriteAcknowledgement], any Error>]
+    /// Reads one document from the server, to learn the state a write answered `unknown` left.
+    let refetch: (@Sendable (DocumentPath) async throws -> Document?)?
+    /// Time elapsed on `clock` since the engine was made: the sender's deadlines.
+    let elapsed: @Sendable () -> Duration
     @usableFromInline let state: Mutex<State>
     /// Held by every change of the view, across its persistence and decoding; never by a reader.
     let serial = Mutex<Void>(())
@@ -74,7 +68,8 @@ package final class SyncCore<T: SyncModel>: Sendable {
     init(
         managerKey: String, logger: (any DataSyncLogger)?, clock: any Clock<Duration>, retryPolicy: RetryPolicy,
         random: any RandomNumberGenerator & Sendable, persistence: EnginePersistence, base: [Document], outbox: Outbox, documentID: String?, resumeVersion: Version?,
-        commit: @escaping @Sendable ([Mutation]) async throws -> [WriteAcknowledgement],
+        commit: @escaping @Sendable ([WriteRequest]) async -> [Result<[WriteAcknowledgement], any Error>],
+        refetch: (@Sendable (DocumentPath) async throws -> Document?)? = nil,
         didChange: @escaping @Sendable (EngineChanges) -> Void
     ) {
         self.managerKey = managerKey
@@ -84,17 +79,31 @@ package final class SyncCore<T: SyncModel>: Sendable {
         self.randomness = RetryRandomness(random)
         self.persistence = persistence
         self.commit = commit
+        self.refetch = refetch
+        self.elapsed = Self.stopwatch(clock)
         self.didChange = didChange
         // Entries loaded from disk count as sent: one may have reached the server before the app
         // stopped, so none is merged again. This is what spares a write to disk before each send.
         var outbox = outbox
         outbox.markAllAttempted()
-        var initial = State(view: LocalView(base: base, outbox: outbox, now: Date()))
+        var initial = State(view: LocalView(base: base, outbox: outbox, now: Date()), sender: Sender(policy: retryPolicy))
         initial.resumeVersion = resumeVersion
         initial.documentID = documentID
         let failures = Self.rebuildModels(&initial, orderHint: base.map(\.path))
         state = Mutex(initial)
         for (path, error) in failures { logDecodeFailure(path, error) }
+    }
+
+    /// Time elapsed on `clock` from now on.
+    private static func stopwatch(_ clock: some Clock<Duration>) -> @Sendable () -> Duration {
+        let start = clock.now
+        return { start.duration(to: clock.now) }
+    }
+
+    /// The most writes per request and requests in flight the sender uses.
+    package var sendingLimits: (writesPerRequest: Int, requestsInFlight: Int) {
+        get { state.withLock { ($0.sender.limits.writesPerRequest, $0.sender.limits.requestsInFlight) } }
+        set { state.withLock { $0.sender.limits = .init(writesPerRequest: newValue.writesPerRequest, requestsInFlight: newValue.requestsInFlight) } }
     }
 
     /// The retry policy's delay after `failures` failures in a row, with its jitter.

@@ -96,6 +96,13 @@ public struct Outbox: Sendable, Hashable, Codable {
         entries[index].attempts += 1
     }
 
+    /// Records that the first `count` entries were sent.
+    package mutating func markAttempted(first count: Int) {
+        for index in entries.startIndex..<min(entries.endIndex, entries.startIndex + count) {
+            entries[index].attempts += 1
+        }
+    }
+
     /// Records that every entry may have been sent: entries loaded from disk, which an earlier run
     /// may have sent just before it stopped. None of them is merged with a later write.
     package mutating func markAllAttempted() {

@@ -19,6 +19,17 @@ public protocol RemoteCollectionService: Sendable {
     /// Applies writes atomically, each at most once by its `MutationID`. A write already applied is
     /// answered with its original acknowledgement.
     func commit(_ mutations: [Mutation]) async throws -> [WriteAcknowledgement]
+    /// Sends several write requests in order without waiting between them, and answers each (see
+    /// ``TandemClient/commit(requests:)``). The default sends them one after another with
+    /// ``commit(_:)``; a request after one that failed for a passing reason is not sent and fails
+    /// with `aborted`.
+    func commit(requests: [WriteRequest]) async -> [Result<[WriteAcknowledgement], any Error>]
+}
+
+extension RemoteCollectionService {
+    public func commit(requests: [WriteRequest]) async -> [Result<[WriteAcknowledgement], any Error>] {
+        await SequentialWrites.send(requests) { try await commit($0) }
+    }
 }
 
 /// The server side of a `DocumentSyncEngine`: documents of one collection, addressed by id.
@@ -31,6 +42,53 @@ public protocol RemoteDocumentService: Sendable {
     func listen(documentID: String, resumeFrom: Version?) -> AsyncThrowingStream<RemoteChangeBatch, any Error>
     /// Applies writes atomically, each at most once by its `MutationID`.
     func commit(_ mutations: [Mutation]) async throws -> [WriteAcknowledgement]
+    /// Sends several write requests in order; as ``RemoteCollectionService/commit(requests:)``.
+    func commit(requests: [WriteRequest]) async -> [Result<[WriteAcknowledgement], any Error>]
+}
+
+extension RemoteDocumentService {
+    public func commit(requests: [WriteRequest]) async -> [Result<[WriteAcknowledgement], any Error>] {
+        await SequentialWrites.send(requests) { try await commit($0) }
+    }
+}
+
+/// Write requests sent one after another over a remote that takes one at a time, with the
+/// answers a pipelining server would give.
+enum SequentialWrites {
+    static func send(
+        _ requests: [WriteRequest], commit: ([Mutation]) async throws -> [WriteAcknowledgement]
+    ) async -> [Result<[WriteAcknowledgement], any Error>] {
+        var results: [Result<[WriteAcknowledgement], any Error>] = []
+        var stopped: (any Error)?
+        for request in requests {
+            if let stopped {
+                results.append(.failure(TandemError(.aborted, "Not sent: a write sent before it failed (\(stopped)); send that one and this one again, in order.")))
+                continue
+            }
+            if request.isAtomic {
+                do {
+                    results.append(.success(try await commit(request.mutations)))
+                } catch {
+                    results.append(.failure(error))
+                    if !TandemError.isPermanent(error) { stopped = error }
+                }
+                continue
+            }
+            var acknowledgements: [WriteAcknowledgement] = []
+            for mutation in request.mutations {
+                do {
+                    acknowledgements += try await commit([mutation])
+                } catch let error as TandemError where error.isPermanent {
+                    acknowledgements.append(.refused(mutation.id, error, at: .zero))
+                } catch {
+                    stopped = error
+                    break
+                }
+            }
+            results.append(stopped.map { .failure($0) } ?? .success(acknowledgements))
+        }
+        return results
+    }
 }
 
 /// The server side of a `CollectionGroupSyncEngine`: every collection with one name, read-only.

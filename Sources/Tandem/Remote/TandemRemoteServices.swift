@@ -54,6 +54,10 @@ public struct TandemRemoteCollectionService: RemoteCollectionService, Reachabili
         try await client.commit(mutations)
     }
 
+    public func commit(requests: [WriteRequest]) async -> [Result<[WriteAcknowledgement], any Error>] {
+        await client.commit(requests: requests)
+    }
+
     public func whenReachable(_ action: @escaping @Sendable () -> Void) {
         client.whenReachable(action)
     }
@@ -80,6 +84,10 @@ public struct TandemRemoteDocumentService: RemoteDocumentService, ReachabilityRe
     }
 
     public func commit(_ mutations: [Mutation]) async throws -> [WriteAcknowledgement] { try await collection.commit(mutations) }
+
+    public func commit(requests: [WriteRequest]) async -> [Result<[WriteAcknowledgement], any Error>] {
+        await collection.commit(requests: requests)
+    }
 
     public func whenReachable(_ action: @escaping @Sendable () -> Void) { collection.whenReachable(action) }
 }

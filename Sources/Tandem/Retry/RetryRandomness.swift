@@ -9,6 +9,11 @@ final class RetryRandomness: Sendable {
         self.generator = Mutex(generator)
     }
 
+    /// A number in 0..<1 from the generator.
+    func next() -> Double {
+        generator.withLock { generator in Double.random(in: 0..<1, using: &generator) }
+    }
+
     /// `policy`'s delay after `failures` failures, its jitter drawn from the generator.
     func delay(_ policy: RetryPolicy, afterFailures failures: Int) -> Duration? {
         generator.withLock { generator in policy.delay(afterFailures: failures, using: &generator) }

@@ -12,6 +12,11 @@ public enum ClientMessage: Sendable, Hashable {
     case unlisten(id: Int)
     /// Commits mutations atomically, each at most once by its `MutationID`.
     case write(id: Int, mutations: [Mutation])
+    /// Commits mutations one by one, in order, each on its own (`"atomic": false`, protocol 3): one
+    /// refused leaves the others to apply, and the answer lists each one's fate. A failure that may
+    /// pass (`unavailable`) answers the whole request with an error: the client sends it again and
+    /// the writes applied meanwhile are answered `replayed`.
+    case writeEach(id: Int, mutations: [Mutation])
     /// Reads one document.
     case get(id: Int, path: DocumentPath)
     /// Runs a query once.
@@ -23,7 +28,7 @@ public enum ClientMessage: Sendable, Hashable {
     public var requestID: Int? {
         switch self {
         case .hello, .heartbeat: return nil
-        case .listen(let id, _, _), .unlisten(let id), .write(let id, _), .get(let id, _), .query(let id, _): return id
+        case .listen(let id, _, _), .unlisten(let id), .write(let id, _), .writeEach(let id, _), .get(let id, _), .query(let id, _): return id
         }
     }
 
@@ -41,6 +46,8 @@ public enum ClientMessage: Sendable, Hashable {
             return .object(["type": "unlisten", "id": .int(id)])
         case .write(let id, let mutations):
             return .object(["type": "write", "id": .int(id), "mutations": .array(mutations.map(\.wireValue))])
+        case .writeEach(let id, let mutations):
+            return .object(["type": "write", "id": .int(id), "atomic": false, "mutations": .array(mutations.map(\.wireValue))])
         case .get(let id, let path):
             return .object(["type": "get", "id": .int(id), "path": .string(path.description)])
         case .query(let id, let target):
@@ -74,7 +81,8 @@ public enum ClientMessage: Sendable, Hashable {
             for (index, entry) in try object.array("mutations").enumerated() {
                 mutations.append(try Mutation(wire: entry, context: "mutation \(index + 1) of the write"))
             }
-            self = .write(id: try object.int("id"), mutations: mutations)
+            let id = try object.int("id")
+            self = try object.bool("atomic", default: true) ? .write(id: id, mutations: mutations) : .writeEach(id: id, mutations: mutations)
         case "get":
             self = .get(id: try object.int("id"), path: try object.documentPath("path"))
         case "query":

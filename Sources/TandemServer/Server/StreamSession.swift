@@ -18,7 +18,39 @@ final class StreamSession: Sendable {
         var protocolVersion = TandemVersion.wireProtocol
         var sequencer: WriteSequencer
         /// Write requests admitted and waiting for `runWrites`, in the order they came.
-        var queue: [(id: Int, mutations: [Mutation])] = []
+        var queue: [QueuedWrite] = []
+    }
+
+    /// A write request admitted to the queue.
+    struct QueuedWrite {
+        let id: Int
+        let mutations: [Mutation]
+        /// Decided one mutation at a time (`"atomic": false`) rather than all together.
+        let each: Bool
+
+        /// The requests the store decides for it: the whole write, or each mutation on its own.
+        var storeRequests: [[Mutation]] { each ? mutations.map { [$0] } : [mutations] }
+
+        /// Its answer, from the store's answers to ``storeRequests``. A write decided mutation by
+        /// mutation is answered with each one's fate (a mutation the store could not take for good
+        /// is refused on its own), or with the first passing failure, which the client answers by
+        /// sending it all again.
+        func answer(_ results: ArraySlice<Result<CommitResult, TandemError>>) -> Result<CommitResult, TandemError> {
+            guard each else { return results.first! }
+            var acknowledgements: [WriteAcknowledgement] = []
+            acknowledgements.reserveCapacity(mutations.count)
+            for (mutation, result) in zip(mutations, results) {
+                switch result {
+                case .success(let answer):
+                    acknowledgements += answer.acknowledgements
+                case .failure(let error) where error.isPermanent:
+                    acknowledgements.append(.refused(mutation.id, error, at: .zero))
+                case .failure(let error):
+                    return .failure(error)
+                }
+            }
+            return .success(CommitResult(acknowledgements: acknowledgements, batch: nil))
+        }
     }
 
     private let state: Mutex<State>
@@ -94,11 +126,17 @@ final class StreamSession: Sendable {
             }
         case .unlisten(let requestID):
             service.unlisten(ListenerKey(session: id, target: requestID))
-        case .write(let requestID, let mutations):
+        case .write(let requestID, let mutations), .writeEach(let requestID, let mutations):
+            let each: Bool
+            if case .writeEach = message { each = true } else { each = false }
+            if each, mutations.count > configuration.limits.maximumBatchWrites {
+                outbox.send(.error(id: requestID, TandemError(.resourceExhausted, "The write has \(mutations.count) mutations; at most \(configuration.limits.maximumBatchWrites) are allowed in one request. Send them in several.")))
+                return
+            }
             let now = clock.now()
             let decision = state.withLock { state -> WriteSequencer.Decision in
                 let decision = state.sequencer.arrive(mutations, at: now)
-                if decision == .proceed { state.queue.append((requestID, mutations)) }
+                if decision == .proceed { state.queue.append(QueuedWrite(id: requestID, mutations: mutations, each: each)) }
                 return decision
             }
             switch decision {
@@ -155,13 +193,15 @@ final class StreamSession: Sendable {
             // client, which sends every unanswered write again on its next connection.
             while !outbox.isClosed, !Task.isCancelled {
                 var refused: [(Int, TandemError)] = []
-                let group = state.withLock { state -> [(id: Int, mutations: [Mutation])] in
-                    var group: [(id: Int, mutations: [Mutation])] = []
-                    while group.count < Self.writesPerCommit, !state.queue.isEmpty {
+                let group = state.withLock { state -> [QueuedWrite] in
+                    var group: [QueuedWrite] = []
+                    var requests = 0
+                    while requests < Self.writesPerCommit, !state.queue.isEmpty {
                         let entry = state.queue.removeFirst()
                         switch state.sequencer.turn(entry.mutations) {
                         case .proceed:
                             group.append(entry)
+                            requests += entry.each ? entry.mutations.count : 1
                         case .refuse(let error):
                             state.sequencer.answered(entry.mutations, forGood: false)
                             refused.append((entry.id, error))
@@ -172,7 +212,14 @@ final class StreamSession: Sendable {
                 for (requestID, error) in refused { outbox.send(.error(id: requestID, error)) }
                 if group.isEmpty && refused.isEmpty { break }
                 if group.isEmpty { continue }
-                let results = await service.commit(group.map(\.mutations), context: context)
+                let storeResults = await service.commit(group.flatMap(\.storeRequests), context: context)
+                var results: [Result<CommitResult, TandemError>] = []
+                var start = storeResults.startIndex
+                for entry in group {
+                    let end = start + (entry.each ? entry.mutations.count : 1)
+                    results.append(entry.answer(storeResults[start..<end]))
+                    start = end
+                }
                 let (protocolVersion, aborted) = state.withLock { state in
                     var failed = false
                     for (entry, result) in zip(group, results) {

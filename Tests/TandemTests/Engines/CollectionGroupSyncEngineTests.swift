@@ -113,7 +113,7 @@ struct EngineDetailTests {
         let base = Document(path: path, data: ["x": 0, "y": 0], version: 1)
         var view = LocalView(base: [base], outbox: Outbox(clientID: "c"), now: Date())
         let first = view.enqueue(.update(path, fields: ["x": 1]), now: Date()).entry
-        view.markAttempted(first.id)  // sent, so the next write is not merged into it
+        view.markAttempted(first: 1)  // sent, so the next write is not merged into it
         _ = view.enqueue(.update(path, fields: ["y": 2]), now: Date())
         // The server applied only the first write.
         view.acknowledge(first, result: Document(path: path, data: ["x": 1, "y": 0], version: 2), version: 2, now: Date())

@@ -1,0 +1,13 @@
+/// One write request among several sent together (``RemoteCollectionService/commit(requests:)``):
+/// its mutations, applied all together or decided one by one.
+public struct WriteRequest: Sendable, Hashable {
+    public var mutations: [Mutation]
+    /// True (an atomic batch): every mutation applies or none does. False: each is decided on its
+    /// own, in order, and the answer lists each one's fate, refused ones included.
+    public var isAtomic: Bool
+
+    public init(_ mutations: [Mutation], isAtomic: Bool = true) {
+        self.mutations = mutations
+        self.isAtomic = isAtomic
+    }
+}
