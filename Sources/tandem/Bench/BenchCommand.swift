@@ -54,6 +54,9 @@ struct EnginesBench: AsyncParsableCommand {
     @Flag(help: "Measure only the cold start (for profiling it).")
     var coldStartOnly = false
 
+    @Flag(help: "Measure only the offline replay to a real server (for profiling it).")
+    var replayOnly = false
+
     func validate() throws {
         guard documents > 0, repetitions > 0 else {
             throw ValidationError("--documents and --repetitions must be positive.")
@@ -61,7 +64,7 @@ struct EnginesBench: AsyncParsableCommand {
     }
 
     func run() async throws {
-        try await EngineBenchmarks.run(documents: documents, repetitions: repetitions, coldStartOnly: coldStartOnly).print()
+        try await EngineBenchmarks.run(documents: documents, repetitions: repetitions, coldStartOnly: coldStartOnly, replayOnly: replayOnly).print()
     }
 }
 

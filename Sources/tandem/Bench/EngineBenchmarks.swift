@@ -222,11 +222,15 @@ extension EngineBenchmarks {
 }
 
 extension EngineBenchmarks {
-    static func run(documents: Int, repetitions: Int, coldStartOnly: Bool = false) async throws -> BenchReport {
+    static func run(documents: Int, repetitions: Int, coldStartOnly: Bool = false, replayOnly: Bool = false) async throws -> BenchReport {
         var report = BenchReport(title: "tandem bench engines")
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("tandem-bench-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: directory) }
+        if replayOnly {
+            try await replay(count: 10_000, directory: directory, into: &report)
+            return report
+        }
         try coldStart(count: documents, repetitions: repetitions, directory: directory, into: &report)
         if coldStartOnly { return report }
         let (p50, p99) = try await remoteChange(count: documents, changes: 500, directory: directory)
@@ -238,6 +242,7 @@ extension EngineBenchmarks {
         report.notes.append("engines: reading currentCollection (\(min(documents, 10_000)) documents) while 1,000 persisted writes are made: p99 \(BenchReport.time(readOurs.doubleSeconds)), beside a Mutex-held array under the same disk load: p99 \(BenchReport.time(readBaseline.doubleSeconds)); ratio \(String(format2: readOurs.doubleSeconds / readBaseline.doubleSeconds))× (target ≤ 2×: \(readOurs.doubleSeconds <= 2 * readBaseline.doubleSeconds ? "meets" : "MISSES"))")
         let (writeOurs, writeBaseline) = try await localWrite(writes: 500, directory: directory)
         report.notes.append("engines: one local write until durably queued: p50 \(BenchReport.time(writeOurs.doubleSeconds)), beside one synchronous = FULL insert through GRDB: p50 \(BenchReport.time(writeBaseline.doubleSeconds)); ratio \(String(format2: writeOurs.doubleSeconds / writeBaseline.doubleSeconds))× (target ≤ 1.5×: \(writeOurs.doubleSeconds <= 1.5 * writeBaseline.doubleSeconds ? "meets" : "MISSES"))")
+        try await replay(count: 10_000, directory: directory, into: &report)
         let writes = 10_000
         let (queue, flush) = try await flush(count: writes)
         report.notes.append("engines: \(writes) updates queued offline in \(BenchReport.time(queue.doubleSeconds)) (\(BenchReport.rate(Double(writes) / queue.doubleSeconds)) writes/s), flushed to the in-memory server in \(BenchReport.time(flush.doubleSeconds)) (\(BenchReport.rate(Double(writes) / flush.doubleSeconds)) writes/s)")
