@@ -10,7 +10,8 @@ struct LocalView: Sendable {
     private(set) var documents: [DocumentPath: Document] = [:]
     /// The outbox entries that write each document, in outbox order (their ids and mutations): a
     /// document's view is rebuilt from its own entries without walking the whole outbox.
-    private var pending: [DocumentPath: [Pending]] = [:]
+    /// A slice, so that the oldest leaves in constant time; changed in place, never copied out.
+    private var pending: [DocumentPath: ArraySlice<Pending>] = [:]
     /// Pending writes the listener has already seen committed (their echo, recognized by mutation
     /// id): the base includes them, so the view must not apply them again. They leave the outbox
     /// with their acknowledgement.
@@ -162,7 +163,7 @@ struct LocalView: Sendable {
             pending[mutation.path, default: []].append(Pending(entry))
         case .merged(let entry):
             // The newest entry, so the last of its document's.
-            pending[mutation.path]![pending[mutation.path]!.count - 1] = Pending(entry)
+            pending[mutation.path]![pending[mutation.path]!.endIndex - 1] = Pending(entry)
         }
         // The view already holds every earlier pending write; a merge means the same as applying
         // the two writes in turn, so applying just the new one on top is exact.
@@ -187,9 +188,13 @@ struct LocalView: Sendable {
 
     /// Takes an entry that left the outbox out of its document's list.
     private mutating func forget(_ entry: PendingWrite) {
-        guard var entries = pending[entry.path], let index = entries.firstIndex(where: { $0.id == entry.id }) else { return }
-        entries.remove(at: index)
-        pending[entry.path] = entries.isEmpty ? nil : entries
+        guard let index = pending[entry.path]?.firstIndex(where: { $0.id == entry.id }) else { return }
+        if index == pending[entry.path]!.startIndex {
+            pending[entry.path]!.removeFirst()
+        } else {
+            pending[entry.path]!.remove(at: index)
+        }
+        if pending[entry.path]!.isEmpty { pending[entry.path] = nil }
     }
 
     /// Records an acknowledged write: the server's result becomes the base, the entry leaves the
