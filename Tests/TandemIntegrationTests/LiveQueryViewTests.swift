@@ -90,9 +90,10 @@ func until<T>(_ engine: CollectionSyncEngine<T>, _ condition: @escaping () -> Bo
     defer { continuation.finish() }
     var iterator = changes.makeAsyncIterator()
     while true {
-        // Read inside the tracking, so a change right after the check still wakes the wait.
+        // The tracking is installed once the read returns: a change between the two wakes no
+        // one, so the condition is read again after the install.
         let holds = withObservationTracking { condition() } onChange: { continuation.yield() }
-        if holds { return true }
+        if holds || condition() { return true }
         guard await iterator.next() != nil else { return condition() }
     }
 }

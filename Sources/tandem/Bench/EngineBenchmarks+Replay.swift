@@ -103,7 +103,9 @@ extension EngineBenchmarks {
         let (changes, continuation) = AsyncStream<Void>.makeStream(bufferingPolicy: .bufferingNewest(1))
         defer { continuation.finish() }
         var iterator = changes.makeAsyncIterator()
-        while withObservationTracking({ engine.hasPendingWrites }, onChange: { continuation.yield() }) {
+        // The tracking is installed once the read returns: read again after it, lest a change in
+        // between go unseen.
+        while withObservationTracking({ engine.hasPendingWrites }, onChange: { continuation.yield() }) && engine.hasPendingWrites {
             _ = await iterator.next()
         }
     }

@@ -227,7 +227,9 @@ struct OutboxSenderEngineTests {
         }
         try await engine.saveDocument(Product(id: "lamp", name: "Local lamp", price: 30, stock: 3))
         #expect(!engine.hasPendingWrites)
-        while shown() != "Server lamp" {
+        // The tracking is installed once the read returns: read again after it, lest a change in
+        // between go unseen.
+        while shown() != "Server lamp" && engine.getDocument(id: "lamp")?.name != "Server lamp" {
             _ = await iterator.next()
         }
         #expect(remote.reads.withLock { $0 } == 1)
