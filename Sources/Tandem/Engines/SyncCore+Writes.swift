@@ -215,7 +215,13 @@ extension SyncCore {
     private func send(_ first: [Sender.Request]) async {
         var window = first
         while true {
-            let answers = await commit(window.map(\.writeRequest))
+            var answers = await commit(window.map(\.writeRequest))
+            if answers.count != window.count {
+                // A remote that answers another number of requests than it was sent: what it did
+                // with them is unknown, so every one stays queued and is sent again.
+                log("syncPendingWrites_badAnswer", ["request_count": window.count, "answer_count": answers.count], severity: .severe)
+                answers = window.map { _ in .failure(TandemError(.internal, "The remote answered \(answers.count) of \(window.count) write requests.")) }
+            }
             let (action, retry) = settle(answers)
             if case .send(let next) = action {
                 retry?.cancel()

@@ -236,3 +236,26 @@ struct OutboxSenderEngineTests {
         #expect(engine.getDocument(id: "lamp")?.stock == 2)
     }
 }
+
+/// A remote that answers no write request at all.
+struct SilentRemote: RemoteCollectionService {
+    func collectionPath() throws -> CollectionPath { try CollectionPath("products") }
+    func getDocuments(query: Query) async throws -> [Document] { [] }
+    func getDocument(id: String) async throws -> Document? { nil }
+    func listen(query: Query, resumeFrom: Version?) -> AsyncThrowingStream<RemoteChangeBatch, any Error> { AsyncThrowingStream { _ in } }
+    func listenDocument(id: String, resumeFrom: Version?) -> AsyncThrowingStream<RemoteChangeBatch, any Error> { AsyncThrowingStream { _ in } }
+    func commit(_ mutations: [Mutation]) async throws -> [WriteAcknowledgement] { [] }
+    func commit(requests: [WriteRequest]) async -> [Result<[WriteAcknowledgement], any Error>] { [] }
+}
+
+extension OutboxSenderEngineTests {
+    @Test("a remote that answers another number of requests than it was sent keeps every write queued, and says so")
+    func wrongNumberOfAnswers() async throws {
+        let logger = RecordingDataSyncLogger()
+        let engine = CollectionSyncEngine<Product>(remote: SilentRemote(), managerKey: "silent", persistence: nil, logger: logger, clock: ManualClock())
+        try await engine.saveDocument(Product(id: "lamp", name: "Lamp", price: 30, stock: 3))
+        #expect(engine.pendingWrites.count == 1)
+        #expect(engine.getDocument(id: "lamp")?.name == "Lamp")
+        #expect(logger.names.contains("silent_syncPendingWrites_badAnswer"))
+    }
+}
