@@ -183,14 +183,13 @@ public final class TandemClient: Service, Sendable {
     public func commit(requests: [WriteRequest]) async -> [Result<[WriteAcknowledgement], any Error>] {
         guard !requests.isEmpty else { return [] }
         let answers = await send(requests.map { request -> (Int) -> ClientMessage in
-            if request.isAtomic || request.mutations.count == 1 {
-                return { .write(id: $0, mutations: request.mutations) }
-            }
-            return { .writeEach(id: $0, mutations: request.mutations) }
+            request.isOneWrite
+                ? { .write(id: $0, mutations: request.mutations) }
+                : { .writeEach(id: $0, mutations: request.mutations) }
         })
         guard answers.count == requests.count else { return requests.map { _ in .failure(notConnected) } }
         return zip(requests, answers).map { request, answer in
-            Self.acknowledgements(of: answer, atomic: request.isAtomic || request.mutations.count == 1)
+            Self.acknowledgements(of: answer, atomic: request.isOneWrite)
         }
     }
 

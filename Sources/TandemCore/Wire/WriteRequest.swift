@@ -6,6 +6,9 @@ public struct WriteRequest: Sendable, Hashable {
     /// own, in order, and the answer lists each one's fate, refused ones included.
     public var isAtomic: Bool
 
+    /// Whether it goes as a plain atomic write: atomic, or one mutation, which is the same thing.
+    public var isOneWrite: Bool { isAtomic || mutations.count <= 1 }
+
     public init(_ mutations: [Mutation], isAtomic: Bool = true) {
         self.mutations = mutations
         self.isAtomic = isAtomic
