@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import Logging
 import TandemCore
 import TandemServer
@@ -21,8 +22,10 @@ public final class LiveServer: Sendable {
     /// The directory holding the SQLite database, for a server started on one.
     public let directory: URL
     private let task: Task<Void, any Error>
+    private let listeners: ListenerCountWatch
 
-    private init(url: URL, port: Int, store: any ServerStore, directory: URL, task: Task<Void, any Error>) {
+    private init(url: URL, port: Int, store: any ServerStore, directory: URL, task: Task<Void, any Error>, listeners: ListenerCountWatch) {
+        self.listeners = listeners
         self.url = url
         self.port = port
         self.store = store
@@ -54,6 +57,12 @@ public final class LiveServer: Sendable {
         configuration.port = port
         // Stopping cancels open connections, which the server logs as errors: keep a test's output quiet.
         configuration.logger.logLevel = .critical
+        let listeners = ListenerCountWatch()
+        let reportListeners = configuration.onListenerCountChange
+        configuration.onListenerCountChange = { count in
+            listeners.update(count)
+            reportListeners?(count)
+        }
         let ready = Ticket<Int>()
         let server = SyncServer(store: store, configuration: configuration) { _, port in ready.fulfill(.success(port)) }
         let task = Task {
@@ -66,12 +75,80 @@ public final class LiveServer: Sendable {
             }
         }
         let bound = try await ready.value()
-        return LiveServer(url: URL(string: "http://127.0.0.1:\(bound)")!, port: bound, store: store, directory: directory, task: task)
+        return LiveServer(url: URL(string: "http://127.0.0.1:\(bound)")!, port: bound, store: store, directory: directory, task: task, listeners: listeners)
+    }
+
+    /// How many listeners the server runs now, over every connection.
+    public var listenerCount: Int { listeners.count }
+
+    /// Returns once the server runs exactly `count` listeners: the event to await after starting
+    /// or dropping one, instead of polling. A cancelled task (a test's time limit) returns at once.
+    ///
+    /// ```swift
+    /// engine = nil                              // its listener leaves the server
+    /// await server.waitForListeners(count: 0)
+    /// ```
+    public func waitForListeners(count: Int) async {
+        await listeners.wait { $0 == count }
     }
 
     /// Stops the server (its connections close); the store keeps its data.
     public func stop() async {
         task.cancel()
         _ = try? await task.value
+    }
+}
+
+/// The server's listener count as it reports it, and those awaiting a count.
+private final class ListenerCountWatch: Sendable {
+    private struct Waiter {
+        var ready: @Sendable (Int) -> Bool
+        var continuation: CheckedContinuation<Void, Never>
+    }
+
+    private struct State {
+        var count = 0
+        var nextWaiter = 0
+        var waiters: [Int: Waiter] = [:]
+        var cancelledEarly: Set<Int> = []
+    }
+
+    private let state = Mutex(State())
+
+    var count: Int { state.withLock { $0.count } }
+
+    func update(_ count: Int) {
+        let ready = state.withLock { state -> [CheckedContinuation<Void, Never>] in
+            state.count = count
+            let ids = state.waiters.filter { $0.value.ready(count) }.keys
+            return ids.compactMap { state.waiters.removeValue(forKey: $0)?.continuation }
+        }
+        ready.forEach { $0.resume() }
+    }
+
+    /// Returns once the count satisfies `ready`, or at once when the task is cancelled (a test's
+    /// time limit), so a wait that never ends fails the test instead of hanging the run.
+    func wait(until ready: @escaping @Sendable (Int) -> Bool) async {
+        let id = state.withLock { state -> Int in
+            state.nextWaiter += 1
+            return state.nextWaiter
+        }
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                let now = state.withLock { state -> Bool in
+                    if ready(state.count) || state.cancelledEarly.remove(id) != nil { return true }
+                    state.waiters[id] = Waiter(ready: ready, continuation: continuation)
+                    return false
+                }
+                if now { continuation.resume() }
+            }
+        } onCancel: {
+            let waiter = state.withLock { state -> Waiter? in
+                if let waiter = state.waiters.removeValue(forKey: id) { return waiter }
+                state.cancelledEarly.insert(id)
+                return nil
+            }
+            waiter?.continuation.resume()
+        }
     }
 }

@@ -364,3 +364,29 @@ struct SharedDeliveryTests {
         await server.stop()
     }
 }
+
+/// What an engine dropped without `stopListening()` leaves on a real server.
+@Suite("Engine lifecycle against the real server")
+struct LiveLifecycleTests {
+    @Test("an engine dropped without stopListening: the server sees its listener leave", .timeLimit(.minutes(1)))
+    func droppedEngineLeaves() async throws {
+        let server = try await LiveServer.start()
+        let running = RunningClient(server, id: "dropping")
+        await running.client.waitUntilConnected()
+        let remote = TandemRemoteCollectionService(client: running.client, collection: collectionPath("notes"))
+        var engine: CollectionSyncEngine<Note>? = CollectionSyncEngine(remote: remote, managerKey: "dropped", persistence: nil)
+        await engine?.startListening()
+        await server.waitForListeners(count: 1)
+        let other = CollectionSyncEngine<Note>(remote: remote, managerKey: "kept", persistence: nil)
+        await other.startListening { $0.whereField("text", isEqualTo: "kept") }
+        await server.waitForListeners(count: 2)
+        engine = nil
+        // Only the dropped engine's listener goes; the other engine's stays and still syncs.
+        await server.waitForListeners(count: 1)
+        try await other.saveDocument(Note(id: "k", text: "kept"))
+        #expect(try await server.store.document(at: documentPath("notes/k")) != nil)
+        #expect(server.listenerCount == 1)
+        await running.stop()
+        await server.stop()
+    }
+}

@@ -86,6 +86,14 @@ public final class CollectionSyncEngine<T: SyncModel>: Sendable, RegistrarObserv
         }
     }
 
+    /// An engine that goes stops what it started, whether or not `stopListening()` was called: its
+    /// listener leaves the server, and no retry of its listener or of its sender stays asleep. A
+    /// window of writes in flight still records its answers; writes not yet sent stay queued on
+    /// disk, for the next engine with this `managerKey`.
+    deinit {
+        core.shutdown()
+    }
+
     /// Tells observers of each property the change touched. Delivered on the thread that made the
     /// change (the listener's task, or the writer's); `withObservationTracking` and SwiftUI take it
     /// from there.

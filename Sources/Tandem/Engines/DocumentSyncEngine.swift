@@ -76,6 +76,14 @@ public final class DocumentSyncEngine<T: SyncModel>: Sendable {
         }
     }
 
+    /// An engine that goes stops what it started, whether or not `stopListening()` was called: its
+    /// listener leaves the server, and no retry of its listener or of its sender stays asleep. A
+    /// window of writes in flight still records its answers; writes not yet sent stay queued on
+    /// disk, for the next engine with this `managerKey`.
+    deinit {
+        core.shutdown()
+    }
+
     /// Tells observers of each property the change touched, on the thread that made the change.
     private func coreDidChange(_ changes: EngineChanges) {
         if changes.contains(.documents) { withMutation(keyPath: keys.currentDocument) {} }
@@ -93,10 +101,10 @@ public final class DocumentSyncEngine<T: SyncModel>: Sendable {
         _ = try remote.collectionPath().document(documentId)  // a valid path now, or a typed error
         let switched = core.switchDocument(to: documentId)
         // The same id again: nothing to do while the listener is up; one waiting out a backoff
-        // starts again at once.
+        // starts again at once. Another id replaces the listener.
         if !switched && core.isListenerUp { return }
         let remote = self.remote
-        await core.startListener { resumeFrom in remote.listen(documentID: documentId, resumeFrom: resumeFrom) }
+        await core.startListener(replacing: switched) { resumeFrom in remote.listen(documentID: documentId, resumeFrom: resumeFrom) }
         core.triggerFlush()
     }
 

@@ -5,138 +5,227 @@ import TandemCore
 extension SyncCore {
     typealias Listen = @Sendable (Version?) -> AsyncThrowingStream<RemoteChangeBatch, any Error>
 
-    /// Starts (or replaces) the listener. Returns once the first batch is applied, or at once after
-    /// the first failure (the cache stays as it is and retries run on the clock): it never hangs.
-    func startListener(_ listen: @escaping Listen) async {
+    /// Where the listener's streams come from, in a class box: a closure kept directly in the
+    /// state's `Mutex` would be re-wrapped in a thunk on every access.
+    final class ListenSource: Sendable {
+        let listen: Listen
+        init(_ listen: @escaping Listen) { self.listen = listen }
+    }
+
+    /// The listener's tasks and waiters: what its state machine's actions start, cancel and wake.
+    struct ListenerTasks {
+        /// The attached stream's task, with its attempt.
+        var stream: (attempt: Int, task: Task<Void, Never>)?
+        /// The backoff's sleep.
+        var sleep: Task<Void, Never>?
+        /// Whoever awaits `startListener`.
+        var starts: [CheckedContinuation<Void, Never>] = []
+        var source: ListenSource?
+        /// Set once the engine is gone: nothing new starts.
+        var isShutDown = false
+    }
+
+    /// What a listener event asks of the world, taken out of the state under its lock and run
+    /// outside it by ``perform(_:)``.
+    struct ListenerEffects {
+        var cancel: [Task<Void, Never>] = []
+        var resume: [CheckedContinuation<Void, Never>] = []
+        var attach: (attempt: Int, resumeFrom: Version?, source: ListenSource)?
+        var sleepUntil: Duration?
+        var up = false
+        var gaveUpAfter: Int?
+    }
+
+    /// Starts the listener on `listen`, or wakes it. With `replacing` it follows something else
+    /// now (another query or document) and starts from a snapshot. Returns once the first batch is
+    /// applied, or at once after the first failure (the cache stays as it is and retries run on the
+    /// clock): it never hangs.
+    func startListener(replacing: Bool = false, _ listen: @escaping Listen) async {
         await withCheckedContinuation { (started: CheckedContinuation<Void, Never>) in
-            let once = ResumeOnce(started)
-            let (previous, generation) = state.withLock { state -> (Task<Void, Never>?, Int) in
-                state.listenerGeneration += 1
-                state.listenerFailures = 0
-                state.listenerDown = false
-                return (state.listener, state.listenerGeneration)
+            let effects = state.withLock { state -> ListenerEffects in
+                guard !state.tasks.isShutDown else { return ListenerEffects(resume: [started]) }
+                state.tasks.source = ListenSource(listen)
+                state.tasks.starts.append(started)
+                return Self.take(replacing ? state.listener.restart() : state.listener.start(), in: &state)
             }
-            previous?.cancel()
-            let task = Task {
-                await self.runListener(listen, generation: generation, started: once)
-            }
-            state.withLock { state in
-                if state.listenerGeneration == generation { state.listener = task } else { task.cancel() }
-            }
+            perform(effects)
         }
     }
 
     /// Stops the listener; pending writes stay.
     func stopListener() {
-        let (task, wake) = state.withLock { state -> (Task<Void, Never>?, CheckedContinuation<Void, Never>?) in
-            state.listenerGeneration += 1
-            state.listenerDown = false
-            defer {
-                state.listener = nil
-                state.wake = nil
-            }
-            return (state.listener, state.wake)
-        }
-        task?.cancel()
-        wake?.resume()
+        perform(state.withLock { state in
+            state.tasks.source = nil
+            return Self.take(state.listener.stop(), in: &state)
+        })
     }
 
-    var isListening: Bool { state.withLock { $0.listener != nil } }
+    /// Stops everything the engine started, for good: the listener, its backoff and the sender's.
+    /// A window in flight finishes; nothing new starts. Called when the engine goes.
+    func shutdown() {
+        let flushRetry = state.withLock { state -> Task<Void, Never>? in
+            state.tasks.isShutDown = true
+            defer { state.flushRetry = nil }
+            return state.flushRetry
+        }
+        flushRetry?.cancel()
+        stopListener()
+    }
+
+    var isListening: Bool { state.withLock { $0.listener.isRunning } }
 
     /// Whether a listener runs and is up (not waiting out a backoff).
-    var isListenerUp: Bool { state.withLock { $0.listener != nil && !$0.listenerDown } }
+    var isListenerUp: Bool { state.withLock { $0.listener.isUp } }
 
     /// Called by reads and writes: a listener waiting to retry tries again now.
     func retryNowIfDown() {
-        let wake = state.withLock { state -> CheckedContinuation<Void, Never>? in
-            guard state.listenerDown else { return nil }
-            // Cleared too, so a listener that has failed but not yet started waiting retries at once.
-            state.listenerDown = false
-            defer { state.wake = nil }
-            return state.wake
-        }
-        wake?.resume()
+        perform(state.withLock { Self.take($0.listener.wake(), in: &$0) })
         triggerFlush(retryIfRunning: true)
     }
 
-    private func isCurrent(_ generation: Int) -> Bool {
-        state.withLock { $0.listenerGeneration == generation } && !Task.isCancelled
+    /// Takes what the machine's actions ask out of the state, in its locked step.
+    private static func take(_ actions: [ListenerStateMachine.Action], in state: inout State) -> ListenerEffects {
+        var effects = ListenerEffects()
+        for action in actions {
+            switch action {
+            case .attach(let attempt, let resumeFrom):
+                if let source = state.tasks.source, !state.tasks.isShutDown {
+                    effects.attach = (attempt, resumeFrom, source)
+                } else {
+                    // Nothing to listen with: the machine's attempt fails at once, as a stop would.
+                    _ = state.listener.stop()
+                }
+            case .detach(let attempt):
+                if let stream = state.tasks.stream, stream.attempt == attempt {
+                    effects.cancel.append(stream.task)
+                    state.tasks.stream = nil
+                }
+            case .sleep(let until):
+                effects.sleepUntil = until
+            case .cancelSleep:
+                if let sleep = state.tasks.sleep { effects.cancel.append(sleep) }
+                state.tasks.sleep = nil
+            case .up:
+                effects.up = true
+            case .settleStarts:
+                effects.resume += state.tasks.starts
+                state.tasks.starts = []
+            case .gaveUp(let failures):
+                effects.gaveUpAfter = failures
+            }
+        }
+        if !state.listener.isRunning {
+            // Stopped (or given up): no start waits for a batch that will not come.
+            effects.resume += state.tasks.starts
+            state.tasks.starts = []
+        }
+        return effects
     }
 
-    private func runListener(_ listen: Listen, generation: Int, started: ResumeOnce) async {
-        defer { started.resume() }
-        while isCurrent(generation) {
-            let resumeFrom = state.withLock { $0.resumeVersion }
-            log("listener_start")
-            var receivedAny = false
-            do {
-                var pieces = BatchPieces()
-                var prepared: PreparedBatch?
-                for try await piece in listen(resumeFrom) {
-                    guard isCurrent(generation) else { return }
-                    if piece.continues || prepared != nil {
-                        // A batch arriving in pieces: decode its models (and stage a snapshot's
-                        // documents) now, while the rest comes.
-                        if prepared == nil { prepared = PreparedBatch(snapshot: piece.isSnapshot, staging: staging) }
-                        // In place: a copy would copy everything prepared so far, for every piece.
-                        prepared?.add(piece)
-                    }
-                    guard let batch = pieces.add(piece) else { continue }
-                    apply(batch, prepared: prepared)
-                    if !receivedAny {
-                        receivedAny = true
-                        state.withLock { state in
-                            state.listenerFailures = 0
-                            state.listenerDown = false
-                        }
-                        log("listener_success", ["count": batch.changes.count])
-                        started.resume()
-                        triggerFlush()
-                    }
-                    // Freed only now, after whoever waits for the first batch was woken: a large
-                    // batch takes a while to free.
-                    withExtendedLifetime(batch) {}
-                    prepared = nil
-                }
-                guard isCurrent(generation) else { return }
-                throw TandemError(.unavailable, "The listener's stream ended.")
-            } catch {
-                guard isCurrent(generation) else { return }
-                let failures = state.withLock { state -> Int in
-                    state.listenerFailures = receivedAny ? 1 : state.listenerFailures + 1
-                    state.listenerDown = true
-                    return state.listenerFailures
-                }
-                log("listener_fail", ["error_description": "\(error)", "retry_count": failures], severity: .severe)
-                if !receivedAny && state.withLock({ $0.isFromCache }) {
-                    log("bulkLoad_fail", ["error_description": "\(error)"], severity: .severe)
-                }
-                started.resume()
-                guard let delay = retryDelay(afterFailures: failures) else {
-                    log("listener_stopped", ["error_description": "The retry policy gave up."], severity: .severe)
-                    state.withLock { if $0.listenerGeneration == generation { $0.listener = nil } }
+    /// Runs the effects outside the locks: cancels, wakes, and starts the stream or the sleep.
+    private func perform(_ effects: ListenerEffects) {
+        effects.cancel.forEach { $0.cancel() }
+        effects.resume.forEach { $0.resume() }
+        if let failures = effects.gaveUpAfter {
+            log("listener_stopped", ["error_description": "The retry policy gave up after \(failures) failures."], severity: .severe)
+        }
+        if let (attempt, resumeFrom, source) = effects.attach {
+            attach(attempt, source.listen(resumeFrom))
+        }
+        if let until = effects.sleepUntil {
+            let delay = until - elapsed()
+            let sleep = Task { [weak self, clock] in
+                do {
+                    try await clock.sleep(for: delay)
+                } catch {
                     return
                 }
-                log("listener_retrying", ["retry_count": failures, "delay_seconds": delay.doubleSeconds], severity: .warning)
-                await waitForRetry(delay)
+                self?.listenerRetryDue()
             }
+            let kept = state.withLock { state -> Bool in
+                guard state.listener.phase == .down(until: until), state.tasks.sleep == nil, !state.tasks.isShutDown else { return false }
+                state.tasks.sleep = sleep
+                return true
+            }
+            if !kept { sleep.cancel() }
         }
+        if effects.up { triggerFlush() }
     }
 
-    /// Sleeps on the clock, or less when a read or write wakes the listener, or the listener stops.
-    private func waitForRetry(_ delay: Duration) async {
-        await WakeableSleep.sleep(on: clock, for: delay) { continuation in
-            self.state.withLock { state -> Bool in
-                if !state.listenerDown { return true }
-                state.wake = continuation
-                return false
-            }
-        } unpark: {
-            self.state.withLock { state -> CheckedContinuation<Void, Never>? in
-                defer { state.wake = nil }
-                return state.wake
+    /// Runs one attempt's stream. The task holds the core only while it applies a batch, so an
+    /// engine that goes away is not kept alive by its listener.
+    private func attach(_ attempt: Int, _ stream: AsyncThrowingStream<RemoteChangeBatch, any Error>) {
+        log("listener_start")
+        let task = Task { [weak self] in
+            var pieces = BatchPieces()
+            var prepared: PreparedBatch?
+            do {
+                for try await piece in stream {
+                    guard let self, self.receive(piece, attempt: attempt, pieces: &pieces, prepared: &prepared) else { return }
+                }
+                throw TandemError(.unavailable, "The listener's stream ended.")
+            } catch {
+                self?.listenerFailed(attempt, error)
             }
         }
+        let kept = state.withLock { state -> Bool in
+            guard state.listener.isCurrent(attempt) else { return false }
+            state.tasks.stream = (attempt, task)
+            return true
+        }
+        if !kept { task.cancel() }
+    }
+
+    /// Takes one element of an attempt's stream; false once the attempt is no longer attached.
+    private func receive(_ piece: RemoteChangeBatch, attempt: Int, pieces: inout BatchPieces, prepared: inout PreparedBatch?) -> Bool {
+        guard !Task.isCancelled, state.withLock({ $0.listener.isCurrent(attempt) }) else { return false }
+        if piece.continues || prepared != nil {
+            // A batch arriving in pieces: decode its models (and stage a snapshot's documents)
+            // now, while the rest comes.
+            if prepared == nil { prepared = PreparedBatch(snapshot: piece.isSnapshot, staging: staging) }
+            // In place: a copy would copy everything prepared so far, for every piece.
+            prepared?.add(piece)
+        }
+        guard let batch = pieces.add(piece) else { return true }
+        apply(batch, prepared: prepared)
+        let effects = state.withLock { Self.take($0.listener.delivered(attempt: attempt), in: &$0) }
+        if effects.up { log("listener_success", ["count": batch.changes.count]) }
+        perform(effects)
+        // Freed only now, after whoever waits for the first batch was woken: a large batch takes
+        // a while to free.
+        withExtendedLifetime(batch) {}
+        prepared = nil
+        return true
+    }
+
+    /// An attempt's stream failed or ended: back off, or give up, as the machine says.
+    private func listenerFailed(_ attempt: Int, _ error: any Error) {
+        let now = elapsed()
+        let random = randomness.next()
+        let outcome = state.withLock { state -> (ListenerEffects, failures: Int, fromCache: Bool)? in
+            let actions = state.listener.failed(attempt: attempt, now: now, random: random)
+            guard !actions.isEmpty else { return nil }  // replaced or stopped meanwhile
+            if state.tasks.stream?.attempt == attempt { state.tasks.stream = nil }
+            return (Self.take(actions, in: &state), state.listener.failures, state.isFromCache)
+        }
+        guard let (effects, failures, fromCache) = outcome else { return }
+        log("listener_fail", ["error_description": "\(error)", "retry_count": failures], severity: .severe)
+        if fromCache {
+            log("bulkLoad_fail", ["error_description": "\(error)"], severity: .severe)
+        }
+        if let until = effects.sleepUntil {
+            log("listener_retrying", ["retry_count": failures, "delay_seconds": (until - now).doubleSeconds], severity: .warning)
+        }
+        perform(effects)
+    }
+
+    /// The backoff's sleep ended.
+    private func listenerRetryDue() {
+        let now = elapsed()
+        perform(state.withLock { state in
+            state.tasks.sleep = nil
+            return Self.take(state.listener.retryDue(now: now), in: &state)
+        })
     }
 
     /// Applies a listener batch to the view, the models and the persistence, in one step.
@@ -173,7 +262,7 @@ extension SyncCore {
                     }
                 }, {
                     state.withLock { state in
-                        state.resumeVersion = batch.version
+                        state.listener.applied(version: batch.version)
                         leftCache = state.isFromCache
                         state.isFromCache = false
                         if let adopted = Self.adopt(batch, models, into: &state) {
@@ -189,7 +278,7 @@ extension SyncCore {
                 return changed
             }
             let (changed, undecided, write) = state.withLock { state in
-                state.resumeVersion = batch.version
+                state.listener.applied(version: batch.version)
                 leftCache = state.isFromCache
                 state.isFromCache = false
                 let changed = state.view.applyRemote(batch, now: Date())
@@ -330,22 +419,5 @@ struct BatchPieces {
         var whole = piece
         whole.changes = changes
         return whole
-    }
-}
-
-/// Resumes a continuation at most once, from any task.
-final class ResumeOnce: Sendable {
-    private let continuation: Mutex<CheckedContinuation<Void, Never>?>
-
-    init(_ continuation: CheckedContinuation<Void, Never>) {
-        self.continuation = Mutex(continuation)
-    }
-
-    func resume() {
-        let taken = continuation.withLock { value -> CheckedContinuation<Void, Never>? in
-            defer { value = nil }
-            return value
-        }
-        taken?.resume()
     }
 }

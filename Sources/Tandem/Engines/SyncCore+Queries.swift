@@ -2,27 +2,27 @@ import Foundation
 import TandemCore
 
 extension SyncCore {
-    /// Listens to a query: the same query again does nothing while its listener is up, and starts
-    /// it again at once (resuming) while it waits out a backoff; a new query replaces the listener
-    /// and starts from a snapshot, since a resume version belongs to the query that reached it.
+    /// Listens to a query: the same query again goes on with its listener (one waiting out a
+    /// backoff starts again at once, resuming); a new query replaces the listener and starts from
+    /// a snapshot, since a resume version belongs to the query that reached it.
     func listen(to query: Query, _ listen: @escaping @Sendable (Query, Version?) -> AsyncThrowingStream<RemoteChangeBatch, any Error>) async {
-        let (unchanged, reshown) = serial.withLock { _ in
-            state.withLock { state -> (Bool, Bool) in
-                if state.query == query && state.listener != nil { return (!state.listenerDown, false) }
+        let (unchanged, replacing, reshown) = serial.withLock { _ in
+            state.withLock { state -> (Bool, Bool, Bool) in
+                if state.query == query && state.listener.isRunning { return (state.listener.isUp, false, false) }
                 var reshown = false
-                if state.query != query {
-                    state.resumeVersion = nil
+                let replacing = state.query != query
+                if replacing {
                     // The view shows the new query's answer over the cache at once.
                     reshown = Self.setQueryView(query, in: &state)
                 }
                 state.query = query
-                return (false, reshown)
+                return (false, replacing, reshown)
             }
         }
         if reshown { notifyChanged([.documents]) }
         if unchanged { return }
         log("bulkLoad_start", ["filter_count": query.filterCount])
-        await startListener { resumeFrom in listen(query, resumeFrom) }
+        await startListener(replacing: replacing) { resumeFrom in listen(query, resumeFrom) }
         triggerFlush()
     }
 

@@ -36,7 +36,7 @@ extension SyncCore {
                     change.nextSequence = state.view.outbox.nextSequence
                     let undecided = Self.refreshModels([path], in: &state, prepared: prepared)
                     state.sender.wait(for: result.entry.id, continuation)
-                    let write = persistence.write(change, view: state.view, documentID: state.documentID, resumeVersion: state.resumeVersion)
+                    let write = persistence.write(change, view: state.view, documentID: state.documentID, resumeVersion: state.listener.resumeVersion)
                     return (result, previousLast, write, undecided, state.view.outbox.count)
                 }
                 for (path, error) in prepared.failures { logDecodeFailure(path, error) }
@@ -127,7 +127,7 @@ extension SyncCore {
                     let undecided = Self.refreshModels(paths, in: &state, prepared: prepared)
                     // Every write of the batch is answered together; its first one carries the waiter.
                     state.sender.wait(for: added[0].id, continuation)
-                    let write = persistence.write(change, view: state.view, documentID: state.documentID, resumeVersion: state.resumeVersion)
+                    let write = persistence.write(change, view: state.view, documentID: state.documentID, resumeVersion: state.listener.resumeVersion)
                     return (added, write, undecided, state.view.outbox.count)
                 }
                 for (path, error) in prepared.failures { logDecodeFailure(path, error) }
@@ -191,6 +191,8 @@ extension SyncCore {
         retry?.cancel()
         switch action {
         case .send(let window):
+            // The engine is gone: its writes wait on disk for the next one.
+            guard !state.withLock({ $0.tasks.isShutDown }) else { return }
             log("syncPendingWrites_start", ["pending_write_count": pendingWriteCount])
             Task { [weak self] in await self?.send(window) }
         case .sleep(let deadline):
@@ -204,7 +206,7 @@ extension SyncCore {
                 self?.retryDue()
             }
             state.withLock { state in
-                if case .waiting = state.sender.phase, state.flushRetry == nil { state.flushRetry = sleeper } else { sleeper.cancel() }
+                if case .waiting = state.sender.phase, state.flushRetry == nil, !state.tasks.isShutDown { state.flushRetry = sleeper } else { sleeper.cancel() }
             }
         case .none:
             break
@@ -223,7 +225,7 @@ extension SyncCore {
                 answers = window.map { _ in .failure(TandemError(.internal, "The remote answered \(answers.count) of \(window.count) write requests.")) }
             }
             let (action, retry) = settle(answers)
-            if case .send(let next) = action {
+            if case .send(let next) = action, !state.withLock({ $0.tasks.isShutDown }) {
                 retry?.cancel()
                 window = next
                 continue
@@ -277,7 +279,7 @@ extension SyncCore {
                 }
                 for (path, version) in cached { Self.keepInBase(path, version: version, in: &state, change: &change, now: now) }
                 let write = settlement.decisions.isEmpty ? nil
-                    : persistence.write(change, view: state.view, documentID: state.documentID, resumeVersion: state.resumeVersion)
+                    : persistence.write(change, view: state.view, documentID: state.documentID, resumeVersion: state.listener.resumeVersion)
                 let undecided = Self.refreshModels(settlement.decisions.map(\.entry.path), in: &state, prepared: prepared)
                 let (action, retry) = Self.take(state.sender.proceed(outbox: state.view.outbox, now: elapsed(), random: random), in: &state)
                 return (settlement, write, undecided, action, retry, refetched)
@@ -344,7 +346,7 @@ extension SyncCore {
                 state.view.setBase(document, at: path, version: version, now: now)
                 var change = LocalCollectionChange()
                 Self.keepInBase(path, version: version, in: &state, change: &change, now: now)
-                let write = persistence.write(change, view: state.view, documentID: state.documentID, resumeVersion: state.resumeVersion)
+                let write = persistence.write(change, view: state.view, documentID: state.documentID, resumeVersion: state.listener.resumeVersion)
                 return (write, Self.refreshModels([path], in: &state, prepared: prepared))
             }
             if let write { store(write) }

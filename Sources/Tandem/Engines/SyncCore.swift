@@ -28,7 +28,6 @@ package final class SyncCore<T: SyncModel>: Sendable {
         /// The listened query over those models: what a collection engine shows. Nil while no
         /// query is set, or when the query keeps every document in path order.
         @usableFromInline var queryView: QueryView<T>?
-        var resumeVersion: Version?
         var documentID: String?
         /// The query a collection engine's listener follows.
         var query: Query?
@@ -37,12 +36,9 @@ package final class SyncCore<T: SyncModel>: Sendable {
         // The sender: its rules, and the task sleeping out its backoff.
         var sender: Sender
         var flushRetry: Task<Void, Never>?
-        // The listener.
-        var listener: Task<Void, Never>?
-        var listenerGeneration = 0
-        var listenerFailures = 0
-        var listenerDown = false
-        var wake: CheckedContinuation<Void, Never>?
+        // The listener: its rules (and the version it resumes after), and what they started.
+        var listener: ListenerStateMachine
+        var tasks = ListenerTasks()
         var observers: [Int: @Sendable () -> Void] = [:]
         var nextObserver = 0
     }
@@ -86,8 +82,10 @@ package final class SyncCore<T: SyncModel>: Sendable {
         // stopped, so none is merged again. This is what spares a write to disk before each send.
         var outbox = outbox
         outbox.markAllAttempted()
-        var initial = State(view: LocalView(base: base, outbox: outbox, now: Date()), sender: Sender(policy: retryPolicy))
-        initial.resumeVersion = resumeVersion
+        var initial = State(
+            view: LocalView(base: base, outbox: outbox, now: Date()), sender: Sender(policy: retryPolicy),
+            listener: ListenerStateMachine(policy: retryPolicy, resumeVersion: resumeVersion)
+        )
         initial.documentID = documentID
         let failures = Self.rebuildModels(&initial, orderHint: base.map(\.path))
         state = Mutex(initial)
@@ -512,7 +510,7 @@ extension SyncCore {
             let (write, undecided) = state.withLock { state -> (LocalWrite, [Document]) in
                 if forgetDocumentID { state.documentID = nil }
                 state.view.clearBase(now: Date())
-                state.resumeVersion = nil
+                state.listener.forgetResumeVersion()
                 state.isFromCache = true
                 var change = LocalCollectionChange()
                 change.replacesAllDocuments = true
@@ -551,7 +549,7 @@ extension SyncCore {
                 guard state.documentID != id else { return nil }
                 state.documentID = id
                 state.view.clearBase(now: Date())
-                state.resumeVersion = nil
+                state.listener.forgetResumeVersion()
                 state.isFromCache = true
                 let write = persistence.write(LocalCollectionChange(), view: state.view, documentID: id, resumeVersion: nil)
                 return (write, Self.pruneModels(in: &state))

@@ -49,8 +49,13 @@ final class FanOutHub: Service, Sendable {
     let pacing: FanOutPacing?
     let clock: ServerClock
 
+    /// Told the number of listeners after each change of it.
+    let onListenerCountChange: (@Sendable (Int) -> Void)?
+
     init(store: any ServerStore, framing: Int = 500, holding: Int = 4, pacing: FanOutPacing? = nil,
-         clock: ServerClock = ServerClock(ContinuousClock()), logger: Logger = Logger(label: "tandem.fanout")) {
+         clock: ServerClock = ServerClock(ContinuousClock()), logger: Logger = Logger(label: "tandem.fanout"),
+         onListenerCountChange: (@Sendable (Int) -> Void)? = nil) {
+        self.onListenerCountChange = onListenerCountChange
         self.store = store
         self.framing = framing
         self.holding = holding
@@ -127,6 +132,17 @@ final class FanOutHub: Service, Sendable {
 
     var listenerCount: Int { state.withLock { $0.table.count } }
 
+    /// Changes the listener table in a locked step, reporting the number of listeners when it
+    /// changed (in that step, so reports come in the order of the changes).
+    private func changeTable<R>(_ body: (inout State) -> R) -> R {
+        state.withLock { state in
+            let before = state.table.count
+            let result = body(&state)
+            if state.table.count != before { onListenerCountChange?(state.table.count) }
+            return result
+        }
+    }
+
     // MARK: Listening
 
     /// Why a listener could not be registered.
@@ -156,7 +172,7 @@ final class FanOutHub: Service, Sendable {
         } catch {
             return .failure(.refused(error))
         }
-        let admitted = state.withLock { state -> Result<Void, RegistrationError> in
+        let admitted = changeTable { state -> Result<Void, RegistrationError> in
             if state.table[key] != nil {
                 return .failure(.duplicate(TandemError.invalidArgument("A listener with id \(key.target) is already running on this connection; use a new id.")))
             }
@@ -186,7 +202,7 @@ final class FanOutHub: Service, Sendable {
         } catch {
             // Only if it is still the same listener: an unlisten and a new listen with its id may
             // have come meanwhile.
-            let removed = state.withLock { state -> Bool in
+            let removed = changeTable { state -> Bool in
                 guard state.table[key]?.registration == registration else { return false }
                 state.table.remove(key)
                 return true
@@ -210,12 +226,12 @@ final class FanOutHub: Service, Sendable {
 
     /// Stops one listener.
     func unlisten(_ key: ListenerKey) {
-        state.withLock { _ = $0.table.remove(key) }
+        changeTable { _ = $0.table.remove(key) }
     }
 
     /// Stops every listener of a session.
     func removeSession(_ session: Int) {
-        state.withLock { state in
+        changeTable { state in
             for key in state.table.keys(ofSession: session) { state.table.remove(key) }
         }
     }
@@ -431,7 +447,7 @@ final class FanOutHub: Service, Sendable {
             }
             if again { startRequery(key, registration: registration) }
         } catch {
-            let outbox = state.withLock { state -> SessionOutbox? in
+            let outbox = changeTable { state -> SessionOutbox? in
                 guard state.table[key]?.registration == registration else { return nil }
                 return state.table.remove(key)?.outbox
             }

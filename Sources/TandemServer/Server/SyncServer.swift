@@ -37,7 +37,7 @@ public struct SyncServer: Service {
         let configuration = self.configuration
         let store = self.store
         let clock = ServerClock(configuration.clock)
-        let hub = FanOutHub(store: store, pacing: configuration.fanOutPacing, clock: clock, logger: configuration.logger)
+        let hub = FanOutHub(store: store, pacing: configuration.fanOutPacing, clock: clock, logger: configuration.logger, onListenerCountChange: configuration.onListenerCountChange)
         store.observeCommits { hub.receive($0) }
         let service = SyncService(store: store, hub: hub, limits: configuration.limits)
         // HEAD is answered like GET without the body.

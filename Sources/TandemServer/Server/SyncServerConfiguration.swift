@@ -34,6 +34,10 @@ public struct SyncServerConfiguration: Sendable {
     public var clock: any Clock<Duration> = ContinuousClock()
     /// The server's logger.
     public var logger = Logger(label: "tandem.server")
+    /// Called with the number of live listeners each time a listener comes or goes, in the order of
+    /// the changes: for metrics, and for tests that await a listener's arrival or departure. It is
+    /// called while the server holds its listener table: keep it short and never call the server.
+    public var onListenerCountChange: (@Sendable (Int) -> Void)?
 
     public init() {}
 }

@@ -1,0 +1,53 @@
+import Testing
+import TandemCore
+import TandemTesting
+@testable import Tandem
+
+/// What an engine leaves behind when the app drops it without `stopListening()`.
+@Suite("Engine lifecycle")
+struct EngineLifecycleTests {
+    @Test("a collection engine dropped while offline leaves no retry asleep on the clock", .timeLimit(.minutes(1)))
+    func collectionEngineDropped() async throws {
+        let clock = ManualClock()
+        let remote = MockRemoteCollectionService(collection: Product.mocks, collectionPath: { "products" })
+        remote.store.goOffline()
+        var engine: CollectionSyncEngine<Product>? = CollectionSyncEngine(remote: remote, managerKey: "products", persistence: nil, clock: clock)
+        await engine?.startListening()
+        try await engine?.saveDocument(Product(id: "rug", name: "Rug", price: 80, stock: 2))
+        // The listener and the sender each wait out a backoff.
+        await clock.waitForSleepers(count: 2)
+        weak let dropped = engine
+        engine = nil
+        #expect(dropped == nil)
+        #expect(clock.sleeperCount == 0)
+        // Time passing wakes nothing: no retry reaches the server.
+        let calls = remote.store.commitCount
+        remote.store.goOnline()
+        clock.advance(by: .seconds(3600))
+        #expect(remote.store.commitCount == calls)
+        #expect(remote.store.listenerCount == 0)
+    }
+
+    @Test("a document engine dropped while offline leaves no retry asleep on the clock", .timeLimit(.minutes(1)))
+    func documentEngineDropped() async throws {
+        let clock = ManualClock()
+        let remote = MockRemoteDocumentService(collectionPath: { "users" })
+        remote.store.goOffline()
+        var engine: DocumentSyncEngine<UserModel>? = DocumentSyncEngine(remote: remote, managerKey: "profile", persistence: nil, clock: clock)
+        try await engine?.startListening(documentId: "ada")
+        await clock.waitForSleepers(count: 1)
+        engine = nil
+        #expect(clock.sleeperCount == 0)
+    }
+
+    @Test("a listening engine that is dropped detaches its listener", .timeLimit(.minutes(1)))
+    func listeningEngineDropped() async throws {
+        let remote = MockRemoteCollectionService(collection: Product.mocks, collectionPath: { "products" })
+        var engine: CollectionSyncEngine<Product>? = CollectionSyncEngine(remote: remote, managerKey: "products", persistence: nil, clock: ManualClock())
+        await engine?.startListening()
+        #expect(engine?.currentCollection.count == 2)
+        engine = nil
+        await remote.store.settle()
+        #expect(remote.store.listenerCount == 0)
+    }
+}
