@@ -389,4 +389,48 @@ struct LiveLifecycleTests {
         await running.stop()
         await server.stop()
     }
+
+    @Test("streams start their listener when iterated, not when made, and stop when the iterator goes", .timeLimit(.minutes(1)))
+    func streamsStartOnIteration() async throws {
+        let server = try await LiveServer.start()
+        let running = RunningClient(server, id: "streams")
+        await running.client.waitUntilConnected()
+        let remote = TandemRemoteCollectionService(client: running.client, collection: collectionPath("notes"))
+        let engine = CollectionSyncEngine<Note>(remote: remote, managerKey: "streams", persistence: nil)
+        try await engine.saveDocument(Note(id: "a", text: "first"))
+
+        let collection = engine.streamCollection()
+        let document = engine.streamDocument(id: "a")
+        let (updates, deletions) = engine.streamCollectionUpdates()
+        // Made, not iterated: nothing listens. The engine's own listener is not started either.
+        #expect(server.listenerCount == 0)
+
+        do {
+            var iterator = collection.makeAsyncIterator()
+            #expect(try await iterator.next()?.map(\.id) == ["a"])
+            await server.waitForListeners(count: 1)
+            var documentIterator = document.makeAsyncIterator()
+            #expect(try await documentIterator.next()??.text == "first")
+            await server.waitForListeners(count: 2)
+        }
+        // Both iterators went: both listeners leave.
+        await server.waitForListeners(count: 0)
+
+        // The pair shares one listener, which stays while either side is iterated.
+        var updatesIterator: SyncStream<Note>.Iterator? = updates.makeAsyncIterator()
+        #expect(try await updatesIterator?.next()?.id == "a")
+        await server.waitForListeners(count: 1)
+        var deletionsIterator: SyncStream<String>.Iterator? = deletions.makeAsyncIterator()
+        updatesIterator = nil
+        // The deletions side still gets what the shared listener sees.
+        try await engine.deleteDocument(id: "a")
+        #expect(try await deletionsIterator?.next() == "a")
+        #expect(server.listenerCount == 1)
+        deletionsIterator = nil
+        await server.waitForListeners(count: 0)
+        _ = (updatesIterator, deletionsIterator)
+
+        await running.stop()
+        await server.stop()
+    }
 }

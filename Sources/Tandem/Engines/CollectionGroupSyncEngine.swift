@@ -125,17 +125,23 @@ public final class CollectionGroupSyncEngine<T: SyncModel>: Sendable, RegistrarO
         return try await core.fetch(buildQuery(Query())) { try await remote.getDocuments(query: $0) }
     }
 
-    /// The query's documents across the group, in query order, after every change. A listener of its own.
-    public func streamCollection(buildQuery: (Query) -> Query = { $0 }) -> AsyncThrowingStream<[T], any Error> {
-        let query = buildQuery(Query())
-        let remote = self.remote
-        return core.snapshots(query: query) { resumeFrom in remote.listen(query: query, resumeFrom: resumeFrom) }
+    /// What ``currentCollection`` shows, with its changes and metadata, after each change: see
+    /// ``CollectionSyncEngine/snapshots()``.
+    public func snapshots() -> SyncStream<CollectionSnapshot<T>> {
+        core.viewSnapshots()
     }
 
-    /// Documents added or changed, and ids removed, across the group. A listener of its own.
-    public func streamCollectionUpdates(buildQuery: (Query) -> Query = { $0 })
-        -> (updates: AsyncThrowingStream<T, any Error>, deletions: AsyncThrowingStream<String, any Error>)
-    {
+    /// The query's documents across the group, in query order, after every change. A listener of
+    /// its own, started when the sequence is iterated.
+    public func streamCollection(buildQuery: (Query) -> Query = { $0 }) -> SyncStream<[T]> {
+        let query = buildQuery(Query())
+        let remote = self.remote
+        return core.serverSnapshots(query: query) { resumeFrom in remote.listen(query: query, resumeFrom: resumeFrom) }
+    }
+
+    /// Documents added or changed, and ids removed, across the group. One listener of their own,
+    /// started when either sequence is iterated and stopped when neither is.
+    public func streamCollectionUpdates(buildQuery: (Query) -> Query = { $0 }) -> (updates: SyncStream<T>, deletions: SyncStream<String>) {
         let query = buildQuery(Query())
         let remote = self.remote
         return core.updatesAndDeletions { resumeFrom in remote.listen(query: query, resumeFrom: resumeFrom) }

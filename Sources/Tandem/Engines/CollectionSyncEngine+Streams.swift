@@ -1,38 +1,56 @@
 import TandemCore
 
 extension CollectionSyncEngine {
+    /// What ``currentCollection`` shows, with its changes and metadata: the state when iterated,
+    /// then one snapshot after each change of the documents or of their metadata (a local write,
+    /// an acknowledgement, a server change, leaving the cache). No listener of its own: it follows
+    /// the engine's, with pending writes applied. A reader slower than the changes gets the latest
+    /// state, its changes counted from the snapshot it read before. It ends when the engine goes.
+    ///
+    /// ```swift
+    /// for try await snapshot in engine.snapshots() {
+    ///     render(snapshot.documents, saving: snapshot.metadata.hasPendingWrites)
+    /// }
+    /// ```
+    public func snapshots() -> SyncStream<CollectionSnapshot<T>> {
+        core.viewSnapshots()
+    }
+
     /// One document from the server as it changes (nil while it does not exist). A listener of its
-    /// own: it never touches ``currentCollection``, and it retries with the engine's policy.
-    public func streamDocument(id: String) -> AsyncThrowingStream<T?, any Error> {
+    /// own, started when the sequence is iterated: it never touches ``currentCollection``, and it
+    /// retries with the engine's policy.
+    public func streamDocument(id: String) -> SyncStream<T?> {
         let remote = self.remote
         let core = self.core
-        let updates = core.passThrough { resumeFrom in remote.listenDocument(id: id, resumeFrom: resumeFrom) }
-        return AsyncThrowingStream { continuation in
-            let task = Task {
-                do {
-                    for try await update in updates {
-                        continuation.yield(update.documents.values.first.flatMap(core.decode))
+        return SyncStream(stream: {
+            let updates = core.passThrough { resumeFrom in remote.listenDocument(id: id, resumeFrom: resumeFrom) }
+            return AsyncThrowingStream { continuation in
+                let task = Task {
+                    do {
+                        for try await update in updates {
+                            continuation.yield(update.documents.values.first.flatMap(core.decode))
+                        }
+                        continuation.finish()
+                    } catch {
+                        continuation.finish(throwing: error)
                     }
-                    continuation.finish()
-                } catch {
-                    continuation.finish(throwing: error)
                 }
+                continuation.onTermination = { _ in task.cancel() }
             }
-            continuation.onTermination = { _ in task.cancel() }
-        }
+        })
     }
 
-    /// The query's documents from the server, in query order, after every change. A listener of its own.
-    public func streamCollection(buildQuery: (Query) -> Query = { $0 }) -> AsyncThrowingStream<[T], any Error> {
+    /// The query's documents from the server, in query order, after every change. A listener of
+    /// its own, started when the sequence is iterated.
+    public func streamCollection(buildQuery: (Query) -> Query = { $0 }) -> SyncStream<[T]> {
         let query = buildQuery(Query())
         let remote = self.remote
-        return core.snapshots(query: query) { resumeFrom in remote.listen(query: query, resumeFrom: resumeFrom) }
+        return core.serverSnapshots(query: query) { resumeFrom in remote.listen(query: query, resumeFrom: resumeFrom) }
     }
 
-    /// The query's documents as they are added or changed, and the ids of those removed. A listener of its own.
-    public func streamCollectionUpdates(buildQuery: (Query) -> Query = { $0 })
-        -> (updates: AsyncThrowingStream<T, any Error>, deletions: AsyncThrowingStream<String, any Error>)
-    {
+    /// The query's documents as they are added or changed, and the ids of those removed. One
+    /// listener of their own, started when either sequence is iterated and stopped when neither is.
+    public func streamCollectionUpdates(buildQuery: (Query) -> Query = { $0 }) -> (updates: SyncStream<T>, deletions: SyncStream<String>) {
         let query = buildQuery(Query())
         let remote = self.remote
         return core.updatesAndDeletions { resumeFrom in remote.listen(query: query, resumeFrom: resumeFrom) }

@@ -133,6 +133,21 @@ public final class DocumentSyncEngine<T: SyncModel>: Sendable {
         return core.shownModels { $0.id == id }.first
     }
 
+    /// ``currentDocument`` with its metadata: the state when iterated, then one snapshot after
+    /// each change of the document (a local write, an acknowledgement, a server change), of its
+    /// metadata, or of the id listened to. No listener of its own: it follows the engine's. A
+    /// reader slower than the changes gets the latest state. It ends when the engine goes.
+    ///
+    /// ```swift
+    /// for try await snapshot in engine.snapshots() {
+    ///     show(snapshot.document, saving: snapshot.metadata.hasPendingWrites)
+    /// }
+    /// ```
+    public func snapshots() -> SyncStream<DocumentSnapshot<T>> {
+        let remote = self.remote
+        return core.documentSnapshots { id in try? remote.collectionPath().document(id) }
+    }
+
     /// The same as ``currentDocument``.
     public func getDocument() -> T? { currentDocument }
 

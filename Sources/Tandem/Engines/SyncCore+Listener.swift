@@ -70,7 +70,11 @@ extension SyncCore {
         }
         flushRetry?.cancel()
         stopListener()
+        // Observers (snapshot sequences) look once more, and end.
+        notifyChanged([])
     }
+
+    var isShutDown: Bool { state.withLock { $0.tasks.isShutDown } }
 
     var isListening: Bool { state.withLock { $0.listener.isRunning } }
 

@@ -67,7 +67,11 @@ extension SyncCore {
     }
 
     /// Full, query-ordered snapshots of a pass-through listener.
-    func snapshots(query: Query, _ listen: @escaping Listen) -> AsyncThrowingStream<[T], any Error> {
+    func serverSnapshots(query: Query, _ listen: @escaping Listen) -> SyncStream<[T]> {
+        SyncStream(stream: { self.serverSnapshotStream(query: query, listen) })
+    }
+
+    private func serverSnapshotStream(query: Query, _ listen: @escaping Listen) -> AsyncThrowingStream<[T], any Error> {
         let updates = passThrough(listen)
         return AsyncThrowingStream { continuation in
             let task = Task {
@@ -85,35 +89,167 @@ extension SyncCore {
         }
     }
 
-    /// Updated models and deleted ids of a pass-through listener, as two streams.
-    func updatesAndDeletions(_ listen: @escaping Listen)
-        -> (updates: AsyncThrowingStream<T, any Error>, deletions: AsyncThrowingStream<String, any Error>)
-    {
-        let (updates, updatesContinuation) = AsyncThrowingStream<T, any Error>.makeStream()
-        let (deletions, deletionsContinuation) = AsyncThrowingStream<String, any Error>.makeStream()
-        let source = passThrough(listen)
-        let task = Task {
-            do {
-                for try await update in source {
-                    for document in update.updated {
-                        if let model = self.decode(document) { updatesContinuation.yield(model) }
+    /// Updated models and deleted ids of a pass-through listener, as two sequences sharing it: it
+    /// starts when either is iterated, and stops when neither is.
+    func updatesAndDeletions(_ listen: @escaping Listen) -> (updates: SyncStream<T>, deletions: SyncStream<String>) {
+        let shared = SharedUpdates(core: self, listen: listen)
+        return (SyncStream(stream: { shared.updates() }), SyncStream(stream: { shared.deletions() }))
+    }
+}
+
+/// One pass-through listener feeding an updates sequence and a deletions sequence.
+final class SharedUpdates<T: SyncModel>: Sendable {
+    private struct State {
+        var task: Task<Void, Never>?
+        var updates: AsyncThrowingStream<T, any Error>.Continuation?
+        var deletions: AsyncThrowingStream<String, any Error>.Continuation?
+        /// Which iteration of each side is current: a later one replaces an earlier one.
+        var updatesIteration = 0
+        var deletionsIteration = 0
+    }
+
+    private let state = Mutex(State())
+    private let core: SyncCore<T>
+    private let listen: SyncCore<T>.Listen
+
+    init(core: SyncCore<T>, listen: @escaping SyncCore<T>.Listen) {
+        self.core = core
+        self.listen = listen
+    }
+
+    func updates() -> AsyncThrowingStream<T, any Error> {
+        let (stream, continuation) = AsyncThrowingStream<T, any Error>.makeStream()
+        let (previous, iteration) = state.withLock { state in
+            defer { state.updates = continuation }
+            state.updatesIteration += 1
+            return (state.updates, state.updatesIteration)
+        }
+        continuation.onTermination = { [weak self] _ in
+            self?.end { if $0.updatesIteration == iteration { $0.updates = nil } }
+        }
+        previous?.finish()
+        startIfNeeded()
+        return stream
+    }
+
+    func deletions() -> AsyncThrowingStream<String, any Error> {
+        let (stream, continuation) = AsyncThrowingStream<String, any Error>.makeStream()
+        let (previous, iteration) = state.withLock { state in
+            defer { state.deletions = continuation }
+            state.deletionsIteration += 1
+            return (state.deletions, state.deletionsIteration)
+        }
+        continuation.onTermination = { [weak self] _ in
+            self?.end { if $0.deletionsIteration == iteration { $0.deletions = nil } }
+        }
+        previous?.finish()
+        startIfNeeded()
+        return stream
+    }
+
+    private func startIfNeeded() {
+        state.withLock { state in
+            guard state.task == nil else { return }
+            let source = core.passThrough(listen)
+            state.task = Task { [weak self, core] in
+                do {
+                    for try await update in source {
+                        guard let (updates, deletions) = self?.state.withLock({ ($0.updates, $0.deletions) }) else { return }
+                        if let updates {
+                            for document in update.updated {
+                                if let model = core.decode(document) { updates.yield(model) }
+                            }
+                        }
+                        if let deletions {
+                            for path in update.removed { deletions.yield(path.id) }
+                        }
                     }
-                    for path in update.removed { deletionsContinuation.yield(path.id) }
+                    self?.finish(throwing: nil)
+                } catch {
+                    self?.finish(throwing: error)
                 }
-                updatesContinuation.finish()
-                deletionsContinuation.finish()
-            } catch {
-                updatesContinuation.finish(throwing: error)
-                deletionsContinuation.finish(throwing: error)
             }
         }
-        // The source stops when both consumers have.
-        let open = Mutex(2)
-        let stop: @Sendable (Any) -> Void = { _ in
-            if open.withLock({ $0 -= 1; return $0 }) == 0 { task.cancel() }
+    }
+
+    /// A consumer stopped; the listener stops with the last one.
+    private func end(_ consumer: (inout State) -> Void) {
+        let task = state.withLock { state -> Task<Void, Never>? in
+            consumer(&state)
+            guard state.updates == nil, state.deletions == nil else { return nil }
+            defer { state.task = nil }
+            return state.task
         }
-        updatesContinuation.onTermination = { stop($0) }
-        deletionsContinuation.onTermination = { stop($0) }
-        return (updates, deletions)
+        task?.cancel()
+    }
+
+    private func finish(throwing error: (any Error)?) {
+        let (updates, deletions) = state.withLock { state in
+            defer {
+                state.updates = nil
+                state.deletions = nil
+                state.task = nil
+            }
+            return (state.updates, state.deletions)
+        }
+        updates?.finish(throwing: error)
+        deletions?.finish(throwing: error)
+    }
+}
+
+extension SyncCore {
+    /// The shown documents, their view documents and their metadata, in one locked step.
+    func shownState() -> ShownState<T> {
+        state.withLock { state in
+            let paths = state.queryView?.shownPaths ?? state.orderedPaths
+            let pending = !state.view.outbox.isEmpty && paths.contains { state.view.hasPendingWrites($0) }
+            return ShownState(
+                paths: paths, models: state.queryView?.shown ?? state.ordered, documents: state.view.documents,
+                metadata: DocumentMetadata(hasPendingWrites: pending, isFromCache: state.isFromCache))
+        }
+    }
+
+    /// Snapshots of what the engine shows: the state when iterated, then after each change of
+    /// its documents or their metadata, read when the consumer asks (a slow one skips states). It
+    /// ends when the engine goes.
+    func viewSnapshots() -> SyncStream<CollectionSnapshot<T>> {
+        SyncStream { [self] in
+            var differ = SnapshotDiffer<T>()
+            return ObservationSource(observe: { changed in
+                let token = self.addObserver(changed)
+                return { self.removeObserver(token) }
+            }, read: {
+                if self.isShutDown { return .finished }
+                return differ.next(self.shownState()).map { .element($0) } ?? .unchanged
+            })
+        }
+    }
+
+    /// A document engine's document, when iterated and after each change of it, of its metadata
+    /// or of the id listened to. It ends when the engine goes.
+    func documentSnapshots(path: @escaping @Sendable (String) -> DocumentPath?) -> SyncStream<DocumentSnapshot<T>> {
+        SyncStream { [self] in
+            var previous: (id: String?, document: Document?, metadata: DocumentMetadata)?
+            return ObservationSource(observe: { changed in
+                let token = self.addObserver(changed)
+                return { self.removeObserver(token) }
+            }, read: {
+                if self.isShutDown { return .finished }
+                let now = self.state.withLock { state -> (id: String?, document: Document?, model: T?, metadata: DocumentMetadata) in
+                    guard let id = state.documentID, let path = path(id) else {
+                        return (state.documentID, nil, nil, DocumentMetadata(hasPendingWrites: false, isFromCache: state.isFromCache))
+                    }
+                    let index = Self.binarySearch(state.orderedPaths, path)
+                    let model = index < state.orderedPaths.count && state.orderedPaths[index] == path ? state.ordered[index] : nil
+                    return (id, state.view.documents[path], model,
+                            DocumentMetadata(hasPendingWrites: state.view.hasPendingWrites(path), isFromCache: state.isFromCache))
+                }
+                if let previous, previous.id == now.id, previous.document == now.document, previous.metadata == now.metadata {
+                    return .unchanged
+                }
+                previous = (now.id, now.document, now.metadata)
+                return .element(DocumentSnapshot(id: now.id, document: now.model, metadata: now.metadata))
+            })
+        }
     }
 }
