@@ -5,68 +5,166 @@ import ServiceLifecycle
 import TandemCore
 import WSClient
 
+/// What the connection's run loop starts: a socket, or the sleep between attempts.
+enum ConnectionCommand: Sendable {
+    case connect(attempt: Int)
+    case sleep(until: Duration)
+}
+
 extension TandemClient {
-    /// Keeps the connection up until the task is cancelled or the service group shuts down.
+    /// Keeps the connection up until the task is cancelled or the service group shuts down. The
+    /// decisions are ``ConnectionStateMachine``'s; this loop runs the sockets and sleeps it asks for.
     public func run() async throws {
+        let (commands, queue) = AsyncStream.makeStream(of: ConnectionCommand.self)
+        let first = state.withLock { state -> Bool in
+            guard state.commands == nil, !state.machine.isStopped else { return false }
+            state.commands = queue
+            return true
+        }
+        guard first else {
+            configuration.logger.warning("TandemClient.run() was called while the client runs already, or after it stopped")
+            return
+        }
+        connectionEvent { $0.start() }
         await withGracefulShutdownHandler {
-            await connectionLoop()
+            await withDiscardingTaskGroup { group in
+                for await command in commands {
+                    switch command {
+                    case .connect(let attempt):
+                        group.addTask { await self.connectOnce(attempt) }
+                    case .sleep(let until):
+                        group.addTask { await self.sleepBetweenAttempts(until: until) }
+                    }
+                }
+                group.cancelAll()
+            }
         } onGracefulShutdown: {
             self.stop()
         }
         stop()
     }
 
-    private func connectionLoop() async {
-        var failures = 0
-        var random = configuration.random
-        while !Task.isCancelled && !state.withLock({ $0.stopped }) {
-            let online = state.withLock { state -> Bool in
-                state.wakeRequested = false
-                return state.online
-            }
-            if !online {
-                await waitForWake(nil)
-                continue
-            }
-            let welcomed = await connectOnce()
-            if Task.isCancelled || state.withLock({ $0.stopped }) { break }
-            // A connection that was up reconnects at once; failed attempts back off.
-            failures = welcomed ? 0 : failures + 1
-            guard let delay = configuration.reconnectPolicy.delay(afterFailures: failures, using: &random) else {
-                configuration.logger.error("giving up reconnecting to \(streamURL) after \(failures) attempts")
-                break
-            }
-            if failures > 0 {
-                configuration.logger.notice("reconnecting to \(streamURL) in \(delay) (attempt \(failures + 1))")
-            }
-            await waitForWake(delay)
-        }
-        stop()
-    }
-
     /// Stops for good: closes the connection and ends every listener and waiting request.
     func stop() {
-        let (frames, wake, listeners) = state.withLock { state -> (AsyncStream<String>.Continuation?, CheckedContinuation<Void, Never>?, [Listener]) in
-            state.stopped = true
+        let (effects, listeners, commands) = state.withLock { state in
+            let effects = Self.take(state.machine.stop(), in: &state)
             defer {
-                state.wake = nil
                 state.listeners = [:]
+                state.commands = nil
             }
-            return (state.connection?.frames, state.wake, Array(state.listeners.values))
+            return (effects, Array(state.listeners.values), state.commands)
         }
-        frames?.finish()
-        wake?.resume()
+        perform(effects)
+        commands?.finish()
         for listener in listeners {
             listener.continuation.finish(throwing: TandemError(.cancelled, "The Tandem client stopped."))
         }
     }
 
-    /// Sleeps on the clock for `delay` (or until woken, when nil), or less when a read, a write or
-    /// `setOnline(true)` asks for an attempt now.
-    private func waitForWake(_ delay: Duration?) async {
-        await WakeableSleep.sleep(on: configuration.clock, for: delay) { continuation in
+    /// Sends the machine an event and runs what it asks; returns its actions.
+    @discardableResult
+    func connectionEvent(_ event: (inout ConnectionStateMachine) -> [ConnectionStateMachine.Action]) -> [ConnectionStateMachine.Action] {
+        let (actions, effects) = state.withLock { state in
+            let actions = event(&state.machine)
+            return (actions, Self.take(actions, in: &state))
+        }
+        perform(effects)
+        return actions
+    }
+
+    /// What the machine's actions ask, gathered under the lock. Frames are queued on the socket
+    /// there and then, so they keep the order in which the machine decided them.
+    struct ConnectionEffects {
+        var command: ConnectionCommand?
+        var resume: [CheckedContinuation<Void, Never>] = []
+        var reachability: [ReachabilityHandler] = []
+        var failed: (pending: [PendingReply], listeners: [Listener])?
+        var sleepFailures: Int?
+        var gaveUpAfter: Int?
+        var connected = false
+    }
+
+    static func take(_ actions: [ConnectionStateMachine.Action], in state: inout State) -> ConnectionEffects {
+        var effects = ConnectionEffects()
+        for action in actions {
+            switch action {
+            case .connect(let attempt):
+                state.connectionAttempts += 1
+                effects.command = .connect(attempt: attempt)
+            case .sendHello:
+                state.connection?.frames.yield(state.hello)
+            case .sendHeartbeat:
+                state.connection?.frames.yield(ClientMessage.heartbeat.text)
+            case .close(let attempt):
+                if let connection = state.connection, connection.attempt == attempt {
+                    connection.frames.finish()
+                    state.connection = nil
+                }
+            case .resumeListeners:
+                if let connection = state.connection {
+                    for (id, listener) in state.listeners {
+                        connection.frames.yield(ClientMessage.listen(id: id, target: listener.target, resumeFrom: listener.lastVersion).text)
+                    }
+                }
+                effects.resume += state.connectedWaiters
+                state.connectedWaiters = []
+                effects.reachability = state.reachability
+                effects.connected = true
+            case .failPending:
+                state.connection?.frames.finish()
+                state.connection = nil
+                effects.failed = (Array(state.pending.values), [])
+                state.pending = [:]
+                for (id, var listener) in state.listeners {
+                    if listener.failWhenDisconnected {
+                        effects.failed?.listeners.append(listener)
+                        state.listeners[id] = nil
+                    } else {
+                        listener.partial = []
+                        state.listeners[id] = listener
+                    }
+                }
+            case .sleep(let until, let failures):
+                effects.command = .sleep(until: until)
+                effects.sleepFailures = failures
+            case .endSleep:
+                if let wake = state.wake { effects.resume.append(wake) }
+                state.wake = nil
+            case .gaveUp(let failures):
+                effects.gaveUpAfter = failures
+            }
+        }
+        if let command = effects.command {
+            state.commands?.yield(command)
+        }
+        return effects
+    }
+
+    func perform(_ effects: ConnectionEffects) {
+        if effects.connected { configuration.logger.info("connected to \(streamURL)") }
+        if let failures = effects.sleepFailures {
+            configuration.logger.notice("reconnecting to \(streamURL) after \(failures) failed attempt(s)")
+        }
+        if let (pending, listeners) = effects.failed {
+            let error = TandemError(.unavailable, "The connection to the Tandem server at \(url.absoluteString) was lost; retrying in the background.")
+            pending.forEach { $0.resume(.failure(error)) }
+            listeners.forEach { $0.continuation.finish(throwing: error) }
+        }
+        effects.resume.forEach { $0.resume() }
+        effects.reachability.forEach { $0.call() }
+        if let failures = effects.gaveUpAfter {
+            configuration.logger.error("giving up reconnecting to \(streamURL) after \(failures) attempts")
+            stop()
+        }
+    }
+
+    /// Sleeps on the clock until `until`, or less when a read, a write or `setOnline` ends the
+    /// sleep; then tells the machine.
+    private func sleepBetweenAttempts(until: Duration) async {
+        await WakeableSleep.sleep(on: configuration.clock, for: until - elapsed()) { continuation in
             self.state.withLock { state -> Bool in
-                if state.wakeRequested || state.stopped { return true }
+                // Woken already, or moved on: no sleep.
+                guard state.machine.phase == .waiting(until: until, woken: false) else { return true }
                 state.wake = continuation
                 return false
             }
@@ -76,40 +174,40 @@ extension TandemClient {
                 return state.wake
             }
         }
+        let now = elapsed()
+        connectionEvent { $0.sleepEnded(now: now) }
     }
 
-    /// One connection, from the WebSocket upgrade until it closes. Returns whether the server said welcome.
-    private func connectOnce() async -> Bool {
-        state.withLock { $0.connectionAttempts += 1 }
-        let welcomed = WelcomeFlag()
+    /// One socket, from the WebSocket upgrade until it closes.
+    private func connectOnce(_ attempt: Int) async {
         var socketConfiguration = WebSocketClientConfiguration(maxFrameSize: 1 << 20)
         socketConfiguration.closeTimeout = .seconds(2)
         let client = WebSocketClient(url: streamURL, configuration: socketConfiguration, logger: configuration.logger) { inbound, outbound, _ in
-            await self.session(inbound: inbound, outbound: outbound, welcomed: welcomed)
+            await self.session(attempt, inbound: inbound, outbound: outbound)
         }
         do {
             try await client.run()
         } catch {
             configuration.logger.debug("connection to \(streamURL) failed: \(error)")
         }
-        connectionEnded()
-        return welcomed.value
+        let now = elapsed()
+        let random = randomness.next()
+        connectionEvent { $0.closed(attempt: attempt, now: now, random: random) }
     }
 
-    private func session(inbound: WebSocketInboundStream, outbound: WebSocketOutboundWriter, welcomed: WelcomeFlag) async {
+    private func session(_ attempt: Int, inbound: WebSocketInboundStream, outbound: WebSocketOutboundWriter) async {
         let (frames, framesContinuation) = AsyncStream.makeStream(of: String.self)
-        let generation = state.withLock { state -> Int? in
-            guard state.online, !state.stopped else { return nil }
-            state.generation += 1
-            state.connection = Connection(generation: state.generation, frames: framesContinuation)
-            return state.generation
+        let opened = state.withLock { state -> Bool in
+            let actions = state.machine.opened(attempt: attempt)
+            guard !actions.isEmpty else { return false }
+            state.connection = Connection(attempt: attempt, frames: framesContinuation)
+            _ = Self.take(actions, in: &state)  // hello, queued first
+            return true
         }
-        guard let generation else {
+        guard opened else {
             try? await outbound.close(.normalClosure, reason: nil)
             return
         }
-        framesContinuation.yield(ClientMessage.hello(clientID: clientID, protocolVersion: TandemVersion.wireProtocol, token: configuration.token).text)
-        let heard = HeardCounter()
         await withDiscardingTaskGroup { group in
             group.addTask {
                 for await text in frames {
@@ -129,24 +227,22 @@ extension TandemClient {
                     } catch {
                         return
                     }
-                    if heard.tick() > configuration.missedHeartbeatsAllowed {
+                    let actions = self.connectionEvent { $0.heartbeatDue(attempt: attempt) }
+                    if actions.contains(.close(attempt: attempt)) {
                         configuration.logger.notice("no message from the server for \(configuration.missedHeartbeatsAllowed) heartbeats; reconnecting")
-                        framesContinuation.finish()
-                        return
                     }
-                    framesContinuation.yield(ClientMessage.heartbeat.text)
+                    if actions != [.sendHeartbeat] { return }
                 }
             }
             do {
                 // Reading goes on after a drop is decided, until the close handshake completes.
                 var dropping = false
                 for try await message in inbound.messages(maxSize: configuration.maximumMessageBytes) {
-                    heard.reset()
+                    state.withLock { $0.machine.heard(attempt: attempt) }
                     guard !dropping, case .text(let text) = message else { continue }
-                    if !receive(text, generation: generation, welcomed: welcomed) {
+                    if !receive(text, attempt: attempt) {
                         dropping = true
-                        connectionEnded()
-                        framesContinuation.finish()
+                        connectionEvent { $0.misbehaved(attempt: attempt) }
                     }
                 }
             } catch {
@@ -158,7 +254,7 @@ extension TandemClient {
     }
 
     /// Handles one server message; false when the connection should be dropped.
-    private func receive(_ text: String, generation: Int, welcomed: WelcomeFlag) -> Bool {
+    private func receive(_ text: String, attempt: Int) -> Bool {
         let message: ServerMessage
         do {
             message = try ServerMessage.parse(text)
@@ -168,8 +264,7 @@ extension TandemClient {
         }
         switch message {
         case .welcome:
-            welcomed.set()
-            didConnect(generation: generation)
+            connectionEvent { $0.welcomed(attempt: attempt) }
         case .heartbeat:
             break
         case .ack(let id, _), .documents(let id, _, _):
@@ -228,59 +323,4 @@ extension TandemClient {
         }
         return true
     }
-
-    /// The server said welcome: resume every listener, wake whoever waits, tell the engines.
-    private func didConnect(generation: Int) {
-        let (waiters, handlers) = state.withLock { state -> ([CheckedContinuation<Void, Never>], [ReachabilityHandler]) in
-            guard var connection = state.connection, connection.generation == generation else { return ([], []) }
-            connection.welcomed = true
-            state.connection = connection
-            for (id, listener) in state.listeners {
-                connection.frames.yield(ClientMessage.listen(id: id, target: listener.target, resumeFrom: listener.lastVersion).text)
-            }
-            defer { state.connectedWaiters = [] }
-            return (state.connectedWaiters, state.reachability)
-        }
-        configuration.logger.info("connected to \(streamURL)")
-        waiters.forEach { $0.resume() }
-        handlers.forEach { $0.call() }
-    }
-
-    /// The connection is gone: fail what waits on it; listeners that must fail do, the others wait
-    /// to resume.
-    private func connectionEnded() {
-        let (pending, failing) = state.withLock { state -> ([PendingReply], [Listener]) in
-            state.connection = nil
-            let pending = Array(state.pending.values)
-            state.pending = [:]
-            var failing: [Listener] = []
-            for (id, var listener) in state.listeners {
-                if listener.failWhenDisconnected {
-                    failing.append(listener)
-                    state.listeners[id] = nil
-                } else {
-                    listener.partial = []
-                    state.listeners[id] = listener
-                }
-            }
-            return (pending, failing)
-        }
-        let error = TandemError(.unavailable, "The connection to the Tandem server at \(url.absoluteString) was lost; retrying in the background.")
-        pending.forEach { $0.resume(.failure(error)) }
-        failing.forEach { $0.continuation.finish(throwing: error) }
-    }
-}
-
-/// Whether the server said welcome on a connection.
-final class WelcomeFlag: Sendable {
-    private let flag = Mutex(false)
-    var value: Bool { flag.withLock { $0 } }
-    func set() { flag.withLock { $0 = true } }
-}
-
-/// Heartbeat intervals since the server was last heard.
-final class HeardCounter: Sendable {
-    private let count = Mutex(0)
-    func tick() -> Int { count.withLock { $0 += 1; return $0 } }
-    func reset() { count.withLock { $0 = 0 } }
 }

@@ -20,7 +20,7 @@ extension TandemClient {
         let (id, failNow, wake) = state.withLock { state -> (Int, Bool, CheckedContinuation<Void, Never>?) in
             let id = state.nextRequestID
             state.nextRequestID += 1
-            let connected = state.connection?.welcomed == true
+            let connected = state.machine.isConnected
             if failWhenDisconnected && !connected {
                 return (id, true, Self.requestWake(&state))
             }
@@ -39,7 +39,7 @@ extension TandemClient {
         continuation.onTermination = { [weak self] _ in
             self?.state.withLock { state in
                 guard state.listeners.removeValue(forKey: id) != nil else { return }
-                if state.connection?.welcomed == true {
+                if state.machine.isConnected {
                     state.connection?.frames.yield(ClientMessage.unlisten(id: id).text)
                 }
             }

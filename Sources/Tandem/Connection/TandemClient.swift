@@ -32,10 +32,10 @@ public final class TandemClient: Service, Sendable {
     public let clientID: String
     let streamURL: String
 
+    /// The open socket's outgoing frames.
     struct Connection {
-        var generation: Int
+        var attempt: Int
         var frames: AsyncStream<String>.Continuation
-        var welcomed = false
     }
 
     struct Listener {
@@ -52,23 +52,33 @@ public final class TandemClient: Service, Sendable {
     }
 
     struct State {
+        /// When to connect, reconnect and send heartbeats.
+        var machine: ConnectionStateMachine
+        /// Where the machine's connects and sleeps go, while `run()` runs.
+        var commands: AsyncStream<ConnectionCommand>.Continuation?
+        /// The open socket (welcomed or not).
         var connection: Connection?
-        var generation = 0
+        let hello: String
         var nextRequestID = 1
         var pending: [Int: PendingReply] = [:]
         var listeners: [Int: Listener] = [:]
-        var online = true
-        var stopped = false
-        var wakeRequested = false
+        /// The sleep between attempts, to end early.
         var wake: CheckedContinuation<Void, Never>?
         var connectedWaiters: [CheckedContinuation<Void, Never>] = []
         var reachability: [ReachabilityHandler] = []
         /// Fault injection: acknowledgements to let through before one is dropped with the connection.
         var acknowledgementsBeforeDrop: Int?
         var connectionAttempts = 0
+
+        /// The socket in use when the server has said welcome on it: requests may go.
+        var welcomed: Connection? { machine.isConnected ? connection : nil }
     }
 
-    let state = Mutex(State())
+    let state: Mutex<State>
+    /// Time elapsed on the configured clock: the machine's deadlines.
+    let elapsed: @Sendable () -> Duration
+    /// The reconnect delays' jitter.
+    let randomness: RetryRandomness
 
     /// - Parameter url: the server's base URL (`http://` or `ws://`, with host and port).
     public init(url: URL, configuration: TandemClientConfiguration = TandemClientConfiguration()) {
@@ -80,12 +90,22 @@ public final class TandemClient: Service, Sendable {
         let base = components.path.hasSuffix("/") ? String(components.path.dropLast()) : components.path
         components.path = base + "/v1/stream"
         streamURL = components.string ?? "ws://127.0.0.1:8080/v1/stream"
+        state = Mutex(State(
+            machine: ConnectionStateMachine(policy: configuration.reconnectPolicy, missedHeartbeatsAllowed: configuration.missedHeartbeatsAllowed),
+            hello: ClientMessage.hello(clientID: clientID, protocolVersion: TandemVersion.wireProtocol, token: configuration.token).text))
+        elapsed = Self.stopwatch(configuration.clock)
+        randomness = RetryRandomness(configuration.random)
+    }
+
+    private static func stopwatch(_ clock: some Clock<Duration>) -> @Sendable () -> Duration {
+        let start = clock.now
+        return { start.duration(to: clock.now) }
     }
 
     // MARK: Status
 
     /// Whether the client is connected and the server has said welcome.
-    public var isConnected: Bool { state.withLock { $0.connection?.welcomed ?? false } }
+    public var isConnected: Bool { state.withLock { $0.machine.isConnected } }
 
     /// How many times the client has tried to connect.
     public var connectionAttempts: Int { state.withLock { $0.connectionAttempts } }
@@ -94,7 +114,7 @@ public final class TandemClient: Service, Sendable {
     public func waitUntilConnected() async {
         await withCheckedContinuation { continuation in
             let now = state.withLock { state -> Bool in
-                if state.connection?.welcomed == true { return true }
+                if state.machine.isConnected { return true }
                 state.connectedWaiters.append(continuation)
                 return false
             }
@@ -105,17 +125,7 @@ public final class TandemClient: Service, Sendable {
     /// Takes the client offline (closing the connection, and not reconnecting) or back online.
     /// Engines bound to it keep working from their caches and queue their writes meanwhile.
     public func setOnline(_ online: Bool) {
-        let (frames, wake) = state.withLock { state -> (AsyncStream<String>.Continuation?, CheckedContinuation<Void, Never>?) in
-            state.online = online
-            if online {
-                state.wakeRequested = true
-                defer { state.wake = nil }
-                return (nil, state.wake)
-            }
-            return (state.connection?.frames, nil)
-        }
-        frames?.finish()
-        wake?.resume()
+        connectionEvent { $0.setOnline(online) }
     }
 
     /// Fault injection for tests: the next acknowledgement the server sends is discarded and the
@@ -228,7 +238,7 @@ public final class TandemClient: Service, Sendable {
         guard !requests.isEmpty else { return [] }
         return await withCheckedContinuation { (continuation: CheckedContinuation<[Result<ServerMessage, any Error>], Never>) in
             let (sent, wake) = state.withLock { state -> (Bool, CheckedContinuation<Void, Never>?) in
-                guard let connection = state.connection, connection.welcomed else {
+                guard let connection = state.welcomed else {
                     return (false, Self.requestWake(&state))
                 }
                 let collector = ReplyCollector(count: requests.count, continuation: continuation)
@@ -245,10 +255,9 @@ public final class TandemClient: Service, Sendable {
         }
     }
 
-    /// Asks the connection loop to try now, if it is waiting out a backoff.
+    /// Asks the connection loop to try now, if it is waiting out a backoff; returns the sleep to end.
     static func requestWake(_ state: inout State) -> CheckedContinuation<Void, Never>? {
-        guard state.online, !state.stopped else { return nil }
-        state.wakeRequested = true
+        guard state.machine.wake() == [.endSleep] else { return nil }
         defer { state.wake = nil }
         return state.wake
     }

@@ -1,0 +1,211 @@
+/// A ``TandemClient``'s connection as a pure state machine: when to connect, hello and welcome,
+/// the heartbeat deadline, the reconnect backoff, and when every listener resumes. Events in,
+/// actions out; it does no I/O and reads no clock: times are durations elapsed on the client's
+/// clock, passed in by the shell (``TandemClient/run()``) that runs its actions.
+///
+/// Each socket is an *attempt* with its own number; events name theirs, so a late event of a
+/// socket that was replaced changes nothing.
+///
+/// ```
+///  offline ◀─setOnline(false)─ (any) ─setOnline(true)─▶ connecting
+///
+///  connecting ──opened──▶ open ──welcome──▶ connected
+///      ▲                   │                   │
+///      │                closed              closed / heartbeats missed
+///      │                   ▼                   ▼
+///      └──sleep ended── waiting(until) ◀── (a welcomed socket reconnects at once)
+/// ```
+struct ConnectionStateMachine: Sendable {
+    enum Phase: Equatable, Sendable {
+        /// Told to stay offline: no socket, no attempt, until ``setOnline(_:)`` says otherwise.
+        case offline
+        /// A socket is being opened.
+        case connecting(attempt: Int)
+        /// The socket is open and hello sent; the server has not said welcome yet.
+        case open(attempt: Int)
+        /// The server said welcome: requests may go.
+        case connected(attempt: Int)
+        /// Between attempts, until `until` (elapsed time), or sooner when `woken`.
+        case waiting(until: Duration, woken: Bool)
+        /// Stopped for good.
+        case stopped
+        /// The reconnect policy gave up.
+        case gaveUp
+    }
+
+    enum Action: Equatable, Sendable {
+        /// Open a socket for `attempt`.
+        case connect(attempt: Int)
+        /// Send hello on the open socket.
+        case sendHello
+        /// Send a heartbeat.
+        case sendHeartbeat
+        /// Close the socket of `attempt` (gone silent, offline, or stopping).
+        case close(attempt: Int)
+        /// Welcome: send every listener's `listen` from its last version, wake whoever waits for
+        /// the connection, and tell the engines.
+        case resumeListeners
+        /// The socket went: fail the requests waiting on it, and the listeners that fail then.
+        case failPending
+        /// Sleep until `until` (elapsed time), then send ``ConnectionStateMachine/sleepEnded(now:)``.
+        case sleep(until: Duration, failures: Int)
+        /// End the sleep now: a request or `setOnline(true)` wants an attempt.
+        case endSleep
+        /// The policy gave up after `failures` attempts in a row.
+        case gaveUp(failures: Int)
+    }
+
+    let policy: RetryPolicy
+    /// Heartbeat intervals that may pass without a word from the server.
+    let missedHeartbeatsAllowed: Int
+    private(set) var phase: Phase = .offline
+    /// Failed attempts in a row.
+    private(set) var failures = 0
+    /// Heartbeat intervals since the server was last heard, on the socket in use.
+    private(set) var silentIntervals = 0
+    private var lastAttempt = 0
+    private var online = true
+    /// Whether the client runs: before ``start()`` nothing connects.
+    private var running = false
+
+    init(policy: RetryPolicy, missedHeartbeatsAllowed: Int) {
+        self.policy = policy
+        self.missedHeartbeatsAllowed = missedHeartbeatsAllowed
+    }
+
+    /// Whether the server said welcome on the socket in use.
+    var isConnected: Bool {
+        if case .connected = phase { return true }
+        return false
+    }
+
+    var isStopped: Bool { phase == .stopped || phase == .gaveUp }
+
+    /// The socket in use, if any.
+    var attempt: Int? {
+        switch phase {
+        case .connecting(let attempt), .open(let attempt), .connected(let attempt): attempt
+        case .offline, .waiting, .stopped, .gaveUp: nil
+        }
+    }
+
+    // MARK: Events
+
+    /// The client starts running.
+    mutating func start() -> [Action] {
+        guard !running, phase == .offline else { return [] }
+        running = true
+        return online ? [connect()] : []
+    }
+
+    /// The socket of `attempt` opened.
+    mutating func opened(attempt: Int) -> [Action] {
+        guard phase == .connecting(attempt: attempt) else { return [] }
+        phase = .open(attempt: attempt)
+        silentIntervals = 0
+        return [.sendHello]
+    }
+
+    /// The server said welcome on `attempt`.
+    mutating func welcomed(attempt: Int) -> [Action] {
+        guard phase == .open(attempt: attempt) else { return [] }
+        phase = .connected(attempt: attempt)
+        failures = 0
+        return [.resumeListeners]
+    }
+
+    /// A message came from the server on `attempt`.
+    mutating func heard(attempt: Int) {
+        guard self.attempt == attempt else { return }
+        silentIntervals = 0
+    }
+
+    /// A heartbeat interval passed on `attempt`: send a heartbeat, or close a socket that has
+    /// been silent for too long.
+    mutating func heartbeatDue(attempt: Int) -> [Action] {
+        guard self.attempt == attempt, phase != .connecting(attempt: attempt) else { return [] }
+        silentIntervals += 1
+        if silentIntervals > missedHeartbeatsAllowed { return [.close(attempt: attempt)] }
+        return [.sendHeartbeat]
+    }
+
+    /// The server broke the protocol on `attempt` (a message the client must not trust): close.
+    mutating func misbehaved(attempt: Int) -> [Action] {
+        guard self.attempt == attempt else { return [] }
+        return [.close(attempt: attempt)]
+    }
+
+    /// The socket of `attempt` closed, or could not open. A socket the server had welcomed
+    /// reconnects at once; failed attempts back off by the policy. `now` is the elapsed time;
+    /// `random` (0..<1) places the jitter.
+    mutating func closed(attempt: Int, now: Duration, random: Double) -> [Action] {
+        guard self.attempt == attempt else { return [] }
+        let wasConnected = isConnected
+        guard online else {
+            phase = .offline
+            return [.failPending]
+        }
+        failures = wasConnected ? 0 : failures + 1
+        guard let delay = policy.delay(afterFailures: failures, random: random) else {
+            phase = .gaveUp
+            return [.failPending, .gaveUp(failures: failures)]
+        }
+        if delay == .zero { return [.failPending, connect()] }
+        phase = .waiting(until: now + delay, woken: false)
+        return [.failPending, .sleep(until: now + delay, failures: failures)]
+    }
+
+    /// The sleep between attempts ended: connect if it is due, or was woken.
+    mutating func sleepEnded(now: Duration) -> [Action] {
+        guard case .waiting(let until, let woken) = phase, woken || now >= until else { return [] }
+        return [connect()]
+    }
+
+    /// A request (or a listener) needs the connection: a client waiting out its backoff tries now.
+    mutating func wake() -> [Action] {
+        guard case .waiting(let until, false) = phase else { return [] }
+        phase = .waiting(until: until, woken: true)
+        return [.endSleep]
+    }
+
+    /// Online: connect (at once, when waiting). Offline: close the socket and stay away.
+    mutating func setOnline(_ online: Bool) -> [Action] {
+        self.online = online
+        guard running else { return [] }
+        if online {
+            switch phase {
+            case .offline: return [connect()]
+            case .waiting: return wake()
+            default: return []
+            }
+        }
+        switch phase {
+        case .connecting(let attempt), .open(let attempt), .connected(let attempt):
+            return [.close(attempt: attempt)]
+        case .waiting:
+            phase = .offline
+            return [.endSleep]
+        case .offline, .stopped, .gaveUp:
+            return []
+        }
+    }
+
+    /// The client stops for good.
+    mutating func stop() -> [Action] {
+        defer { phase = .stopped }
+        switch phase {
+        case .connecting(let attempt), .open(let attempt), .connected(let attempt):
+            return [.close(attempt: attempt), .failPending]
+        case .waiting:
+            return [.endSleep]
+        case .offline, .stopped, .gaveUp:
+            return []
+        }
+    }
+
+    private mutating func connect() -> Action {
+        lastAttempt += 1
+        phase = .connecting(attempt: lastAttempt)
+        return .connect(attempt: lastAttempt)
+    }
+}
