@@ -181,7 +181,7 @@ struct CLITests {
         #expect(result.lines.last?.hasPrefix("ok: A, B and the server agree") == true)
     }
 
-    @Test("a server killed with SIGKILL and restarted still has every acknowledged write")
+    @Test("a server killed with SIGKILL and restarted still has every acknowledged write", .timeLimit(.minutes(3)))
     func sigkill() async throws {
         let directory = TemporaryDirectory()
         var (server, url) = try await Self.serve(directory.url)
@@ -214,7 +214,7 @@ struct CLITests {
                     }
                 }
             }
-            #expect(await eventually { acknowledged.count > before + 20 })
+            #expect(await acknowledged.wait(forMoreThan: before + 20))
             server.signal(SIGKILL)
             #expect(await server.waitForExit() != 0)
             await flood.value
@@ -237,8 +237,10 @@ struct CLITests {
 
 /// Ids whose writes the server acknowledged.
 final class AcknowledgedIDs: Sendable {
-    private let state = Mutex<Set<Int>>([])
+    private let state = Locked<Set<Int>>([])
     func add(_ id: Int) { _ = state.withLock { $0.insert(id) } }
-    var ids: Set<Int> { state.withLock { $0 } }
-    var count: Int { state.withLock { $0.count } }
+    var ids: Set<Int> { state.value }
+    var count: Int { state.value.count }
+    /// Returns once more than `count` writes were acknowledged.
+    func wait(forMoreThan count: Int) async -> Bool { await state.wait { $0.count > count } }
 }

@@ -8,7 +8,7 @@ import TandemCore
 import TandemTesting
 
 /// The client's connection lifecycle on a manual clock: heartbeats, dead connections, backoff.
-@Suite("Client connection")
+@Suite("Client connection", .timeLimit(.minutes(1)))
 struct ConnectionTests {
     /// A WebSocket server that accepts `/v1/stream` and never says a word.
     static func silentServer() async throws -> (port: Int, task: Task<Void, any Error>) {
@@ -48,10 +48,11 @@ struct ConnectionTests {
         }
     }
 
-    /// Waits until something sleeps on the clock until `offset` from now.
+    /// Waits until something sleeps on the clock until `offset` from now (awaited, not polled).
     func sleeper(on clock: ManualClock, after offset: Duration) async -> Bool {
         let deadline = clock.now.advanced(by: offset)
-        return await eventually { clock.pendingDeadlines.contains(deadline) }
+        await clock.waitForSleepers { $0.contains(deadline) }
+        return true
     }
 
     @Test("a connection that stays silent for three heartbeats is dropped and replaced after the backoff")
@@ -69,7 +70,9 @@ struct ConnectionTests {
         #expect(await sleeper(on: clock, after: .seconds(2)))  // the backoff before attempt 2
         #expect(running.client.connectionAttempts == 1)
         clock.advance(by: .seconds(2))
-        #expect(await eventually { running.client.connectionAttempts == 2 })
+        // Attempt 2 opens a socket and waits for its first heartbeat.
+        #expect(await sleeper(on: clock, after: .seconds(1)))
+        #expect(running.client.connectionAttempts == 2)
         #expect(!running.client.isConnected)
         await running.stop()
         serverTask.cancel()
@@ -111,11 +114,11 @@ struct ConnectionTests {
         #expect(await sleeper(on: clock, after: .seconds(16)))
         #expect(running.client.connectionAttempts == 4)
         await #expect(throws: TandemError.self) { _ = try await running.client.document(at: documentPath("a/b")) }
-        #expect(await eventually { running.client.connectionAttempts == 5 })  // no clock advance needed
-
-        // Attempt 5 must have failed (and be waiting out its backoff) before the server comes
-        // back: started earlier, the server could take that attempt and leave nothing to wait for.
+        // Attempt 5 ran at once, the clock unmoved. It must have failed (and be waiting out its
+        // backoff) before the server comes back: started earlier, the server could take that
+        // attempt and leave nothing to wait for.
         #expect(await sleeper(on: clock, after: .seconds(32)))
+        #expect(running.client.connectionAttempts == 5)
         let server = try await LiveServer.start(directory: first.directory, port: port)
         clock.advance(by: .seconds(32))
         await running.client.waitUntilConnected()

@@ -46,15 +46,6 @@ final class RunningClient: Sendable {
     }
 }
 
-/// Waits, without sleeping, until a condition holds; gives up after 30 s of checking.
-func eventually(_ condition: () async throws -> Bool) async rethrows -> Bool {
-    let deadline = ContinuousClock.now.advanced(by: .seconds(30))
-    while ContinuousClock.now < deadline {
-        if try await condition() { return true }
-        await Task.yield()
-    }
-    return try await condition()
-}
 
 func documentPath(_ text: String) -> DocumentPath { try! DocumentPath(text) }
 func collectionPath(_ text: String) -> CollectionPath { try! CollectionPath(text) }

@@ -7,7 +7,7 @@ import TandemServer
 import TandemTesting
 
 /// Engines and clients against a real server on 127.0.0.1, over real WebSockets.
-@Suite("Live sync over the real server")
+@Suite("Live sync over the real server", .timeLimit(.minutes(2)))
 struct LiveSyncTests {
     let notes = collectionPath("notes")
 
@@ -28,10 +28,10 @@ struct LiveSyncTests {
         await engineB.startListening()
 
         try await engineA.saveDocument(Note(id: "1", text: "from A"))
-        #expect(await eventually { engineB.getDocument(id: "1")?.text == "from A" })
+        #expect(await engineB.waitUntil { engineB.getDocument(id: "1")?.text == "from A" })
         try await engineB.updateDocument(id: "1", data: ["n": .increment(5)])
         try await engineB.saveDocument(Note(id: "2", text: "from B"))
-        #expect(await eventually { engineA.getDocument(id: "1")?.n == 5 && engineA.getDocument(id: "2") != nil })
+        #expect(await engineA.waitUntil { engineA.getDocument(id: "1")?.n == 5 && engineA.getDocument(id: "2") != nil })
         #expect(!engineA.hasPendingWrites && !engineB.hasPendingWrites)
         #expect(try await server.store.document(at: documentPath("notes/1"))?.data["n"] == 5)
 
@@ -51,7 +51,7 @@ struct LiveSyncTests {
         await client.client.waitUntilConnected()
         let recorder = BatchRecorder()
         let listening = Task { for try await batch in client.client.listen(.collection(notes, Query())) { recorder.append(batch) } }
-        #expect(await eventually { recorder.count == 1 })
+        #expect(await recorder.wait { $0.count == 1 })
         #expect(recorder.batches.first?.isSnapshot == true)
         #expect(recorder.batches.first?.changes.map(\.path.id) == ids)
         listening.cancel()
@@ -66,7 +66,7 @@ struct LiveSyncTests {
         #expect(cached.resumeVersion == 3)
         // The engine goes on live from there, into the same cache.
         _ = try await server.store.commit([.delete(documentPath("notes/n0000"))])
-        #expect(await eventually { synced.currentCollection.count == 1_199 })
+        #expect(await synced.waitUntil { synced.currentCollection.count == 1_199 })
         #expect(try SQLiteCollectionPersistence(managerKey: "many", directory: directory.url).load()?.documents.count == 1_199)
 
         await client.stop()
@@ -83,7 +83,7 @@ struct LiveSyncTests {
         await engineB.startListening()
 
         b.client.setOnline(false)
-        #expect(await eventually { !b.client.isConnected })
+        #expect(!b.client.isConnected)
         for index in 1...5 {
             try await engineB.saveDocument(Note(id: "\(index)", text: "offline \(index)"))
         }
@@ -93,7 +93,7 @@ struct LiveSyncTests {
         #expect(try await server.store.currentVersion() == 0)
 
         b.client.setOnline(true)
-        #expect(await eventually { !engineB.hasPendingWrites })
+        #expect(await engineB.waitUntil { !engineB.hasPendingWrites })
         let feed = try await server.store.changes(since: 0, in: nil, limit: 100)
         // One commit per queued write, in the order they were made (the update merged into the
         // set of note 1 only if that set had not been sent yet).
@@ -118,10 +118,10 @@ struct LiveSyncTests {
         a.client.dropNextAcknowledgement()
         try await engineA.updateDocument(id: "c", data: ["n": .increment(1)])
         // The server applied it; the answer was lost with the connection; the replay gets the original.
-        #expect(await eventually { !engineA.hasPendingWrites })
+        #expect(await engineA.waitUntil { !engineA.hasPendingWrites })
         #expect(a.client.connectionAttempts >= 2)
         #expect(try await server.store.document(at: documentPath("notes/c"))?.data["n"] == 1)
-        #expect(await eventually { engineA.getDocument(id: "c")?.n == 1 })
+        #expect(await engineA.waitUntil { engineA.getDocument(id: "c")?.n == 1 })
         #expect(engineA.rejectedWrites.isEmpty)
 
         await a.stop()
@@ -139,20 +139,20 @@ struct LiveSyncTests {
         let listening = Task {
             for try await batch in reader.client.listen(.collection(notes, Query())) { recorder.append(batch) }
         }
-        #expect(await eventually { recorder.count >= 1 })  // the empty snapshot
+        #expect(await recorder.wait { $0.count >= 1 })  // the empty snapshot
         for index in 1...3 {
             _ = try await writer.client.commit([.set(documentPath("notes/\(index)"), ["text": "v1"])])
         }
-        #expect(await eventually { recorder.documentIDs == ["1", "2", "3"] })
+        #expect(await recorder.wait { BatchRecorder.documentIDs($0) == ["1", "2", "3"] })
 
         reader.client.setOnline(false)
-        #expect(await eventually { !reader.client.isConnected })
+        #expect(!reader.client.isConnected)
         let before = recorder.count
         _ = try await writer.client.commit([.set(documentPath("notes/4"), ["text": "v1"])])
         _ = try await writer.client.commit([.set(documentPath("notes/1"), ["text": "v2"]), .delete(documentPath("notes/2"))])
         _ = try await writer.client.commit([.set(documentPath("notes/5"), ["text": "v1"])])
         reader.client.setOnline(true)
-        #expect(await eventually { recorder.documentIDs == ["1", "3", "4", "5"] })
+        #expect(await recorder.wait { BatchRecorder.documentIDs($0) == ["1", "3", "4", "5"] })
 
         let resumed = recorder.batches.dropFirst(before)
         #expect(resumed.allSatisfy { !$0.isSnapshot })
@@ -182,21 +182,23 @@ struct LiveSyncTests {
         #expect(profile.currentDocument == nil)
 
         try await others.saveDocument(Note(id: "me", text: "hello"))
-        #expect(await eventually { profile.currentDocument?.text == "hello" })
+        #expect(await profile.waitUntil { profile.currentDocument?.text == "hello" })
         try await profile.updateDocument(data: ["n": .increment(2)])
-        #expect(await eventually { others.getDocument(id: "me")?.n == 2 && !profile.hasPendingWrites })
+        #expect(await profile.waitUntil { !profile.hasPendingWrites })
+        #expect(await others.waitUntil { others.getDocument(id: "me")?.n == 2 })
 
         a.client.setOnline(false)
-        #expect(await eventually { !a.client.isConnected })
+        #expect(!a.client.isConnected)
         try await profile.updateDocument(data: ["text": "written offline", "n": .increment(1)])
         #expect(profile.currentDocument?.text == "written offline" && profile.hasPendingWrites)
         #expect(try await server.store.document(at: documentPath("notes/me"))?.data["text"] == "hello")
         a.client.setOnline(true)
-        #expect(await eventually { !profile.hasPendingWrites && others.getDocument(id: "me")?.text == "written offline" })
+        #expect(await profile.waitUntil { !profile.hasPendingWrites })
+        #expect(await others.waitUntil { others.getDocument(id: "me")?.text == "written offline" })
         #expect(try await server.store.document(at: documentPath("notes/me"))?.data["n"] == 3)
 
         try await others.deleteDocument(id: "me")
-        #expect(await eventually { profile.currentDocument == nil })
+        #expect(await profile.waitUntil { profile.currentDocument == nil })
 
         await a.stop()
         await b.stop()
@@ -215,7 +217,7 @@ struct LiveSyncTests {
             .set(documentPath("products/desk/reviews/r1"), ["id": "r1", "text": "sturdy", "n": 2]),
             .set(documentPath("products/desk/notes/r9"), ["id": "r9", "text": "not a review", "n": 3]),
         ])
-        #expect(await eventually { reviews.currentDocuments.count == 2 })
+        #expect(await reviews.waitUntil { reviews.currentDocuments.count == 2 })
         #expect(reviews.currentDocuments.map(\.path.description).sorted() == ["products/desk/reviews/r1", "products/lamp/reviews/r1"])
         let fetched = try await a.client.documents(.collectionGroup("reviews", Query().whereField("n", isGreaterThan: 1)))
         #expect(fetched.map(\.path.description) == ["products/desk/reviews/r1"])
@@ -263,9 +265,9 @@ struct LiveSyncTests {
         await top.startListening { $0.order(by: "n", descending: true).limit(to: 2) }
         #expect(top.currentCollection.map(\.id).sorted() == ["3", "4"])
         _ = try await a.client.commit([.delete(documentPath("notes/4"))])
-        #expect(await eventually { top.currentCollection.map(\.id).sorted() == ["2", "3"] })
+        #expect(await top.waitUntil { top.currentCollection.map(\.id).sorted() == ["2", "3"] })
         _ = try await a.client.commit([.update(documentPath("notes/1"), fields: ["n": 10])])
-        #expect(await eventually { top.currentCollection.map(\.id).sorted() == ["1", "3"] })
+        #expect(await top.waitUntil { top.currentCollection.map(\.id).sorted() == ["1", "3"] })
         await a.stop()
         await server.stop()
     }
@@ -273,12 +275,16 @@ struct LiveSyncTests {
 
 /// Batches a listener received, in order.
 final class BatchRecorder: Sendable {
-    private let state = Mutex<[RemoteChangeBatch]>([])
+    private let state = Locked<[RemoteChangeBatch]>([])
     func append(_ batch: RemoteChangeBatch) { state.withLock { $0.append(batch) } }
-    var batches: [RemoteChangeBatch] { state.withLock { $0 } }
-    var count: Int { state.withLock { $0.count } }
+    var batches: [RemoteChangeBatch] { state.value }
+    var count: Int { state.value.count }
+    /// Returns once the batches received satisfy `ready`; false if the test's time limit came first.
+    func wait(until ready: @escaping @Sendable ([RemoteChangeBatch]) -> Bool) async -> Bool { await state.wait(until: ready) }
     /// The documents present after applying every batch, by id.
-    var documentIDs: [String] {
+    var documentIDs: [String] { Self.documentIDs(batches) }
+
+    static func documentIDs(_ batches: [RemoteChangeBatch]) -> [String] {
         var present: [DocumentPath: Bool] = [:]
         for batch in batches {
             if batch.isSnapshot { present = [:] }
@@ -330,7 +336,7 @@ struct ResumeTests {
     }
 }
 
-@Suite("Shared delivery")
+@Suite("Shared delivery", .timeLimit(.minutes(1)))
 struct SharedDeliveryTests {
     @Test("listeners of one connection that get the same commit share one message, and each sees it once")
     func sharedDelivery() async throws {
@@ -349,14 +355,15 @@ struct SharedDeliveryTests {
         for (target, recorder) in zip(targets, recorders) {
             tasks.append(Task { for try await batch in client.client.listen(target) { recorder.append(batch) } })
         }
-        #expect(await eventually { recorders.allSatisfy { $0.count == 1 } })
+        for recorder in recorders { #expect(await recorder.wait { $0.count == 1 }) }
         _ = try await client.client.commit([.set(documentPath("notes/1"), ["n": 1]), .set(documentPath("notes/2"), ["n": 2])])
-        #expect(await eventually { recorders.allSatisfy { $0.count == 2 } })
+        for recorder in recorders { #expect(await recorder.wait { $0.count == 2 }) }
         #expect(recorders[0].documentIDs == ["1", "2"] && recorders[1].documentIDs == ["1", "2"])
         #expect(recorders[2].documentIDs == ["2"])
         #expect(recorders[3].documentIDs == ["2"])
         _ = try await client.client.commit([.set(documentPath("notes/3"), ["n": 0])])
-        #expect(await eventually { recorders[0].count == 3 && recorders[1].count == 3 })
+        #expect(await recorders[0].wait { $0.count == 3 })
+        #expect(await recorders[1].wait { $0.count == 3 })
         #expect(recorders[0].batches.last?.changes.map(\.path.id) == ["3"])
         #expect(recorders[2].count == 2 && recorders[3].count == 2)  // neither is affected
         tasks.forEach { $0.cancel() }

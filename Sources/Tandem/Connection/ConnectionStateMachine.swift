@@ -73,9 +73,10 @@ struct ConnectionStateMachine: Sendable {
         self.missedHeartbeatsAllowed = missedHeartbeatsAllowed
     }
 
-    /// Whether the server said welcome on the socket in use.
+    /// Whether the server said welcome on the socket in use, and the client is not going offline:
+    /// requests may go.
     var isConnected: Bool {
-        if case .connected = phase { return true }
+        if online, case .connected = phase { return true }
         return false
     }
 

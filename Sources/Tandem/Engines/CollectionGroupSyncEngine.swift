@@ -13,7 +13,7 @@ import TandemCore
 /// reviews.currentCollection
 /// ```
 public final class CollectionGroupSyncEngine<T: SyncModel>: Sendable, RegistrarObservable {
-    @usableFromInline let core: SyncCore<T>
+    @usableFromInline package let core: SyncCore<T>
     let remote: any RemoteCollectionGroupService
     /// The observed key paths, made once: a key path into a generic type is built anew at each
     /// use, which cost more than the read it guards.

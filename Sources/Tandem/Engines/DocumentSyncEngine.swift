@@ -16,7 +16,7 @@ import TandemCore
 /// Switching to another id keeps the previous document's pending writes: they are still sent.
 @Observable
 public final class DocumentSyncEngine<T: SyncModel>: Sendable {
-    @ObservationIgnored let core: SyncCore<T>
+    @ObservationIgnored package let core: SyncCore<T>
     @ObservationIgnored let remote: any RemoteDocumentService
     /// The observed key paths, made once: a key path into a generic type is built anew at each
     /// use, which cost more than the read it guards.

@@ -209,6 +209,20 @@ extension SyncCore {
         }
     }
 
+    /// A signal when iterated and after each change of the engine's state (documents, pending
+    /// writes, rejections, metadata), coalesced for a slow reader; it ends when the engine goes.
+    /// For tests that await a condition.
+    package func changeSignals() -> SyncStream<Bool> {
+        SyncStream { [self] in
+            ObservationSource(observe: { changed in
+                let token = self.addObserver(changed)
+                return { self.removeObserver(token) }
+            }, read: {
+                self.isShutDown ? .finished : .element(true)
+            })
+        }
+    }
+
     /// Snapshots of what the engine shows: the state when iterated, then after each change of
     /// its documents or their metadata, read when the consumer asks (a slow one skips states). It
     /// ends when the engine goes.

@@ -84,6 +84,7 @@ struct ConnectionStateMachineTests {
         _ = machine.opened(attempt: 1)
         _ = machine.welcomed(attempt: 1)
         #expect(machine.setOnline(false) == [.close(attempt: 1)])
+        #expect(!machine.isConnected, "requests fail at once while the socket closes")
         #expect(machine.closed(attempt: 1, now: .zero, random: 0.5) == [.failPending])
         #expect(machine.phase == .offline)
         #expect(machine.wake() == [])  // a request while offline does not connect

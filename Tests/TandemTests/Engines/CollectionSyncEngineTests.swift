@@ -6,7 +6,7 @@ import TandemCore
 import TandemTesting
 @testable import Tandem
 
-@Suite("CollectionSyncEngine")
+@Suite("CollectionSyncEngine", .timeLimit(.minutes(1)))
 struct CollectionSyncEngineTests {
     func makeEngine(
         remote: MockRemoteCollectionService, persistence: (any LocalCollectionPersistence)? = nil,
@@ -25,7 +25,7 @@ struct CollectionSyncEngineTests {
         #expect(!engine.isFromCache)
         try remote.simulateUpdate(Product(id: "chair", name: "Chair", price: 50, stock: 9))
         try remote.simulateDelete(id: "desk")
-        #expect(await eventually { engine.currentCollection.map(\.id) == ["chair", "lamp"] })
+        #expect(await engine.waitUntil { engine.currentCollection.map(\.id) == ["chair", "lamp"] })
     }
 
     @Test("a write shows at once with pending writes, and clears when acknowledged")
@@ -62,11 +62,10 @@ struct CollectionSyncEngineTests {
         #expect(engine.getDocument(id: "rug")?.name == "Red rug")
 
         remote.store.goOnline()
-        // Whatever is waiting to retry (listener or sender) goes once the clock passes its delay.
-        #expect(await eventually {
-            clock.advance(by: .seconds(60))
-            return !engine.hasPendingWrites
-        })
+        // The listener and the sender each wait out a backoff; both go once the clock passes it.
+        await clock.waitForSleepers(count: 2)
+        clock.advance(by: .seconds(60))
+        #expect(await engine.waitUntil { !engine.hasPendingWrites })
         let documents = remote.store.documents
         #expect(documents[try DocumentPath("products/lamp")]?.data["stock"] == .int(2))
         #expect(documents[try DocumentPath("products/rug")]?.data["name"] == "Red rug")
@@ -127,10 +126,9 @@ struct CollectionSyncEngineTests {
         remote.store.dropNextAcknowledgements(1)
         try await engine.updateDocument(id: "lamp", data: ["stock": .increment(5)])
         #expect(engine.hasPendingWrites, "the answer was lost, so the write stays queued")
-        #expect(await eventually {
-            clock.advance(by: .seconds(2))
-            return !engine.hasPendingWrites
-        })
+        await clock.waitForSleepers(count: 1)  // the sender's backoff
+        clock.advance(by: .seconds(2))
+        #expect(await engine.waitUntil { !engine.hasPendingWrites })
         #expect(remote.store.documents[try DocumentPath("products/lamp")]?.data["stock"] == .int(8))
         #expect(remote.store.appliedWriteCount == 1)
         #expect(engine.getDocument(id: "lamp")?.stock == 8)
@@ -195,14 +193,16 @@ struct CollectionSyncEngineTests {
         await engine.startListening()  // returns after the first failure, never hangs
         #expect(engine.currentCollection.isEmpty)
         for expected in [2.0, 4.0, 8.0] {
-            #expect(await eventually { logger.retryDelays("products_listener_retrying").count == Int(expected).trailingZeroBitCount })
-            #expect(logger.retryDelays("products_listener_retrying").last == expected)
+            // Logged before the retry's sleep starts.
             await clock.waitForSleepers(count: 1)
+            #expect(logger.retryDelays("products_listener_retrying").count == Int(expected).trailingZeroBitCount)
+            #expect(logger.retryDelays("products_listener_retrying").last == expected)
             clock.advance(by: .seconds(Int(expected)))
         }
-        #expect(await eventually { engine.currentCollection.count == 2 })
+        #expect(await engine.waitUntil { engine.currentCollection.count == 2 })
         remote.store.goOffline()  // ends the live listener
-        #expect(await eventually { logger.retryDelays("products_listener_retrying").count == 4 })
+        await clock.waitForSleepers(count: 1)
+        #expect(logger.retryDelays("products_listener_retrying").count == 4)
         #expect(logger.retryDelays("products_listener_retrying").last == 2, "the first good batch reset the backoff")
         engine.stopListening()
     }
@@ -244,7 +244,7 @@ struct CollectionSyncEngineTests {
         await engine.startListening()
         await clock.waitForSleepers(count: 1)
         engine.stopListening()
-        #expect(await eventually { clock.sleeperCount == 0 }, "the retry's sleep was cancelled")
+        #expect(clock.sleeperCount == 0, "the retry's sleep was cancelled")
         clock.advance(by: .seconds(60))
         #expect(remote.store.listenerCount == 0)
         #expect(engine.currentCollection.isEmpty)
@@ -259,7 +259,7 @@ struct CollectionSyncEngineTests {
         await engine.startListening()
         await clock.waitForSleepers(count: 1)
         _ = try await engine.getCollectionAsync()
-        #expect(await eventually { engine.currentCollection.count == 2 }, "reconnected without advancing the clock")
+        #expect(await engine.waitUntil { engine.currentCollection.count == 2 }, "reconnected without advancing the clock")
         engine.stopListening()
     }
 
@@ -288,7 +288,7 @@ struct CollectionSyncEngineTests {
         #expect(remote.store.listenerCount == 1)
         await engine.startListening { $0.whereField("price", isGreaterThan: 100) }
         #expect(engine.currentCollection.map(\.id) == ["desk"])
-        #expect(await eventually { remote.store.listenerCount == 1 })
+        #expect(remote.store.listenerCount == 1, "the first query's listener left when the second's came")
     }
 
     @Test("a nil collection path is a typed error, not a crash or a hang")
@@ -319,7 +319,7 @@ struct CollectionSyncEngineTests {
         #expect(relaunched.pendingWrites.count == 1)
         remote.store.goOnline()
         await relaunched.startListening()
-        #expect(await eventually { !relaunched.hasPendingWrites })
+        #expect(await relaunched.waitUntil { !relaunched.hasPendingWrites })
         #expect(remote.store.documents[try DocumentPath("products/desk")]?.data["stock"] == .int(3))
     }
 }

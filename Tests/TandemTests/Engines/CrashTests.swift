@@ -10,7 +10,7 @@ import Glibc
 /// The crash test: a child process writes through a CollectionSyncEngine with local persistence and
 /// is killed with SIGKILL at a random point; a new engine with the same key must hold every write
 /// whose call had returned, and none twice.
-@Suite("Crash safety", .serialized)
+@Suite("Crash safety", .serialized, .timeLimit(.minutes(5)))
 struct CrashTests {
     struct Counter: SyncModel {
         var id: String
@@ -106,7 +106,7 @@ struct CrashTests {
         let remote = MockRemoteCollectionService(collectionPath: { "counters" }, store: store)
         let engine = CollectionSyncEngine<Counter>(remote: remote, managerKey: "crash", persistence: persistence, clock: ManualClock())
         await engine.startListening()
-        #expect(await eventually { !engine.hasPendingWrites })
+        #expect(await engine.waitUntil { !engine.hasPendingWrites })
         #expect(store.documents[try DocumentPath("counters/total")]?.data["n"] == .int(increments))
         for index in returned {
             #expect(store.documents[try DocumentPath("counters/w\(index)")] != nil)

@@ -10,7 +10,7 @@ struct UserModel: SyncModel, Equatable {
     var visits: Int
 }
 
-@Suite("DocumentSyncEngine")
+@Suite("DocumentSyncEngine", .timeLimit(.minutes(1)))
 struct DocumentSyncEngineTests {
     func makeEngine(_ remote: MockRemoteDocumentService, persistence: (any LocalDocumentPersistence)? = nil, clock: ManualClock = ManualClock(),
                     logger: RecordingDataSyncLogger = RecordingDataSyncLogger()) -> DocumentSyncEngine<UserModel> {
@@ -29,7 +29,7 @@ struct DocumentSyncEngineTests {
         try await engine.updateDocument(data: ["visits": .increment(1)])
         #expect(engine.currentDocument?.visits == 1)
         try remote.simulateUpdate(UserModel(id: "ada", name: "Ada L.", visits: 1))
-        #expect(await eventually { engine.currentDocument?.name == "Ada L." })
+        #expect(await engine.waitUntil { engine.currentDocument?.name == "Ada L." })
         try await engine.deleteDocument()
         #expect(engine.currentDocument == nil)
         #expect(remote.store.documents.isEmpty)
@@ -50,10 +50,8 @@ struct DocumentSyncEngineTests {
         store.goOnline()
         try await engine.startListening(documentId: "b")
         #expect(engine.currentDocument?.id == "b")
-        #expect(await eventually {
-            clock.advance(by: .seconds(60))
-            return !engine.hasPendingWrites
-        })
+        // The listener coming up sends the queued write at once.
+        #expect(await engine.waitUntil { !engine.hasPendingWrites })
         #expect(store.documents[try DocumentPath("users/a")]?.data["visits"] == .int(5))
     }
 
@@ -75,7 +73,7 @@ struct DocumentSyncEngineTests {
         #expect(relaunched.pendingWrites.count == 1)
         remote.store.goOnline()
         try await relaunched.startListening(documentId: "ada")
-        #expect(await eventually { !relaunched.hasPendingWrites })
+        #expect(await relaunched.waitUntil { !relaunched.hasPendingWrites })
         #expect(remote.store.documents[try DocumentPath("users/ada")]?.data["name"] == "Offline Ada")
     }
 
@@ -114,13 +112,13 @@ struct DocumentSyncEngineTests {
         let engine = makeEngine(remote, clock: clock, logger: logger)
         remote.store.failNextCalls(2)
         try await engine.startListening(documentId: "ada")
-        #expect(await eventually { logger.retryDelays("user_listener_retrying") == [2] })
         await clock.waitForSleepers(count: 1)
+        #expect(logger.retryDelays("user_listener_retrying") == [2])
         clock.advance(by: .seconds(2))
-        #expect(await eventually { logger.retryDelays("user_listener_retrying") == [2, 4] })
         await clock.waitForSleepers(count: 1)
+        #expect(logger.retryDelays("user_listener_retrying") == [2, 4])
         clock.advance(by: .seconds(4))
-        #expect(await eventually { engine.currentDocument?.name == "Ada" })
+        #expect(await engine.waitUntil { engine.currentDocument?.name == "Ada" })
         engine.stopListening()
     }
 }

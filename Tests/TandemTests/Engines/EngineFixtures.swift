@@ -23,15 +23,3 @@ extension RecordingDataSyncLogger {
         events(named: event).compactMap { $0.parameters["delay_seconds"] as? Double }
     }
 }
-
-/// Waits, without sleeping, until a condition holds: each check yields to other tasks. Gives up
-/// after 30 seconds of checking, so a broken engine fails the test instead of hanging it (a count
-/// of rounds was too short when many suites run at once on two cores).
-func eventually(_ what: String = "condition", _ condition: () -> Bool) async -> Bool {
-    let deadline = ContinuousClock.now.advanced(by: .seconds(30))
-    while ContinuousClock.now < deadline {
-        if condition() { return true }
-        await Task.yield()
-    }
-    return condition()
-}

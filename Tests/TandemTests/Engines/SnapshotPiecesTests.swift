@@ -7,7 +7,7 @@ import TandemTesting
 
 /// Large snapshots arrive in pieces: the engine decodes each piece's models and stages its documents
 /// in the SQLite cache as it comes, and applies the snapshot only at its last piece.
-@Suite("Snapshots in pieces")
+@Suite("Snapshots in pieces", .timeLimit(.minutes(1)))
 struct SnapshotPiecesTests {
     func id(_ index: Int) -> String { "p-\(String(1000 + index).dropFirst())" }
 
@@ -57,7 +57,7 @@ struct SnapshotPiecesTests {
         // A new snapshot (after a reset, say) with ten documents gone and the rest changed.
         continuation.yield(piece(0..<100, continues: true, price: 2, version: 7))
         continuation.yield(piece(100..<240, continues: false, price: 2, version: 7))
-        #expect(await eventually { engine.currentCollection.count == 240 })
+        #expect(await engine.waitUntil { engine.currentCollection.count == 240 })
         #expect(engine.currentCollection.allSatisfy { $0.price == 2 })
         loaded = try #require(try persistence.load())
         #expect(loaded.documents.count == 240 && loaded.documents.allSatisfy { $0.data["price"] == .double(2) && $0.version == 7 })

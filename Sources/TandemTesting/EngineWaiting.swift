@@ -1,0 +1,45 @@
+import Tandem
+
+// Awaiting an engine's state in tests: each change the engine shows wakes the check, nothing
+// polls. A condition that never holds waits until the task is cancelled (a test's time limit),
+// then answers false.
+
+extension CollectionSyncEngine {
+    /// Returns true once `condition` holds: checked now and after each change of the engine's
+    /// state (documents, pending and rejected writes, metadata).
+    ///
+    /// ```swift
+    /// try remote.simulateDelete(id: "desk")
+    /// #expect(await engine.waitUntil { engine.getDocument(id: "desk") == nil })
+    /// ```
+    @discardableResult
+    public func waitUntil(_ condition: () -> Bool) async -> Bool {
+        await waitForChanges(core.changeSignals(), condition)
+    }
+}
+
+extension CollectionGroupSyncEngine {
+    /// Returns true once `condition` holds: checked now and after each change of the engine's state.
+    @discardableResult
+    public func waitUntil(_ condition: () -> Bool) async -> Bool {
+        await waitForChanges(core.changeSignals(), condition)
+    }
+}
+
+extension DocumentSyncEngine {
+    /// Returns true once `condition` holds: checked now and after each change of the engine's state.
+    @discardableResult
+    public func waitUntil(_ condition: () -> Bool) async -> Bool {
+        await waitForChanges(core.changeSignals(), condition)
+    }
+}
+
+private func waitForChanges<Changes: AsyncSequence>(_ changes: Changes, _ condition: () -> Bool) async -> Bool {
+    if condition() { return true }
+    do {
+        for try await _ in changes where condition() { return true }
+    } catch {
+        // The engine's changes ended with an error: answer with the state as it is.
+    }
+    return condition()
+}
