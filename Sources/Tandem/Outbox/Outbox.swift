@@ -24,14 +24,14 @@ public struct Outbox: Sendable, Hashable, Codable {
     }
 
     /// What `enqueue` did.
-    public enum Enqueued: Sendable, Hashable {
+    package enum Enqueued: Sendable, Hashable {
         /// A new entry was appended.
         case appended(PendingWrite)
         /// The write was folded into the newest entry, which now reads as given.
         case merged(into: PendingWrite)
 
         /// The entry that carries the write: its id is the one to await.
-        public var entry: PendingWrite {
+        package var entry: PendingWrite {
             switch self {
             case .appended(let entry), .merged(let entry): return entry
             }
@@ -82,7 +82,7 @@ public struct Outbox: Sendable, Hashable, Codable {
     }
 
     /// The writes of the request that starts at `index`: the entry alone, or its whole batch.
-    public func request(startingAt index: Int) -> ArraySlice<PendingWrite> {
+    package func request(startingAt index: Int) -> ArraySlice<PendingWrite> {
         guard index < entries.endIndex else { return [] }
         guard let batch = entries[index].batch else { return entries[index...index] }
         var end = index + 1

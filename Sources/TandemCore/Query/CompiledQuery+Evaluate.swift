@@ -67,7 +67,7 @@ extension CompiledQuery {
     }
 
     /// Whether a document's fields pass every filter.
-    public func matchesFilters(_ data: JSONObject) -> Bool {
+    package func matchesFilters(_ data: JSONObject) -> Bool {
         for filter in filters where !Self.matches(filter, data[field: filter.field]) {
             return false
         }
@@ -183,7 +183,7 @@ extension JSONValue.Ordering {
 extension CompiledQuery {
     /// Whether a document's fields pass every filter and both cursors: membership in the result
     /// when the query has no limit.
-    public func matchesFiltersAndCursors(_ data: JSONObject) -> Bool {
+    package func matchesFiltersAndCursors(_ data: JSONObject) -> Bool {
         guard matchesFilters(data) else { return false }
         if start == nil && end == nil { return true }
         return passesCursors(orderValues(data))

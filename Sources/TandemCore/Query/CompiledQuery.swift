@@ -4,33 +4,33 @@
 /// take a non-empty array; `null` and `NaN` only compare with `==` and `!=`; `limit(toLast:)` needs an
 /// order; a cursor has at most one value per order.
 public struct CompiledQuery: Sendable, Hashable {
-    public struct Filter: Sendable, Hashable {
-        public var field: FieldPath
-        public var op: Query.FilterOperator
-        public var value: JSONValue
+    package struct Filter: Sendable, Hashable {
+        package var field: FieldPath
+        package var op: Query.FilterOperator
+        package var value: JSONValue
     }
 
-    public struct Order: Sendable, Hashable {
-        public var field: FieldPath
-        public var descending: Bool
+    package struct Order: Sendable, Hashable {
+        package var field: FieldPath
+        package var descending: Bool
     }
 
-    public struct Cursor: Sendable, Hashable {
-        public var values: [JSONValue]
+    package struct Cursor: Sendable, Hashable {
+        package var values: [JSONValue]
         /// Whether documents equal to the cursor are kept.
-        public var inclusive: Bool
+        package var inclusive: Bool
     }
 
-    public enum Limit: Sendable, Hashable {
+    package enum Limit: Sendable, Hashable {
         case first(Int)
         case last(Int)
     }
 
-    public private(set) var filters: [Filter] = []
-    public private(set) var orders: [Order] = []
-    public private(set) var start: Cursor?
-    public private(set) var end: Cursor?
-    public private(set) var limit: Limit?
+    package private(set) var filters: [Filter] = []
+    package private(set) var orders: [Order] = []
+    package private(set) var start: Cursor?
+    package private(set) var end: Cursor?
+    package private(set) var limit: Limit?
 
     /// Validates a query. Every problem throws `invalid-argument` saying which operation is wrong.
     public init(_ query: Query) throws(TandemError) {

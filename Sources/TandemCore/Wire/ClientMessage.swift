@@ -3,7 +3,7 @@
 ///
 /// Requests carry an `id` chosen by the client; the server's answer (or error) carries the same id.
 /// A listener is named by the id of its `listen` request.
-public enum ClientMessage: Sendable, Hashable {
+package enum ClientMessage: Sendable, Hashable {
     /// The first message: who the client is, the protocol it speaks, and its bearer token if any.
     case hello(clientID: String, protocolVersion: Int, token: String?)
     /// Starts a listener; with `resumeFrom`, only what changed after that version is sent.
@@ -25,14 +25,14 @@ public enum ClientMessage: Sendable, Hashable {
     case heartbeat
 
     /// The request id, when the message is a request.
-    public var requestID: Int? {
+    package var requestID: Int? {
         switch self {
         case .hello, .heartbeat: return nil
         case .listen(let id, _, _), .unlisten(let id), .write(let id, _), .writeEach(let id, _), .get(let id, _), .query(let id, _): return id
         }
     }
 
-    public var wireValue: JSONValue {
+    package var wireValue: JSONValue {
         switch self {
         case .hello(let clientID, let protocolVersion, let token):
             var object: JSONObject = ["type": "hello", "clientId": .string(clientID), "protocol": .int(protocolVersion)]
@@ -58,11 +58,11 @@ public enum ClientMessage: Sendable, Hashable {
     }
 
     /// The message as JSON text.
-    public var text: String { JSONText.encode(wireValue) }
+    package var text: String { JSONText.encode(wireValue) }
 
     /// Reads a message. A malformed or unknown one throws `invalid-argument`; `requestID(in:)` still
     /// finds the id to answer it by, when there is one.
-    public init(wire value: JSONValue) throws(TandemError) {
+    package init(wire value: JSONValue) throws(TandemError) {
         let object = try WireObject(value, context: "the message")
         let type = try object.string("type")
         switch type {
@@ -95,7 +95,7 @@ public enum ClientMessage: Sendable, Hashable {
     }
 
     /// The `id` of a message that may not parse as a whole, so an error can answer it.
-    public static func requestID(in value: JSONValue) -> Int? {
+    package static func requestID(in value: JSONValue) -> Int? {
         guard case .object(let object) = value, case .int(let id)? = object["id"] else { return nil }
         return id
     }

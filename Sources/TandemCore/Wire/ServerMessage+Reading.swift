@@ -5,7 +5,7 @@ extension ServerMessage {
     /// straight into their changes, without a ``JSONValue`` object per change and per document;
     /// every other message, and a batch this reader does not expect, goes through
     /// ``init(wire:)``, which also words the error for a malformed one.
-    public static func parse(_ text: String) throws(TandemError) -> ServerMessage {
+    package static func parse(_ text: String) throws(TandemError) -> ServerMessage {
         var text = text
         let fast: ServerMessage? = text.withUTF8 { bytes in
             // The server writes keys sorted: a batch's "changes" first, an acknowledgement's "id".

@@ -1,6 +1,6 @@
 /// A message from the server to a client over `/v1/stream`, one JSON text frame each:
 /// `{"type": "welcome" | "ack" | "snapshot" | "changes" | "documents" | "error" | "heartbeat", …}`.
-public enum ServerMessage: Sendable, Hashable {
+package enum ServerMessage: Sendable, Hashable {
     /// The answer to `hello`: the protocol and server version, and how often the client should send
     /// heartbeats (the server closes a connection silent for three intervals).
     case welcome(protocolVersion: Int, serverVersion: String, heartbeatSeconds: Int)
@@ -21,7 +21,7 @@ public enum ServerMessage: Sendable, Hashable {
     /// The answer to a heartbeat.
     case heartbeat
 
-    public var wireValue: JSONValue {
+    package var wireValue: JSONValue {
         switch self {
         case .welcome(let protocolVersion, let serverVersion, let heartbeatSeconds):
             return .object(["type": "welcome", "protocol": .int(protocolVersion), "server": .string(serverVersion), "heartbeatSeconds": .int(heartbeatSeconds)])
@@ -55,7 +55,7 @@ public enum ServerMessage: Sendable, Hashable {
         }
     }
 
-    public init(wire value: JSONValue) throws(TandemError) {
+    package init(wire value: JSONValue) throws(TandemError) {
         let object = try WireObject(value, context: "the server's message")
         let type = try object.string("type")
         switch type {
@@ -95,7 +95,7 @@ public enum ServerMessage: Sendable, Hashable {
 
 extension RemoteChange {
     /// `{"path", "version", "document": {…} | null, "mutationId"?}`.
-    public var wireValue: JSONValue {
+    package var wireValue: JSONValue {
         var object: JSONObject = [
             "path": .string(path.description),
             "version": .int(Int(clamping: version.rawValue)),
@@ -105,7 +105,7 @@ extension RemoteChange {
         return .object(object)
     }
 
-    public init(wire value: JSONValue) throws(TandemError) {
+    package init(wire value: JSONValue) throws(TandemError) {
         let object = try WireObject(value, context: "a change")
         self.init(
             path: try object.documentPath("path"),
@@ -119,7 +119,7 @@ extension RemoteChange {
 extension WriteAcknowledgement {
     /// `{"document": {…} | null, "error"?: {"code", "message"}, "mutationId"?, "status", "version"}`;
     /// a write made without an id carries none. A reader of protocol 1 (no `status`) takes `applied`.
-    public var wireValue: JSONValue {
+    package var wireValue: JSONValue {
         var object: JSONObject = [
             "version": .int(Int(clamping: version.rawValue)),
             "document": document?.wireValue ?? .null,
@@ -130,7 +130,7 @@ extension WriteAcknowledgement {
         return .object(object)
     }
 
-    public init(wire value: JSONValue) throws(TandemError) {
+    package init(wire value: JSONValue) throws(TandemError) {
         let object = try WireObject(value, context: "an acknowledgement")
         let status: WriteStatus
         if let text = try object.optionalString("status") {
@@ -153,11 +153,11 @@ extension WriteAcknowledgement {
 
 extension TandemError {
     /// `{"code", "message"}`, as an acknowledgement carries a refusal.
-    public var wireValue: JSONValue {
+    package var wireValue: JSONValue {
         .object(["code": .string(code.rawValue), "message": .string(message)])
     }
 
-    public init(wire value: JSONValue) throws(TandemError) {
+    package init(wire value: JSONValue) throws(TandemError) {
         let object = try WireObject(value, context: "an error")
         self.init(Code(rawValue: try object.string("code")), try object.string("message"))
     }
