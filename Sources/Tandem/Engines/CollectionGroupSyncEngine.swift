@@ -29,7 +29,7 @@ public final class CollectionGroupSyncEngine<T: SyncModel>: Sendable, RegistrarO
 
     /// - Parameters:
     ///   - enableLocalPersistence: keep the cache in SQLite across launches (default).
-    public convenience init(remote: any RemoteCollectionGroupService, managerKey: String, enableLocalPersistence: Bool = true, logger: (any DataSyncLogger)? = nil) {
+    public convenience init(remote: any RemoteCollectionGroupService, managerKey: String, enableLocalPersistence: Bool = true, logger: (any DataSyncLogger)? = nil, changeDelivery: ChangeDelivery = .immediate) {
         var persistence: (any LocalCollectionPersistence)?
         var openError: (any Error)?
         if enableLocalPersistence {
@@ -39,7 +39,7 @@ public final class CollectionGroupSyncEngine<T: SyncModel>: Sendable, RegistrarO
                 openError = error
             }
         }
-        self.init(remote: remote, managerKey: managerKey, persistence: persistence, logger: logger)
+        self.init(remote: remote, managerKey: managerKey, persistence: persistence, logger: logger, changeDelivery: changeDelivery)
         if let openError {
             // The engine runs on in memory; the failure is said, not swallowed.
             core.log("persistence_fail", ["error_description": "\(openError)"], severity: .severe)
@@ -50,7 +50,7 @@ public final class CollectionGroupSyncEngine<T: SyncModel>: Sendable, RegistrarO
     public init(
         remote: any RemoteCollectionGroupService, managerKey: String, persistence: (any LocalCollectionPersistence)?,
         logger: (any DataSyncLogger)? = nil, clock: any Clock<Duration> = ContinuousClock(), retryPolicy: RetryPolicy = .default,
-        random: any RandomNumberGenerator & Sendable = SystemRandomNumberGenerator()
+        random: any RandomNumberGenerator & Sendable = SystemRandomNumberGenerator(), changeDelivery: ChangeDelivery = .immediate
     ) {
         self.remote = remote
         let (state, loadError) = SyncCore<T>.loadCollectionState(persistence, managerKey: managerKey)
@@ -63,7 +63,7 @@ public final class CollectionGroupSyncEngine<T: SyncModel>: Sendable, RegistrarO
             didChange: { relay.fire($0) }
         )
         core.bindReachability(of: remote)
-        relay.set { [weak self] in self?.coreDidChange($0) }
+        relay.set(changeDelivery) { [weak self] in self?.coreDidChange($0) }
         if let loadError {
             core.log("persistence_fail", ["error_description": "\(loadError)"], severity: .severe)
         }

@@ -14,8 +14,10 @@ import TandemCore
 /// try await engine.updateDocument(id: "lamp", data: ["stock": .increment(-1)])
 /// ```
 ///
-/// `@Observable`: views reading `currentCollection` update when it changes. Every method is safe from
-/// the main actor and from any task.
+/// `@Observable`: views reading `currentCollection` (or any state property) update when it changes.
+/// Changes are announced on the thread that made them, or on the main actor with
+/// `changeDelivery: .mainActor` (see ``ChangeDelivery``). Every method is safe from the main actor
+/// and from any task.
 public final class CollectionSyncEngine<T: SyncModel>: Sendable, RegistrarObservable {
     @usableFromInline package let core: SyncCore<T>
     let remote: any RemoteCollectionService
@@ -39,7 +41,7 @@ public final class CollectionSyncEngine<T: SyncModel>: Sendable, RegistrarObserv
     ///   - enableLocalPersistence: keep the cache and outbox in SQLite across launches (default); when
     ///     false they live in memory only.
     ///   - logger: receives `{managerKey}_{event}` analytics events.
-    public convenience init(remote: any RemoteCollectionService, managerKey: String, enableLocalPersistence: Bool = true, logger: (any DataSyncLogger)? = nil) {
+    public convenience init(remote: any RemoteCollectionService, managerKey: String, enableLocalPersistence: Bool = true, logger: (any DataSyncLogger)? = nil, changeDelivery: ChangeDelivery = .immediate) {
         var persistence: (any LocalCollectionPersistence)?
         var openError: (any Error)?
         if enableLocalPersistence {
@@ -49,7 +51,7 @@ public final class CollectionSyncEngine<T: SyncModel>: Sendable, RegistrarObserv
                 openError = error
             }
         }
-        self.init(remote: remote, managerKey: managerKey, persistence: persistence, logger: logger)
+        self.init(remote: remote, managerKey: managerKey, persistence: persistence, logger: logger, changeDelivery: changeDelivery)
         if let openError {
             core.log("persistence_fail", ["error_description": "\(openError)"], severity: .severe)
         }
@@ -61,7 +63,7 @@ public final class CollectionSyncEngine<T: SyncModel>: Sendable, RegistrarObserv
     public init(
         remote: any RemoteCollectionService, managerKey: String, persistence: (any LocalCollectionPersistence)?,
         logger: (any DataSyncLogger)? = nil, clock: any Clock<Duration> = ContinuousClock(), retryPolicy: RetryPolicy = .default,
-        random: any RandomNumberGenerator & Sendable = SystemRandomNumberGenerator()
+        random: any RandomNumberGenerator & Sendable = SystemRandomNumberGenerator(), changeDelivery: ChangeDelivery = .immediate
     ) {
         self.remote = remote
         let (state, loadError) = SyncCore<T>.loadCollectionState(persistence, managerKey: managerKey)
@@ -80,7 +82,7 @@ public final class CollectionSyncEngine<T: SyncModel>: Sendable, RegistrarObserv
             didChange: { box.fire($0) }
         )
         core.bindReachability(of: remote)
-        box.set { [weak self] in self?.coreDidChange($0) }
+        box.set(changeDelivery) { [weak self] in self?.coreDidChange($0) }
         if let loadError {
             core.log("persistence_fail", ["error_description": "\(loadError)"], severity: .severe)
         }
@@ -251,6 +253,18 @@ public final class CollectionSyncEngine<T: SyncModel>: Sendable, RegistrarObserv
     }
 }
 
+/// Where an engine tells observers of its properties (`withObservationTracking`, SwiftUI) that
+/// they changed.
+public enum ChangeDelivery: Sendable, Hashable {
+    /// On the thread that made the change: the listener's task for server changes, the writer's
+    /// for local writes. Reads made after the notice see the change. The default.
+    case immediate
+    /// On the main actor, in the order the changes were made, for UI code that must only touch
+    /// its state there. Needs a main actor that runs (an app's main run loop, `dispatchMain()`,
+    /// or an `async` main); the properties already hold the new values when the notice comes.
+    case mainActor
+}
+
 /// Forwards the core's change signal to the engine, which exists only after the core does.
 ///
 /// The handler sits in a class box: a closure kept directly in a `Mutex` is re-wrapped in a
@@ -258,10 +272,60 @@ public final class CollectionSyncEngine<T: SyncModel>: Sendable, RegistrarObserv
 final class ChangeRelay: Sendable {
     private final class Handler: Sendable {
         let call: @Sendable (EngineChanges) -> Void
-        init(_ call: @escaping @Sendable (EngineChanges) -> Void) { self.call = call }
+        let delivery: ChangeDelivery
+        init(_ delivery: ChangeDelivery, _ call: @escaping @Sendable (EngineChanges) -> Void) {
+            self.delivery = delivery
+            self.call = call
+        }
     }
 
     private let handler = Mutex<Handler?>(nil)
-    func set(_ handler: @escaping @Sendable (EngineChanges) -> Void) { self.handler.withLock { $0 = Handler(handler) } }
-    func fire(_ changes: EngineChanges) { handler.withLock { $0 }?.call(changes) }
+    func set(_ delivery: ChangeDelivery = .immediate, _ handler: @escaping @Sendable (EngineChanges) -> Void) {
+        self.handler.withLock { $0 = Handler(delivery, handler) }
+    }
+
+    func fire(_ changes: EngineChanges) {
+        guard let handler = handler.withLock({ $0 }) else { return }
+        switch handler.delivery {
+        case .immediate:
+            handler.call(changes)
+        case .mainActor:
+            MainActorQueue.shared.enqueue { handler.call(changes) }
+        }
+    }
+}
+
+/// Runs notices on the main actor one after another, in the order they were enqueued: separate
+/// `Task { @MainActor in … }`s made from different threads could run out of order.
+final class MainActorQueue: Sendable {
+    static let shared = MainActorQueue()
+
+    private struct State {
+        var waiting: [@Sendable () -> Void] = []
+        var draining = false
+    }
+
+    private let state = Mutex(State())
+
+    func enqueue(_ notice: @escaping @Sendable () -> Void) {
+        let start = state.withLock { state -> Bool in
+            state.waiting.append(notice)
+            defer { state.draining = true }
+            return !state.draining
+        }
+        if start { Task { @MainActor in self.drain() } }
+    }
+
+    @MainActor
+    private func drain() {
+        while true {
+            let batch = state.withLock { state -> [@Sendable () -> Void] in
+                defer { state.waiting = [] }
+                if state.waiting.isEmpty { state.draining = false }
+                return state.waiting
+            }
+            if batch.isEmpty { return }
+            batch.forEach { $0() }
+        }
+    }
 }

@@ -34,9 +34,10 @@ public final class DocumentSyncEngine<T: SyncModel>: Sendable {
     ///   - managerKey: names this engine's saved state and analytics events.
     ///   - enableLocalPersistence: keep the document, its id and the outbox in a file across launches
     ///     (default); when false they live in memory only.
-    public convenience init(remote: any RemoteDocumentService, managerKey: String, enableLocalPersistence: Bool = true, logger: (any DataSyncLogger)? = nil) {
+    public convenience init(remote: any RemoteDocumentService, managerKey: String, enableLocalPersistence: Bool = true, logger: (any DataSyncLogger)? = nil, changeDelivery: ChangeDelivery = .immediate) {
         self.init(remote: remote, managerKey: managerKey,
-                  persistence: enableLocalPersistence ? FileDocumentPersistence(managerKey: managerKey) : nil, logger: logger)
+                  persistence: enableLocalPersistence ? FileDocumentPersistence(managerKey: managerKey) : nil, logger: logger,
+                  changeDelivery: changeDelivery)
     }
 
     /// The designated initializer. The saved document, its id and the outbox load here, before any
@@ -44,7 +45,7 @@ public final class DocumentSyncEngine<T: SyncModel>: Sendable {
     public init(
         remote: any RemoteDocumentService, managerKey: String, persistence: (any LocalDocumentPersistence)?,
         logger: (any DataSyncLogger)? = nil, clock: any Clock<Duration> = ContinuousClock(), retryPolicy: RetryPolicy = .default,
-        random: any RandomNumberGenerator & Sendable = SystemRandomNumberGenerator()
+        random: any RandomNumberGenerator & Sendable = SystemRandomNumberGenerator(), changeDelivery: ChangeDelivery = .immediate
     ) {
         self.remote = remote
         var saved: LocalDocumentState?
@@ -70,7 +71,7 @@ public final class DocumentSyncEngine<T: SyncModel>: Sendable {
             didChange: { relay.fire($0) }
         )
         core.bindReachability(of: remote)
-        relay.set { [weak self] in self?.coreDidChange($0) }
+        relay.set(changeDelivery) { [weak self] in self?.coreDidChange($0) }
         if let loadError {
             core.log("persistence_fail", ["error_description": "\(loadError)"], severity: .severe)
         }
