@@ -86,6 +86,7 @@ public final class CollectionSyncEngine<T: SyncModel>: Sendable, RegistrarObserv
         if let loadError {
             core.log("persistence_fail", ["error_description": "\(loadError)"], severity: .severe)
         }
+        core.checkCachedCollection(state.documents.lazy.map(\.path.parent), against: try? remote.collectionPath())
     }
 
     /// An engine that goes stops what it started, whether or not `stopListening()` was called: its

@@ -75,6 +75,7 @@ public final class DocumentSyncEngine<T: SyncModel>: Sendable {
         if let loadError {
             core.log("persistence_fail", ["error_description": "\(loadError)"], severity: .severe)
         }
+        core.checkCachedCollection(state.base.map { [$0.path.parent] } ?? [], against: try? remote.collectionPath())
     }
 
     /// An engine that goes stops what it started, whether or not `stopListening()` was called: its

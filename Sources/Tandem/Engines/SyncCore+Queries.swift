@@ -88,6 +88,18 @@ extension SyncCore {
     }
 }
 
+extension SyncCore {
+    /// A cache loaded from another collection than the remote's (a mock persistence seeded under
+    /// one path, a remote pointed at another): its documents would show but never be found by id,
+    /// written or refreshed. Said loudly, as `persistence_mismatch`, rather than left to puzzle over.
+    func checkCachedCollection(_ parents: some Sequence<CollectionPath>, against remote: CollectionPath?) {
+        guard let remote, let other = parents.first(where: { $0 != remote }) else { return }
+        log("persistence_mismatch", [
+            "error_description": "The cache holds documents of \(other), but the remote's collection is \(remote). Give the remote and the persistence the same collection path (the mocks' collectionPath:).",
+        ], severity: .severe)
+    }
+}
+
 extension Query {
     /// How many filters the query has, for analytics.
     var filterCount: Int {

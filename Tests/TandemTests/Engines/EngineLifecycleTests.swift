@@ -51,3 +51,27 @@ struct EngineLifecycleTests {
         #expect(remote.store.listenerCount == 0)
     }
 }
+
+@Suite("Cache and remote paths")
+struct CachePathTests {
+    @Test("a cache seeded under another collection than the remote's is reported, not silently hidden")
+    func mismatchReported() throws {
+        let logger = RecordingDataSyncLogger()
+        let seeded = try MockLocalCollectionPersistence(collection: Product.mocks, collectionPath: "products")
+        // The mock remote's default path is "mocks": the seeded products are not its documents.
+        _ = CollectionSyncEngine<Product>(remote: MockRemoteCollectionService(), managerKey: "products", persistence: seeded, logger: logger)
+        let event = try #require(logger.events(named: "products_persistence_mismatch").first)
+        #expect(event.severity == .severe)
+        #expect("\(event.parameters["error_description"] ?? "")".contains("collectionPath"))
+
+        let quiet = RecordingDataSyncLogger()
+        let matching = try MockLocalCollectionPersistence(collection: Product.mocks, collectionPath: "products")
+        _ = CollectionSyncEngine<Product>(remote: MockRemoteCollectionService(collectionPath: { "products" }), managerKey: "products", persistence: matching, logger: quiet)
+        #expect(quiet.events(named: "products_persistence_mismatch").isEmpty)
+
+        let documentLogger = RecordingDataSyncLogger()
+        let profile = try MockLocalDocumentPersistence(document: Product.mocks[0], collectionPath: "products")
+        _ = DocumentSyncEngine<Product>(remote: MockRemoteDocumentService(), managerKey: "lamp", persistence: profile, logger: documentLogger)
+        #expect(!documentLogger.events(named: "lamp_persistence_mismatch").isEmpty)
+    }
+}
