@@ -3,7 +3,6 @@ import Synchronization
 import Logging
 import ServiceLifecycle
 import TandemCore
-import WSClient
 
 /// What the connection's run loop starts: a socket, or the sleep between attempts.
 enum ConnectionCommand: Sendable {
@@ -178,15 +177,12 @@ extension TandemClient {
         connectionEvent { $0.sleepEnded(now: now) }
     }
 
-    /// One socket, from the WebSocket upgrade until it closes.
+    /// One connection, from its opening until it closes.
     private func connectOnce(_ attempt: Int) async {
-        var socketConfiguration = WebSocketClientConfiguration(maxFrameSize: 1 << 20)
-        socketConfiguration.closeTimeout = .seconds(2)
-        let client = WebSocketClient(url: streamURL, configuration: socketConfiguration, logger: configuration.logger) { inbound, outbound, _ in
-            await self.session(attempt, inbound: inbound, outbound: outbound)
-        }
         do {
-            try await client.run()
+            try await transport.connect { connection in
+                await self.session(attempt, connection)
+            }
         } catch {
             configuration.logger.debug("connection to \(streamURL) failed: \(error)")
         }
@@ -195,7 +191,7 @@ extension TandemClient {
         connectionEvent { $0.closed(attempt: attempt, now: now, random: random) }
     }
 
-    private func session(_ attempt: Int, inbound: WebSocketInboundStream, outbound: WebSocketOutboundWriter) async {
+    private func session(_ attempt: Int, _ connection: TransportConnection) async {
         let (frames, framesContinuation) = AsyncStream.makeStream(of: String.self)
         let opened = state.withLock { state -> Bool in
             let actions = state.machine.opened(attempt: attempt)
@@ -205,20 +201,20 @@ extension TandemClient {
             return true
         }
         guard opened else {
-            try? await outbound.close(.normalClosure, reason: nil)
+            await connection.close()
             return
         }
         await withDiscardingTaskGroup { group in
             group.addTask {
                 for await text in frames {
                     do {
-                        try await outbound.writeTextMessage(text)
+                        try await connection.send(text)
                     } catch {
                         break
                     }
                 }
-                // The frames ended: going offline, stopping, or a dead connection. Close the socket.
-                try? await outbound.close(.normalClosure, reason: nil)
+                // The frames ended: going offline, stopping, or a dead connection. Close it.
+                await connection.close()
             }
             group.addTask { [configuration] in
                 while !Task.isCancelled {
@@ -235,9 +231,9 @@ extension TandemClient {
                 }
             }
             do {
-                // Reading goes on after a drop is decided, until the close handshake completes.
+                // Reading goes on after a drop is decided, until the connection has closed.
                 var dropping = false
-                for try await message in inbound.messages(maxSize: configuration.maximumMessageBytes) {
+                for try await message in connection.messages {
                     state.withLock { $0.machine.heard(attempt: attempt) }
                     guard !dropping, case .text(let text) = message else { continue }
                     if !receive(text, attempt: attempt) {

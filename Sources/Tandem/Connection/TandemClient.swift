@@ -31,6 +31,8 @@ public final class TandemClient: Service, Sendable {
     /// The id this client says hello with.
     public let clientID: String
     let streamURL: String
+    /// How connections are opened: a WebSocket, unless made otherwise.
+    let transport: any ClientTransport
 
     /// The open socket's outgoing frames.
     struct Connection {
@@ -81,15 +83,24 @@ public final class TandemClient: Service, Sendable {
     let randomness: RetryRandomness
 
     /// - Parameter url: the server's base URL (`http://` or `ws://`, with host and port).
-    public init(url: URL, configuration: TandemClientConfiguration = TandemClientConfiguration()) {
-        self.url = url
-        self.configuration = configuration
-        clientID = configuration.clientID ?? ClientIdentity.load(from: configuration.storageDirectory)
+    public convenience init(url: URL, configuration: TandemClientConfiguration = TandemClientConfiguration()) {
         var components = URLComponents(url: url, resolvingAgainstBaseURL: false) ?? URLComponents()
         components.scheme = (components.scheme == "https" || components.scheme == "wss") ? "wss" : "ws"
         let base = components.path.hasSuffix("/") ? String(components.path.dropLast()) : components.path
         components.path = base + "/v1/stream"
-        streamURL = components.string ?? "ws://127.0.0.1:8080/v1/stream"
+        let endpoint = components.string ?? "ws://127.0.0.1:8080/v1/stream"
+        self.init(url: url, transport: WebSocketTransport(endpoint: endpoint, maximumMessageBytes: configuration.maximumMessageBytes, logger: configuration.logger),
+                  configuration: configuration)
+    }
+
+    /// A client over any transport (a server in this process, in `TandemTesting`); `url` names it
+    /// in errors.
+    package init(url: URL, transport: any ClientTransport, configuration: TandemClientConfiguration = TandemClientConfiguration()) {
+        self.url = url
+        self.transport = transport
+        self.configuration = configuration
+        clientID = configuration.clientID ?? ClientIdentity.load(from: configuration.storageDirectory)
+        streamURL = transport.endpoint
         state = Mutex(State(
             machine: ConnectionStateMachine(policy: configuration.reconnectPolicy, missedHeartbeatsAllowed: configuration.missedHeartbeatsAllowed),
             hello: ClientMessage.hello(clientID: clientID, protocolVersion: TandemVersion.wireProtocol, token: configuration.token).text))
