@@ -295,5 +295,17 @@ struct ServerStateMachineTests {
         running.cancel()
         _ = try? await running.value
     }
-}
 
+    @Test("a write rate meant as unlimited (Int.max) admits writes instead of trapping")
+    func unlimitedRate() {
+        var limiter = WriteRateLimiter(writesPerSecond: .max)
+        let first = limiter.admit(500, at: .zero), second = limiter.admit(1, at: .zero)
+        #expect(first && second)
+        #expect(limiter.wait(for: 1) == .zero)
+        var tight = WriteRateLimiter(writesPerSecond: 2)
+        let whole = tight.admit(5, at: .zero), more = tight.admit(1, at: .zero)
+        #expect(whole, "a request larger than the bucket takes it whole")
+        #expect(!more)
+        #expect(tight.wait(for: 1) == .milliseconds(500))
+    }
+}
