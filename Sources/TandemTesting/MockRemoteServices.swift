@@ -18,108 +18,97 @@ func resolveCollection(_ provider: @Sendable () -> String?) throws -> Collection
     return try CollectionPath(text)
 }
 
-/// A ``RemoteCollectionService`` over an ``InMemoryDocumentStore``: writes apply for real (an
-/// update merges fields), with the store's fault injection.
+/// A ``RemoteCollectionService`` over a ``MockServer``: a `TandemRemoteCollectionService` on the
+/// mock's in-process client, so writes, listeners and faults behave as against a real server.
 ///
 /// ```swift
 /// let remote = MockRemoteCollectionService(collection: Product.mocks)
 /// remote.store.goOffline()
 /// ```
-public final class MockRemoteCollectionService: RemoteCollectionService, InMemoryCollectionBacked {
-    public let store: InMemoryDocumentStore
-    private let path: @Sendable () -> String?
+public final class MockRemoteCollectionService: RemoteCollectionService, ReachabilityReporting, MockServerBacked {
+    public let store: MockServer
+    private let remote: TandemRemoteCollectionService
 
     /// - Parameters:
     ///   - collection: models stored at the start.
     ///   - collectionPath: re-read on every call; nil means "not available now".
-    public init<T: SyncModel>(collection: [T] = [], collectionPath: @escaping @Sendable () -> String? = { "mocks" }, store: InMemoryDocumentStore? = nil) {
-        let initialPath = collectionPath() ?? "mocks"
-        self.store = store ?? InMemoryDocumentStore(documents: mockDocuments(collection, in: initialPath))
-        self.path = collectionPath
+    ///   - store: the server to share with other mocks; a new one by default. `collection` is
+    ///     written to it either way.
+    public init<T: SyncModel>(collection: [T] = [], collectionPath: @escaping @Sendable () -> String? = { "mocks" }, store: MockServer? = nil) {
+        let documents = mockDocuments(collection, in: collectionPath() ?? "mocks")
+        self.store = store.map { $0.seeded(documents) } ?? MockServer(documents: documents)
+        remote = TandemRemoteCollectionService(client: self.store.client) { try resolveCollection(collectionPath) }
     }
 
     /// An empty collection at `collectionPath`.
-    public convenience init(collectionPath: @escaping @Sendable () -> String? = { "mocks" }, store: InMemoryDocumentStore? = nil) {
+    public convenience init(collectionPath: @escaping @Sendable () -> String? = { "mocks" }, store: MockServer? = nil) {
         self.init(collection: [MockModel](), collectionPath: collectionPath, store: store)
     }
 
-    public func collectionPath() throws -> CollectionPath { try resolveCollection(path) }
-
-    public func getDocuments(query: Query) async throws -> [Document] {
-        try await store.query(.collection(collectionPath()), query)
-    }
-
+    public func collectionPath() throws -> CollectionPath { try remote.collectionPath() }
+    public func getDocuments(query: Query) async throws -> [Document] { try await remote.getDocuments(query: query) }
+    public func getDocument(id: String) async throws -> Document? { try await remote.getDocument(id: id) }
     public func listen(query: Query, resumeFrom: Version?) -> AsyncThrowingStream<RemoteChangeBatch, any Error> {
-        do {
-            return store.listen(.collection(try collectionPath()), query: query, resumeFrom: resumeFrom)
-        } catch {
-            return AsyncThrowingStream { $0.finish(throwing: error) }
-        }
+        remote.listen(query: query, resumeFrom: resumeFrom)
     }
-
     public func listenDocument(id: String, resumeFrom: Version?) -> AsyncThrowingStream<RemoteChangeBatch, any Error> {
-        do {
-            return store.listen(.document(try collectionPath().document(id)), query: Query(), resumeFrom: resumeFrom)
-        } catch {
-            return AsyncThrowingStream { $0.finish(throwing: error) }
-        }
+        remote.listenDocument(id: id, resumeFrom: resumeFrom)
     }
-
+    public func commit(_ mutations: [Mutation]) async throws -> [WriteAcknowledgement] { try await remote.commit(mutations) }
+    public func commit(requests: [WriteRequest]) async -> [Result<[WriteAcknowledgement], any Error>] { await remote.commit(requests: requests) }
+    public func whenReachable(_ action: @escaping @Sendable () -> Void) { remote.whenReachable(action) }
 }
 
-/// A ``RemoteDocumentService`` over an ``InMemoryDocumentStore``.
-public final class MockRemoteDocumentService: RemoteDocumentService, InMemoryCollectionBacked {
-    public let store: InMemoryDocumentStore
-    private let path: @Sendable () -> String?
+/// A ``RemoteDocumentService`` over a ``MockServer``.
+public final class MockRemoteDocumentService: RemoteDocumentService, ReachabilityReporting, MockServerBacked {
+    public let store: MockServer
+    private let remote: TandemRemoteDocumentService
 
-    public init<T: SyncModel>(document: T? = nil, collectionPath: @escaping @Sendable () -> String? = { "mocks" }, store: InMemoryDocumentStore? = nil) {
-        let initialPath = collectionPath() ?? "mocks"
-        self.store = store ?? InMemoryDocumentStore(documents: mockDocuments(document.map { [$0] } ?? [], in: initialPath))
-        self.path = collectionPath
+    public init<T: SyncModel>(document: T? = nil, collectionPath: @escaping @Sendable () -> String? = { "mocks" }, store: MockServer? = nil) {
+        let documents = mockDocuments(document.map { [$0] } ?? [], in: collectionPath() ?? "mocks")
+        self.store = store.map { $0.seeded(documents) } ?? MockServer(documents: documents)
+        remote = TandemRemoteDocumentService(client: self.store.client) { try resolveCollection(collectionPath) }
     }
 
-    public convenience init(collectionPath: @escaping @Sendable () -> String? = { "mocks" }, store: InMemoryDocumentStore? = nil) {
+    public convenience init(collectionPath: @escaping @Sendable () -> String? = { "mocks" }, store: MockServer? = nil) {
         self.init(document: MockModel?.none, collectionPath: collectionPath, store: store)
     }
 
-    public func collectionPath() throws -> CollectionPath { try resolveCollection(path) }
-
+    public func collectionPath() throws -> CollectionPath { try remote.collectionPath() }
+    public func getDocument(id: String) async throws -> Document? { try await remote.getDocument(id: id) }
     public func listen(documentID: String, resumeFrom: Version?) -> AsyncThrowingStream<RemoteChangeBatch, any Error> {
-        do {
-            return store.listen(.document(try collectionPath().document(documentID)), query: Query(), resumeFrom: resumeFrom)
-        } catch {
-            return AsyncThrowingStream { $0.finish(throwing: error) }
-        }
+        remote.listen(documentID: documentID, resumeFrom: resumeFrom)
     }
-
+    public func commit(_ mutations: [Mutation]) async throws -> [WriteAcknowledgement] { try await remote.commit(mutations) }
+    public func commit(requests: [WriteRequest]) async -> [Result<[WriteAcknowledgement], any Error>] { await remote.commit(requests: requests) }
+    public func whenReachable(_ action: @escaping @Sendable () -> Void) { remote.whenReachable(action) }
 }
 
-/// A read-only ``RemoteCollectionGroupService`` over an ``InMemoryDocumentStore``.
-public final class MockRemoteCollectionGroupService: RemoteCollectionGroupService {
-    public let store: InMemoryDocumentStore
-    public let groupName: String
+/// A read-only ``RemoteCollectionGroupService`` over a ``MockServer``.
+public final class MockRemoteCollectionGroupService: RemoteCollectionGroupService, ReachabilityReporting {
+    public let store: MockServer
+    private let remote: TandemRemoteCollectionGroupService
+    public var groupName: String { remote.groupName }
 
     /// Models are stored under `parents/p{n}/{groupName}`, alternating two parents.
-    public init<T: SyncModel>(collection: [T] = [], groupName: String = "mocks", store: InMemoryDocumentStore? = nil) {
-        self.groupName = groupName
+    public init<T: SyncModel>(collection: [T] = [], groupName: String = "mocks", store: MockServer? = nil) {
         let documents = collection.enumerated().flatMap { index, model in
             mockDocuments([model], in: "parents/p\(index % 2)/\(groupName)")
         }
-        self.store = store ?? InMemoryDocumentStore(documents: documents)
+        self.store = store.map { $0.seeded(documents) } ?? MockServer(documents: documents)
+        remote = TandemRemoteCollectionGroupService(client: self.store.client, groupName: groupName)
     }
 
     /// An empty group over `store`.
-    public convenience init(groupName: String = "mocks", store: InMemoryDocumentStore? = nil) {
+    public convenience init(groupName: String = "mocks", store: MockServer? = nil) {
         self.init(collection: [MockModel](), groupName: groupName, store: store)
     }
 
-    public func getDocuments(query: Query) async throws -> [Document] {
-        try await store.query(.group(groupName), query)
-    }
-
+    public func getDocuments(query: Query) async throws -> [Document] { try await remote.getDocuments(query: query) }
     public func listen(query: Query, resumeFrom: Version?) -> AsyncThrowingStream<RemoteChangeBatch, any Error> {
-        store.listen(.group(groupName), query: query, resumeFrom: resumeFrom)
+        remote.listen(query: query, resumeFrom: resumeFrom)
     }
+    public func whenReachable(_ action: @escaping @Sendable () -> Void) { remote.whenReachable(action) }
 }
 
 /// A model for mocks made without one.
@@ -127,21 +116,13 @@ struct MockModel: SyncModel {
     var id: String
 }
 
-/// What the collection-backed mocks share: an in-memory store and a collection path.
-public protocol InMemoryCollectionBacked: Sendable {
-    var store: InMemoryDocumentStore { get }
+/// What the collection-backed mocks share: a mock server and a collection path.
+public protocol MockServerBacked: Sendable {
+    var store: MockServer { get }
     func collectionPath() throws -> CollectionPath
 }
 
-extension InMemoryCollectionBacked {
-    public func getDocument(id: String) async throws -> Document? {
-        try await store.get(collectionPath().document(id))
-    }
-
-    public func commit(_ mutations: [Mutation]) async throws -> [WriteAcknowledgement] {
-        try await store.commit(mutations)
-    }
-
+extension MockServerBacked {
     /// Writes a model as another client would.
     public func simulateUpdate<T: SyncModel>(_ model: T) throws {
         store.simulateWrite(Document(path: try collectionPath().document(model.id), data: try JSONValueEncoder().encodeObject(model)))
@@ -150,5 +131,13 @@ extension InMemoryCollectionBacked {
     /// Deletes a document as another client would.
     public func simulateDelete(id: String) throws {
         store.simulateDelete(try collectionPath().document(id))
+    }
+}
+
+extension MockServer {
+    /// This server with `documents` written to it (as one commit), for a mock that shares it.
+    func seeded(_ documents: [Document]) -> MockServer {
+        if !documents.isEmpty { _ = try? commit(documents.map { .set($0.path, $0.data) }) }
+        return self
     }
 }

@@ -11,10 +11,13 @@
 ///
 ///  connecting ──opened──▶ open ──welcome──▶ connected
 ///      ▲                   │                   │
-///      │                closed              closed / heartbeats missed
+///      │                closed              closed / heartbeats missed → closing → closed
 ///      │                   ▼                   ▼
 ///      └──sleep ended── waiting(until) ◀── (a welcomed socket reconnects at once)
 /// ```
+///
+/// While an attempt is under way (connecting, open, or a welcomed socket closing with the client
+/// online), requests wait for its outcome rather than fail at once (``isConnecting``).
 struct ConnectionStateMachine: Sendable {
     enum Phase: Equatable, Sendable {
         /// Told to stay offline: no socket, no attempt, until ``setOnline(_:)`` says otherwise.
@@ -25,6 +28,9 @@ struct ConnectionStateMachine: Sendable {
         case open(attempt: Int)
         /// The server said welcome: requests may go.
         case connected(attempt: Int)
+        /// The socket is being closed (gone silent, misbehaved, or going offline); `welcomed` says
+        /// whether the server had said welcome on it.
+        case closing(attempt: Int, welcomed: Bool)
         /// Between attempts, until `until` (elapsed time), or sooner when `woken`.
         case waiting(until: Duration, woken: Bool)
         /// Stopped for good.
@@ -80,12 +86,22 @@ struct ConnectionStateMachine: Sendable {
         return false
     }
 
+    /// Whether an attempt is under way (a socket opening, or open and waiting for welcome) and the
+    /// client is to stay online: a request now can wait for its outcome.
+    var isConnecting: Bool {
+        guard online else { return false }
+        switch phase {
+        case .connecting, .open, .closing: return true
+        default: return false
+        }
+    }
+
     var isStopped: Bool { phase == .stopped || phase == .gaveUp }
 
     /// The socket in use, if any.
     var attempt: Int? {
         switch phase {
-        case .connecting(let attempt), .open(let attempt), .connected(let attempt): attempt
+        case .connecting(let attempt), .open(let attempt), .connected(let attempt), .closing(let attempt, _): attempt
         case .offline, .waiting, .stopped, .gaveUp: nil
         }
     }
@@ -124,16 +140,17 @@ struct ConnectionStateMachine: Sendable {
     /// A heartbeat interval passed on `attempt`: send a heartbeat, or close a socket that has
     /// been silent for too long.
     mutating func heartbeatDue(attempt: Int) -> [Action] {
-        guard self.attempt == attempt, phase != .connecting(attempt: attempt) else { return [] }
+        guard phase == .open(attempt: attempt) || phase == .connected(attempt: attempt) else { return [] }
         silentIntervals += 1
-        if silentIntervals > missedHeartbeatsAllowed { return [.close(attempt: attempt)] }
+        if silentIntervals > missedHeartbeatsAllowed { return close(attempt) }
         return [.sendHeartbeat]
     }
 
     /// The server broke the protocol on `attempt` (a message the client must not trust): close.
     mutating func misbehaved(attempt: Int) -> [Action] {
         guard self.attempt == attempt else { return [] }
-        return [.close(attempt: attempt)]
+        if case .closing = phase { return [] }
+        return close(attempt)
     }
 
     /// The socket of `attempt` closed, or could not open. A socket the server had welcomed
@@ -141,7 +158,12 @@ struct ConnectionStateMachine: Sendable {
     /// `random` (0..<1) places the jitter.
     mutating func closed(attempt: Int, now: Duration, random: Double) -> [Action] {
         guard self.attempt == attempt else { return [] }
-        let wasConnected = isConnected
+        let wasConnected: Bool
+        switch phase {
+        case .connected: wasConnected = true
+        case .closing(_, let welcomed): wasConnected = welcomed
+        default: wasConnected = false
+        }
         guard online else {
             phase = .offline
             return [.failPending]
@@ -182,11 +204,11 @@ struct ConnectionStateMachine: Sendable {
         }
         switch phase {
         case .connecting(let attempt), .open(let attempt), .connected(let attempt):
-            return [.close(attempt: attempt)]
+            return close(attempt)
         case .waiting:
             phase = .offline
             return [.endSleep]
-        case .offline, .stopped, .gaveUp:
+        case .closing, .offline, .stopped, .gaveUp:
             return []
         }
     }
@@ -195,13 +217,19 @@ struct ConnectionStateMachine: Sendable {
     mutating func stop() -> [Action] {
         defer { phase = .stopped }
         switch phase {
-        case .connecting(let attempt), .open(let attempt), .connected(let attempt):
+        case .connecting(let attempt), .open(let attempt), .connected(let attempt), .closing(let attempt, _):
             return [.close(attempt: attempt), .failPending]
         case .waiting:
             return [.endSleep]
         case .offline, .stopped, .gaveUp:
             return []
         }
+    }
+
+    /// Closes the socket of `attempt`; its `closed` event decides what comes next.
+    private mutating func close(_ attempt: Int) -> [Action] {
+        phase = .closing(attempt: attempt, welcomed: phase == .connected(attempt: attempt))
+        return [.close(attempt: attempt)]
     }
 
     private mutating func connect() -> Action {

@@ -14,20 +14,19 @@ extension TandemClient {
     /// Keeps the connection up until the task is cancelled or the service group shuts down. The
     /// decisions are ``ConnectionStateMachine``'s; this loop runs the sockets and sleeps it asks for.
     public func run() async throws {
-        let (commands, queue) = AsyncStream.makeStream(of: ConnectionCommand.self)
         let first = state.withLock { state -> Bool in
-            guard state.commands == nil, !state.machine.isStopped else { return false }
-            state.commands = queue
+            guard !state.running, !state.machine.isStopped else { return false }
+            state.running = true
             return true
         }
         guard first else {
             configuration.logger.warning("TandemClient.run() was called while the client runs already, or after it stopped")
             return
         }
-        connectionEvent { $0.start() }
+        startConnecting()
         await withGracefulShutdownHandler {
             await withDiscardingTaskGroup { group in
-                for await command in commands {
+                for await command in self.commands {
                     switch command {
                     case .connect(let attempt):
                         group.addTask { await self.connectOnce(attempt) }
@@ -41,6 +40,12 @@ extension TandemClient {
             self.stop()
         }
         stop()
+    }
+
+    /// Starts the first connection attempt now, before `run()` carries it out: requests made from
+    /// here on wait for its outcome instead of failing at once. `run()` does it too.
+    package func startConnecting() {
+        connectionEvent { $0.start() }
     }
 
     /// Stops for good: closes the connection and ends every listener and waiting request.
@@ -85,6 +90,8 @@ extension TandemClient {
 
     static func take(_ actions: [ConnectionStateMachine.Action], in state: inout State) -> ConnectionEffects {
         var effects = ConnectionEffects()
+        // A socket that closes and is replaced at once: what was never sent on it waits for the next.
+        let reconnecting = actions.contains { if case .connect = $0 { true } else { false } }
         for action in actions {
             switch action {
             case .connect(let attempt):
@@ -101,10 +108,14 @@ extension TandemClient {
                 }
             case .resumeListeners:
                 if let connection = state.connection {
-                    for (id, listener) in state.listeners {
+                    for (id, var listener) in state.listeners {
                         connection.frames.yield(ClientMessage.listen(id: id, target: listener.target, resumeFrom: listener.lastVersion).text)
+                        listener.sent = true
+                        state.listeners[id] = listener
                     }
+                    for (_, frame) in state.deferred { connection.frames.yield(frame) }
                 }
+                state.deferred = []
                 effects.resume += state.connectedWaiters
                 state.connectedWaiters = []
                 effects.reachability = state.reachability
@@ -112,14 +123,22 @@ extension TandemClient {
             case .failPending:
                 state.connection?.frames.finish()
                 state.connection = nil
-                effects.failed = (Array(state.pending.values), [])
-                state.pending = [:]
+                // Requests and listens sent on the socket that went fail (their answer is lost);
+                // those never sent wait for the next socket when one follows at once.
+                let unsent = reconnecting ? Set(state.deferred.map(\.id)) : []
+                if !reconnecting { state.deferred = [] }
+                effects.failed = ([], [])
+                for (id, reply) in state.pending where !unsent.contains(id) {
+                    effects.failed?.pending.append(reply)
+                    state.pending[id] = nil
+                }
                 for (id, var listener) in state.listeners {
-                    if listener.failWhenDisconnected {
+                    if listener.failWhenDisconnected && (listener.sent || !reconnecting) {
                         effects.failed?.listeners.append(listener)
                         state.listeners[id] = nil
                     } else {
                         listener.partial = []
+                        listener.sent = false
                         state.listeners[id] = listener
                     }
                 }

@@ -21,14 +21,17 @@ extension TandemClient {
             let id = state.nextRequestID
             state.nextRequestID += 1
             let connected = state.machine.isConnected
-            if failWhenDisconnected && !connected {
+            // While an attempt is under way, the listen waits for it (and fails with it).
+            if failWhenDisconnected && !connected && !state.machine.isConnecting {
                 return (id, true, Self.requestWake(&state))
             }
-            state.listeners[id] = Listener(target: target, lastVersion: resumeFrom, failWhenDisconnected: failWhenDisconnected, continuation: continuation,
-                                           inPieces: inPieces && failWhenDisconnected)
-            if connected {
-                state.connection?.frames.yield(ClientMessage.listen(id: id, target: target, resumeFrom: resumeFrom).text)
+            var listener = Listener(target: target, lastVersion: resumeFrom, failWhenDisconnected: failWhenDisconnected, continuation: continuation,
+                                    inPieces: inPieces && failWhenDisconnected)
+            if connected, let connection = state.connection {
+                connection.frames.yield(ClientMessage.listen(id: id, target: target, resumeFrom: resumeFrom).text)
+                listener.sent = true
             }
+            state.listeners[id] = listener
             return (id, false, connected ? nil : Self.requestWake(&state))
         }
         wake?.resume()

@@ -47,6 +47,8 @@ public final class TandemClient: Service, Sendable {
         var continuation: AsyncThrowingStream<RemoteChangeBatch, any Error>.Continuation
         /// Frames of a batch that is still arriving.
         var partial: [RemoteChange] = []
+        /// Whether its listen went out on the socket in use.
+        var sent = false
         /// Each frame of a batch is delivered as it comes, as a piece that `continues` (an engine
         /// prepares a large snapshot while the rest arrives). Only with `failWhenDisconnected`, so
         /// a batch cut by a disconnection ends the stream rather than starting over in it.
@@ -56,8 +58,10 @@ public final class TandemClient: Service, Sendable {
     struct State {
         /// When to connect, reconnect and send heartbeats.
         var machine: ConnectionStateMachine
-        /// Where the machine's connects and sleeps go, while `run()` runs.
+        /// Where the machine's connects and sleeps go, for `run()`; nil once stopped.
         var commands: AsyncStream<ConnectionCommand>.Continuation?
+        /// Whether `run()` was called.
+        var running = false
         /// The open socket (welcomed or not).
         var connection: Connection?
         let hello: String
@@ -66,6 +70,8 @@ public final class TandemClient: Service, Sendable {
         var listeners: [Int: Listener] = [:]
         /// The sleep between attempts, to end early.
         var wake: CheckedContinuation<Void, Never>?
+        /// Requests made while an attempt was under way, sent once it is welcomed.
+        var deferred: [(id: Int, frame: String)] = []
         var connectedWaiters: [CheckedContinuation<Void, Never>] = []
         var reachability: [ReachabilityHandler] = []
         /// Fault injection: acknowledgements to let through before one is dropped with the connection.
@@ -77,6 +83,8 @@ public final class TandemClient: Service, Sendable {
     }
 
     let state: Mutex<State>
+    /// The connects and sleeps the machine asks for, carried out by `run()`.
+    let commands: AsyncStream<ConnectionCommand>
     /// Time elapsed on the configured clock: the machine's deadlines.
     let elapsed: @Sendable () -> Duration
     /// The reconnect delays' jitter.
@@ -101,9 +109,13 @@ public final class TandemClient: Service, Sendable {
         self.configuration = configuration
         clientID = configuration.clientID ?? ClientIdentity.load(from: configuration.storageDirectory)
         streamURL = transport.endpoint
-        state = Mutex(State(
+        let (commands, queue) = AsyncStream.makeStream(of: ConnectionCommand.self)
+        self.commands = commands
+        var initial = State(
             machine: ConnectionStateMachine(policy: configuration.reconnectPolicy, missedHeartbeatsAllowed: configuration.missedHeartbeatsAllowed),
-            hello: ClientMessage.hello(clientID: clientID, protocolVersion: TandemVersion.wireProtocol, token: configuration.token).text))
+            hello: ClientMessage.hello(clientID: clientID, protocolVersion: TandemVersion.wireProtocol, token: configuration.token).text)
+        initial.commands = queue
+        state = Mutex(initial)
         elapsed = Self.stopwatch(configuration.clock)
         randomness = RetryRandomness(configuration.random)
     }
@@ -244,12 +256,14 @@ public final class TandemClient: Service, Sendable {
     }
 
     /// Sends requests in one locked step, so they go out in this order with nothing between them,
-    /// and waits for every answer. Not connected: one `unavailable` failure.
+    /// and waits for every answer. While a connection attempt is under way they wait for it (and
+    /// fail with it); otherwise, not connected: one `unavailable` failure.
     func send(_ requests: [(Int) -> ClientMessage]) async -> [Result<ServerMessage, any Error>] {
         guard !requests.isEmpty else { return [] }
         return await withCheckedContinuation { (continuation: CheckedContinuation<[Result<ServerMessage, any Error>], Never>) in
             let (sent, wake) = state.withLock { state -> (Bool, CheckedContinuation<Void, Never>?) in
-                guard let connection = state.welcomed else {
+                let connection = state.welcomed
+                guard connection != nil || state.machine.isConnecting else {
                     return (false, Self.requestWake(&state))
                 }
                 let collector = ReplyCollector(count: requests.count, continuation: continuation)
@@ -257,7 +271,13 @@ public final class TandemClient: Service, Sendable {
                     let id = state.nextRequestID
                     state.nextRequestID += 1
                     state.pending[id] = PendingReply(collector: collector, slot: slot)
-                    connection.frames.yield(make(id).text)
+                    let frame = make(id).text
+                    if let connection {
+                        connection.frames.yield(frame)
+                    } else {
+                        // Sent after the welcome, or failed with the attempt (with every pending reply).
+                        state.deferred.append((id, frame))
+                    }
                 }
                 return (true, nil)
             }

@@ -83,6 +83,13 @@ public final class MemoryServerStore<C: Clock>: ServerStore where C.Duration == 
     // MARK: Writes
 
     public func commit(_ requests: [[Mutation]], limits: ServerLimits, clientID: String?) async -> [Result<CommitResult, TandemError>] {
+        commitNow(requests, limits: limits, clientID: clientID)
+    }
+
+    /// ``commit(_:limits:clientID:)`` without suspending: a memory store decides a commit in one
+    /// locked step. For tests and previews that change the data as another client would, from
+    /// synchronous code.
+    public func commitNow(_ requests: [[Mutation]], limits: ServerLimits = ServerLimits(), clientID: String? = nil) -> [Result<CommitResult, TandemError>] {
         let time = ServerTime(WireTimestamp.date(milliseconds: WireTimestamp.milliseconds(configuration.now())))
         let planner = CommitPlanner(limits: limits, time: time)
         let observers = self.observers.withLock { $0 }
@@ -156,6 +163,20 @@ public final class MemoryServerStore<C: Clock>: ServerStore where C.Duration == 
 
     public func currentVersion() async throws -> Version {
         storage.withLock { $0.version }
+    }
+
+    /// The newest version, read without suspending.
+    public var version: Version { storage.withLock { $0.version } }
+
+    /// The live documents by path, read without suspending: what a test inspects.
+    public var documents: [DocumentPath: Document] {
+        storage.withLock { storage in
+            var documents: [DocumentPath: Document] = [:]
+            for (path, row) in storage.rows {
+                if let document = row.document { documents[path] = document }
+            }
+            return documents
+        }
     }
 
     public func read(_ target: ListenTarget) async throws -> StoreSnapshot {

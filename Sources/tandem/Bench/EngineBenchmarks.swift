@@ -60,7 +60,7 @@ enum EngineBenchmarks {
     /// One remote change applied to an engine holding `count` documents (durably), p50 and p99.
     /// Under a query with an order, each change moves its document to a new place in the view.
     static func remoteChange(count: Int, changes: Int, directory: URL, query: Query = Query()) async throws -> (p50: Duration, p99: Duration) {
-        let store = InMemoryDocumentStore(documents: try (0..<count).map { index in
+        let store = MockServer(documents: try (0..<count).map { index in
             Document(path: try CollectionPath("items").document("item-\(index)"), data: try JSONValueEncoder().encodeObject(item(index)))
         })
         let remote = MockRemoteCollectionService(collectionPath: { "items" }, store: store)

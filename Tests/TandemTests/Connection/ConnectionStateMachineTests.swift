@@ -128,4 +128,18 @@ struct ConnectionStateMachineTests {
         #expect(giving.closed(attempt: 2, now: .seconds(1), random: 0.5) == [.failPending, .gaveUp(failures: 2)])
         #expect(giving.isStopped)
     }
+
+    @Test("offline and back online before the socket has closed: not connected meanwhile, and it reconnects at once when it closes")
+    func onlineWhileClosing() {
+        var machine = machine()
+        _ = machine.start()
+        _ = machine.opened(attempt: 1)
+        _ = machine.welcomed(attempt: 1)
+        #expect(machine.setOnline(false) == [.close(attempt: 1)])
+        #expect(machine.setOnline(true) == [])
+        #expect(!machine.isConnected, "the closing socket takes no requests")
+        #expect(machine.isConnecting, "requests wait for the next socket")
+        #expect(machine.heartbeatDue(attempt: 1) == [], "no heartbeat on a closing socket")
+        #expect(machine.closed(attempt: 1, now: .zero, random: 0.5) == [.failPending, .connect(attempt: 2)])
+    }
 }

@@ -17,13 +17,15 @@ struct BatchTests {
         let directory = try TemporaryDirectory()
         defer { directory.remove() }
         let remote = MockRemoteCollectionService(collection: Product.mocks, collectionPath: { "products" })
-        let offline = engine(remote, persistence: try SQLiteCollectionPersistence(managerKey: "batches", directory: directory.url))
-        await offline.startListening()
-        remote.store.goOffline()
-        try await offline.commit { batch in
-            batch.save(Product(id: "cup", name: "Cup", price: 5, stock: 9))
-            batch.update(id: "lamp", data: ["stock": .increment(-1)])
-            batch.delete(id: "desk")
+        // The engine before the restart, gone before the server is back.
+        do {
+            let offline = engine(remote, persistence: try SQLiteCollectionPersistence(managerKey: "batches", directory: directory.url))
+            await offline.startListening()
+            remote.store.goOffline()
+            try await offline.commit { batch in
+                batch.save(Product(id: "cup", name: "Cup", price: 5, stock: 9))
+                batch.update(id: "lamp", data: ["stock": .increment(-1)])
+                batch.delete(id: "desk")
         }
         #expect(offline.currentCollection.map(\.id) == ["cup", "lamp"])
         #expect(offline.getDocument(id: "lamp")?.stock == 2)
@@ -36,6 +38,7 @@ struct BatchTests {
         try await offline.updateDocument(id: "cup", data: ["stock": 1])
         #expect(offline.pendingWrites.count == 4)
         offline.stopListening(clearCaches: false)
+        }
 
         remote.store.goOnline()
         let commitsBefore = remote.store.commitCount

@@ -13,8 +13,8 @@ struct Review: SyncModel, Equatable {
 
 @Suite("CollectionGroupSyncEngine and pass-through streams", .timeLimit(.minutes(1)))
 struct CollectionGroupSyncEngineTests {
-    func store() throws -> InMemoryDocumentStore {
-        InMemoryDocumentStore(documents: [
+    func store() throws -> MockServer {
+        MockServer(documents: [
             Document(path: try DocumentPath("products/p1/reviews/r1"), data: ["rating": 5]),
             Document(path: try DocumentPath("products/p2/reviews/r1"), data: ["rating": 2]),  // the same id, another parent
             Document(path: try DocumentPath("products/p2/reviews/r2"), data: ["rating": 4]),
@@ -91,7 +91,7 @@ struct EngineDetailTests {
     func groupBackoff() async throws {
         let clock = ManualClock()
         let logger = RecordingDataSyncLogger()
-        let store = InMemoryDocumentStore(documents: [Document(path: try DocumentPath("a/1/reviews/r"), data: ["rating": 1])])
+        let store = MockServer(documents: [Document(path: try DocumentPath("a/1/reviews/r"), data: ["rating": 1])])
         let engine = CollectionGroupSyncEngine<Review>(
             remote: MockRemoteCollectionGroupService(groupName: "reviews", store: store), managerKey: "reviews",
             persistence: nil, logger: logger, clock: clock)
@@ -160,7 +160,7 @@ struct EngineDetailTests {
     @Test("a document that no longer decodes is logged as decode_fail with its id, never dropped silently")
     func decodeFailure() async throws {
         let collection = try CollectionPath("products")
-        let store = InMemoryDocumentStore(documents: [
+        let store = MockServer(documents: [
             Document(path: try collection.document("desk"), data: ["id": "desk", "name": "Desk", "price": 10, "stock": 1]),
             Document(path: try collection.document("odd"), data: ["id": "odd", "name": "Odd", "price": "not a number", "stock": 1]),
         ])

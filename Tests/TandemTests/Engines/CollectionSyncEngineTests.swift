@@ -31,7 +31,7 @@ struct CollectionSyncEngineTests {
     @Test("a write shows at once with pending writes, and clears when acknowledged")
     func latencyCompensation() async throws {
         let clock = ManualClock()
-        let store = InMemoryDocumentStore(clock: clock)
+        let store = MockServer(clock: clock)
         let remote = MockRemoteCollectionService(collectionPath: { "products" }, store: store)
         let engine = makeEngine(remote: remote, clock: clock)
         await engine.startListening()
@@ -288,7 +288,7 @@ struct CollectionSyncEngineTests {
         #expect(remote.store.listenerCount == 1)
         await engine.startListening { $0.whereField("price", isGreaterThan: 100) }
         #expect(engine.currentCollection.map(\.id) == ["desk"])
-        #expect(remote.store.listenerCount == 1, "the first query's listener left when the second's came")
+        #expect(await remote.store.waitForListeners(count: 1), "the first query's listener left when the second's came")
     }
 
     @Test("a nil collection path is a typed error, not a crash or a hang")

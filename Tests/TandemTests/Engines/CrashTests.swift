@@ -102,7 +102,7 @@ struct CrashTests {
         #expect(increments >= returned.count && increments <= returned.count + rounds, "one increment per returned write, plus at most the one cut off in each round")
 
         // Back online, a new engine replays the outbox exactly once.
-        let store = InMemoryDocumentStore(documents: [Document(path: try DocumentPath("counters/total"), data: ["id": "total", "n": 0])])
+        let store = MockServer(documents: [Document(path: try DocumentPath("counters/total"), data: ["id": "total", "n": 0])])
         let remote = MockRemoteCollectionService(collectionPath: { "counters" }, store: store)
         let engine = CollectionSyncEngine<Counter>(remote: remote, managerKey: "crash", persistence: persistence, clock: ManualClock())
         await engine.startListening()

@@ -38,7 +38,7 @@ struct DocumentSyncEngineTests {
     @Test("switching ids keeps the previous document's pending writes")
     func switchingKeepsPendingWrites() async throws {
         let clock = ManualClock()
-        let store = InMemoryDocumentStore(documents: [
+        let store = MockServer(documents: [
             Document(path: try DocumentPath("users/a"), data: ["id": "a", "name": "A", "visits": 0]),
             Document(path: try DocumentPath("users/b"), data: ["id": "b", "name": "B", "visits": 0]),
         ])

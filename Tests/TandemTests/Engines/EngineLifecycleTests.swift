@@ -47,8 +47,7 @@ struct EngineLifecycleTests {
         await engine?.startListening()
         #expect(engine?.currentCollection.count == 2)
         engine = nil
-        await remote.store.settle()
-        #expect(remote.store.listenerCount == 0)
+        #expect(await remote.store.waitForListeners(count: 0))
     }
 }
 

@@ -16,7 +16,7 @@ struct MockRemoteTests {
         for _ in 0..<200 {
             for try await _ in remote.listen(query: Query(), resumeFrom: nil) { break }
         }
-        #expect(remote.store.listenerCount == 0)
+        #expect(await remote.store.waitForListeners(count: 0))
         // Stopped before the store has set the listener up: it must not register afterwards.
         for _ in 0..<200 {
             let stream = remote.listen(query: Query(), resumeFrom: nil)
@@ -25,6 +25,6 @@ struct MockRemoteTests {
             _ = await consumer.result
         }
         await remote.store.settle()
-        #expect(remote.store.listenerCount == 0)
+        #expect(await remote.store.waitForListeners(count: 0))
     }
 }

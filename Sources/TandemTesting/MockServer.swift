@@ -1,0 +1,255 @@
+import Foundation
+import Synchronization
+import Tandem
+import TandemCore
+import TandemServer
+
+/// A Tandem server in memory for previews and tests, with the real semantics, and a client
+/// connected to it in process: the mock remotes are thin wrappers over that client. The store is a
+/// ``MemoryServerStore`` (versions per commit, exactly-once by `MutationID`, resume from a
+/// version), behind the server's real sessions and fan-out. Faults are injected in the connection,
+/// where a network would cause them.
+///
+/// ```swift
+/// let server = MockServer()
+/// server.failNextCalls(2)              // the next two requests are answered `unavailable`
+/// server.dropNextAcknowledgements(1)   // the next write applies, then its answer is lost with the connection
+/// server.goOffline()                   // the client is cut off until goOnline()
+/// ```
+public final class MockServer: Sendable {
+    /// The store behind the server.
+    public let memoryStore: MemoryServerStore<ContinuousClock>
+    /// The server, for more connections (`TandemClient.inProcess(mock.server)`).
+    public let server: InProcessServer
+    /// The client the mock remotes share, running from the start.
+    public let client: TandemClient
+    let faults: Locked<ConnectionFaults>
+    private let listeners: Locked<Int>
+    private let running: Task<Void, any Error>
+
+    /// - Parameters:
+    ///   - documents: the documents the server starts with, committed together (version 1).
+    ///   - clock: the clock latency is waited on.
+    public init(documents: [Document] = [], clock: any Clock<Duration> = ContinuousClock()) {
+        var configuration = SyncServerConfiguration()
+        configuration.logger.logLevel = .critical
+        configuration.limits.maximumWritesPerSecond = .max
+        configuration.limits.maximumPendingWritesPerConnection = .max
+        let listeners = Locked(0)
+        configuration.onListenerCountChange = { count in listeners.value = count }
+        self.listeners = listeners
+        memoryStore = MemoryServerStore()
+        if !documents.isEmpty {
+            var limits = ServerLimits()
+            limits.maximumBatchWrites = documents.count
+            limits.maximumRequestBytes = .max
+            _ = memoryStore.commitNow([documents.map { .set($0.path, $0.data) }], limits: limits)
+        }
+        server = InProcessServer(store: memoryStore, configuration: configuration)
+        faults = Locked(ConnectionFaults())
+        var clientConfiguration = TandemClientConfiguration()
+        clientConfiguration.clientID = "mock-\(UUID().uuidString.lowercased())"
+        clientConfiguration.logger.logLevel = .critical
+        let client = TandemClient(url: URL(string: "tandem-mock://server")!,
+                                  transport: FaultyTransport(server: server, faults: faults, clock: clock), configuration: clientConfiguration)
+        self.client = client
+        // Connecting from here on: the mocks' first calls wait for the connection, as they
+        // would for a server that is up.
+        client.startConnecting()
+        running = Task { try await client.run() }
+    }
+
+    deinit {
+        running.cancel()
+        server.stop()
+    }
+
+    // MARK: Fault injection
+
+    /// The next `count` requests (reads, listens, writes) are answered with `error` instead of
+    /// reaching the server.
+    public func failNextCalls(_ count: Int, with error: TandemError = TandemError(.unavailable, "The mock server failed this call on purpose.")) {
+        faults.withLock {
+            $0.failuresLeft = count
+            $0.failure = error
+        }
+    }
+
+    /// Cuts the client off, as a lost network: requests fail with `unavailable` at once and live
+    /// listeners end with it, until ``goOnline()``.
+    public func goOffline() {
+        client.setOnline(false)
+    }
+
+    /// Reconnects the client at once; its listeners resume and the engines send their outboxes.
+    public func goOnline() {
+        client.setOnline(true)
+    }
+
+    /// The next `count` writes apply on the server, but their acknowledgements are lost with the
+    /// connection, as when a network drops after the commit: the client reconnects at once, and the
+    /// engines send them again (answered `replayed`).
+    public func dropNextAcknowledgements(_ count: Int) {
+        faults.withLock { $0.acknowledgementsToDrop = count }
+    }
+
+    /// A delay before each message from the server, waited on the mock's clock.
+    public func setLatency(_ duration: Duration) {
+        faults.withLock { $0.latency = duration }
+    }
+
+    // MARK: Inspection
+
+    /// The live documents, by path.
+    public var documents: [DocumentPath: Document] { memoryStore.documents }
+    /// The newest version.
+    public var version: Version { memoryStore.version }
+    /// How many write requests reached the server.
+    public var commitCount: Int { faults.value.commitCount }
+    /// How many writes the server applied (replays excluded).
+    public var appliedWriteCount: Int { faults.value.appliedCount }
+    /// How many listeners the server runs.
+    public var listenerCount: Int { listeners.value }
+
+    /// Returns once the server runs exactly `count` listeners (a stopped listener leaves when the
+    /// server has read its `unlisten`); false if the test's time limit cancels the wait first.
+    @discardableResult
+    public func waitForListeners(count: Int) async -> Bool {
+        await listeners.wait { $0 == count }
+    }
+
+    /// Returns once every listen asked for so far has its first answer (or was stopped): what a
+    /// test awaits before counting listeners.
+    public func settle() async {
+        await faults.wait { $0.waitingListens.isEmpty }
+    }
+
+    // MARK: Writes as another client
+
+    /// Commits mutations as another client would (no mutation ids needed); returns the
+    /// acknowledgements, or throws the refusal.
+    @discardableResult
+    public func commit(_ mutations: [Mutation]) throws -> [WriteAcknowledgement] {
+        try memoryStore.commitNow([mutations])[0].get().acknowledgements
+    }
+
+    /// Writes a document as another client would.
+    public func simulateWrite(_ document: Document) {
+        _ = memoryStore.commitNow([[.set(document.path, document.data)]])
+    }
+
+    /// Deletes a document as another client would.
+    public func simulateDelete(_ path: DocumentPath) {
+        _ = memoryStore.commitNow([[.delete(path)]])
+    }
+}
+
+/// What the mock's connection does to the messages it carries, and what it counted.
+struct ConnectionFaults: Sendable {
+    var failuresLeft = 0
+    var failure = TandemError(.unavailable, "The mock server failed this call on purpose.")
+    var acknowledgementsToDrop = 0
+    var latency: Duration = .zero
+    var commitCount = 0
+    var appliedCount = 0
+    /// Listens sent on the open connection and not answered yet, by request id.
+    var waitingListens: Set<Int> = []
+}
+
+/// Connections to an ``InProcessServer`` with the mock's faults injected on the way.
+struct FaultyTransport: ClientTransport {
+    let server: InProcessServer
+    let faults: Locked<ConnectionFaults>
+    let clock: any Clock<Duration>
+
+    var endpoint: String { "tandem-mock://server" }
+
+    func connect(_ session: @escaping @Sendable (TransportConnection) async -> Void) async throws {
+        let connection = server.connect()
+        let (toClient, deliver) = AsyncStream.makeStream(of: String.self)
+        // The server's messages, through the faults; injected answers join them.
+        let pump = Task { [faults, clock] in
+            for await text in connection.messages {
+                let latency = faults.value.latency
+                if latency > .zero {
+                    do {
+                        try await clock.sleep(for: latency)
+                    } catch {
+                        break
+                    }
+                }
+                if Self.receive(text, faults: faults) {
+                    deliver.yield(text)
+                } else {
+                    // An acknowledgement lost with the connection.
+                    connection.close()
+                    break
+                }
+            }
+            deliver.finish()
+        }
+        let iterator = IteratorBox(toClient.makeAsyncIterator())
+        let messages = AsyncThrowingStream<TransportMessage, any Error>(unfolding: {
+            try await iterator.next().map { .text($0) }
+        })
+        let send: @Sendable (String) async throws -> Void = { [faults] text in
+            if let answer = Self.send(text, faults: faults) {
+                deliver.yield(answer)
+            } else {
+                connection.send(text)
+            }
+        }
+        await session(TransportConnection(messages: messages, send: send, close: { connection.close() }))
+        connection.close()
+        pump.cancel()
+        faults.withLock { $0.waitingListens = [] }
+    }
+
+    /// A message on its way to the server: nil to let it through, or the answer that replaces it.
+    private static func send(_ text: String, faults: Locked<ConnectionFaults>) -> String? {
+        guard let value = try? JSONText.parse(text), let message = try? ClientMessage(wire: value) else { return nil }
+        return faults.withLock { faults -> String? in
+            switch message {
+            case .listen(let id, _, _), .get(let id, _), .query(let id, _), .write(let id, _), .writeEach(let id, _):
+                if faults.failuresLeft > 0 {
+                    faults.failuresLeft -= 1
+                    return JSONText.encode(ServerMessage.error(id: id, faults.failure).wireValue)
+                }
+                switch message {
+                case .listen: faults.waitingListens.insert(id)
+                case .write, .writeEach: faults.commitCount += 1
+                default: break
+                }
+            case .unlisten(let id):
+                faults.waitingListens.remove(id)
+            case .hello, .heartbeat:
+                break
+            }
+            return nil
+        }
+    }
+
+    /// A message on its way to the client: false when it is an acknowledgement to lose.
+    private static func receive(_ text: String, faults: Locked<ConnectionFaults>) -> Bool {
+        guard let message = try? ServerMessage.parse(text) else { return true }
+        return faults.withLock { faults -> Bool in
+            switch message {
+            case .ack(_, let acknowledgements):
+                faults.appliedCount += acknowledgements.filter { $0.status == .applied }.count
+                if faults.acknowledgementsToDrop > 0 {
+                    faults.acknowledgementsToDrop -= 1
+                    return false
+                }
+            case .batch(let target, _, _, _):
+                faults.waitingListens.remove(target)
+            case .sharedBatch(let targets, _):
+                faults.waitingListens.subtract(targets)
+            case .error(let id?, _):
+                faults.waitingListens.remove(id)
+            default:
+                break
+            }
+            return true
+        }
+    }
+}
