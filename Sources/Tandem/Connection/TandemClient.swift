@@ -10,8 +10,9 @@ import TandemCore
 /// `TandemClient` is a `Service`: its `run()` connects, says hello with a persistent client id, sends
 /// heartbeats, notices a dead connection, reconnects with backoff on the configured clock, resumes
 /// every listener from the last version it saw, and tells the engines bound to it to send their
-/// outboxes. Reads and writes made while it is disconnected fail at once with `unavailable` (the
-/// engines keep such writes queued) and trigger an immediate reconnect attempt.
+/// outboxes. Reads and writes made while a connection attempt is under way wait for it; made
+/// while it is disconnected otherwise, they fail at once with `unavailable` (the engines keep such
+/// writes queued) and trigger an immediate reconnect attempt.
 ///
 /// ```swift
 /// let client = TandemClient(url: URL(string: "http://127.0.0.1:8080")!)

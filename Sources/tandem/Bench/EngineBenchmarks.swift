@@ -86,7 +86,8 @@ enum EngineBenchmarks {
         return (samples[samples.count / 2], samples[samples.count * 99 / 100])
     }
 
-    /// Updates queued offline, then flushed to the in-memory server once it is back: writes/s.
+    /// Updates queued offline, then flushed to the mocks' server (the real server in process, on a
+    /// memory store) once it is back: writes/s.
     static func flush(count: Int) async throws -> (queue: Duration, flush: Duration) {
         let remote = MockRemoteCollectionService(collection: [item(0)], collectionPath: { "items" })
         let engine = CollectionSyncEngine<Item>(remote: remote, managerKey: "flush", persistence: nil, retryPolicy: .none)
@@ -245,7 +246,7 @@ extension EngineBenchmarks {
         try await replay(count: 10_000, directory: directory, into: &report)
         let writes = 10_000
         let (queue, flush) = try await flush(count: writes)
-        report.notes.append("engines: \(writes) updates queued offline in \(BenchReport.time(queue.doubleSeconds)) (\(BenchReport.rate(Double(writes) / queue.doubleSeconds)) writes/s), flushed to the in-memory server in \(BenchReport.time(flush.doubleSeconds)) (\(BenchReport.rate(Double(writes) / flush.doubleSeconds)) writes/s)")
+        report.notes.append("engines: \(writes) updates queued offline in \(BenchReport.time(queue.doubleSeconds)) (\(BenchReport.rate(Double(writes) / queue.doubleSeconds)) writes/s), flushed to the server in process (memory store) in \(BenchReport.time(flush.doubleSeconds)) (\(BenchReport.rate(Double(writes) / flush.doubleSeconds)) writes/s)")
         return report
     }
 }
