@@ -137,15 +137,7 @@ extension SyncCore {
             attach(attempt, source.listen(resumeFrom))
         }
         if let until = effects.sleepUntil {
-            let delay = until - elapsed()
-            let sleep = Task { [weak self, clock] in
-                do {
-                    try await clock.sleep(for: delay)
-                } catch {
-                    return
-                }
-                self?.listenerRetryDue()
-            }
+            let sleep = sleep(until: until) { $0.listenerRetryDue() }
             let kept = state.withLock { state -> Bool in
                 guard state.listener.phase == .down(until: until), state.tasks.sleep == nil, !state.tasks.isShutDown else { return false }
                 state.tasks.sleep = sleep
@@ -154,6 +146,20 @@ extension SyncCore {
             if !kept { sleep.cancel() }
         }
         if effects.up { triggerFlush() }
+    }
+
+    /// A task that sleeps on the clock until `deadline` (elapsed time), then calls `due` if the
+    /// engine is still there; cancelling it ends the sleep. It holds the engine only to call `due`.
+    func sleep(until deadline: Duration, then due: @escaping @Sendable (SyncCore) -> Void) -> Task<Void, Never> {
+        let delay = deadline - elapsed()
+        return Task { [weak self, clock] in
+            do {
+                try await clock.sleep(for: delay)
+            } catch {
+                return
+            }
+            if let self { due(self) }
+        }
     }
 
     /// Runs one attempt's stream. The task holds the core only while it applies a batch, so an

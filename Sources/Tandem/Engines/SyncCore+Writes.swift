@@ -196,15 +196,7 @@ extension SyncCore {
             log("syncPendingWrites_start", ["pending_write_count": pendingWriteCount])
             Task { [weak self] in await self?.send(window) }
         case .sleep(let deadline):
-            let delay = deadline - elapsed()
-            let sleeper = Task { [weak self, clock] in
-                do {
-                    try await clock.sleep(for: delay)
-                } catch {
-                    return
-                }
-                self?.retryDue()
-            }
+            let sleeper = sleep(until: deadline) { $0.retryDue() }
             state.withLock { state in
                 if case .waiting = state.sender.phase, state.flushRetry == nil, !state.tasks.isShutDown { state.flushRetry = sleeper } else { sleeper.cancel() }
             }
