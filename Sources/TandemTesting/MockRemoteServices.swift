@@ -10,14 +10,6 @@ func mockDocuments<T: SyncModel>(_ models: [T], in collection: String) -> [Docum
     }
 }
 
-/// Resolves a collection-path closure, or throws the engines' `unavailable` error.
-func resolveCollection(_ provider: @Sendable () -> String?) throws -> CollectionPath {
-    guard let text = provider() else {
-        throw TandemError(.unavailable, "The collection path is not available now (its closure returned nil); try again once it is, e.g. after sign-in.")
-    }
-    return try CollectionPath(text)
-}
-
 /// A ``RemoteCollectionService`` over a ``MockServer``: a `TandemRemoteCollectionService` on the
 /// mock's in-process client, so writes, listeners and faults behave as against a real server.
 ///
@@ -37,7 +29,7 @@ public final class MockRemoteCollectionService: RemoteCollectionService, Reachab
     public init<T: SyncModel>(collection: [T] = [], collectionPath: @escaping @Sendable () -> String? = { "mocks" }, store: MockServer? = nil) {
         let documents = mockDocuments(collection, in: collectionPath() ?? "mocks")
         self.store = store.map { $0.seeded(documents) } ?? MockServer(documents: documents)
-        remote = TandemRemoteCollectionService(client: self.store.client) { try resolveCollection(collectionPath) }
+        remote = TandemRemoteCollectionService(client: self.store.client, collectionPath: collectionPath)
     }
 
     /// An empty collection at `collectionPath`.
@@ -67,7 +59,7 @@ public final class MockRemoteDocumentService: RemoteDocumentService, Reachabilit
     public init<T: SyncModel>(document: T? = nil, collectionPath: @escaping @Sendable () -> String? = { "mocks" }, store: MockServer? = nil) {
         let documents = mockDocuments(document.map { [$0] } ?? [], in: collectionPath() ?? "mocks")
         self.store = store.map { $0.seeded(documents) } ?? MockServer(documents: documents)
-        remote = TandemRemoteDocumentService(client: self.store.client) { try resolveCollection(collectionPath) }
+        remote = TandemRemoteDocumentService(client: self.store.client, collectionPath: collectionPath)
     }
 
     public convenience init(collectionPath: @escaping @Sendable () -> String? = { "mocks" }, store: MockServer? = nil) {

@@ -24,6 +24,16 @@ public struct TandemRemoteCollectionService: RemoteCollectionService, Reachabili
         self.path = collection
     }
 
+    /// The seed's shape, as the mocks take it: a path read on every call, nil when there is none
+    /// now (before sign-in, say), which fails the call with `unavailable`.
+    ///
+    /// ```swift
+    /// TandemRemoteCollectionService(client: client, collectionPath: { session.uid.map { "users/\($0)/todos" } })
+    /// ```
+    public init(client: TandemClient, collectionPath: @escaping @Sendable () -> String?) {
+        self.init(client: client) { try CollectionPath.resolve(collectionPath) }
+    }
+
     public func collectionPath() throws -> CollectionPath { try path() }
 
     public func getDocuments(query: Query) async throws -> [Document] {
@@ -75,6 +85,11 @@ public struct TandemRemoteDocumentService: RemoteDocumentService, ReachabilityRe
         self.collection = TandemRemoteCollectionService(client: client, collection: collection)
     }
 
+    /// The seed's shape: a collection path read on every call, nil when there is none now.
+    public init(client: TandemClient, collectionPath: @escaping @Sendable () -> String?) {
+        self.collection = TandemRemoteCollectionService(client: client, collectionPath: collectionPath)
+    }
+
     public func collectionPath() throws -> CollectionPath { try collection.collectionPath() }
 
     public func getDocument(id: String) async throws -> Document? { try await collection.getDocument(id: id) }
@@ -111,4 +126,15 @@ public struct TandemRemoteCollectionGroupService: RemoteCollectionGroupService, 
     }
 
     public func whenReachable(_ action: @escaping @Sendable () -> Void) { client.whenReachable(action) }
+}
+
+extension CollectionPath {
+    /// The path a `() -> String?` provider gives now, or the `unavailable` error the engines expect
+    /// when it gives none.
+    package static func resolve(_ provider: @Sendable () -> String?) throws -> CollectionPath {
+        guard let text = provider() else {
+            throw TandemError(.unavailable, "The collection path is not available now (its closure returned nil); try again once it is, e.g. after sign-in.")
+        }
+        return try CollectionPath(text)
+    }
 }

@@ -51,6 +51,38 @@ struct EngineLifecycleTests {
     }
 }
 
+@Suite("Engines as services", .timeLimit(.minutes(1)))
+struct EngineServiceTests {
+    @Test("an engine run as a service listens while its task runs, and stops, keeping its cache, when the task is cancelled")
+    func collectionEngineService() async throws {
+        let remote = MockRemoteCollectionService(collection: Product.mocks, collectionPath: { "products" })
+        let engine = CollectionSyncEngine<Product>(remote: remote, managerKey: "products", persistence: nil, clock: ManualClock())
+        let running = Task { try await engine.run() }
+        #expect(await engine.waitUntil { engine.currentCollection.count == 2 })
+        #expect(await remote.store.waitForListeners(count: 1))
+        try remote.simulateDelete(id: "desk")
+        #expect(await engine.waitUntil { engine.currentCollection.map(\.id) == ["lamp"] })
+        running.cancel()
+        try await running.value
+        #expect(await remote.store.waitForListeners(count: 0))
+        #expect(engine.currentCollection.map(\.id) == ["lamp"], "the cache stays")
+    }
+
+    @Test("a document engine run as a service follows the document it listened to last")
+    func documentEngineService() async throws {
+        let remote = MockRemoteDocumentService(document: UserModel(id: "ada", name: "Ada", visits: 0), collectionPath: { "users" })
+        let engine = DocumentSyncEngine<UserModel>(remote: remote, managerKey: "user", persistence: nil, clock: ManualClock())
+        try await engine.startListening(documentId: "ada")
+        engine.stopListening(clearCaches: false)
+        let running = Task { try await engine.run() }
+        try remote.simulateUpdate(UserModel(id: "ada", name: "Ada L.", visits: 1))
+        #expect(await engine.waitUntil { engine.currentDocument?.name == "Ada L." })
+        running.cancel()
+        try await running.value
+        #expect(await remote.store.waitForListeners(count: 0))
+    }
+}
+
 @Suite("Cache and remote paths")
 struct CachePathTests {
     @Test("a cache seeded under another collection than the remote's is reported, not silently hidden")
