@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import TandemCore
 #if canImport(Glibc)
 import Glibc
@@ -12,7 +13,7 @@ import Darwin
 /// disk, rename it over the old one, then flush the directory. A crash at any point leaves either
 /// the old contents or the new.
 enum AtomicFile {
-    static func write(_ bytes: some Collection<UInt8>, to url: URL) throws {
+    static func write(_ bytes: some Collection<UInt8>, to url: URL, flushes: FlushCounter? = nil) throws {
         let directory = url.deletingLastPathComponent()
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         let temporary = directory.appendingPathComponent(".\(url.lastPathComponent).\(UInt32.random(in: .min ... .max)).tmp")
@@ -39,16 +40,74 @@ enum AtomicFile {
             unlink(temporary.path)
             throw failure("flush", temporary)
         }
+        flushes?.add()
         close(descriptor)
         closed = true
         guard rename(temporary.path, url.path) == 0 else {
             unlink(temporary.path)
             throw failure("replace", url)
         }
-        let directoryDescriptor = open(directory.path, O_RDONLY)
-        if directoryDescriptor >= 0 {
-            _ = fsync(directoryDescriptor)
-            close(directoryDescriptor)
+        flushDirectory(directory, flushes)
+    }
+
+    /// Appends bytes to a file (made if missing) and flushes its data to disk: one flush, plus one
+    /// of the directory when the file is new. Returns the file's size after the append. Counts its
+    /// flushes in `flushes`.
+    @discardableResult
+    static func append(_ bytes: some Collection<UInt8>, to url: URL, flushes: FlushCounter) throws -> Int {
+        let directory = url.deletingLastPathComponent()
+        let isNew = !FileManager.default.fileExists(atPath: url.path)
+        if isNew { try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true) }
+        let descriptor = open(url.path, O_WRONLY | O_CREAT | O_APPEND, 0o600)
+        guard descriptor >= 0 else { throw failure("open", url) }
+        defer { close(descriptor) }
+        try writeAll(Array(bytes), to: descriptor, url)
+        guard flushData(descriptor) == 0 else { throw failure("flush", url) }
+        flushes.add()
+        if isNew { flushDirectory(directory, flushes) }
+        let end = lseek(descriptor, 0, SEEK_END)
+        return end < 0 ? 0 : Int(end)
+    }
+
+    /// Empties a file, durably (nothing when it does not exist).
+    static func truncate(_ url: URL, flushes: FlushCounter) throws {
+        guard FileManager.default.fileExists(atPath: url.path) else { return }
+        let descriptor = open(url.path, O_WRONLY | O_TRUNC)
+        guard descriptor >= 0 else { throw failure("empty", url) }
+        defer { close(descriptor) }
+        guard fsync(descriptor) == 0 else { throw failure("flush", url) }
+        flushes.add()
+    }
+
+    private static func writeAll(_ array: [UInt8], to descriptor: Int32, _ url: URL) throws {
+        var written = 0
+        while written < array.count {
+            let result = array.withUnsafeBytes { buffer in
+                systemWrite(descriptor, buffer.baseAddress! + written, array.count - written)
+            }
+            if result < 0 {
+                if errno == EINTR { continue }
+                throw failure("write", url)
+            }
+            written += result
+        }
+    }
+
+    /// Flushes a file's data (and the size that makes it readable), not its other metadata.
+    private static func flushData(_ descriptor: Int32) -> Int32 {
+        #if canImport(Darwin)
+        return fsync(descriptor)
+        #else
+        return fdatasync(descriptor)
+        #endif
+    }
+
+    private static func flushDirectory(_ directory: URL, _ flushes: FlushCounter?) {
+        let descriptor = open(directory.path, O_RDONLY)
+        if descriptor >= 0 {
+            _ = fsync(descriptor)
+            close(descriptor)
+            flushes?.add()
         }
     }
 
@@ -72,4 +131,11 @@ enum AtomicFile {
         let reason = String(cString: strerror(errno))
         return TandemError(.dataLoss, "Could not \(action) \(url.path): \(reason). Check that the directory exists and is writable.")
     }
+}
+
+/// How many times files were flushed to disk: what a persistence's tests count.
+final class FlushCounter: Sendable {
+    private let count = Atomic<Int>(0)
+    func add() { count.add(1, ordering: .relaxed) }
+    var value: Int { count.load(ordering: .relaxed) }
 }

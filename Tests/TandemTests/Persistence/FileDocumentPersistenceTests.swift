@@ -73,4 +73,72 @@ struct FileDocumentPersistenceTests {
             #expect(error.message.contains("move the file away"))
         }
     }
+
+    @Test("a save costs one flush to disk, as the collection engines' SQLite commit does")
+    func oneFlushPerSave() throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let persistence = FileDocumentPersistence(managerKey: "user", directory: directory.url)
+        var state = try sampleState()
+        try persistence.save(state)
+        #expect(persistence.flushCount == 2, "the journal and, once, the directory that holds it")
+        for visits in 0..<10 {
+            state.base?.data["visits"] = .int(visits)
+            try persistence.save(state)
+        }
+        #expect(persistence.flushCount == 12)
+        #expect(try FileDocumentPersistence(managerKey: "user", directory: directory.url).load() == state)
+    }
+
+    @Test("a save cut off by a crash leaves the state before it; damage before the last record is data loss")
+    func tornSave() throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let persistence = FileDocumentPersistence(managerKey: "user", directory: directory.url)
+        var state = try sampleState()
+        try persistence.save(state)
+        state.documentID = "second"
+        try persistence.save(state)
+        let good = try Data(contentsOf: persistence.journalURL)
+
+        // Half a record, no newline.
+        try (good + Data(FileDocumentPersistence.record(#"{"documentID": "third"}"#).utf8.prefix(20))).write(to: persistence.journalURL)
+        #expect(try persistence.load()?.documentID == "second")
+        // A whole line whose checksum does not match (its blocks written out of order).
+        try (good + Data("0000000000000000 {\"documentID\": \"third\"}\n".utf8)).write(to: persistence.journalURL)
+        #expect(try persistence.load()?.documentID == "second")
+        // Damage before the last record is not a torn save: both records bad.
+        var damaged = good
+        damaged[5] = UInt8(ascii: "x")
+        damaged[damaged.count - 5] = UInt8(ascii: "x")
+        try damaged.write(to: persistence.journalURL)
+        #expect(throws: TandemError.self) { _ = try persistence.load() }
+    }
+
+    @Test("past its size the journal folds into the snapshot, and every state still loads")
+    func folds() throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let persistence = FileDocumentPersistence(managerKey: "user", directory: directory.url, compactAfter: 8_192)
+        var state = try sampleState()
+        for visits in 0..<40 {
+            state.base?.data["visits"] = .int(visits)
+            try persistence.save(state)
+            #expect(try FileDocumentPersistence(managerKey: "user", directory: directory.url).load() == state)
+        }
+        let journal = try FileManager.default.attributesOfItem(atPath: persistence.journalURL.path)[.size] as? Int ?? 0
+        #expect(journal <= 8_192, "folded: \(journal) bytes left")
+        #expect(FileManager.default.fileExists(atPath: persistence.fileURL.path))
+        #expect(persistence.flushCount < 40 * 2, "fewer flushes than an atomic file replaced on every save")
+    }
+
+    @Test("a state saved as one file by an earlier version still loads")
+    func earlierFile() throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let persistence = FileDocumentPersistence(managerKey: "user", directory: directory.url)
+        let state = try sampleState()
+        try Data(JSONText.encode(try JSONValueEncoder().encode(state)).utf8).write(to: persistence.fileURL)
+        #expect(try persistence.load() == state)
+    }
 }
