@@ -566,9 +566,8 @@ extension SyncCore {
 
 extension SyncCore {
     /// When the remote reports reconnections, a reconnection wakes the listener and the sender.
-    func bindReachability(of remote: Any) {
-        guard let reporting = remote as? any ReachabilityReporting else { return }
-        reporting.whenReachable { [weak self] in self?.retryNowIfDown() }
+    func bindReachability(of remote: any ReachabilityReporting) {
+        remote.whenReachable { [weak self] in self?.retryNowIfDown() }
     }
 }
 

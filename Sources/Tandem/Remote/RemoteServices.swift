@@ -4,7 +4,7 @@ import TandemCore
 ///
 /// The collection path is re-read on every call (it may follow the signed-in user); when it is not
 /// available, calls throw `TandemError` `unavailable` and streams end with it.
-public protocol RemoteCollectionService: Sendable {
+public protocol RemoteCollectionService: ReachabilityReporting {
     /// The collection now, or an `unavailable` error.
     func collectionPath() throws -> CollectionPath
     /// The documents matching a query, fetched once.
@@ -33,7 +33,7 @@ extension RemoteCollectionService {
 }
 
 /// The server side of a `DocumentSyncEngine`: documents of one collection, addressed by id.
-public protocol RemoteDocumentService: Sendable {
+public protocol RemoteDocumentService: ReachabilityReporting {
     /// The collection now, or an `unavailable` error.
     func collectionPath() throws -> CollectionPath
     /// One document, or nil.
@@ -92,7 +92,7 @@ enum SequentialWrites {
 }
 
 /// The server side of a `CollectionGroupSyncEngine`: every collection with one name, read-only.
-public protocol RemoteCollectionGroupService: Sendable {
+public protocol RemoteCollectionGroupService: ReachabilityReporting {
     /// The collection-group name, such as `reviews`.
     var groupName: String { get }
     /// The documents matching a query across the group, fetched once.
@@ -106,4 +106,9 @@ public protocol RemoteCollectionGroupService: Sendable {
 public protocol ReachabilityReporting: Sendable {
     /// Calls `action` after each reconnection. Engines register once, when they are made.
     func whenReachable(_ action: @escaping @Sendable () -> Void)
+}
+
+extension ReachabilityReporting {
+    /// A remote that cannot tell never calls: its engine retries on its backoff alone.
+    public func whenReachable(_ action: @escaping @Sendable () -> Void) {}
 }
