@@ -54,19 +54,33 @@ enum AtomicFile {
     /// of the directory when the file is new. Returns the file's size after the append. Counts its
     /// flushes in `flushes`.
     @discardableResult
-    static func append(_ bytes: some Collection<UInt8>, to url: URL, flushes: FlushCounter) throws -> Int {
+    /// With `separator`, a file whose last byte is not it (a torn tail) gets one before `bytes`.
+    static func append(_ bytes: some Collection<UInt8>, to url: URL, separator: UInt8? = nil, flushes: FlushCounter) throws -> Int {
         let directory = url.deletingLastPathComponent()
         let isNew = !FileManager.default.fileExists(atPath: url.path)
         if isNew { try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true) }
-        let descriptor = open(url.path, O_WRONLY | O_CREAT | O_APPEND, 0o600)
+        let descriptor = open(url.path, O_RDWR | O_CREAT | O_APPEND, 0o600)
         guard descriptor >= 0 else { throw failure("open", url) }
         defer { close(descriptor) }
-        try writeAll(Array(bytes), to: descriptor, url)
+        var bytes = Array(bytes)
+        if let separator, !endsWith(separator, descriptor) {
+            // A write cut off by a crash left a torn tail: what follows starts on its own line.
+            bytes.insert(separator, at: 0)
+        }
+        try writeAll(bytes, to: descriptor, url)
         guard flushData(descriptor) == 0 else { throw failure("flush", url) }
         flushes.add()
         if isNew { flushDirectory(directory, flushes) }
         let end = lseek(descriptor, 0, SEEK_END)
         return end < 0 ? 0 : Int(end)
+    }
+
+    /// Whether the file is empty or its last byte is `byte`.
+    private static func endsWith(_ byte: UInt8, _ descriptor: Int32) -> Bool {
+        let size = lseek(descriptor, 0, SEEK_END)
+        guard size > 0 else { return true }
+        var last: UInt8 = 0
+        return pread(descriptor, &last, 1, size - 1) == 1 && last == byte
     }
 
     /// Empties a file, durably (nothing when it does not exist).

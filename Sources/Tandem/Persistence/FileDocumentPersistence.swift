@@ -47,8 +47,10 @@ public struct FileDocumentPersistence: LocalDocumentPersistence {
 
     public func save(_ state: LocalDocumentState) throws {
         let text = JSONText.encode(try JSONValueEncoder().encode(state))
-        let size = try AtomicFile.append(Self.record(text).utf8, to: journalURL, flushes: flushes)
-        if size > compactAfter {
+        let record = Self.record(text)
+        let size = try AtomicFile.append(record.utf8, to: journalURL, separator: UInt8(ascii: "\n"), flushes: flushes)
+        // Never folding for every save, however large the state.
+        if size > max(compactAfter, 4 * record.utf8.count) {
             // The snapshot first: a crash before the journal is emptied still loads this state
             // from the journal's last record.
             try AtomicFile.write(text.utf8, to: fileURL, flushes: flushes)
@@ -57,7 +59,9 @@ public struct FileDocumentPersistence: LocalDocumentPersistence {
     }
 
     public func clear() throws {
-        for url in [journalURL, fileURL] where FileManager.default.fileExists(atPath: url.path) {
+        // The snapshot first: cut off between the two, the journal's newer state loads, never an
+        // older one.
+        for url in [fileURL, journalURL] where FileManager.default.fileExists(atPath: url.path) {
             try FileManager.default.removeItem(at: url)
         }
     }

@@ -107,6 +107,12 @@ struct FileDocumentPersistenceTests {
         // A whole line whose checksum does not match (its blocks written out of order).
         try (good + Data("0000000000000000 {\"documentID\": \"third\"}\n".utf8)).write(to: persistence.journalURL)
         #expect(try persistence.load()?.documentID == "second")
+        // A save after a torn one starts on its own line, so it survives the next crash.
+        try (good + Data(FileDocumentPersistence.record(#"{"documentID": "third"}"#).utf8.prefix(20))).write(to: persistence.journalURL)
+        state.documentID = "fourth"
+        try persistence.save(state)
+        #expect(try FileDocumentPersistence(managerKey: "user", directory: directory.url).load()?.documentID == "fourth")
+
         // Damage before the last record is not a torn save: both records bad.
         var damaged = good
         damaged[5] = UInt8(ascii: "x")
