@@ -38,7 +38,14 @@ extension DocumentSyncEngine: Service {
     /// relaunch; none before any) until the task is cancelled or the service group shuts down; then
     /// stops listening and keeps the cache.
     public func run() async throws {
-        if let id = core.documentID { try await startListening(documentId: id) }
+        if let id = core.documentID {
+            do {
+                try await startListening(documentId: id)
+            } catch {
+                // No path now (signed out, say): the service waits on rather than stop its group.
+                core.log("listener_fail", ["error_description": "\(error)"], severity: .severe)
+            }
+        }
         await untilShutdown()
         stopListening(clearCaches: false)
     }

@@ -42,11 +42,14 @@ extension SyncCore {
     /// clock): it never hangs.
     func startListener(replacing: Bool = false, _ listen: @escaping Listen) async {
         await withCheckedContinuation { (started: CheckedContinuation<Void, Never>) in
-            let effects = state.withLock { state -> ListenerEffects in
-                guard !state.tasks.isShutDown else { return ListenerEffects(resume: [started]) }
-                state.tasks.source = ListenSource(listen)
-                state.tasks.starts.append(started)
-                return Self.take(replacing ? state.listener.restart() : state.listener.start(), in: &state)
+            // Under `serial`: a batch of the stream being replaced is applied before, or not at all.
+            let effects = serial.withLock { _ in
+                state.withLock { state -> ListenerEffects in
+                    guard !state.tasks.isShutDown else { return ListenerEffects(resume: [started]) }
+                    state.tasks.source = ListenSource(listen)
+                    state.tasks.starts.append(started)
+                    return Self.take(replacing ? state.listener.restart() : state.listener.start(), in: &state)
+                }
             }
             perform(effects)
         }
@@ -137,7 +140,7 @@ extension SyncCore {
             attach(attempt, source.listen(resumeFrom))
         }
         if let until = effects.sleepUntil {
-            let sleep = sleep(until: until) { $0.listenerRetryDue() }
+            let sleep = sleep(until: until) { $0.listenerRetryDue(until) }
             let kept = state.withLock { state -> Bool in
                 guard state.listener.phase == .down(until: until), state.tasks.sleep == nil, !state.tasks.isShutDown else { return false }
                 state.tasks.sleep = sleep
@@ -197,7 +200,7 @@ extension SyncCore {
             prepared?.add(piece)
         }
         guard let batch = pieces.add(piece) else { return true }
-        apply(batch, prepared: prepared)
+        guard apply(batch, prepared: prepared, attempt: attempt) else { return false }
         let effects = state.withLock { Self.take($0.listener.delivered(attempt: attempt), in: &$0) }
         if effects.up { log("listener_success", ["count": batch.changes.count]) }
         perform(effects)
@@ -229,11 +232,12 @@ extension SyncCore {
         perform(effects)
     }
 
-    /// The backoff's sleep ended.
-    private func listenerRetryDue() {
+    /// The backoff's sleep until `deadline` ended.
+    private func listenerRetryDue(_ deadline: Duration) {
         let now = elapsed()
         perform(state.withLock { state in
-            state.tasks.sleep = nil
+            // Only this sleep's own handle: a newer one (after a wake and another failure) stays.
+            if state.listener.phase == .down(until: deadline) { state.tasks.sleep = nil }
             return Self.take(state.listener.retryDue(now: now), in: &state)
         })
     }
@@ -246,10 +250,16 @@ extension SyncCore {
     /// As above, with what was prepared while the batch's pieces arrived. The batch's models are
     /// decoded before any lock is taken; only documents with pending writes on top are decoded
     /// after the view's locked step.
-    func apply(_ batch: RemoteChangeBatch, prepared: PreparedBatch?) {
+    ///
+    /// With `attempt`, the batch is applied only while that attempt is the listener's: a switch
+    /// to another query or document (which takes `serial` too) either comes before, and the
+    /// batch is dropped, or after. Returns false when it was dropped.
+    @discardableResult
+    func apply(_ batch: RemoteChangeBatch, prepared: PreparedBatch?, attempt: Int? = nil) -> Bool {
         let models = prepared?.models ?? PreparedModels(batch.changes)
         var leftCache = false
-        let changed = serial.withLock { _ -> [DocumentPath] in
+        let applied = serial.withLock { _ -> [DocumentPath]? in
+            if let attempt, !state.withLock({ $0.listener.isCurrent(attempt) }) { return nil }
             if batch.changes.count > 64, case .collection(let store) = persistence {
                 // A large batch: the cache write needs only the batch, so it runs on one core while
                 // the view and the models are brought up to date on the other.
@@ -299,6 +309,7 @@ extension SyncCore {
             installModels(undecided)
             return changed
         }
+        guard let changed = applied else { return false }
         for (path, error) in models.failures { logDecodeFailure(path, error) }
         if let logger, documentID != nil {
             // A document engine's document describes the user (a profile): the seed's engines push
@@ -315,6 +326,7 @@ extension SyncCore {
         var changes: EngineChanges = leftCache ? .isFromCache : []
         if !changed.isEmpty || batch.isSnapshot { changes.insert(.documents) }
         if !changes.isEmpty { notifyChanged(changes) }
+        return true
     }
 }
 

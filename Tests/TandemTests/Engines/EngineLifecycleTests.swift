@@ -51,6 +51,27 @@ struct EngineLifecycleTests {
     }
 }
 
+@Suite("Listener switches")
+struct ListenerSwitchTests {
+    @Test("a batch of a stream already replaced by another query's is dropped, and its version is not kept")
+    func staleBatchDropped() async throws {
+        let remote = MockRemoteCollectionService(collection: Product.mocks, collectionPath: { "products" })
+        let engine = CollectionSyncEngine<Product>(remote: remote, managerKey: "products", persistence: nil, clock: ManualClock())
+        await engine.startListening { $0.whereField("price", isLessThan: 100) }
+        let old = try #require(engine.core.state.withLock { $0.listener.attached })
+        await engine.startListening { $0.whereField("price", isGreaterThan: 100) }
+        let version = engine.core.state.withLock { $0.listener.resumeVersion }
+        let rug = Document(path: try DocumentPath("products/rug"), data: ["id": "rug", "name": "Rug", "price": 500, "stock": 1], version: 99)
+        let stale = RemoteChangeBatch(isSnapshot: false, changes: [.upsert(rug)], version: 99)
+        #expect(!engine.core.apply(stale, prepared: nil, attempt: old))
+        #expect(engine.getDocument(id: "rug") == nil)
+        #expect(engine.core.state.withLock { $0.listener.resumeVersion } == version)
+        let current = try #require(engine.core.state.withLock { $0.listener.attached })
+        #expect(engine.core.apply(stale, prepared: nil, attempt: current))
+        #expect(engine.getDocument(id: "rug")?.price == 500)
+    }
+}
+
 @Suite("Engines as services", .timeLimit(.minutes(1)))
 struct EngineServiceTests {
     @Test("an engine run as a service listens while its task runs, and stops, keeping its cache, when the task is cancelled")
@@ -66,6 +87,19 @@ struct EngineServiceTests {
         try await running.value
         #expect(await remote.store.waitForListeners(count: 0))
         #expect(engine.currentCollection.map(\.id) == ["lamp"], "the cache stays")
+    }
+
+    @Test("a document engine run as a service without a path now (signed out) waits instead of failing its group")
+    func documentEngineServiceWithoutPath() async throws {
+        let saved = try MockLocalDocumentPersistence(document: UserModel(id: "ada", name: "Ada", visits: 0), collectionPath: "users")
+        let logger = RecordingDataSyncLogger()
+        let engine = DocumentSyncEngine<UserModel>(remote: MockRemoteDocumentService(collectionPath: { nil }), managerKey: "user",
+                                                   persistence: saved, logger: logger, clock: ManualClock())
+        let running = Task { try await engine.run() }
+        #expect(await logger.wait(forEventNamed: "user_listener_fail"))
+        running.cancel()
+        try await running.value
+        #expect(engine.currentDocument?.name == "Ada", "the cache stays")
     }
 
     @Test("a document engine run as a service follows the document it listened to last")
