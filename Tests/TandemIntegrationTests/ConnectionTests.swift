@@ -130,4 +130,15 @@ struct ConnectionTests {
         #expect(running.client.connectionAttempts == attempts + 1)
         await running.stop()
     }
+
+    @Test("waitUntilConnected returns once the client has stopped, connected or not")
+    func waitEndsWithClient() async throws {
+        let port = try await Self.stoppedServer().port
+        let running = RunningClient(url: URL(string: "http://127.0.0.1:\(port)")!, id: "c", configure: Self.configure(ManualClock()))
+        let waiting = Task { await running.client.waitUntilConnected() }
+        await running.stop()
+        await waiting.value
+        await running.client.waitUntilConnected()  // and at once afterwards
+        #expect(!running.client.isConnected)
+    }
 }

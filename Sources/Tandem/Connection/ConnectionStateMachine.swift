@@ -204,7 +204,8 @@ struct ConnectionStateMachine: Sendable {
         }
         switch phase {
         case .connecting(let attempt), .open(let attempt), .connected(let attempt):
-            return close(attempt)
+            // Whatever waits on the connection fails now, not when the socket is done closing.
+            return close(attempt) + [.failPending]
         case .waiting:
             phase = .offline
             return [.endSleep]

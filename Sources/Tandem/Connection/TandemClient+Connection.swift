@@ -51,7 +51,10 @@ extension TandemClient {
     /// Stops for good: closes the connection and ends every listener and waiting request.
     func stop() {
         let (effects, listeners, commands) = state.withLock { state in
-            let effects = Self.take(state.machine.stop(), in: &state)
+            var effects = Self.take(state.machine.stop(), in: &state)
+            // Whoever waits for a connection will not get one.
+            effects.resume += state.connectedWaiters
+            state.connectedWaiters = []
             defer {
                 state.listeners = [:]
                 state.commands = nil

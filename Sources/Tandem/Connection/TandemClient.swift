@@ -134,11 +134,11 @@ public final class TandemClient: Service, Sendable {
     /// How many times the client has tried to connect.
     public var connectionAttempts: Int { state.withLock { $0.connectionAttempts } }
 
-    /// Returns once the client is connected (at once if it is).
+    /// Returns once the client is connected (at once if it is), or once it has stopped for good.
     public func waitUntilConnected() async {
         await withCheckedContinuation { continuation in
             let now = state.withLock { state -> Bool in
-                if state.machine.isConnected { return true }
+                if state.machine.isConnected || state.machine.isStopped { return true }
                 state.connectedWaiters.append(continuation)
                 return false
             }

@@ -15,7 +15,14 @@ enum WakeableSleep {
             group.addTask {
                 await withTaskCancellationHandler {
                     await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-                        if Task.isCancelled || park(continuation) { continuation.resume() }
+                        if Task.isCancelled || park(continuation) {
+                            continuation.resume()
+                        } else if Task.isCancelled {
+                            // Cancelled between the check and the park: the cancellation handler
+                            // found nothing to unpark, so take it back here (at most one of the
+                            // two gets it).
+                            unpark()?.resume()
+                        }
                     }
                 } onCancel: {
                     unpark()?.resume()
