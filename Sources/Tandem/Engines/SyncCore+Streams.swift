@@ -101,6 +101,8 @@ extension SyncCore {
 final class SharedUpdates<T: SyncModel>: Sendable {
     private struct State {
         var task: Task<Void, Never>?
+        /// Which listener task is current: one cancelled and replaced ends nothing of its successor's.
+        var generation = 0
         var updates: AsyncThrowingStream<T, any Error>.Continuation?
         var deletions: AsyncThrowingStream<String, any Error>.Continuation?
         /// Which iteration of each side is current: a later one replaces an earlier one.
@@ -151,6 +153,8 @@ final class SharedUpdates<T: SyncModel>: Sendable {
         state.withLock { state in
             guard state.task == nil else { return }
             let source = core.passThrough(listen)
+            state.generation += 1
+            let generation = state.generation
             state.task = Task { [weak self, core] in
                 do {
                     for try await update in source {
@@ -164,9 +168,9 @@ final class SharedUpdates<T: SyncModel>: Sendable {
                             for path in update.removed { deletions.yield(path.id) }
                         }
                     }
-                    self?.finish(throwing: nil)
+                    self?.finish(throwing: nil, generation: generation)
                 } catch {
-                    self?.finish(throwing: error)
+                    self?.finish(throwing: error, generation: generation)
                 }
             }
         }
@@ -183,8 +187,9 @@ final class SharedUpdates<T: SyncModel>: Sendable {
         task?.cancel()
     }
 
-    private func finish(throwing error: (any Error)?) {
-        let (updates, deletions) = state.withLock { state in
+    private func finish(throwing error: (any Error)?, generation: Int) {
+        let (updates, deletions) = state.withLock { state -> (AsyncThrowingStream<T, any Error>.Continuation?, AsyncThrowingStream<String, any Error>.Continuation?) in
+            guard state.generation == generation, state.task != nil else { return (nil, nil) }
             defer {
                 state.updates = nil
                 state.deletions = nil
