@@ -23,18 +23,11 @@ enum AtomicFile {
         defer {
             if !closed { close(descriptor) }
         }
-        let array = Array(bytes)
-        var written = 0
-        while written < array.count {
-            let result = array.withUnsafeBytes { buffer in
-                systemWrite(descriptor, buffer.baseAddress! + written, array.count - written)
-            }
-            if result < 0 {
-                if errno == EINTR { continue }
-                unlink(temporary.path)
-                throw failure("write", temporary)
-            }
-            written += result
+        do {
+            try writeAll(Array(bytes), to: descriptor, temporary)
+        } catch {
+            unlink(temporary.path)
+            throw error
         }
         guard fsync(descriptor) == 0 else {
             unlink(temporary.path)

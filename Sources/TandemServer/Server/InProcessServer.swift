@@ -68,7 +68,7 @@ public final class InProcessServer: Sendable {
     /// client says `hello`.
     public func connect() -> InProcessConnection {
         let session = StreamSession(id: sessions.add(1, ordering: .relaxed).newValue, service: service, configuration: configuration, clock: clock)
-        return InProcessConnection(session: session, logger: configuration)
+        return InProcessConnection(session: session)
     }
 }
 
@@ -79,7 +79,7 @@ public final class InProcessConnection: Sendable {
     private let inbound: AsyncStream<String>.Continuation
     private let task: Task<Void, Never>
 
-    init(session: StreamSession, logger configuration: SyncServerConfiguration) {
+    init(session: StreamSession) {
         let (messages, deliver) = AsyncStream.makeStream(of: String.self)
         let (requests, inbound) = AsyncStream.makeStream(of: String.self)
         self.messages = messages
