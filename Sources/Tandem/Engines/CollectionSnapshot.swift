@@ -42,12 +42,12 @@ public struct DocumentChange<T: SyncModel>: Sendable {
     public let newIndex: Int?
 }
 
-/// The shown documents of an engine read in one locked step, for a snapshot.
+/// The shown documents of an engine, read from one published snapshot.
 struct ShownState<T: SyncModel> {
     var paths: [DocumentPath]
     var models: [T]
-    /// The view's documents (pending writes applied), to tell a modified document from the same one.
-    var documents: [DocumentPath: Document]
+    /// Each model's revision, to tell a modified document from the same one.
+    var revisions: [UInt64]
     var metadata: DocumentMetadata
 }
 
@@ -77,7 +77,7 @@ struct SnapshotDiffer<T: SyncModel> {
                 continue
             }
             // A document that only moved because others came or went is not reported.
-            if previous.documents[path] != shown.documents[path] {
+            if previous.revisions[old] != shown.revisions[index] {
                 changes.append(DocumentChange(kind: .modified, document: shown.models[index], oldIndex: old, newIndex: index))
             }
         }

@@ -6,6 +6,10 @@ import TandemCore
 struct LocalView: Sendable {
     private(set) var base: [DocumentPath: Document] = [:]
     private(set) var outbox: Outbox
+    /// The outbox's entries again, in a list readers can share at little cost to the next change
+    /// (a flat array shared with them would be copied whole by the next write). Kept in step with
+    /// `outbox` by every change of it here.
+    private(set) var entries: ChunkedList<PendingWrite>
     /// The view: base plus pending writes.
     private(set) var documents: [DocumentPath: Document] = [:]
     /// The outbox entries that write each document, in outbox order (their ids and mutations): a
@@ -19,6 +23,7 @@ struct LocalView: Sendable {
 
     init(base: [Document], outbox: Outbox, now: Date) {
         self.outbox = outbox
+        entries = ChunkedList(outbox.entries)
         for document in base { self.base[document.path] = document }
         documents = self.base
         for entry in outbox.entries { pending[entry.path, default: []].append(Pending(entry)) }
@@ -161,9 +166,11 @@ struct LocalView: Sendable {
         switch result {
         case .appended(let entry):
             pending[mutation.path, default: []].append(Pending(entry))
+            entries.append(entry)
         case .merged(let entry):
             // The newest entry, so the last of its document's.
             pending[mutation.path]![pending[mutation.path]!.endIndex - 1] = Pending(entry)
+            entries[entries.count - 1] = entry
         }
         // The view already holds every earlier pending write; a merge means the same as applying
         // the two writes in turn, so applying just the new one on top is exact.
@@ -175,6 +182,7 @@ struct LocalView: Sendable {
     mutating func enqueue(batch mutations: [Mutation], now: Date) -> [PendingWrite] {
         let added = outbox.enqueue(batch: mutations)
         for entry in added {
+            entries.append(entry)
             pending[entry.path, default: []].append(Pending(entry))
             documents[entry.path] = Self.applyLocally(entry.mutation, to: documents[entry.path], now: now)
         }
@@ -184,6 +192,14 @@ struct LocalView: Sendable {
     /// Records that the first `count` entries were sent.
     mutating func markAttempted(first count: Int) {
         outbox.markAttempted(first: count)
+        for index in 0..<min(count, entries.count) { entries[index].attempts += 1 }
+    }
+
+    /// Takes an entry out of the outbox and of `entries`.
+    private mutating func removeFromOutbox(_ id: MutationID) -> PendingWrite? {
+        guard let index = outbox.entries.firstIndex(where: { $0.id == id }) else { return nil }
+        entries.remove(at: index - outbox.entries.startIndex)
+        return outbox.remove(id)
     }
 
     /// Takes an entry that left the outbox out of its document's list.
@@ -203,7 +219,7 @@ struct LocalView: Sendable {
     mutating func acknowledge(_ entry: PendingWrite, result: Document?, version: Version, now: Date) {
         let assumed = Self.applyLocally(entry.mutation, to: base[entry.path], now: now)
         let isFirstForPath = pending[entry.path]?.first?.id == entry.id
-        guard outbox.remove(entry.id) != nil else { return }
+        guard removeFromOutbox(entry.id) != nil else { return }
         forget(entry)
         if confirmed.remove(entry.id) != nil {
             // The listener brought this commit first: the base and the view already include it.
@@ -225,7 +241,7 @@ struct LocalView: Sendable {
     /// Takes an entry out of the outbox (acknowledged or rejected) and rebuilds its document.
     @discardableResult
     mutating func removeEntry(_ id: MutationID, now: Date) -> PendingWrite? {
-        guard let entry = outbox.remove(id) else { return nil }
+        guard let entry = removeFromOutbox(id) else { return nil }
         confirmed.remove(id)
         forget(entry)
         recompute(entry.path, now: now)

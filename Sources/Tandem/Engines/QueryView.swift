@@ -6,29 +6,27 @@ import TandemCore
 /// equals the server's answer for the same documents.
 ///
 /// Kept up to date change by change: a changed document leaves its old place and takes its new
-/// one by binary search, so a single write costs O(log n) comparisons plus moving the array's tail.
-/// A change of many documents (a snapshot) sorts the whole view again.
-@usableFromInline
+/// one by binary search, so a single write costs O(log n) comparisons plus moving within one chunk
+/// of the lists. A change of many documents (a snapshot) sorts the whole view again.
 struct QueryView<T> {
     /// A member's place in the order: its order fields' values, then its path.
-    struct Key {
+    struct Key: Sendable {
         var values: [JSONValue?]
         var path: DocumentPath
     }
 
     let query: CompiledQuery
-    /// The members, in query order, and their models.
-    private(set) var keys: [Key] = []
-    @usableFromInline private(set) var models: [T] = []
+    /// The members, in query order, and their models. Chunked, so that a copy published to
+    /// readers costs a change little (see `ChunkedList`).
+    private(set) var keys = ChunkedList<Key>()
+    private(set) var models = ChunkedList<T>()
     /// Each member's order values, to find its place when it changes.
     private var members: [DocumentPath: [JSONValue?]] = [:]
-    /// The limit's window of `models`, kept only under a limit: without one, `models` is shown
-    /// as it is (a second array sharing it would be copied whole at the next change).
-    @usableFromInline private(set) var limited: [T]?
+    /// The limit's window of `models`: what is shown.
     private(set) var window: Range<Int> = 0..<0
 
-    /// What the engine shows.
-    @inlinable var shown: [T] { limited ?? models }
+    /// What the engine shows, in one array (a copy of the window, or the members' shared storage).
+    var shown: [T] { models.elements(in: window) }
 
     /// The view of a query, or nil when the query keeps every document in path order (no filter,
     /// order, cursor or limit): the models as they are already are its answer. An invalid query is
@@ -57,7 +55,7 @@ struct QueryView<T> {
     var shownPaths: [DocumentPath] { keys[window].map(\.path) }
 
     /// Builds the view anew from every model (in path order) and the documents they stand for.
-    mutating func rebuild(documents: [DocumentPath: Document], paths: [DocumentPath], models all: [T]) {
+    mutating func rebuild(documents: [DocumentPath: Document], paths: ChunkedList<DocumentPath>, models all: ChunkedList<T>) {
         var keys: [Key] = []
         var indices: [Int] = []
         for (index, path) in paths.enumerated() {
@@ -76,8 +74,21 @@ struct QueryView<T> {
             keys = order.map { keys[$0] }
             indices = order.map { indices[$0] }
         }
-        self.keys = keys
-        models = indices.map { all[$0] }
+        self.keys = ChunkedList(keys)
+        if query.orders.isEmpty {
+            // Positions in path order, increasing: one walk over the models, no search per model.
+            var wanted = indices.makeIterator()
+            var next = wanted.next()
+            var chosen: [T] = []
+            chosen.reserveCapacity(indices.count)
+            for (index, model) in all.enumerated() where index == next {
+                chosen.append(model)
+                next = wanted.next()
+            }
+            models = ChunkedList(chosen)
+        } else {
+            models = ChunkedList(indices.map { all[$0] })
+        }
         members = Dictionary(uniqueKeysWithValues: keys.map { ($0.path, $0.values) })
         reshow()
     }
@@ -103,11 +114,12 @@ struct QueryView<T> {
             }
             switch (old, new) {
             case (let old?, let new?):
-                // Still a member: slide it to its new place, moving only the members in between.
-                var index = position(of: new.key)
-                if index > old { index -= 1 }
-                Self.move(&keys, from: old, to: index, replacingWith: new.key)
-                Self.move(&models, from: old, to: index, replacingWith: new.model)
+                // Still a member: out of its old place, into its new one.
+                keys.remove(at: old)
+                models.remove(at: old)
+                let index = position(of: new.key)
+                keys.insert(new.key, at: index)
+                models.insert(new.model, at: index)
                 members[path] = new.key.values
             case (let old?, nil):
                 keys.remove(at: old)
@@ -124,34 +136,10 @@ struct QueryView<T> {
         reshow()
     }
 
-    /// Replaces the element at `from` with `element` placed at `to`, shifting those in between by
-    /// one: a move of |to − from| elements rather than of both tails (a removal, then an insertion).
-    private static func move<Element>(_ array: inout [Element], from: Int, to: Int, replacingWith element: Element) {
-        array.withUnsafeMutableBufferPointer { buffer in
-            let base = buffer.baseAddress!
-            (base + from).deinitialize(count: 1)
-            if to > from {
-                (base + from).moveInitialize(from: base + from + 1, count: to - from)
-            } else if to < from {
-                (base + to + 1).moveInitialize(from: base + to, count: from - to)
-            }
-            (base + to).initialize(to: element)
-        }
-    }
-
     /// The first index whose key does not come before `key`.
     private func position(of key: Key) -> Int {
-        var low = 0
-        var high = keys.count
-        while low < high {
-            let middle = (low + high) / 2
-            if query.sortsBefore(keys[middle].values, keys[middle].path, key.values, key.path) {
-                low = middle + 1
-            } else {
-                high = middle
-            }
-        }
-        return low
+        let query = self.query
+        return keys.partitionIndex { query.sortsBefore($0.values, $0.path, key.values, key.path) }
     }
 
     private mutating func reshow() {
@@ -160,10 +148,8 @@ struct QueryView<T> {
             window = 0..<models.count
         case .first(let count):
             window = 0..<min(count, models.count)
-            limited = Array(models[window])
         case .last(let count):
             window = max(0, models.count - count)..<models.count
-            limited = Array(models[window])
         }
     }
 }

@@ -365,8 +365,9 @@ extension SyncCore {
             // Not one document per change: look each model up after all.
             return (changed, refreshModels(changed, in: &state, prepared: models))
         }
-        state.orderedPaths = models.modelPaths
-        state.ordered = models.models
+        state.orderedPaths = ChunkedList(adopting: models.modelPaths)
+        state.ordered = ChunkedList(adopting: models.models)
+        state.revisions = newRevisions(models.models.count, in: &state)
         return (changed, [])
     }
 

@@ -203,15 +203,9 @@ final class SharedUpdates<T: SyncModel>: Sendable {
 }
 
 extension SyncCore {
-    /// The shown documents, their view documents and their metadata, in one locked step.
+    /// The shown documents, their revisions and their metadata, from the published snapshot.
     func shownState() -> ShownState<T> {
-        state.withLock { state in
-            let paths = state.queryView?.shownPaths ?? state.orderedPaths
-            let pending = !state.view.outbox.isEmpty && paths.contains { state.view.hasPendingWrites($0) }
-            return ShownState(
-                paths: paths, models: state.queryView?.shown ?? state.ordered, documents: state.view.documents,
-                metadata: DocumentMetadata(hasPendingWrites: pending, isFromCache: state.isFromCache))
-        }
+        snapshot.shownState
     }
 
     /// A signal when iterated and after each change of the engine's state (documents, pending
@@ -248,25 +242,24 @@ extension SyncCore {
     /// or of the id listened to. It ends when the engine goes.
     func documentSnapshots(path: @escaping @Sendable (String) -> DocumentPath?) -> SyncStream<DocumentSnapshot<T>> {
         SyncStream { [self] in
-            var previous: (id: String?, document: Document?, metadata: DocumentMetadata)?
+            var previous: (id: String?, revision: UInt64?, metadata: DocumentMetadata)?
             return ObservationSource(observe: { changed in
                 let token = self.addObserver(changed)
                 return { self.removeObserver(token) }
             }, read: {
                 if self.isShutDown { return .finished }
-                let now = self.state.withLock { state -> (id: String?, document: Document?, model: T?, metadata: DocumentMetadata) in
-                    guard let id = state.documentID, let path = path(id) else {
-                        return (state.documentID, nil, nil, DocumentMetadata(hasPendingWrites: false, isFromCache: state.isFromCache))
-                    }
-                    let index = Self.binarySearch(state.orderedPaths, path)
-                    let model = index < state.orderedPaths.count && state.orderedPaths[index] == path ? state.ordered[index] : nil
-                    return (id, state.view.documents[path], model,
-                            DocumentMetadata(hasPendingWrites: state.view.hasPendingWrites(path), isFromCache: state.isFromCache))
+                let snapshot = self.snapshot
+                let now: (id: String?, revision: UInt64?, model: T?, metadata: DocumentMetadata)
+                if let id = snapshot.documentID, let path = path(id) {
+                    let revised = snapshot.revisedModel(at: path)
+                    now = (id, revised?.revision, revised?.model, snapshot.metadata(at: path))
+                } else {
+                    now = (snapshot.documentID, nil, nil, DocumentMetadata(hasPendingWrites: false, isFromCache: snapshot.isFromCache))
                 }
-                if let previous, previous.id == now.id, previous.document == now.document, previous.metadata == now.metadata {
+                if let previous, previous.id == now.id, previous.revision == now.revision, previous.metadata == now.metadata {
                     return .unchanged
                 }
-                previous = (now.id, now.document, now.metadata)
+                previous = (now.id, now.revision, now.metadata)
                 return .element(DocumentSnapshot(id: now.id, document: now.model, metadata: now.metadata))
             })
         }

@@ -191,6 +191,8 @@ extension SyncCore {
         retry?.cancel()
         switch action {
         case .send(let window):
+            // Readers see the entries' attempts.
+            publish()
             // The engine is gone: its writes wait on disk for the next one.
             guard !state.withLock({ $0.tasks.isShutDown }) else { return }
             log("syncPendingWrites_start", ["pending_write_count": pendingWriteCount])

@@ -5,11 +5,14 @@ import TandemCore
 /// The machinery the three engines share: the local view and its decoded models, the outbox and
 /// its single in-order sender, the listener with retry, persistence and analytics events.
 ///
-/// Two locks, never held together the other way round:
+/// Three locks, each taken only inside the one before it:
 /// - `serial` orders every change of the view with its persistence, so the durable order of outbox
 ///   entries is the in-memory order. Only changes take it; it is held across disk writes and decoding.
-/// - `state` guards the values readers see. It is held for in-memory steps only: no fsync, SQLite
-///   write or decode ever runs under it, so a UI reading `currentCollection` never waits on disk.
+/// - `state` guards the working state: the view, the models, the listener's and the sender's
+///   machines. It is held for in-memory steps only; no reader takes it.
+/// - `published` holds what readers see: an immutable ``EngineSnapshot`` of the state, replaced
+///   after each change. Readers hold it only to fetch the snapshot, so a UI reading
+///   `currentCollection` waits on no disk write, decoding or merge.
 ///
 /// A change runs in up to two locked steps inside `serial`: the view (and every model whose decoded
 /// form is at hand) first, then the models decoded outside the lock. Nothing else changes the
@@ -23,11 +26,15 @@ package final class SyncCore<T: SyncModel>: Sendable {
         var view: LocalView
         /// The decoded models in path order, and their paths: a lookup is a binary search, which
         /// spares keeping a dictionary of generic models in step (the costliest part of a snapshot).
-        var orderedPaths: [DocumentPath] = []
-        @usableFromInline var ordered: [T] = []
+        var orderedPaths = ChunkedList<DocumentPath>()
+        var ordered = ChunkedList<T>()
+        /// Each model's revision: a number the model gets anew each time it is decoded from a
+        /// changed document, so a snapshot's reader tells a modified document from the same one.
+        var revisions = ChunkedList<UInt64>()
+        var nextRevision: UInt64 = 1
         /// The listened query over those models: what a collection engine shows. Nil while no
         /// query is set, or when the query keeps every document in path order.
-        @usableFromInline var queryView: QueryView<T>?
+        var queryView: QueryView<T>?
         var documentID: String?
         /// The query a collection engine's listener follows.
         var query: Query?
@@ -41,6 +48,8 @@ package final class SyncCore<T: SyncModel>: Sendable {
         var tasks = ListenerTasks()
         var observers: [Int: @Sendable () -> Void] = [:]
         var nextObserver = 0
+        /// The generation of the last snapshot made for readers.
+        var generation: UInt64 = 0
     }
 
     let managerKey: String
@@ -55,7 +64,17 @@ package final class SyncCore<T: SyncModel>: Sendable {
     let refetch: (@Sendable (DocumentPath) async throws -> Document?)?
     /// Time elapsed on `clock` since the engine was made: the sender's deadlines.
     let elapsed: @Sendable () -> Duration
-    @usableFromInline let state: Mutex<State>
+    let state: Mutex<State>
+    /// What readers see, replaced after each change.
+    @usableFromInline let published: Mutex<Published>
+
+    /// The snapshot readers see, and its shown models in one array once a reader made it: the
+    /// common read (`currentCollection` between two changes) is one lock and one reference.
+    @usableFromInline
+    struct Published: Sendable {
+        @usableFromInline var snapshot: EngineSnapshot<T>
+        @usableFromInline var shown: [T]?
+    }
     /// Held by every change of the view, across its persistence and decoding; never by a reader.
     let serial = Mutex<Void>(())
     /// Called, outside the locks, after a change, with what it changed.
@@ -88,6 +107,7 @@ package final class SyncCore<T: SyncModel>: Sendable {
         )
         initial.documentID = documentID
         let failures = Self.rebuildModels(&initial, orderHint: base.map(\.path))
+        published = Mutex(Published(snapshot: Self.snapshot(of: &initial)))
         state = Mutex(initial)
         for (path, error) in failures { logDecodeFailure(path, error) }
     }
@@ -167,8 +187,10 @@ package final class SyncCore<T: SyncModel>: Sendable {
                 failures.append((path, error))
             }
         }
-        state.orderedPaths = orderedPaths
-        state.ordered = ordered
+        // Adopted whole: a cold start's models are shown as they are, without a copy.
+        state.orderedPaths = ChunkedList(adopting: orderedPaths)
+        state.ordered = ChunkedList(adopting: ordered)
+        state.revisions = newRevisions(ordered.count, in: &state)
         return failures
     }
 
@@ -374,12 +396,17 @@ package final class SyncCore<T: SyncModel>: Sendable {
             switch (model, present) {
             case (let model?, true):
                 state.ordered[index] = model
+                state.revisions[index] = state.nextRevision
+                state.nextRevision += 1
             case (let model?, false):
                 state.orderedPaths.insert(path, at: index)
                 state.ordered.insert(model, at: index)
+                state.revisions.insert(state.nextRevision, at: index)
+                state.nextRevision += 1
             case (nil, true):
                 state.orderedPaths.remove(at: index)
                 state.ordered.remove(at: index)
+                state.revisions.remove(at: index)
             case (nil, false):
                 break
             }
@@ -390,84 +417,114 @@ package final class SyncCore<T: SyncModel>: Sendable {
     static func merge(_ fresh: DecodedModels, into state: inout State) {
         if state.orderedPaths.isEmpty {
             // Nothing to merge with (a first snapshot): the fresh models are the whole list.
-            state.orderedPaths = fresh.paths
-            state.ordered = fresh.models
+            state.orderedPaths = ChunkedList(adopting: fresh.paths)
+            state.ordered = ChunkedList(adopting: fresh.models)
+            state.revisions = newRevisions(fresh.models.count, in: &state)
             return
         }
         let changed = Set(fresh.changed)
-        var orderedPaths: [DocumentPath] = []
-        var ordered: [T] = []
-        orderedPaths.reserveCapacity(state.orderedPaths.count + fresh.paths.count)
-        ordered.reserveCapacity(state.orderedPaths.count + fresh.paths.count)
+        var orderedPaths = ChunkedList<DocumentPath>()
+        var ordered = ChunkedList<T>()
+        var revisions = ChunkedList<UInt64>()
         var next = 0
-        for index in state.orderedPaths.indices where !changed.contains(state.orderedPaths[index]) {
-            let path = state.orderedPaths[index]
+        var kept = zip(state.orderedPaths, state.ordered).makeIterator()
+        var keptRevisions = state.revisions.makeIterator()
+        while let (path, model) = kept.next(), let revision = keptRevisions.next() {
+            guard !changed.contains(path) else { continue }
             while next < fresh.paths.count && fresh.paths[next] < path {
                 orderedPaths.append(fresh.paths[next])
                 ordered.append(fresh.models[next])
+                revisions.append(state.nextRevision)
+                state.nextRevision += 1
                 next += 1
             }
             orderedPaths.append(path)
-            ordered.append(state.ordered[index])
+            ordered.append(model)
+            revisions.append(revision)
         }
-        orderedPaths.append(contentsOf: fresh.paths[next...])
-        ordered.append(contentsOf: fresh.models[next...])
+        for index in next..<fresh.paths.count {
+            orderedPaths.append(fresh.paths[index])
+            ordered.append(fresh.models[index])
+            revisions.append(state.nextRevision)
+            state.nextRevision += 1
+        }
         state.orderedPaths = orderedPaths
         state.ordered = ordered
+        state.revisions = revisions
     }
 
-    static func binarySearch(_ paths: [DocumentPath], _ path: DocumentPath) -> Int {
-        var low = 0
-        var high = paths.count
-        while low < high {
-            let middle = (low + high) / 2
-            if paths[middle] < path { low = middle + 1 } else { high = middle }
-        }
-        return low
+    /// `count` new revisions, in order.
+    static func newRevisions(_ count: Int, in state: inout State) -> ChunkedList<UInt64> {
+        let first = state.nextRevision
+        state.nextRevision += UInt64(count)
+        return ChunkedList(adopting: Array(first..<state.nextRevision))
     }
+
+    static func binarySearch(_ paths: ChunkedList<DocumentPath>, _ path: DocumentPath) -> Int {
+        paths.partitionIndex { $0 < path }
+    }
+
+    /// The state readers see: the snapshot the last change published.
+    var snapshot: EngineSnapshot<T> { published.withLock { $0.snapshot } }
 
     /// What the engine shows: the listened query's answer over the models, or every model in
     /// path order.
-    @inlinable
-    package var shown: [T] { state.withLock { $0.queryView?.shown ?? $0.ordered } }
+    @inlinable package var shown: [T] {
+        if let shown = published.withLock({ $0.shown }) { return shown }
+        return makeShown()
+    }
+
+    /// The first read of a snapshot's shown models: made outside the lock, kept for the next reads.
+    @usableFromInline func makeShown() -> [T] {
+        let snapshot = self.snapshot
+        let shown = snapshot.shown
+        published.withLock { published in
+            if published.snapshot === snapshot { published.shown = shown }
+        }
+        return shown
+    }
 
     /// The shown documents' paths and models, in order.
-    var shownDocuments: [(path: DocumentPath, model: T)] {
-        state.withLock { state in
-            guard let view = state.queryView else { return zip(state.orderedPaths, state.ordered).map { ($0, $1) } }
-            return zip(view.shownPaths, view.shown).map { ($0, $1) }
-        }
-    }
+    var shownDocuments: [(path: DocumentPath, model: T)] { snapshot.shownDocuments }
 
     /// The shown model at `path`, or nil.
-    func shownModel(at path: DocumentPath) -> T? {
-        state.withLock { state in
-            if state.queryView?.shows(path) == false { return nil }
-            let index = Self.binarySearch(state.orderedPaths, path)
-            return index < state.orderedPaths.count && state.orderedPaths[index] == path ? state.ordered[index] : nil
-        }
-    }
+    func shownModel(at path: DocumentPath) -> T? { snapshot.shownModel(at: path) }
 
-    func model(at path: DocumentPath) -> T? {
-        state.withLock { state in
-            let index = Self.binarySearch(state.orderedPaths, path)
-            return index < state.orderedPaths.count && state.orderedPaths[index] == path ? state.ordered[index] : nil
-        }
-    }
+    func model(at path: DocumentPath) -> T? { snapshot.model(at: path) }
 
     /// The shown models whose path passes a predicate.
     func shownModels(where predicate: (DocumentPath) -> Bool) -> [T] {
         shownDocuments.filter { predicate($0.path) }.map(\.model)
     }
 
-    func metadata(at path: DocumentPath) -> DocumentMetadata {
-        state.withLock { DocumentMetadata(hasPendingWrites: $0.view.hasPendingWrites(path), isFromCache: $0.isFromCache) }
+    func metadata(at path: DocumentPath) -> DocumentMetadata { snapshot.metadata(at: path) }
+
+    var pendingWriteCount: Int { snapshot.pendingWrites.count }
+    var pendingWrites: [PendingWrite] { snapshot.pendingWrites.array }
+    var rejectedWrites: [RejectedWrite] { snapshot.rejectedWrites }
+    var isFromCache: Bool { snapshot.isFromCache }
+
+    /// A snapshot of the working state for readers, in its locked step: shares its lists.
+    static func snapshot(of state: inout State) -> EngineSnapshot<T> {
+        state.generation += 1
+        return EngineSnapshot(
+            generation: state.generation, paths: state.orderedPaths, models: state.ordered, revisions: state.revisions, query: state.queryView,
+            pendingWrites: state.view.entries, rejectedWrites: state.rejected, isFromCache: state.isFromCache,
+            documentID: state.documentID)
     }
 
-    var pendingWriteCount: Int { state.withLock { $0.view.outbox.count } }
-    var pendingWrites: [PendingWrite] { state.withLock { Array($0.view.outbox.entries) } }
-    var rejectedWrites: [RejectedWrite] { state.withLock { $0.rejected } }
-    var isFromCache: Bool { state.withLock { $0.isFromCache } }
+    /// Publishes the working state to readers. A snapshot made earlier never replaces a later one,
+    /// whatever order two publishers get here in.
+    func publish() {
+        let snapshot = state.withLock { Self.snapshot(of: &$0) }
+        let replaced = published.withLock { published -> Published? in
+            guard snapshot.generation > published.snapshot.generation else { return nil }
+            defer { published = Published(snapshot: snapshot) }
+            return published
+        }
+        // The old snapshot is freed here, outside the lock, if no reader holds it.
+        withExtendedLifetime(replaced) {}
+    }
 
     /// Observers of every change, for the engines' streams. Returns a token for `removeObserver`.
     func addObserver(_ observer: @escaping @Sendable () -> Void) -> Int {
@@ -497,6 +554,7 @@ package final class SyncCore<T: SyncModel>: Sendable {
     }
 
     func notifyChanged(_ changes: EngineChanges) {
+        publish()
         let observers = state.withLock { Array($0.observers.values) }
         didChange(changes)
         observers.forEach { $0() }
@@ -527,19 +585,22 @@ extension SyncCore {
     /// Returns what pending writes still show, to decode again.
     static func pruneModels(in state: inout State) -> [Document] {
         let documents = state.view.documents
-        var paths: [DocumentPath] = []
-        var models: [T] = []
-        for (path, model) in zip(state.orderedPaths, state.ordered) where documents[path] != nil {
+        var paths = ChunkedList<DocumentPath>()
+        var models = ChunkedList<T>()
+        var revisions = ChunkedList<UInt64>()
+        for ((path, model), revision) in zip(zip(state.orderedPaths, state.ordered), state.revisions) where documents[path] != nil {
             paths.append(path)
             models.append(model)
+            revisions.append(revision)
         }
         state.orderedPaths = paths
         state.ordered = models
+        state.revisions = revisions
         refreshQueryView(nil, in: &state)
         return Array(documents.values)
     }
 
-    var documentID: String? { state.withLock { $0.documentID } }
+    var documentID: String? { snapshot.documentID }
 
     /// Points a document engine at another document: the old cached document goes, its pending
     /// writes stay. Returns whether the id changed.

@@ -1,0 +1,128 @@
+import Synchronization
+import TandemCore
+
+/// What an engine's readers see: its state as the last change left it, published whole after
+/// each change. A reader takes a lock only to fetch the current snapshot, never the lock changes
+/// run under, so it waits on neither disk, decoding nor a merge.
+///
+/// Nothing in a snapshot changes. It shares its lists with the engine's working state (chunked,
+/// so the next change copies a chunk, not the whole list); what needs a pass over every document
+/// (the shown models in one array, the set of paths with pending writes) is made once, by the
+/// first reader that asks for it.
+@usableFromInline
+final class EngineSnapshot<T: SyncModel>: Sendable {
+    /// Increases with each published state: an older one never replaces a newer one.
+    let generation: UInt64
+    /// Every decoded model, in path order, and their paths.
+    let paths: ChunkedList<DocumentPath>
+    let models: ChunkedList<T>
+    /// Each model's revision: a new one each time it is decoded from a changed document.
+    let revisions: ChunkedList<UInt64>
+    /// The listened query's members (keys and models, in query order) and the window of them
+    /// shown; nil when every model is shown in path order.
+    let query: (keys: ChunkedList<QueryView<T>.Key>, models: ChunkedList<T>, window: Range<Int>)?
+    let pendingWrites: ChunkedList<PendingWrite>
+    let rejectedWrites: [RejectedWrite]
+    let isFromCache: Bool
+    let documentID: String?
+
+    private struct Derived {
+        var shown: [T]?
+        var shownPaths: Set<DocumentPath>?
+        var pendingPaths: Set<DocumentPath>?
+    }
+
+    private let derived = Mutex(Derived())
+
+    init(generation: UInt64, paths: ChunkedList<DocumentPath>, models: ChunkedList<T>, revisions: ChunkedList<UInt64>, query: QueryView<T>?,
+         pendingWrites: ChunkedList<PendingWrite>, rejectedWrites: [RejectedWrite], isFromCache: Bool, documentID: String?) {
+        self.generation = generation
+        self.paths = paths
+        self.models = models
+        self.revisions = revisions
+        self.query = query.map { ($0.keys, $0.models, $0.window) }
+        self.pendingWrites = pendingWrites
+        self.rejectedWrites = rejectedWrites
+        self.isFromCache = isFromCache
+        self.documentID = documentID
+    }
+
+    /// Made once per snapshot, outside its lock: two readers racing may both make it, and one
+    /// keeps it. (Fields, not key paths: a key path into a generic class is made anew on each use.)
+    var shown: [T] {
+        if let shown = derived.withLock({ $0.shown }) { return shown }
+        let made = query.map { $0.models.elements(in: $0.window) } ?? models.array
+        return derived.withLock { derived in
+            if let shown = derived.shown { return shown }
+            derived.shown = made
+            return made
+        }
+    }
+
+    private var shownPaths: Set<DocumentPath> {
+        if let paths = derived.withLock({ $0.shownPaths }) { return paths }
+        let made = query.map { Set($0.keys.elements(in: $0.window).lazy.map(\.path)) } ?? Set(paths)
+        return derived.withLock { derived in
+            if let paths = derived.shownPaths { return paths }
+            derived.shownPaths = made
+            return made
+        }
+    }
+
+    private var pendingPaths: Set<DocumentPath> {
+        if let paths = derived.withLock({ $0.pendingPaths }) { return paths }
+        let made = Set(pendingWrites.lazy.map(\.path))
+        return derived.withLock { derived in
+            if let paths = derived.pendingPaths { return paths }
+            derived.pendingPaths = made
+            return made
+        }
+    }
+
+    /// The shown documents' paths and models, in order.
+    var shownDocuments: [(path: DocumentPath, model: T)] {
+        guard let query else { return zip(paths, models).map { ($0, $1) } }
+        return zip(query.keys.elements(in: query.window).lazy.map(\.path), shown).map { ($0, $1) }
+    }
+
+    /// The model at `path`, shown or not.
+    func model(at path: DocumentPath) -> T? {
+        index(of: path).map { models[$0] }
+    }
+
+    /// The model at `path` and its revision.
+    func revisedModel(at path: DocumentPath) -> (model: T, revision: UInt64)? {
+        index(of: path).map { (models[$0], revisions[$0]) }
+    }
+
+    private func index(of path: DocumentPath) -> Int? {
+        let index = paths.partitionIndex { $0 < path }
+        return index < paths.count && paths[index] == path ? index : nil
+    }
+
+    /// The shown documents for a snapshot sequence: paths, models and revisions, in order, and
+    /// the metadata of them all.
+    var shownState: ShownState<T> {
+        let shown = self.shown
+        // Whether a shown document has pending writes: the pending paths are usually few.
+        let pending = !pendingWrites.isEmpty && pendingPaths.contains { query == nil ? index(of: $0) != nil : shownPaths.contains($0) }
+        let metadata = DocumentMetadata(hasPendingWrites: pending, isFromCache: isFromCache)
+        guard let query else {
+            return ShownState(paths: paths.array, models: shown, revisions: revisions.array, metadata: metadata)
+        }
+        let order = query.keys.elements(in: query.window).map(\.path)
+        let revisions = order.map { path in index(of: path).map { self.revisions[$0] } ?? 0 }
+        return ShownState(paths: order, models: shown, revisions: revisions, metadata: metadata)
+    }
+
+    /// The shown model at `path`, or nil.
+    func shownModel(at path: DocumentPath) -> T? {
+        if query != nil, !shownPaths.contains(path) { return nil }
+        return model(at: path)
+    }
+
+    func metadata(at path: DocumentPath) -> DocumentMetadata {
+        let pending = !pendingWrites.isEmpty && pendingPaths.contains(path)
+        return DocumentMetadata(hasPendingWrites: pending, isFromCache: isFromCache)
+    }
+}

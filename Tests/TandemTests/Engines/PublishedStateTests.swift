@@ -1,0 +1,189 @@
+import Foundation
+import Testing
+import TandemCore
+import TandemTesting
+@testable import Tandem
+
+/// Readers see an immutable snapshot the engine publishes after each change; they never take the
+/// lock its changes run under.
+@Suite("Engines publish their state to readers", .timeLimit(.minutes(1)))
+struct PublishedStateTests {
+    @Test("every reader answers while the engine's working state is locked: none of them takes that lock")
+    func readersNeverTakeTheStateLock() async throws {
+        let remote = MockRemoteCollectionService(collection: QueryViewTests.items, collectionPath: { "products" })
+        let engine = CollectionSyncEngine<Product>(remote: remote, managerKey: "published", persistence: nil, clock: ManualClock())
+        await engine.startListening { $0.whereField("price", isLessThan: 100).order(by: "price") }
+        remote.store.goOffline()
+        try await engine.updateDocument(id: "a", data: ["price": 90])
+        // A reader that took the state lock would deadlock here (and the time limit would fail the test).
+        let read = engine.core.state.withLock { _ in
+            (engine.currentCollection.map(\.id), engine.getDocument(id: "a")?.price, engine.pendingWrites.count,
+             engine.metadata(id: "a").hasPendingWrites, engine.metadata(id: "b").hasPendingWrites,
+             engine.rejectedWrites.count, engine.isFromCache, engine.hasPendingWrites, engine.core.shownState())
+        }
+        // What a snapshot sequence reads, too.
+        #expect(read.8.paths.map(\.id) == read.0 && read.8.metadata.hasPendingWrites && read.8.revisions.count == 4)
+        #expect(read.0 == ["c", "b", "e", "a"])
+        #expect(read.1 == 90)
+        #expect(read.2 == 1)
+        #expect(read.3 && !read.4)
+        #expect(read.5 == 0 && !read.6 && read.7)
+
+        let documents = DocumentSyncEngine<Product>(remote: MockRemoteDocumentService(document: QueryViewTests.items[1], collectionPath: { "products" }), managerKey: "published-document", persistence: nil, clock: ManualClock())
+        try await documents.startListening(documentId: "b")
+        let document = documents.core.state.withLock { _ in (documents.currentDocument?.name, documents.metadata().isFromCache) }
+        #expect(document.0 == "Birch" && !document.1)
+    }
+
+    @Test("a snapshot a reader holds never changes; the next change publishes a new one")
+    func snapshotsAreImmutable() async throws {
+        let remote = MockRemoteCollectionService(collection: QueryViewTests.items, collectionPath: { "products" })
+        let engine = CollectionSyncEngine<Product>(remote: remote, managerKey: "immutable", persistence: nil, clock: ManualClock())
+        await engine.startListening { $0.order(by: "price").limit(to: 3) }
+        remote.store.goOffline()
+        let before = engine.core.snapshot
+        #expect(before.shown.map(\.id) == ["a", "c", "b"])
+        try await engine.saveDocument(Product(id: "cup", name: "Cup", price: 1, stock: 1))
+        try await engine.deleteDocument(id: "c")
+        #expect(engine.currentCollection.map(\.id) == ["cup", "a", "b"])
+        #expect(engine.pendingWrites.map(\.path.id) == ["cup", "c"])
+        // The old one is as it was, whole.
+        #expect(before.shown.map(\.id) == ["a", "c", "b"])
+        #expect(before.model(at: try DocumentPath("products/c"))?.name == "Cedar")
+        #expect(before.pendingWrites.isEmpty)
+        #expect(engine.core.snapshot.generation > before.generation)
+    }
+
+    @Test("a thousand changes over ten thousand documents: each snapshot shows exactly its state")
+    func snapshotsOverManyDocuments() async throws {
+        let items = (0..<10_000).map { Product(id: String(format: "p%05d", $0), name: "n\($0)", price: Double($0), stock: 1) }
+        let remote = MockRemoteCollectionService(collection: items, collectionPath: { "products" })
+        let engine = CollectionSyncEngine<Product>(remote: remote, managerKey: "many", persistence: nil, clock: ManualClock())
+        await engine.startListening()
+        remote.store.goOffline()
+        var expected = items
+        var held: [(EngineSnapshot<Product>, [Product])] = []
+        var random = SeededRandomNumberGenerator(seed: 7)
+        for step in 0..<1_000 {
+            let index = Int.random(in: 0..<expected.count, using: &random)
+            if step % 3 == 0 {
+                try await engine.deleteDocument(id: expected[index].id)
+                expected.remove(at: index)
+            } else {
+                var changed = expected[index]
+                changed.price = Double(20_000 + step)
+                try await engine.saveDocument(changed)
+                expected[index] = changed
+            }
+            if step % 100 == 0 { held.append((engine.core.snapshot, expected)) }
+        }
+        #expect(engine.currentCollection == expected)
+        for (snapshot, state) in held { #expect(snapshot.shown == state) }
+        #expect(engine.pendingWrites.count == 1_000)
+    }
+}
+
+@Suite("Chunked lists")
+struct ChunkedListTests {
+    @Test("random inserts, removals, replacements and searches agree with an array, across splits and merges")
+    func agreesWithArray() {
+        var random = SeededRandomNumberGenerator(seed: 42)
+        var list = ChunkedList<Int>()
+        var array: [Int] = []
+        for step in 0..<20_000 {
+            let roll = Int.random(in: 0..<10, using: &random)
+            if roll < 5 || array.isEmpty {
+                let index = Int.random(in: 0...array.count, using: &random)
+                list.insert(step, at: index)
+                array.insert(step, at: index)
+            } else if roll < 8 {
+                let index = Int.random(in: 0..<array.count, using: &random)
+                #expect(list.remove(at: index) == array.remove(at: index))
+            } else if roll < 9 {
+                let index = Int.random(in: 0..<array.count, using: &random)
+                list[index] = -step
+                array[index] = -step
+            } else {
+                list.append(step)
+                array.append(step)
+            }
+            if step % 1_000 == 0 {
+                #expect(Array(list) == array)
+                #expect(list.array == array)
+                let lower = Int.random(in: 0...array.count, using: &random)
+                let upper = Int.random(in: lower...array.count, using: &random)
+                #expect(list.elements(in: lower..<upper) == Array(array[lower..<upper]))
+                #expect(list.chunks.allSatisfy { !$0.isEmpty })
+            }
+        }
+        #expect(Array(list) == array)
+        #expect(list.count == array.count)
+        #expect(list.chunks.count > 1)
+
+        let sorted = ChunkedList((0..<5_000).map { $0 * 2 })
+        for sought in [-1, 0, 1, 511, 512, 513, 9_998, 9_999, 10_000] {
+            #expect(sorted.partitionIndex { $0 < sought } == (0..<5_000).map { $0 * 2 }.firstIndex { $0 >= sought } ?? 5_000)
+        }
+        #expect(ChunkedList<Int>().partitionIndex { $0 < 3 } == 0)
+    }
+
+    @Test("an adopted array is shared until the first change, which cuts it into chunks")
+    func adoption() {
+        let array = Array(0..<2_000)
+        var list = ChunkedList(adopting: array)
+        #expect(list.chunks.count == 1 && list.array == array)
+        list.insert(-1, at: 1_000)
+        var expected = array
+        expected.insert(-1, at: 1_000)
+        #expect(list.chunks.count > 1 && list.array == expected && array.count == 2_000)
+        var removed = ChunkedList(adopting: array)
+        removed.remove(at: 0)
+        #expect(Array(removed) == Array(array.dropFirst()))
+        var replaced = ChunkedList(adopting: array)
+        replaced[1_999] = 0
+        #expect(replaced.last == 0 && replaced.chunks.count > 1)
+    }
+
+    @Test("a copy shares the chunks a change does not touch")
+    func copiesShare() {
+        var list = ChunkedList(0..<10_000)
+        let copy = list
+        list[5_000] = -1
+        #expect(copy[5_000] == 5_000 && list[5_000] == -1)
+        let shared = zip(copy.chunks, list.chunks).filter { first, second in
+            first.withUnsafeBufferPointer { a in second.withUnsafeBufferPointer { b in a.baseAddress == b.baseAddress } }
+        }
+        #expect(shared.count == list.chunks.count - 1)
+    }
+}
+
+@Suite("The local view's list of pending writes")
+struct LocalViewEntriesTests {
+    @Test("stays the outbox's entries through writes, merges, batches, sends, acknowledgements and rejections")
+    func entriesFollowTheOutbox() {
+        var random = SeededRandomNumberGenerator(seed: 3)
+        var view = LocalView(base: [], outbox: Outbox(clientID: "c"), now: Date())
+        let paths = (0..<8).map { try! DocumentPath("things/t\($0)") }
+        for step in 0..<3_000 {
+            let path = paths[Int.random(in: 0..<paths.count, using: &random)]
+            switch Int.random(in: 0..<6, using: &random) {
+            case 0, 1:
+                _ = view.enqueue(Mutation(path: path, kind: .set(["n": .int(step)])), now: Date())
+            case 2:
+                _ = view.enqueue(Mutation(path: path, kind: .merge(["n": .int(step)], fields: nil)), now: Date())
+            case 3:
+                _ = view.enqueue(batch: [Mutation(path: path, kind: .delete), Mutation(path: paths[0], kind: .set([:]))], now: Date())
+            case 4:
+                view.markAttempted(first: Int.random(in: 0...3, using: &random))
+            default:
+                guard let entry = view.outbox.entries.randomElement(using: &random) else { continue }
+                if Bool.random(using: &random) {
+                    view.acknowledge(entry, result: nil, version: Version(UInt64(step)), now: Date())
+                } else {
+                    view.removeEntry(entry.id, now: Date())
+                }
+            }
+            #expect(Array(view.entries) == Array(view.outbox.entries))
+        }
+    }
+}
