@@ -48,7 +48,9 @@ public final class MockRemoteCollectionService: RemoteCollectionService, Reachab
     }
     public func commit(_ mutations: [Mutation]) async throws -> [WriteAcknowledgement] { try await remote.commit(mutations) }
     public func commit(requests: [WriteRequest]) async -> [Result<[WriteAcknowledgement], any Error>] { await remote.commit(requests: requests) }
-    public func whenReachable(_ action: @escaping @Sendable () -> Void) { remote.whenReachable(action) }
+    public func observeConnection(_ handler: @escaping @Sendable (ConnectionEvent) -> Void) -> ConnectionObservation? {
+        remote.observeConnection(handler)
+    }
 }
 
 /// A ``RemoteDocumentService`` over a ``MockServer``.
@@ -73,7 +75,9 @@ public final class MockRemoteDocumentService: RemoteDocumentService, Reachabilit
     }
     public func commit(_ mutations: [Mutation]) async throws -> [WriteAcknowledgement] { try await remote.commit(mutations) }
     public func commit(requests: [WriteRequest]) async -> [Result<[WriteAcknowledgement], any Error>] { await remote.commit(requests: requests) }
-    public func whenReachable(_ action: @escaping @Sendable () -> Void) { remote.whenReachable(action) }
+    public func observeConnection(_ handler: @escaping @Sendable (ConnectionEvent) -> Void) -> ConnectionObservation? {
+        remote.observeConnection(handler)
+    }
 }
 
 /// A read-only ``RemoteCollectionGroupService`` over a ``MockServer``.
@@ -100,7 +104,9 @@ public final class MockRemoteCollectionGroupService: RemoteCollectionGroupServic
     public func listen(query: Query, resumeFrom: Version?) -> AsyncThrowingStream<RemoteChangeBatch, any Error> {
         remote.listen(query: query, resumeFrom: resumeFrom)
     }
-    public func whenReachable(_ action: @escaping @Sendable () -> Void) { remote.whenReachable(action) }
+    public func observeConnection(_ handler: @escaping @Sendable (ConnectionEvent) -> Void) -> ConnectionObservation? {
+        remote.observeConnection(handler)
+    }
 }
 
 /// A model for mocks made without one.

@@ -84,7 +84,8 @@ extension TandemClient {
     struct ConnectionEffects {
         var command: ConnectionCommand?
         var resume: [CheckedContinuation<Void, Never>] = []
-        var reachability: [ReachabilityHandler] = []
+        /// Whether connection events were queued that no one is telling yet.
+        var tellEvents = false
         var failed: (pending: [PendingReply], listeners: [Listener])?
         var sleepFailures: Int?
         var gaveUpAfter: Int?
@@ -121,11 +122,19 @@ extension TandemClient {
                 state.deferred = []
                 effects.resume += state.connectedWaiters
                 state.connectedWaiters = []
-                effects.reachability = state.reachability
+                // `resumed` tells of a return: the first connection is no news.
+                if state.reported == .disconnected, queue((.resumed, Array(state.connectionObservers.values)), in: &state) {
+                    effects.tellEvents = true
+                }
+                state.reported = .resumed
                 effects.connected = true
             case .failPending:
                 state.connection?.frames.finish()
                 state.connection = nil
+                if state.reported != .disconnected {
+                    state.reported = .disconnected
+                    if queue((.disconnected, Array(state.connectionObservers.values)), in: &state) { effects.tellEvents = true }
+                }
                 // Requests and listens sent on the socket that went fail (their answer is lost);
                 // those never sent wait for the next socket when one follows at once.
                 let unsent = reconnecting ? Set(state.deferred.map(\.id)) : []
@@ -172,10 +181,33 @@ extension TandemClient {
             listeners.forEach { $0.continuation.finish(throwing: error) }
         }
         effects.resume.forEach { $0.resume() }
-        effects.reachability.forEach { $0.call() }
+        if effects.tellEvents { tellConnectionEvents() }
         if let failures = effects.gaveUpAfter {
             configuration.logger.error("giving up reconnecting to \(streamURL) after \(failures) attempts")
             stop()
+        }
+    }
+
+    /// Queues a connection event for its observers. Returns whether the caller is to tell the
+    /// queue (no one else is telling it).
+    static func queue(_ event: (ConnectionEvent, [ConnectionObserver]), in state: inout State) -> Bool {
+        state.events.append(event)
+        defer { state.tellingEvents = true }
+        return !state.tellingEvents
+    }
+
+    /// Tells queued connection events, in order, until none is left; outside the lock.
+    func tellConnectionEvents() {
+        while true {
+            let next = state.withLock { state -> (ConnectionEvent, [ConnectionObserver])? in
+                guard !state.events.isEmpty else {
+                    state.tellingEvents = false
+                    return nil
+                }
+                return state.events.removeFirst()
+            }
+            guard let (event, observers) = next else { return }
+            observers.forEach { $0.call(event) }
         }
     }
 

@@ -74,7 +74,16 @@ public final class TandemClient: Service, Sendable {
         /// Requests made while an attempt was under way, sent once it is welcomed.
         var deferred: [(id: Int, frame: String)] = []
         var connectedWaiters: [CheckedContinuation<Void, Never>] = []
-        var reachability: [ReachabilityHandler] = []
+        /// Who hears of the connection going and coming back, by token.
+        var connectionObservers: [Int: ConnectionObserver] = [:]
+        var nextConnectionObserver = 0
+        /// The last connection event told: `disconnected` only after a `resumed` (or at the first
+        /// failed attempt), so observers hear each change once.
+        var reported: ConnectionEvent?
+        /// Connection events not told yet, in order, and whether someone is telling them: one
+        /// teller at a time, so every observer hears them in the order they happened.
+        var events: [(ConnectionEvent, [ConnectionObserver])] = []
+        var tellingEvents = false
         /// Fault injection: acknowledgements to let through before one is dropped with the connection.
         var acknowledgementsBeforeDrop: Int?
         var connectionAttempts = 0
@@ -164,10 +173,25 @@ public final class TandemClient: Service, Sendable {
         state.withLock { $0.acknowledgementsBeforeDrop = count }
     }
 
-    /// Calls `action` after each (re)connection; engines use it to resume and send their outboxes.
-    public func whenReachable(_ action: @escaping @Sendable () -> Void) {
-        state.withLock { $0.reachability.append(ReachabilityHandler(action)) }
+    /// Calls `handler` each time the connection goes (`disconnected`) and comes back (`resumed`),
+    /// until the observation is cancelled or freed; `disconnected` at once when the connection is
+    /// down now. Engines bound to the client follow it instead of retrying on their own.
+    public func observeConnection(_ handler: @escaping @Sendable (ConnectionEvent) -> Void) -> ConnectionObservation {
+        let observer = ConnectionObserver(handler)
+        let (token, tell) = state.withLock { state -> (Int, Bool) in
+            state.nextConnectionObserver += 1
+            state.connectionObservers[state.nextConnectionObserver] = observer
+            guard state.reported == .disconnected else { return (state.nextConnectionObserver, false) }
+            return (state.nextConnectionObserver, Self.queue((.disconnected, [observer]), in: &state))
+        }
+        if tell { tellConnectionEvents() }
+        return ConnectionObservation { [weak self] in
+            _ = self?.state.withLock { $0.connectionObservers.removeValue(forKey: token) }
+        }
     }
+
+    /// How many connection observers are registered (engines bound to the client hold one each).
+    package var connectionObserverCount: Int { state.withLock { $0.connectionObservers.count } }
 
     // MARK: Requests
 
@@ -332,7 +356,9 @@ final class ReplyCollector: Sendable {
 }
 
 /// A boxed callback (a closure stored straight in a `Mutex` gains a thunk on every access).
-final class ReachabilityHandler: Sendable {
-    let call: @Sendable () -> Void
-    init(_ call: @escaping @Sendable () -> Void) { self.call = call }
+/// A connection observer's handler, in a class box (a closure kept directly in the state's
+/// `Mutex` would be re-wrapped in a thunk on every access).
+final class ConnectionObserver: Sendable {
+    let call: @Sendable (ConnectionEvent) -> Void
+    init(_ call: @escaping @Sendable (ConnectionEvent) -> Void) { self.call = call }
 }

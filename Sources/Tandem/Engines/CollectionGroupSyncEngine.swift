@@ -62,7 +62,7 @@ public final class CollectionGroupSyncEngine<T: SyncModel>: Sendable, RegistrarO
             commit: { requests in requests.map { _ in .failure(TandemError(.unimplemented, "A collection group is read-only; write through a CollectionSyncEngine.")) } },
             didChange: { relay.fire($0) }
         )
-        core.bindReachability(of: remote)
+        core.bindConnection(of: remote)
         relay.set(changeDelivery) { [weak self] in self?.coreDidChange($0) }
         if let loadError {
             core.log("persistence_fail", ["error_description": "\(loadError)"], severity: .severe)

@@ -81,7 +81,7 @@ public final class CollectionSyncEngine<T: SyncModel>: Sendable, RegistrarObserv
             },
             didChange: { box.fire($0) }
         )
-        core.bindReachability(of: remote)
+        core.bindConnection(of: remote)
         box.set(changeDelivery) { [weak self] in self?.coreDidChange($0) }
         if let loadError {
             core.log("persistence_fail", ["error_description": "\(loadError)"], severity: .severe)

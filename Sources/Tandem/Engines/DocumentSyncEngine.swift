@@ -70,7 +70,7 @@ public final class DocumentSyncEngine<T: SyncModel>: Sendable {
             },
             didChange: { relay.fire($0) }
         )
-        core.bindReachability(of: remote)
+        core.bindConnection(of: remote)
         relay.set(changeDelivery) { [weak self] in self?.coreDidChange($0) }
         if let loadError {
             core.log("persistence_fail", ["error_description": "\(loadError)"], severity: .severe)

@@ -17,6 +17,13 @@ import TandemCore
 ///                                       │
 ///                                       └──policy gives up──▶ gaveUp
 /// ```
+///
+/// When the remote reports its connection (``ConnectionEvent``), a disconnection takes a running
+/// listener to `offline` whatever its phase, and so does a failure while the connection is down:
+/// no stream, no backoff, no failure counted. It waits there for `resumed`, which attaches at
+/// once, resuming. The remote's reconnection is then the only retry loop; the backoff is for
+/// failures while connected (a listen the server refused). A start or a wake still attaches
+/// from `offline`: its listen wakes the remote's connection, or fails at once and waits again.
 struct ListenerStateMachine: Sendable {
     enum Phase: Equatable, Sendable {
         /// No listener: never started, or stopped.
@@ -29,6 +36,8 @@ struct ListenerStateMachine: Sendable {
         case down(until: Duration)
         /// The retry policy gave up; only a new start attaches again.
         case gaveUp
+        /// The remote's connection is down: attaches when it is back.
+        case offline
     }
 
     enum Action: Equatable, Sendable {
@@ -56,6 +65,8 @@ struct ListenerStateMachine: Sendable {
     /// query listened to.
     private(set) var resumeVersion: Version?
     private var lastAttempt = 0
+    /// Whether the remote's connection is up, as its last event said (up until one says otherwise).
+    private(set) var isConnected = true
 
     init(policy: RetryPolicy, resumeVersion: Version? = nil) {
         self.policy = policy
@@ -66,14 +77,14 @@ struct ListenerStateMachine: Sendable {
     var attached: Int? {
         switch phase {
         case .attaching(let attempt), .live(let attempt): attempt
-        case .stopped, .down, .gaveUp: nil
+        case .stopped, .down, .gaveUp, .offline: nil
         }
     }
 
-    /// Whether a listener runs: attached, or waiting out a backoff.
+    /// Whether a listener runs: attached, waiting out a backoff, or waiting for the connection.
     var isRunning: Bool {
         switch phase {
-        case .attaching, .live, .down: true
+        case .attaching, .live, .down, .offline: true
         case .stopped, .gaveUp: false
         }
     }
@@ -91,7 +102,7 @@ struct ListenerStateMachine: Sendable {
     /// failures anew; one attached goes on, and a start awaits its first batch if it has none yet.
     mutating func start() -> [Action] {
         switch phase {
-        case .stopped, .gaveUp:
+        case .stopped, .gaveUp, .offline:
             failures = 0
             return [attach()]
         case .down:
@@ -113,7 +124,7 @@ struct ListenerStateMachine: Sendable {
         switch phase {
         case .attaching(let attempt), .live(let attempt): actions.append(.detach(attempt: attempt))
         case .down: actions.append(.cancelSleep)
-        case .stopped, .gaveUp: break
+        case .stopped, .gaveUp, .offline: break
         }
         actions.append(attach())
         return actions
@@ -138,6 +149,8 @@ struct ListenerStateMachine: Sendable {
     mutating func failed(attempt: Int, now: Duration, random: Double) -> [Action] {
         guard case let attachedAttempt? = attached, attachedAttempt == attempt else { return [] }
         if case .live = phase { failures = 0 }
+        // The connection went (its event may come after the stream's failure): wait for it.
+        guard isConnected else { return goOffline() }
         failures += 1
         guard let delay = policy.delay(afterFailures: failures, random: random) else {
             phase = .gaveUp
@@ -155,8 +168,11 @@ struct ListenerStateMachine: Sendable {
 
     /// A read, a write or a reconnection: a listener waiting out a backoff attaches at once.
     mutating func wake() -> [Action] {
-        guard case .down = phase else { return [] }
-        return [.cancelSleep, attach()]
+        switch phase {
+        case .down: return [.cancelSleep, attach()]
+        case .offline: return [attach()]
+        case .stopped, .attaching, .live, .gaveUp: return []
+        }
     }
 
     /// The app stops listening. The resume version stays, for a start of the same thing later.
@@ -166,8 +182,32 @@ struct ListenerStateMachine: Sendable {
         case .attaching(let attempt): return [.detach(attempt: attempt), .settleStarts]
         case .live(let attempt): return [.detach(attempt: attempt)]
         case .down: return [.cancelSleep]
-        case .stopped, .gaveUp: return []
+        case .stopped, .gaveUp, .offline: return []
         }
+    }
+
+    /// The remote's connection went. A running listener drops its stream or its backoff and
+    /// waits for the connection; whoever awaits a start goes on (the cache is shown).
+    mutating func disconnected() -> [Action] {
+        isConnected = false
+        switch phase {
+        case .attaching(let attempt), .live(let attempt): return [.detach(attempt: attempt)] + goOffline()
+        case .down: return [.cancelSleep] + goOffline()
+        case .stopped, .gaveUp, .offline: return []
+        }
+    }
+
+    /// The remote's connection is back: a listener waiting for it attaches at once, resuming.
+    mutating func resumed() -> [Action] {
+        isConnected = true
+        guard phase == .offline else { return [] }
+        failures = 0
+        return [attach()]
+    }
+
+    private mutating func goOffline() -> [Action] {
+        phase = .offline
+        return [.settleStarts]
     }
 
     /// The cache was dropped: the next attach starts from a snapshot.

@@ -26,6 +26,10 @@ enum WriteOutcome: Sendable {
 /// - Anything that wakes the sender (a write, a read, the server reachable) sends at once, even
 ///   during a backoff; a wake during a send only marks a reconnection. After a failure the sender
 ///   probes with the first write alone, until one is answered.
+/// - When the remote reports its connection down, a failed window waits for it to come back
+///   instead of backing off, and a backoff under way ends: the remote's reconnection is the only
+///   retry loop, and `resumed` sends at once. A write or a read still sends (it wakes the remote's
+///   connection); its failure then waits too.
 struct OutboxSender<Waiter> {
     struct Limits: Sendable, Equatable {
         /// The most writes in one request; the server takes at most 500.
@@ -92,6 +96,8 @@ struct OutboxSender<Waiter> {
     /// The server became reachable again while a window was in flight: if it fails, send again at once.
     private var reconnected = false
     private var lastFailed = false
+    /// Whether the remote said its connection is down (and has not said it is back).
+    private(set) var isOffline = false
     private var waiters: [MutationID: [Waiter]] = [:]
 
     init(limits: Limits = Limits(), policy: RetryPolicy) {
@@ -125,6 +131,21 @@ struct OutboxSender<Waiter> {
             return .none
         }
         return sendWindow(outbox)
+    }
+
+    /// The remote's connection went. Returns whether a backoff under way ends (its sleep is cancelled):
+    /// the sender rests until the connection is back, or something wakes it.
+    mutating func disconnected() -> Bool {
+        isOffline = true
+        guard case .waiting = phase else { return false }
+        phase = .idle
+        return true
+    }
+
+    /// The remote's connection is back: send at once.
+    mutating func resumed(outbox: Outbox) -> Action {
+        isOffline = false
+        return wake(outbox: outbox, reconnected: true)
     }
 
     /// The backoff's deadline came (a stale deadline, or none, does nothing).
@@ -186,6 +207,11 @@ struct OutboxSender<Waiter> {
         precondition(phase == .sending && inFlight.isEmpty, "proceed without a settled window")
         defer { reconnected = false }
         if lastFailed && !reconnected {
+            if isOffline {
+                // Nothing will answer until the connection is back: `resumed` sends.
+                phase = .idle
+                return .none
+            }
             guard let delay = policy.delay(afterFailures: failures, random: random) else {
                 // The policy gives up: the writes wait for the next wake.
                 phase = .idle

@@ -21,6 +21,8 @@ extension SyncCore {
         /// Whoever awaits `startListener`.
         var starts: [CheckedContinuation<Void, Never>] = []
         var source: ListenSource?
+        /// The remote's connection events, while the engine is there.
+        var connection: ConnectionObservation?
         /// Set once the engine is gone: nothing new starts.
         var isShutDown = false
     }
@@ -66,12 +68,16 @@ extension SyncCore {
     /// Stops everything the engine started, for good: the listener, its backoff and the sender's.
     /// A window in flight finishes; nothing new starts. Called when the engine goes.
     func shutdown() {
-        let flushRetry = state.withLock { state -> Task<Void, Never>? in
+        let (flushRetry, connection) = state.withLock { state -> (Task<Void, Never>?, ConnectionObservation?) in
             state.tasks.isShutDown = true
-            defer { state.flushRetry = nil }
-            return state.flushRetry
+            defer {
+                state.flushRetry = nil
+                state.tasks.connection = nil
+            }
+            return (state.flushRetry, state.tasks.connection)
         }
         flushRetry?.cancel()
+        connection?.cancel()
         stopListener()
         // Observers (snapshot sequences) look once more, and end.
         notifyChanged([])
@@ -83,6 +89,39 @@ extension SyncCore {
 
     /// Whether a listener runs and is up (not waiting out a backoff).
     var isListenerUp: Bool { state.withLock { $0.listener.isUp } }
+
+    /// Follows the remote's connection, when it reports it: the listener and the sender wait for
+    /// it while it is down, and go on at once when it is back, instead of each retrying on its own.
+    func bindConnection(of remote: any ReachabilityReporting) {
+        guard let observation = remote.observeConnection({ [weak self] in self?.connectionChanged($0) }) else { return }
+        let kept = state.withLock { state -> Bool in
+            guard !state.tasks.isShutDown else { return false }
+            state.tasks.connection = observation
+            return true
+        }
+        if !kept { observation.cancel() }
+    }
+
+    /// The remote's connection went or came back.
+    func connectionChanged(_ event: ConnectionEvent) {
+        connection.mark(event)
+        switch event {
+        case .disconnected:
+            let (effects, retry) = state.withLock { state -> (ListenerEffects, Task<Void, Never>?) in
+                let effects = Self.take(state.listener.disconnected(), in: &state)
+                guard state.sender.disconnected() else { return (effects, nil) }
+                defer { state.flushRetry = nil }
+                return (effects, state.flushRetry)
+            }
+            retry?.cancel()
+            log("connection_lost")
+            perform(effects)
+        case .resumed:
+            log("connection_resumed")
+            perform(state.withLock { Self.take($0.listener.resumed(), in: &$0) })
+            resumeSender()
+        }
+    }
 
     /// Called by reads and writes: a listener waiting to retry tries again now.
     func retryNowIfDown() {
@@ -442,5 +481,53 @@ struct BatchPieces {
         var whole = piece
         whole.changes = changes
         return whole
+    }
+}
+
+/// The remote's connection as its events said: whether it is up, how many times it came back, and
+/// who waits for it to come back.
+final class ConnectionSignal: Sendable {
+    private struct State {
+        var isConnected = true
+        var resumes = 0
+        var nextWaiter = 0
+        var waiters: [Int: CheckedContinuation<Void, Never>] = [:]
+    }
+
+    private let state = Mutex(State())
+
+    /// Whether the connection is up, and how many times it came back so far, read together.
+    var status: (isConnected: Bool, resumes: Int) { state.withLock { ($0.isConnected, $0.resumes) } }
+
+    func mark(_ event: ConnectionEvent) {
+        let woken = state.withLock { state -> [CheckedContinuation<Void, Never>] in
+            state.isConnected = event == .resumed
+            guard event == .resumed else { return [] }
+            state.resumes += 1
+            defer { state.waiters = [:] }
+            return Array(state.waiters.values)
+        }
+        woken.forEach { $0.resume() }
+    }
+
+    /// Returns once the connection came back more than `resumes` times in all, or when the task is
+    /// cancelled.
+    func waitForResume(after resumes: Int) async {
+        let id = state.withLock { state -> Int in
+            state.nextWaiter += 1
+            return state.nextWaiter
+        }
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                let now = state.withLock { state -> Bool in
+                    if state.resumes > resumes || Task.isCancelled { return true }
+                    state.waiters[id] = continuation
+                    return false
+                }
+                if now { continuation.resume() }
+            }
+        } onCancel: {
+            state.withLock { $0.waiters.removeValue(forKey: id) }?.resume()
+        }
     }
 }

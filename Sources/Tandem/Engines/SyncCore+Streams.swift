@@ -11,8 +11,10 @@ struct PassThroughUpdate: Sendable {
 
 extension SyncCore {
     /// A listener of its own, apart from the engine's view: it keeps the documents it covers and
-    /// retries with the engine's policy on the engine's clock, resuming from its last version. It
-    /// ends when its consumer stops, or with the last error when the policy gives up.
+    /// retries with the engine's policy on the engine's clock, resuming from its last version. When
+    /// the remote reports its connection down, it waits for it instead, and a backoff ends early
+    /// when the connection comes back. It ends when its consumer stops, or with the last error when
+    /// the policy gives up.
     func passThrough(_ listen: @escaping Listen) -> AsyncThrowingStream<PassThroughUpdate, any Error> {
         AsyncThrowingStream { continuation in
             let task = Task {
@@ -46,6 +48,13 @@ extension SyncCore {
                         throw TandemError(.unavailable, "The stream ended.")
                     } catch {
                         if Task.isCancelled { break }
+                        let connection = self.connection.status
+                        if !connection.isConnected {
+                            // The remote's reconnection is the retry: attach again once it is back.
+                            log("listener_offline", ["error_description": "\(error)"], severity: .warning)
+                            await self.connection.waitForResume(after: connection.resumes)
+                            continue
+                        }
                         failures += 1
                         log("listener_fail", ["error_description": "\(error)", "retry_count": failures], severity: .severe)
                         guard let delay = retryDelay(afterFailures: failures) else {
@@ -53,16 +62,23 @@ extension SyncCore {
                             return
                         }
                         log("listener_retrying", ["retry_count": failures, "delay_seconds": delay.doubleSeconds], severity: .warning)
-                        do {
-                            try await clock.sleep(for: delay)
-                        } catch {
-                            break
-                        }
+                        await pause(for: delay, orUntilResumedAfter: connection.resumes)
                     }
                 }
                 continuation.finish()
             }
             continuation.onTermination = { _ in task.cancel() }
+        }
+    }
+
+    /// Sleeps out a backoff on the engine's clock, ending early when the remote's connection
+    /// comes back or the task is cancelled.
+    private func pause(for delay: Duration, orUntilResumedAfter resumes: Int) async {
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask { [clock] in try? await clock.sleep(for: delay) }
+            group.addTask { [connection] in await connection.waitForResume(after: resumes) }
+            await group.next()
+            group.cancelAll()
         }
     }
 

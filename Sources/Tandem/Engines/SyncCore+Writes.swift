@@ -165,6 +165,16 @@ extension SyncCore {
         run(action, cancelling: retry)
     }
 
+    /// The remote's connection is back: the sender sends at once.
+    func resumeSender() {
+        let (action, retry) = serial.withLock { _ in
+            state.withLock { state in
+                Self.take(state.sender.resumed(outbox: state.view.outbox), in: &state)
+            }
+        }
+        run(action, cancelling: retry)
+    }
+
     /// The backoff's deadline came.
     private func retryDue() {
         let (action, retry) = serial.withLock { _ in
@@ -292,8 +302,15 @@ extension SyncCore {
         }
         if let failure = settlement.failure {
             var parameters: [String: any Sendable] = ["error_description": "\(failure)", "retry_count": state.withLock { $0.sender.failures }, "pending_write_count": pendingWriteCount]
-            if case .sleep(let deadline) = action { parameters["delay_seconds"] = (deadline - elapsed()).doubleSeconds }
-            log("syncPendingWrites_retrying", parameters, severity: .warning)
+            if case .sleep(let deadline) = action {
+                parameters["delay_seconds"] = (deadline - elapsed()).doubleSeconds
+                log("syncPendingWrites_retrying", parameters, severity: .warning)
+            } else if state.withLock({ $0.sender.isOffline }) {
+                // No backoff: the writes go when the remote's connection is back.
+                log("syncPendingWrites_offline", parameters, severity: .warning)
+            } else {
+                log("syncPendingWrites_retrying", parameters, severity: .warning)
+            }
         }
         settlement.resumed.forEach { $0.resume(returning: $1) }
         if !refetched.isEmpty { refetch(refetched) }

@@ -77,6 +77,8 @@ package final class SyncCore<T: SyncModel>: Sendable {
     }
     /// Held by every change of the view, across its persistence and decoding; never by a reader.
     let serial = Mutex<Void>(())
+    /// The remote's connection as its events said, for pass-through listeners to wait on.
+    let connection = ConnectionSignal()
     /// Called, outside the locks, after a change, with what it changed.
     let didChange: @Sendable (EngineChanges) -> Void
 
@@ -625,12 +627,6 @@ extension SyncCore {
     }
 }
 
-extension SyncCore {
-    /// When the remote reports reconnections, a reconnection wakes the listener and the sender.
-    func bindReachability(of remote: any ReachabilityReporting) {
-        remote.whenReachable { [weak self] in self?.retryNowIfDown() }
-    }
-}
 
 /// What one change of an engine's state touched, so observers of the other properties are not
 /// woken by it.

@@ -1,3 +1,4 @@
+import Synchronization
 import TandemCore
 
 /// The server side of a `CollectionSyncEngine`: one collection, read, listened to, and written.
@@ -101,14 +102,45 @@ public protocol RemoteCollectionGroupService: ReachabilityReporting {
     func listen(query: Query, resumeFrom: Version?) -> AsyncThrowingStream<RemoteChangeBatch, any Error>
 }
 
-/// Lets a remote tell its engine when the server is reachable again, so the engine resumes its
-/// listener and sends its outbox at once instead of waiting out its backoff.
+/// A change of a remote's connection to the server.
+public enum ConnectionEvent: Sendable, Hashable {
+    /// The connection is down: listens and requests fail until it is back. The remote reconnects
+    /// on its own.
+    case disconnected
+    /// The connection is up again: listeners may attach and writes may go.
+    case resumed
+}
+
+/// Lets a remote tell its engine when its connection goes and comes back. An engine that hears
+/// `disconnected` stops retrying on its own backoff and waits: its listener attaches again, and its
+/// outbox is sent, as soon as `resumed` comes. The remote's reconnection is the only retry loop.
 public protocol ReachabilityReporting: Sendable {
-    /// Calls `action` after each reconnection. Engines register once, when they are made.
-    func whenReachable(_ action: @escaping @Sendable () -> Void)
+    /// Calls `handler` with each change of the connection until the observation is cancelled or
+    /// freed; `disconnected` at once when the connection is down now. Nil when the remote cannot
+    /// tell: its engine then retries on its backoff alone.
+    func observeConnection(_ handler: @escaping @Sendable (ConnectionEvent) -> Void) -> ConnectionObservation?
 }
 
 extension ReachabilityReporting {
-    /// A remote that cannot tell never calls: its engine retries on its backoff alone.
-    public func whenReachable(_ action: @escaping @Sendable () -> Void) {}
+    /// A remote that cannot tell: its engine retries on its backoff alone.
+    public func observeConnection(_ handler: @escaping @Sendable (ConnectionEvent) -> Void) -> ConnectionObservation? { nil }
+}
+
+/// A registration for connection events: cancelling it (or freeing it) stops the calls.
+public final class ConnectionObservation: Sendable {
+    private let cancellation: Mutex<(@Sendable () -> Void)?>
+
+    /// An observation that calls `cancel` once, when cancelled or freed.
+    public init(cancel: @escaping @Sendable () -> Void) {
+        cancellation = Mutex(cancel)
+    }
+
+    public func cancel() {
+        cancellation.withLock { cancel -> (@Sendable () -> Void)? in
+            defer { cancel = nil }
+            return cancel
+        }?()
+    }
+
+    deinit { cancel() }
 }

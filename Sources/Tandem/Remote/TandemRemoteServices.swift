@@ -68,8 +68,8 @@ public struct TandemRemoteCollectionService: RemoteCollectionService, Reachabili
         await client.commit(requests: requests)
     }
 
-    public func whenReachable(_ action: @escaping @Sendable () -> Void) {
-        client.whenReachable(action)
+    public func observeConnection(_ handler: @escaping @Sendable (ConnectionEvent) -> Void) -> ConnectionObservation? {
+        client.observeConnection(handler)
     }
 }
 
@@ -104,7 +104,9 @@ public struct TandemRemoteDocumentService: RemoteDocumentService, ReachabilityRe
         await collection.commit(requests: requests)
     }
 
-    public func whenReachable(_ action: @escaping @Sendable () -> Void) { collection.whenReachable(action) }
+    public func observeConnection(_ handler: @escaping @Sendable (ConnectionEvent) -> Void) -> ConnectionObservation? {
+        collection.observeConnection(handler)
+    }
 }
 
 /// A ``RemoteCollectionGroupService`` on a Tandem server, for a `CollectionGroupSyncEngine`.
@@ -125,7 +127,9 @@ public struct TandemRemoteCollectionGroupService: RemoteCollectionGroupService, 
         client.listen(.collectionGroup(groupName, query), resumeFrom: resumeFrom, failWhenDisconnected: true, inPieces: true)
     }
 
-    public func whenReachable(_ action: @escaping @Sendable () -> Void) { client.whenReachable(action) }
+    public func observeConnection(_ handler: @escaping @Sendable (ConnectionEvent) -> Void) -> ConnectionObservation? {
+        client.observeConnection(handler)
+    }
 }
 
 extension CollectionPath {

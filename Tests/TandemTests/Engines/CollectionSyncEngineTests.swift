@@ -61,11 +61,15 @@ struct CollectionSyncEngineTests {
         #expect(engine.getDocument(id: "lamp")?.stock == 2)
         #expect(engine.getDocument(id: "rug")?.name == "Red rug")
 
+        // Offline, neither the listener nor the sender backs off: they wait for the connection.
+        #expect(clock.sleeperCount == 0)
+        #expect(engine.core.isListening && !engine.core.isListenerUp)
+
         remote.store.goOnline()
-        // The listener and the sender each wait out a backoff; both go once the clock passes it.
-        await clock.waitForSleepers(count: 2)
-        clock.advance(by: .seconds(60))
+        // Both go as soon as it is back, with no time passing on the clock.
         #expect(await engine.waitUntil { !engine.hasPendingWrites })
+        #expect(clock.sleeperCount == 0)
+        #expect(logger.names.filter { $0.hasSuffix("_retrying") }.isEmpty)
         let documents = remote.store.documents
         #expect(documents[try DocumentPath("products/lamp")]?.data["stock"] == .int(2))
         #expect(documents[try DocumentPath("products/rug")]?.data["name"] == "Red rug")
@@ -126,8 +130,7 @@ struct CollectionSyncEngineTests {
         remote.store.dropNextAcknowledgements(1)
         try await engine.updateDocument(id: "lamp", data: ["stock": .increment(5)])
         #expect(engine.hasPendingWrites, "the answer was lost, so the write stays queued")
-        await clock.waitForSleepers(count: 1)  // the sender's backoff
-        clock.advance(by: .seconds(2))
+        // The connection went with the answer; once it is back the write goes again, at once.
         #expect(await engine.waitUntil { !engine.hasPendingWrites })
         #expect(remote.store.documents[try DocumentPath("products/lamp")]?.data["stock"] == .int(8))
         #expect(remote.store.appliedWriteCount == 1)
@@ -200,10 +203,15 @@ struct CollectionSyncEngineTests {
             clock.advance(by: .seconds(Int(expected)))
         }
         #expect(await engine.waitUntil { engine.currentCollection.count == 2 })
-        remote.store.goOffline()  // ends the live listener
-        await clock.waitForSleepers(count: 1)
-        #expect(logger.retryDelays("products_listener_retrying").count == 4)
-        #expect(logger.retryDelays("products_listener_retrying").last == 2, "the first good batch reset the backoff")
+        // A lost connection is not a failure of the listener: it waits for the connection, no backoff.
+        remote.store.goOffline()
+        #expect(await logger.wait(forEventNamed: "products_connection_lost"))
+        #expect(clock.sleeperCount == 0)
+        #expect(logger.retryDelays("products_listener_retrying").count == 3)
+        remote.store.goOnline()
+        try remote.simulateUpdate(Product(id: "cup", name: "Cup", price: 4, stock: 9))
+        #expect(await engine.waitUntil { engine.currentCollection.count == 3 })
+        #expect(clock.sleeperCount == 0)
         engine.stopListening()
     }
 

@@ -6,38 +6,64 @@ import TandemTesting
 /// What an engine leaves behind when the app drops it without `stopListening()`.
 @Suite("Engine lifecycle")
 struct EngineLifecycleTests {
-    @Test("a collection engine dropped while offline leaves no retry asleep on the clock", .timeLimit(.minutes(1)))
+    @Test("a collection engine dropped while its calls fail leaves no retry asleep on the clock", .timeLimit(.minutes(1)))
     func collectionEngineDropped() async throws {
         let clock = ManualClock()
         let remote = MockRemoteCollectionService(collection: Product.mocks, collectionPath: { "products" })
-        remote.store.goOffline()
+        #expect(remote.store.client.connectionObserverCount == 0)
+        remote.store.failNextCalls(1_000)
         var engine: CollectionSyncEngine<Product>? = CollectionSyncEngine(remote: remote, managerKey: "products", persistence: nil, clock: clock)
+        #expect(remote.store.client.connectionObserverCount == 1)
         await engine?.startListening()
         try await engine?.saveDocument(Product(id: "rug", name: "Rug", price: 80, stock: 2))
-        // The listener and the sender each wait out a backoff.
+        // The server answers with errors while connected: the listener and the sender each wait out a backoff.
         await clock.waitForSleepers(count: 2)
         weak let dropped = engine
         engine = nil
         #expect(dropped == nil)
         #expect(clock.sleeperCount == 0)
+        // Nor does it stay registered for the client's connection events.
+        #expect(remote.store.client.connectionObserverCount == 0)
         // Time passing wakes nothing: no retry reaches the server.
         let calls = remote.store.commitCount
-        remote.store.goOnline()
+        remote.store.failNextCalls(0)
         clock.advance(by: .seconds(3600))
+        remote.store.goOffline()
+        remote.store.goOnline()
+        await remote.store.client.waitUntilConnected()
         #expect(remote.store.commitCount == calls)
         #expect(remote.store.listenerCount == 0)
     }
 
-    @Test("a document engine dropped while offline leaves no retry asleep on the clock", .timeLimit(.minutes(1)))
+    @Test("a document engine dropped while its calls fail leaves no retry asleep on the clock", .timeLimit(.minutes(1)))
     func documentEngineDropped() async throws {
         let clock = ManualClock()
         let remote = MockRemoteDocumentService(collectionPath: { "users" })
-        remote.store.goOffline()
+        remote.store.failNextCalls(1_000)
         var engine: DocumentSyncEngine<UserModel>? = DocumentSyncEngine(remote: remote, managerKey: "profile", persistence: nil, clock: clock)
         try await engine?.startListening(documentId: "ada")
         await clock.waitForSleepers(count: 1)
         engine = nil
         #expect(clock.sleeperCount == 0)
+        #expect(remote.store.client.connectionObserverCount == 0)
+    }
+
+    @Test("an engine dropped while offline leaves nothing waiting for the connection", .timeLimit(.minutes(1)))
+    func droppedWhileOffline() async throws {
+        let clock = ManualClock()
+        let remote = MockRemoteCollectionService(collection: Product.mocks, collectionPath: { "products" })
+        var engine: CollectionSyncEngine<Product>? = CollectionSyncEngine(remote: remote, managerKey: "products", persistence: nil, clock: clock)
+        await engine?.startListening()
+        remote.store.goOffline()
+        try await engine?.saveDocument(Product(id: "rug", name: "Rug", price: 80, stock: 2))
+        #expect(clock.sleeperCount == 0, "offline, nothing backs off: the connection's return is the retry")
+        engine = nil
+        #expect(remote.store.client.connectionObserverCount == 0)
+        let calls = remote.store.commitCount
+        remote.store.goOnline()
+        await remote.store.client.waitUntilConnected()
+        #expect(remote.store.commitCount == calls)
+        #expect(remote.store.listenerCount == 0)
     }
 
     @Test("a listening engine that is dropped detaches its listener", .timeLimit(.minutes(1)))

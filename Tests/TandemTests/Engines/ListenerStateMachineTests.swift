@@ -47,6 +47,43 @@ struct ListenerStateMachineTests {
         #expect(machine.retryDue(now: .seconds(22)) == [.attach(attempt: 4, resumeFrom: 4)])
     }
 
+    @Test("a lost connection takes a running listener offline, without a failure or a backoff; its return attaches at once, resuming")
+    func followsTheConnection() {
+        var machine = ListenerStateMachine(policy: policy, resumeVersion: 3)
+        _ = machine.start()
+        machine.applied(version: 5)
+        _ = machine.delivered(attempt: 1)
+        // Live: the stream goes, and the listener waits for the connection.
+        #expect(machine.disconnected() == [.detach(attempt: 1), .settleStarts])
+        #expect(machine.phase == .offline && machine.isRunning && !machine.isUp)
+        #expect(machine.failures == 0)
+        // The stream's own failure, after the event, changes nothing.
+        #expect(machine.failed(attempt: 1, now: .seconds(1), random: 0.5) == [])
+        #expect(machine.resumed() == [.attach(attempt: 2, resumeFrom: 5)])
+        #expect(machine.phase == .attaching(attempt: 2))
+
+        // The failure comes first, then the event: the backoff it started ends.
+        #expect(machine.failed(attempt: 2, now: .seconds(2), random: 0.5) == [.settleStarts, .sleep(until: .seconds(4))])
+        #expect(machine.disconnected() == [.cancelSleep, .settleStarts])
+        #expect(machine.phase == .offline)
+        // While the connection is down, a start or a wake tries (its listen wakes the connection);
+        // failing then counts nothing and sleeps nothing.
+        #expect(machine.start() == [.attach(attempt: 3, resumeFrom: 5)])
+        #expect(machine.failed(attempt: 3, now: .seconds(3), random: 0.5) == [.settleStarts])
+        #expect(machine.phase == .offline)
+        #expect(machine.wake() == [.attach(attempt: 4, resumeFrom: 5)])
+        #expect(machine.failed(attempt: 4, now: .seconds(3), random: 0.5) == [.settleStarts])
+        // A stopped listener stays stopped through the connection's changes.
+        #expect(machine.stop() == [])
+        #expect(machine.resumed() == [])
+        #expect(machine.disconnected() == [])
+        #expect(machine.phase == .stopped)
+        // Back, failures back off again.
+        _ = machine.resumed()
+        _ = machine.start()
+        #expect(machine.failed(attempt: 5, now: .seconds(10), random: 0.5) == [.settleStarts, .sleep(until: .seconds(12))])
+    }
+
     @Test("the retry policy's jitter is placed by the random number it is given")
     func jitter() {
         let jittery = RetryPolicy(initial: .seconds(10), maximum: .seconds(10), jitter: 0.5)

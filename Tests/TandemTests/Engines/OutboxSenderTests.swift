@@ -107,6 +107,39 @@ struct OutboxSenderTests {
         #expect(full.map(\.entries.count) == [4])
     }
 
+    @Test("with the connection down a failed window waits for it instead of backing off, a backoff under way ends, and its return sends at once")
+    func followsTheConnection() throws {
+        var sender = Sender(limits: .init(writesPerRequest: 10, requestsInFlight: 2), policy: .default)
+        let queue = try outbox(singles: 3)
+        _ = sender.wake(outbox: queue)
+        // The window fails before the connection's event comes: a backoff starts, and the event ends it.
+        _ = sender.answered([.failure(TandemError(.unavailable, "lost"))])
+        #expect(sender.proceed(outbox: queue, now: .seconds(1), random: 0.5) == .sleep(until: .seconds(3)))
+        let endedBackoff = sender.disconnected()
+        #expect(endedBackoff)
+        #expect(sender.phase == .idle && sender.isOffline)
+        // A write still sends (it wakes the connection); failing, it waits with no sleep.
+        #expect(sent(sender.wake(outbox: queue)).map(\.entries.count) == [1])
+        _ = sender.answered([.failure(TandemError(.unavailable, "still down"))])
+        #expect(sender.proceed(outbox: queue, now: .seconds(2), random: 0.5) == .none)
+        #expect(sender.phase == .idle)
+        let endedAgain = sender.disconnected()
+        #expect(!endedAgain, "no backoff to end")
+        // Back: the probe goes at once, then full windows.
+        let probe = sent(sender.resumed(outbox: queue))
+        #expect(probe.map(\.entries.count) == [1] && !sender.isOffline)
+        _ = sender.answered([acknowledgements(probe[0])])
+        #expect(sent(sender.proceed(outbox: acknowledged(probe, in: queue), now: .seconds(3), random: 0.5)).map(\.entries.count) == [2])
+        // A return while a window is in flight: if that window fails, it goes again at once.
+        _ = sender.answered([.failure(TandemError(.unavailable, "lost again"))])
+        _ = sender.proceed(outbox: queue, now: .seconds(4), random: 0.5)
+        _ = sender.disconnected()
+        _ = sent(sender.wake(outbox: queue))
+        #expect(sender.resumed(outbox: queue) == .none)
+        _ = sender.answered([.failure(TandemError(.unavailable, "failed on the old connection"))])
+        #expect(sent(sender.proceed(outbox: queue, now: .seconds(5), random: 0.5)).count == 1)
+    }
+
     @Test("a write during a backoff sends at once; the delays grow with each failure in a row")
     func wakeDuringBackoff() throws {
         var sender = Sender(limits: .init(), policy: .default)

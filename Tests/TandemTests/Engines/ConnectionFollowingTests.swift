@@ -1,0 +1,75 @@
+import Synchronization
+import Testing
+import TandemCore
+import TandemTesting
+@testable import Tandem
+
+/// Engines follow their remote's connection: while it is down they wait for it instead of retrying
+/// on their own backoff, and they go on the moment it is back. The client's reconnection is the
+/// only retry loop.
+@Suite("Engines follow the connection", .timeLimit(.minutes(1)))
+struct ConnectionFollowingTests {
+    @Test("the client tells each observer of the connection going and coming back (not of its first connection), once each, in order; a new observer of a down connection hears so at once")
+    func clientEvents() async throws {
+        let store = MockServer()
+        let events = Locked<[ConnectionEvent]>([])
+        let observation = store.client.observeConnection { event in events.withLock { $0.append(event) } }
+        await store.client.waitUntilConnected()
+        store.goOffline()
+        store.goOffline()
+        store.goOnline()
+        await store.client.waitUntilConnected()
+        #expect(await events.wait(until: { $0 == [.disconnected, .resumed] }))
+        store.goOffline()
+        let late = Locked<[ConnectionEvent]>([])
+        var lateObservation: ConnectionObservation? = store.client.observeConnection { event in late.withLock { $0.append(event) } }
+        #expect(late.withLock { $0 } == [.disconnected])
+        observation.cancel()
+        store.goOnline()
+        await store.client.waitUntilConnected()
+        #expect(await late.wait(until: { $0 == [.disconnected, .resumed] }))
+        #expect(events.withLock { $0 } == [.disconnected, .resumed, .disconnected], "a cancelled observation hears nothing more")
+        #expect(store.client.connectionObserverCount == 1)
+        #expect(lateObservation != nil)
+        lateObservation = nil
+        #expect(store.client.connectionObserverCount == 0, "freed, an observation is gone")
+    }
+
+    @Test("a document engine's listener waits out a lost connection with no backoff and resumes from its version when it is back")
+    func documentEngine() async throws {
+        let clock = ManualClock()
+        let logger = RecordingDataSyncLogger()
+        let remote = MockRemoteDocumentService(document: UserModel(id: "ada", name: "Ada", visits: 1), collectionPath: { "users" })
+        let engine = DocumentSyncEngine<UserModel>(remote: remote, managerKey: "profile", persistence: nil, logger: logger, clock: clock)
+        try await engine.startListening(documentId: "ada")
+        #expect(engine.currentDocument?.visits == 1)
+        remote.store.goOffline()
+        #expect(await logger.wait(forEventNamed: "profile_connection_lost"))
+        try await engine.updateDocument(data: ["visits": .increment(1)])
+        #expect(engine.currentDocument?.visits == 2 && engine.hasPendingWrites)
+        #expect(clock.sleeperCount == 0)
+        remote.store.goOnline()
+        #expect(await engine.waitUntil { !engine.hasPendingWrites })
+        try remote.simulateUpdate(UserModel(id: "ada", name: "Ada L.", visits: 2))
+        #expect(await engine.waitUntil { engine.currentDocument?.name == "Ada L." })
+        #expect(clock.sleeperCount == 0)
+        #expect(logger.names.filter { $0.hasSuffix("_retrying") }.isEmpty)
+    }
+
+    @Test("a pass-through stream waits out a lost connection and goes on from its last version when it is back")
+    func passThrough() async throws {
+        let clock = ManualClock()
+        let remote = MockRemoteCollectionService(collection: Product.mocks, collectionPath: { "products" })
+        let engine = CollectionSyncEngine<Product>(remote: remote, managerKey: "products", persistence: nil, clock: clock)
+        let (updates, _) = engine.streamCollectionUpdates()
+        var iterator = updates.makeAsyncIterator()
+        #expect(Set([try await iterator.next()?.id, try await iterator.next()?.id]) == ["lamp", "desk"])
+        remote.store.goOffline()
+        #expect(await remote.store.waitForListeners(count: 0))
+        remote.store.goOnline()
+        try remote.simulateUpdate(Product(id: "cup", name: "Cup", price: 4, stock: 9))
+        // Only what changed after its version: no snapshot again.
+        #expect(try await iterator.next()?.id == "cup")
+        #expect(clock.sleeperCount == 0)
+    }
+}
