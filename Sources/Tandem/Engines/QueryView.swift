@@ -74,7 +74,8 @@ struct QueryView<T> {
             keys = order.map { keys[$0] }
             indices = order.map { indices[$0] }
         }
-        self.keys = ChunkedList(keys)
+        // Adopted whole (a rebuild is O(n log n) anyway): cut into chunks at the first single change.
+        self.keys = ChunkedList(adopting: keys)
         if query.orders.isEmpty {
             // Positions in path order, increasing: one walk over the models, no search per model.
             var wanted = indices.makeIterator()
@@ -85,9 +86,9 @@ struct QueryView<T> {
                 chosen.append(model)
                 next = wanted.next()
             }
-            models = ChunkedList(chosen)
+            models = ChunkedList(adopting: chosen)
         } else {
-            models = ChunkedList(indices.map { all[$0] })
+            models = ChunkedList(adopting: indices.map { all[$0] })
         }
         members = Dictionary(uniqueKeysWithValues: keys.map { ($0.path, $0.values) })
         reshow()

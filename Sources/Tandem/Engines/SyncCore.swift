@@ -424,10 +424,15 @@ package final class SyncCore<T: SyncModel>: Sendable {
             state.revisions = newRevisions(fresh.models.count, in: &state)
             return
         }
+        // Built flat and adopted whole: a merge is O(n) anyway, and the first single change after it
+        // pays one more pass to cut the lists into chunks.
         let changed = Set(fresh.changed)
-        var orderedPaths = ChunkedList<DocumentPath>()
-        var ordered = ChunkedList<T>()
-        var revisions = ChunkedList<UInt64>()
+        var orderedPaths: [DocumentPath] = []
+        var ordered: [T] = []
+        var revisions: [UInt64] = []
+        orderedPaths.reserveCapacity(state.orderedPaths.count + fresh.paths.count)
+        ordered.reserveCapacity(state.orderedPaths.count + fresh.paths.count)
+        revisions.reserveCapacity(state.orderedPaths.count + fresh.paths.count)
         var next = 0
         var kept = zip(state.orderedPaths, state.ordered).makeIterator()
         var keptRevisions = state.revisions.makeIterator()
@@ -450,9 +455,9 @@ package final class SyncCore<T: SyncModel>: Sendable {
             revisions.append(state.nextRevision)
             state.nextRevision += 1
         }
-        state.orderedPaths = orderedPaths
-        state.ordered = ordered
-        state.revisions = revisions
+        state.orderedPaths = ChunkedList(adopting: orderedPaths)
+        state.ordered = ChunkedList(adopting: ordered)
+        state.revisions = ChunkedList(adopting: revisions)
     }
 
     /// `count` new revisions, in order.

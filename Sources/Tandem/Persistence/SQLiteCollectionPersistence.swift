@@ -125,7 +125,7 @@ public final class SQLiteCollectionPersistence: LocalCollectionPersistence, Snap
             let outboxCursor = try Row.fetchCursor(db, sql: "SELECT sequence, mutation, attempts, batch FROM outbox WHERE manager_key = ? ORDER BY sequence", arguments: [managerKey])
             while let row = try outboxCursor.next() {
                 let text: String = row["mutation"]
-                let mutation = try JSONValueDecoder().decode(Mutation.self, from: JSONText.parse(text))
+                let mutation = try Self.mutation(fromStored: text)
                 let sequence: Int64 = row["sequence"]
                 let batch: Int64? = row["batch"]
                 entries.append(PendingWrite(
@@ -135,6 +135,16 @@ public final class SQLiteCollectionPersistence: LocalCollectionPersistence, Snap
             let outbox = Outbox(clientID: clientID, entries: entries, nextSequence: UInt64(nextSequence))
             return LocalCollectionState(documents: documents, outbox: outbox, resumeVersion: resume.map { Version(UInt64($0)) })
         }
+    }
+
+    /// A stored outbox entry's mutation: in its wire form (what the server is sent, read by the
+    /// same parser as the server's), or as an earlier version stored it (`Codable`).
+    static func mutation(fromStored text: String) throws -> Mutation {
+        let value = try JSONText.parse(text)
+        if case .object(let object) = value, object["op"] != nil {
+            return try Mutation(wire: value)
+        }
+        return try JSONValueDecoder().decode(Mutation.self, from: value)
     }
 
     public func create(clientID: String) throws -> LocalCollectionState {
@@ -207,7 +217,7 @@ public final class SQLiteCollectionPersistence: LocalCollectionPersistence, Snap
         if !change.outboxPuts.isEmpty {
             let statement = try db.cachedStatement(sql: "INSERT OR REPLACE INTO outbox (manager_key, sequence, mutation, attempts, batch) VALUES (?, ?, ?, ?, ?)")
             for entry in change.outboxPuts {
-                let text = JSONText.encode(try JSONValueEncoder().encode(entry.mutation))
+                let text = JSONText.encode(entry.mutation.wireValue)
                 try statement.execute(arguments: [managerKey, Int64(entry.id.sequence), text, entry.attempts, entry.batch.map { Int64($0) }])
             }
         }
