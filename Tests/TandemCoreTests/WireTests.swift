@@ -203,3 +203,41 @@ struct WireTests {
         #expect(JSONText.encode(["b": 1.5, "a": [true, .null, -3]]) == #"{"a":[true,null,-3],"b":1.5}"#)
     }
 }
+
+@Suite("Wire envelopes")
+struct WireEnvelopeTests {
+    @Test("an envelope reads a message's type, id and targets and passes over the rest, whatever it holds")
+    func envelopes() throws {
+        let path = try DocumentPath("items/a")
+        let write = ClientMessage.write(id: 4, mutations: [.set(path, ["note": "a \"quoted\" \\ text", "list": [1, [2, ["x": nil]]], "n": -1.5e3])])
+        #expect(read(write.text) == envelope(type: "write", id: 4))
+        let listen = ClientMessage.listen(id: 9, target: .document(path), resumeFrom: 3)
+        #expect(read(listen.text) == envelope(type: "listen", id: 9))
+        let document = Document(path: path, data: ["k": "v"], version: 2)
+        let batch = ServerMessage.batch(target: 9, batch: RemoteChangeBatch(isSnapshot: true, changes: [.upsert(document)], version: 2), reset: false, more: false)
+        #expect(read(JSONText.encode(batch.wireValue)) == envelope(type: "snapshot", target: 9))
+        let shared = ServerMessage.sharedBatch(targets: [1, 5], batch: RemoteChangeBatch(isSnapshot: false, changes: [.upsert(document)], version: 3))
+        #expect(read(JSONText.encode(shared.wireValue)) == envelope(type: "changes", targets: [1, 5]))
+        let error = ServerMessage.error(id: 7, TandemError(.unavailable, "down"))
+        #expect(read(JSONText.encode(error.wireValue)) == envelope(type: "error", id: 7))
+        for malformed in ["", "[1]", "{\"type\": \"write\"", "{\"a\": \"open", "{\"type\": 3}", "{\"id\": \"x\"}"] {
+            #expect(WireEnvelope(malformed) == nil, "\(malformed)")
+        }
+    }
+
+    private func read(_ text: String) -> Fields? {
+        WireEnvelope(text).map { Fields(type: $0.type, id: $0.id, target: $0.target, targets: $0.targets) }
+    }
+
+    /// What an envelope read, field by field.
+    private func envelope(type: String, id: Int? = nil, target: Int? = nil, targets: [Int] = []) -> Fields {
+        Fields(type: type, id: id, target: target, targets: targets)
+    }
+
+    private struct Fields: Equatable {
+        var type: String?
+        var id: Int?
+        var target: Int?
+        var targets: [Int]
+    }
+}

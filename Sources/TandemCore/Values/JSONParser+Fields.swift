@@ -91,3 +91,32 @@ extension JSONParser {
         return body(UnsafeBufferPointer(rebasing: bytes[start..<end]))
     }
 }
+
+extension JSONParser {
+    /// Passes over one value without building it: objects and arrays are walked, strings scanned
+    /// to their closing quote (escapes included), numbers and literals read as usual.
+    mutating func skipValue() throws(TandemError) {
+        skipWhitespace()
+        guard index < bytes.count else { throw fail("expected a value") }
+        switch bytes[index] {
+        case UInt8(ascii: "{"):
+            try readObject { (parser, _) throws(TandemError) in try parser.skipValue() }
+        case UInt8(ascii: "["):
+            try readArray { (parser) throws(TandemError) in try parser.skipValue() }
+        case UInt8(ascii: "\""):
+            index += 1
+            while index < bytes.count {
+                switch bytes[index] {
+                case UInt8(ascii: "\\"): index += 2
+                case UInt8(ascii: "\""):
+                    index += 1
+                    return
+                default: index += 1
+                }
+            }
+            throw fail("unterminated string")
+        default:
+            _ = try parseValue()
+        }
+    }
+}
