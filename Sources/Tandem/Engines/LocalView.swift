@@ -24,6 +24,7 @@ struct LocalView: Sendable {
     init(base: [Document], outbox: Outbox, now: Date) {
         self.outbox = outbox
         entries = ChunkedList(outbox.entries)
+        self.base.reserveCapacity(base.count)
         for document in base { self.base[document.path] = document }
         documents = self.base
         for entry in outbox.entries { pending[entry.path, default: []].append(Pending(entry)) }

@@ -108,7 +108,7 @@ package final class SyncCore<T: SyncModel>: Sendable {
             listener: ListenerStateMachine(policy: retryPolicy, resumeVersion: resumeVersion)
         )
         initial.documentID = documentID
-        let failures = Self.rebuildModels(&initial, orderHint: base.map(\.path))
+        let failures = Self.rebuildModels(&initial, orderHint: base)
         published = Mutex(Published(snapshot: Self.snapshot(of: &initial)))
         state = Mutex(initial)
         for (path, error) in failures { logDecodeFailure(path, error) }
@@ -164,36 +164,61 @@ package final class SyncCore<T: SyncModel>: Sendable {
         }
     }
 
-    /// Decodes every view document, returning those that failed. `orderHint` lists paths in the
-    /// order they probably sort in (the persistence's order); checking that order costs one pass,
-    /// where sorting would cost n log n. For a state no reader sees yet (an engine being made).
-    static func rebuildModels(_ state: inout State, orderHint: [DocumentPath] = []) -> [(DocumentPath, any Error)] {
-        var paths = orderHint.filter { state.view.documents[$0] != nil }
-        if paths.count != state.view.documents.count {
-            paths = Array(state.view.documents.keys)
+    /// Decodes every view document, returning those that failed. `orderHint` holds the cached
+    /// documents as the persistence read them, probably in path order: with no pending write on
+    /// top they are the view itself, taken as they are (no lookup per document), and checking
+    /// their order costs one pass where sorting would cost n log n. A large cache is decoded on
+    /// two cores. For a state no reader sees yet (an engine being made).
+    static func rebuildModels(_ state: inout State, orderHint: [Document] = []) -> [(DocumentPath, any Error)] {
+        var documents: [Document]
+        if state.view.outbox.isEmpty && orderHint.count == state.view.documents.count {
+            documents = orderHint
+        } else {
+            documents = Array(state.view.documents.values)
         }
-        if !zip(paths, paths.dropFirst()).allSatisfy({ $0 < $1 }) {
-            paths.sort()
+        if !zip(documents, documents.dropFirst()).allSatisfy({ $0.path < $1.path }) {
+            documents.sort { $0.path < $1.path }
         }
         var orderedPaths: [DocumentPath] = []
         var ordered: [T] = []
         var failures: [(DocumentPath, any Error)] = []
-        orderedPaths.reserveCapacity(paths.count)
-        ordered.reserveCapacity(paths.count)
-        for path in paths {
-            guard let document = state.view.documents[path] else { continue }
-            do {
-                ordered.append(try decodeModel(document))
-                orderedPaths.append(path)
-            } catch {
-                failures.append((path, error))
-            }
+        if documents.count >= 4_096 {
+            let half = documents.count / 2
+            var tail: (paths: [DocumentPath], models: [T], failures: [(DocumentPath, any Error)]) = ([], [], [])
+            Parallel.both({
+                (orderedPaths, ordered, failures) = decodeModels(documents[..<half])
+            }, {
+                tail = decodeModels(documents[half...])
+            })
+            orderedPaths.append(contentsOf: tail.paths)
+            ordered.append(contentsOf: tail.models)
+            failures.append(contentsOf: tail.failures)
+        } else {
+            (orderedPaths, ordered, failures) = decodeModels(documents[...])
         }
         // Adopted whole: a cold start's models are shown as they are, without a copy.
         state.orderedPaths = ChunkedList(adopting: orderedPaths)
         state.ordered = ChunkedList(adopting: ordered)
         state.revisions = newRevisions(ordered.count, in: &state)
         return failures
+    }
+
+    /// The models of `documents` in their order, with their paths, and those that did not decode.
+    private static func decodeModels(_ documents: ArraySlice<Document>) -> ([DocumentPath], [T], [(DocumentPath, any Error)]) {
+        var paths: [DocumentPath] = []
+        var models: [T] = []
+        var failures: [(DocumentPath, any Error)] = []
+        paths.reserveCapacity(documents.count)
+        models.reserveCapacity(documents.count)
+        for document in documents {
+            do {
+                models.append(try decodeModel(document))
+                paths.append(document.path)
+            } catch {
+                failures.append((document.path, error))
+            }
+        }
+        return (paths, models, failures)
     }
 
     /// Brings the models of `paths` in line with the view, in a locked step: a path whose document

@@ -114,12 +114,14 @@ public final class SQLiteCollectionPersistence: LocalCollectionPersistence, Snap
             let resume: Int64? = row["resume_version"]
             let slot: Int64 = row["document_slot"]
 
-            var documents: [Document] = []
             // In path order (the table is clustered by it), so the engine rarely needs to sort.
+            // The rows are read first; their JSON is parsed after, on two cores for a large cache.
+            var rows: [StoredDocument] = []
             let cursor = try Row.fetchCursor(db, sql: "SELECT path, data, version, create_time, update_time FROM document WHERE manager_key = ? AND slot = ? ORDER BY path", arguments: [managerKey, slot])
             while let row = try cursor.next() {
-                documents.append(try Self.document(from: row))
+                rows.append(StoredDocument(row))
             }
+            let documents = try Self.documents(from: rows)
 
             var entries: [PendingWrite] = []
             let outboxCursor = try Row.fetchCursor(db, sql: "SELECT sequence, mutation, attempts, batch FROM outbox WHERE manager_key = ? ORDER BY sequence", arguments: [managerKey])
@@ -319,18 +321,46 @@ public final class SQLiteCollectionPersistence: LocalCollectionPersistence, Snap
         throw DatabaseError(resultCode: ResultCode(rawValue: code), message: message, sql: statement.sql)
     }
 
-    static func document(from row: Row) throws -> Document {
-        // By position: the columns of the SELECT above, without a lookup by name per row.
-        let pathText: String = row[0]
-        let dataText: String = row[1]
-        let version: Int64 = row[2]
-        let created: Double = row[3]
-        let updated: Double = row[4]
-        guard case .object(let data) = try JSONText.parse(dataText), let path = DocumentPath(trusted: pathText) else {
-            throw TandemError(.dataLoss, "The cached document \(pathText) is damaged; clear this engine's cache to reload it from the server.")
+    /// A document row as read, its JSON not parsed yet.
+    struct StoredDocument {
+        var path: String
+        var data: String
+        var version: Int64
+        var created: Double
+        var updated: Double
+
+        /// By position: the columns of the SELECT above, without a lookup by name per row.
+        init(_ row: Row) {
+            path = row[0]
+            data = row[1]
+            version = row[2]
+            created = row[3]
+            updated = row[4]
         }
-        return Document(
-            path: path, data: data, version: Version(UInt64(version)),
-            createTime: Date(timeIntervalSince1970: created), updateTime: Date(timeIntervalSince1970: updated))
+
+        func document() throws -> Document {
+            // Damaged JSON is the cache's loss, not a caller's bad argument: said as such, with the path.
+            guard case .object(let data)? = try? JSONText.parse(data), let path = DocumentPath(trusted: path) else {
+                throw TandemError(.dataLoss, "The cached document \(path) is damaged; clear this engine's cache to reload it from the server.")
+            }
+            return Document(
+                path: path, data: data, version: Version(UInt64(version)),
+                createTime: Date(timeIntervalSince1970: created), updateTime: Date(timeIntervalSince1970: updated))
+        }
+    }
+
+    /// The documents of rows read, in their order; parsed on two cores when there are many.
+    static func documents(from rows: [StoredDocument]) throws -> [Document] {
+        func parse(_ rows: ArraySlice<StoredDocument>) -> Result<[Document], any Error> {
+            Result { try rows.map { try $0.document() } }
+        }
+        guard rows.count >= 4_096 else { return try parse(rows[...]).get() }
+        let half = rows.count / 2
+        var head: Result<[Document], any Error> = .success([])
+        var tail: Result<[Document], any Error> = .success([])
+        Parallel.both({ head = parse(rows[..<half]) }, { tail = parse(rows[half...]) })
+        var documents = try head.get()
+        documents.append(contentsOf: try tail.get())
+        return documents
     }
 }

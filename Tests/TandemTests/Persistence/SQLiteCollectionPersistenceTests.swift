@@ -2,6 +2,7 @@ import Foundation
 import GRDB
 import Testing
 import TandemCore
+import TandemTesting
 @testable import Tandem
 
 @Suite("SQLiteCollectionPersistence")
@@ -73,6 +74,37 @@ struct SQLiteCollectionPersistenceTests {
         let read = try SQLiteCollectionPersistence.mutation(fromStored: earlier)
         #expect(read == mutations[3])
         #expect(throws: TandemError.self) { try SQLiteCollectionPersistence.mutation(fromStored: #"{"op": "paint"}"#) }
+    }
+
+    @Test("a large cache loads in path order on two cores; a model that no longer decodes is left out and logged; a damaged row is data-loss")
+    func largeCache() throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let path = directory.url.appendingPathComponent("collections.sqlite").path
+        let persistence = try SQLiteCollectionPersistence(managerKey: "products", pool: DatabasePool(path: path))
+        _ = try persistence.create(clientID: "c")
+        var change = LocalCollectionChange()
+        // Written out of order; one document in the second half has a name that is not a string.
+        change.upserts = (0..<6_000).reversed().map { index in
+            document(String(format: "p%05d", index), ["id": .string(String(format: "p%05d", index)), "name": index == 4_500 ? 7 : "n", "price": 1, "stock": 1])
+        }
+        try persistence.apply(change)
+        let loaded = try #require(try persistence.load())
+        #expect(loaded.documents.map(\.path.id) == (0..<6_000).map { String(format: "p%05d", $0) })
+
+        let logger = RecordingDataSyncLogger()
+        let engine = CollectionSyncEngine<Product>(remote: MockRemoteCollectionService(collectionPath: { "products" }), managerKey: "products",
+                                                   persistence: persistence, logger: logger)
+        #expect(engine.currentCollection.count == 5_999)
+        #expect(engine.currentCollection.map(\.id) == (0..<6_000).filter { $0 != 4_500 }.map { String(format: "p%05d", $0) })
+        #expect(logger.events(named: "products_decode_fail").map { $0.parameters["document_id"] as? String } == ["p04500"])
+
+        // A row whose JSON is damaged, in the half parsed on the other core.
+        let pool = try DatabasePool(path: path)
+        try pool.write { db in try db.execute(sql: "UPDATE document SET data = '{\"broken' WHERE path = 'products/p05000'") }
+        #expect { try SQLiteCollectionPersistence(managerKey: "products", pool: pool).load() } throws: { error in
+            (error as? TandemError)?.code == .dataLoss && (error as? TandemError)?.message.contains("p05000") == true
+        }
     }
 
     @Test("a commit that queues a write or moves the sequence is flushed to disk; server state and acknowledgements are not")
