@@ -137,14 +137,20 @@ struct LocalView: Sendable {
     /// Recognizes a listener change as the commit of one of our pending writes. Returns nil when it
     /// is not ours; true when the view needs no rebuild (the write was the oldest unconfirmed one for
     /// the document and the server computed what the view assumed); false when it must be rebuilt.
+    ///
+    /// The change names the last of our writes the commit applied to the document. The server
+    /// applies a client's writes in order, so every earlier pending write to it is in that
+    /// document too (applied, or refused and in it as nothing): all of them are confirmed, or a
+    /// batch that wrote the document twice would show its first write applied twice.
     private mutating func echo(of id: MutationID, _ change: RemoteChange, now: Date) -> Bool? {
         guard id.clientID == outbox.clientID, let entries = pending[change.path],
               let entry = entries.first(where: { $0.id == id })
         else { return nil }
+        let included = entries.filter { $0.id.sequence <= id.sequence && !confirmed.contains($0.id) }
         let oldest = entries.first { !confirmed.contains($0.id) }
         let assumed = Self.applyLocally(entry.mutation, to: base[change.path], now: now)
-        confirmed.insert(id)
-        return oldest?.id == id && assumed?.data == change.document?.data
+        for earlier in included { confirmed.insert(earlier.id) }
+        return included.count == 1 && oldest?.id == id && assumed?.data == change.document?.data
     }
 
     /// Replaces the base of one document (a fetch or an acknowledgement) unless it is older.
@@ -217,26 +223,32 @@ struct LocalView: Sendable {
     /// Records an acknowledged write: the server's result becomes the base, the entry leaves the
     /// outbox. When the server computed what the view had assumed (no server timestamps, no
     /// concurrent change), the view stays as it is without replaying the remaining pending writes.
-    mutating func acknowledge(_ entry: PendingWrite, result: Document?, version: Version, now: Date) {
+    ///
+    /// Returns whether the view's data of the document changed: when it did not (the server
+    /// computed what the view showed), its decoded model stands as it is.
+    @discardableResult
+    mutating func acknowledge(_ entry: PendingWrite, result: Document?, version: Version, now: Date) -> Bool {
         let assumed = Self.applyLocally(entry.mutation, to: base[entry.path], now: now)
         let isFirstForPath = pending[entry.path]?.first?.id == entry.id
-        guard removeFromOutbox(entry.id) != nil else { return }
+        let before = documents[entry.path]
+        guard removeFromOutbox(entry.id) != nil else { return false }
         forget(entry)
         if confirmed.remove(entry.id) != nil {
             // The listener brought this commit first: the base and the view already include it.
             if pending[entry.path] == nil { recompute(entry.path, now: now) }
-            return
-        }
-        if let current = base[entry.path], current.version > version {
+        } else if let current = base[entry.path], current.version > version {
             recompute(entry.path, now: now)
-            return
+        } else {
+            base[entry.path] = result
+            if isFirstForPath, assumed?.data == result?.data {
+                // The view showed exactly this: with nothing after it, it now shows the server's
+                // document; otherwise it stays as it is. Its data is the same either way.
+                if pending[entry.path] == nil { documents[entry.path] = result }
+                return false
+            }
+            recompute(entry.path, now: now)
         }
-        base[entry.path] = result
-        if isFirstForPath, assumed?.data == result?.data {
-            if pending[entry.path] == nil { documents[entry.path] = result }
-            return
-        }
-        recompute(entry.path, now: now)
+        return documents[entry.path]?.data != before?.data
     }
 
     /// Takes an entry out of the outbox (acknowledged or rejected) and rebuilds its document.

@@ -187,3 +187,41 @@ struct LocalViewEntriesTests {
         }
     }
 }
+
+@Suite("The local view and a batch's echo")
+struct LocalViewBatchEchoTests {
+    @Test("a batch that writes one document twice: its commit's echo confirms both writes, and the first write's acknowledgement never moves the view back")
+    func batchWritingOneDocumentTwice() throws {
+        let path = try DocumentPath("counters/c")
+        let start = Document(path: path, data: ["n": 18], version: 275)
+        let now = Date()
+        // Echo first, then the acknowledgements; and the acknowledgements first, then the echo.
+        for echoFirst in [true, false] {
+            var view = LocalView(base: [start], outbox: Outbox(clientID: "me"), now: now)
+            let batch = view.enqueue(batch: [
+                Mutation(path: path, kind: .update([]), transforms: [Mutation.Transform("n", .increment(1))]),
+                Mutation(path: path, kind: .update([]), transforms: [Mutation.Transform("n", .increment(2))]),
+            ], now: now)
+            #expect(view.documents[path]?.data["n"] == 21)
+            // The server applies both in one commit at version 276: 19 after the first, 21 after the second.
+            let final = Document(path: path, data: ["n": 21], version: 276)
+            let echo = RemoteChangeBatch(isSnapshot: false, changes: [RemoteChange(path: path, document: final, version: 276, mutationID: batch[1].id)], version: 276)
+            let acknowledge = {
+                view.acknowledge(batch[0], result: Document(path: path, data: ["n": 19], version: 276), version: 276, now: now)
+                #expect(view.documents[path]?.data["n"] == 21, "after the first acknowledgement")
+                view.acknowledge(batch[1], result: final, version: 276, now: now)
+            }
+            if echoFirst {
+                _ = view.applyRemote(echo, now: now)
+                #expect(view.documents[path]?.data["n"] == 21, "the first write is not applied again on top of the commit")
+                acknowledge()
+            } else {
+                acknowledge()
+                _ = view.applyRemote(echo, now: now)
+            }
+            #expect(view.documents[path]?.data["n"] == 21)
+            #expect(view.base[path]?.data["n"] == 21)
+            #expect(view.outbox.isEmpty)
+        }
+    }
+}
