@@ -247,14 +247,6 @@ extension SyncCore {
     /// with their results in the base, rejected ones leave the outbox and the view. Then tells
     /// the waiters, and returns what the sender does next.
     private func settle(_ answers: [Result<[WriteAcknowledgement], any Error>]) -> (Sender.Action, Task<Void, Never>?) {
-        // The server's documents, decoded before the locked step: the view shows each when no
-        // other write to it is pending.
-        var prepared = PreparedModels()
-        for case .success(let acknowledgements) in answers {
-            prepared.add(acknowledgements.compactMap { acknowledgement in
-                acknowledgement.document.map { RemoteChange(path: $0.path, document: $0, version: $0.version) }
-            })
-        }
         let random = randomness.next()
         let (settlement, action, retry, refetched) = serial.withLock { _ in
             let (settlement, write, undecided, action, retry, refetched) = state.withLock { state in
@@ -263,6 +255,9 @@ extension SyncCore {
                 var refetched: [(DocumentPath, Version)] = []
                 // Each document a write was acknowledged for, once, with the version it reached.
                 var cached: [DocumentPath: Version] = [:]
+                // The documents whose data the view shows changed: only their models are decoded
+                // again (after this locked step). An acknowledgement of what the view showed changes none.
+                var changed: [DocumentPath] = []
                 let now = Date()
                 for (entry, decision) in settlement.decisions {
                     change.outboxRemovals.append(entry.id)
@@ -272,19 +267,25 @@ extension SyncCore {
                         // write leaves the outbox, the view falls back to what the engine knows of
                         // the server's state, and the document is read again; nothing is assumed deleted.
                         state.view.removeEntry(entry.id, now: now)
+                        changed.append(entry.path)
                         refetched.append((entry.path, acknowledgement.version))
                     case .acknowledged(let acknowledgement):
-                        state.view.acknowledge(entry, result: acknowledgement.document, version: acknowledgement.version, now: now)
+                        if state.view.acknowledge(entry, result: acknowledgement.document, version: acknowledgement.version, now: now) {
+                            changed.append(entry.path)
+                        }
                         cached[entry.path] = max(acknowledgement.version, cached[entry.path] ?? .zero)
                     case .rejected(let error):
                         state.view.removeEntry(entry.id, now: now)
+                        changed.append(entry.path)
                         state.rejected.append(RejectedWrite(mutation: entry.mutation, error: error))
                     }
                 }
-                for (path, version) in cached { Self.keepInBase(path, version: version, in: &state, change: &change, now: now) }
+                for (path, version) in cached {
+                    if Self.keepInBase(path, version: version, in: &state, change: &change, now: now) { changed.append(path) }
+                }
                 let write = settlement.decisions.isEmpty ? nil
                     : persistence.write(change, view: state.view, documentID: state.documentID, resumeVersion: state.listener.resumeVersion)
-                let undecided = Self.refreshModels(settlement.decisions.map(\.entry.path), in: &state, prepared: prepared)
+                let undecided = Self.refreshModels(changed, in: &state)
                 let (action, retry) = Self.take(state.sender.proceed(outbox: state.view.outbox, now: elapsed(), random: random), in: &state)
                 return (settlement, write, undecided, action, retry, refetched)
             }
@@ -292,7 +293,6 @@ extension SyncCore {
             installModels(undecided)
             return (settlement, action, retry, refetched)
         }
-        for (path, error) in prepared.failures { logDecodeFailure(path, error) }
         let rejected = settlement.decisions.filter { if case .rejected = $0.decision { return true } else { return false } }
         if !settlement.decisions.isEmpty {
             notifyChanged(rejected.isEmpty ? [.documents, .pendingWrites] : [.documents, .pendingWrites, .rejectedWrites])
@@ -320,15 +320,18 @@ extension SyncCore {
     /// Records in `change` the base's document at `path` after the server answered for it outside
     /// the listener. One the listened query excludes leaves the base, as the server would not list
     /// it: its listener would never keep it current.
-    private static func keepInBase(_ path: DocumentPath, version: Version, in state: inout State, change: inout LocalCollectionChange, now: Date) {
+    /// Returns whether the view changed (the document left it).
+    @discardableResult
+    private static func keepInBase(_ path: DocumentPath, version: Version, in state: inout State, change: inout LocalCollectionChange, now: Date) -> Bool {
         if let document = state.view.base[path], state.queryView?.admits(document) == false, !state.view.hasPendingWrites(path) {
-            state.view.setBase(nil, at: path, version: version, now: now)
             change.deletions.append(path)
+            return state.view.setBase(nil, at: path, version: version, now: now)
         } else if let document = state.view.base[path] {
             change.upserts.append(document)
         } else {
             change.deletions.append(path)
         }
+        return false
     }
 
     /// Reads again the documents whose writes were answered `unknown`, and takes the server's

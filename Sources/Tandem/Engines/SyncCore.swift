@@ -382,7 +382,9 @@ package final class SyncCore<T: SyncModel>: Sendable {
         let paths = state.orderedPaths
         let models = state.ordered
         let documents = state.view.documents
-        guard let changed, changed.count <= 64 else {
+        // A few paths, or a small share of them all, move one by one (a search and a splice each);
+        // more are cheaper in one pass over every model.
+        guard let changed, Self.placesOneByOne(changed.count, of: paths.count) else {
             state.queryView!.rebuild(documents: documents, paths: paths, models: models)
             return
         }
@@ -405,7 +407,7 @@ package final class SyncCore<T: SyncModel>: Sendable {
     private static func placeModels(_ fresh: DecodedModels, into state: inout State) {
         // Many paths at once (a snapshot, a large batch): one merge pass instead of an insertion
         // each, which would be quadratic.
-        if fresh.changed.count > 64 {
+        if !placesOneByOne(fresh.changed.count, of: state.orderedPaths.count) {
             merge(fresh, into: &state)
             return
         }
@@ -438,6 +440,12 @@ package final class SyncCore<T: SyncModel>: Sendable {
                 break
             }
         }
+    }
+
+    /// Whether `changed` paths among `total` are cheaper to place one by one (a binary search and a
+    /// splice of one chunk each) than in a pass over all of them (which hashes every path).
+    static func placesOneByOne(_ changed: Int, of total: Int) -> Bool {
+        changed <= 64 || changed * 3 <= total
     }
 
     /// Puts decided models in place of those of their paths in one pass.
