@@ -171,4 +171,27 @@ struct MutationTests {
         let digests = Set(([write] + others).map(\.contentDigest))
         #expect(digests.count == others.count + 1)
     }
+
+    @Test("data shaped like a transform ({\"$…\": x} as a field's value) is refused at once, not misread by the server")
+    func sentinelShapedData() throws {
+        let path = try DocumentPath("items/a")
+        for mutation in [
+            Mutation.set(path, ["id": ["$oid": "5f1"]]),
+            Mutation.merge(path, ["a": ["b": ["$increment": 1]]]),
+            Mutation.update(path, fields: ["a": ["b": ["$delete": true]]]),
+            Mutation.update(path, fields: ["a": ["$x": 1]]),
+        ] {
+            #expect(throws: TandemError.self) { try mutation.validate() }
+        }
+        // A top-level key, an object of several keys, or an array element are data on the wire too.
+        for mutation in [
+            Mutation.set(path, ["$top": 1, "a": ["$b": 1, "c": 2], "list": [["$x": 1]]]),
+            Mutation.update(path, fields: ["list": [["$x": 1]]]),
+        ] {
+            try mutation.validate()
+        }
+        let error = #expect(throws: TandemError.self) { try Mutation.set(path, ["id": ["$oid": "5f1"]]).validate() }
+        #expect(error?.code == .invalidArgument)
+        #expect(error?.message.contains("'id'") == true)
+    }
 }

@@ -122,7 +122,6 @@ extension TandemClient {
                 state.deferred = []
                 effects.resume += state.connectedWaiters
                 state.connectedWaiters = []
-                // `resumed` tells of a return: the first connection is no news.
                 if state.reported == .disconnected, queue((.resumed, Array(state.connectionObservers.values)), in: &state) {
                     effects.tellEvents = true
                 }

@@ -77,9 +77,9 @@ public final class TandemClient: Service, Sendable {
         /// Who hears of the connection going and coming back, by token.
         var connectionObservers: [Int: ConnectionObserver] = [:]
         var nextConnectionObserver = 0
-        /// The last connection event told: `disconnected` only after a `resumed` (or at the first
-        /// failed attempt), so observers hear each change once.
-        var reported: ConnectionEvent?
+        /// The last connection event told, so observers hear each change once. A client counts as
+        /// disconnected until its first connection: an engine made before it hears `resumed` then.
+        var reported: ConnectionEvent = .disconnected
         /// Connection events not told yet, in order, and whether someone is telling them: one
         /// teller at a time, so every observer hears them in the order they happened.
         var events: [(ConnectionEvent, [ConnectionObserver])] = []

@@ -126,13 +126,15 @@ public final class DocumentSyncEngine<T: SyncModel>: Sendable {
     /// The listened document as cached, pending writes included; nil when none.
     public var currentDocument: T? {
         access(keyPath: keys.currentDocument)
-        guard let id = core.documentID else { return nil }
-        return cached(id)
+        // One snapshot for the id and its model: a switch to another document never tears the read.
+        let snapshot = core.snapshot
+        guard let id = snapshot.documentID else { return nil }
+        return cached(id, in: snapshot)
     }
 
-    private func cached(_ id: String) -> T? {
-        if let path = try? remote.collectionPath().document(id) { return core.model(at: path) }
-        return core.shownModels { $0.id == id }.first
+    private func cached(_ id: String, in snapshot: EngineSnapshot<T>) -> T? {
+        if let path = try? remote.collectionPath().document(id) { return snapshot.model(at: path) }
+        return snapshot.shownDocuments.first { $0.path.id == id }?.model
     }
 
     /// ``currentDocument`` with its metadata: the state when iterated, then one snapshot after
@@ -202,7 +204,7 @@ public final class DocumentSyncEngine<T: SyncModel>: Sendable {
     public func getDocumentAsync(id: String? = nil, behavior: FetchBehavior = .cachedOrFetch) async throws -> T? {
         core.retryNowIfDown()
         let id = try id ?? getDocumentId()
-        if behavior == .cachedOrFetch, let cached = cached(id) { return cached }
+        if behavior == .cachedOrFetch, let cached = cached(id, in: core.snapshot) { return cached }
         let remote = self.remote
         return try await core.fetchDocument(id: id) { try await remote.getDocument(id: $0) }
     }

@@ -197,12 +197,19 @@ struct ListenerStateMachine: Sendable {
         }
     }
 
-    /// The remote's connection is back: a listener waiting for it attaches at once, resuming.
+    /// The remote's connection is back: a listener waiting for it, or waiting out a backoff,
+    /// attaches at once, resuming.
     mutating func resumed() -> [Action] {
         isConnected = true
-        guard phase == .offline else { return [] }
-        failures = 0
-        return [attach()]
+        switch phase {
+        case .offline:
+            failures = 0
+            return [attach()]
+        case .down:
+            return [.cancelSleep, attach()]
+        case .stopped, .attaching, .live, .gaveUp:
+            return []
+        }
     }
 
     private mutating func goOffline() -> [Action] {

@@ -261,6 +261,12 @@ extension SyncCore {
             return (Self.take(actions, in: &state), state.listener.failures, state.isFromCache)
         }
         guard let (effects, failures, fromCache) = outcome else { return }
+        if effects.sleepUntil == nil, effects.gaveUpAfter == nil {
+            // The connection is down: no failure of the listener, which waits for it to come back.
+            log("listener_offline", ["error_description": "\(error)"], severity: .warning)
+            perform(effects)
+            return
+        }
         log("listener_fail", ["error_description": "\(error)", "retry_count": failures], severity: .severe)
         if fromCache {
             log("bulkLoad_fail", ["error_description": "\(error)"], severity: .severe)
@@ -407,6 +413,8 @@ extension SyncCore {
         state.orderedPaths = ChunkedList(adopting: models.modelPaths)
         state.ordered = ChunkedList(adopting: models.models)
         state.revisions = newRevisions(models.models.count, in: &state)
+        // The listened query's view over them.
+        refreshQueryView(nil, in: &state)
         return (changed, [])
     }
 

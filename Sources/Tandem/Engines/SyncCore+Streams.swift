@@ -22,6 +22,8 @@ extension SyncCore {
                 var resume: Version?
                 var failures = 0
                 while !Task.isCancelled {
+                    // Read before listening: a return of the connection after this ends the wait below.
+                    let connection = self.connection.status
                     do {
                         var pieces = BatchPieces()
                         for try await piece in listen(resume) {
@@ -48,8 +50,7 @@ extension SyncCore {
                         throw TandemError(.unavailable, "The stream ended.")
                     } catch {
                         if Task.isCancelled { break }
-                        let connection = self.connection.status
-                        if !connection.isConnected {
+                        if !self.connection.status.isConnected {
                             // The remote's reconnection is the retry: attach again once it is back.
                             log("listener_offline", ["error_description": "\(error)"], severity: .warning)
                             await self.connection.waitForResume(after: connection.resumes)

@@ -69,6 +69,8 @@ extension SyncCore {
     private func announce(_ enqueued: Result<Int, any Error>, _ continuation: CheckedContinuation<WriteOutcome, Never>, _ parameters: [String: any Sendable]) {
         switch enqueued {
         case .failure(let error):
+            // Rolled back: a snapshot published while the write was on its way to disk showed it.
+            notifyChanged([.documents, .pendingWrites])
             continuation.resume(returning: .notStored(error))
         case .success(let pendingCount):
             notifyChanged([.documents, .pendingWrites])

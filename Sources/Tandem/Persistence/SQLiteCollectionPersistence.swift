@@ -143,10 +143,14 @@ public final class SQLiteCollectionPersistence: LocalCollectionPersistence, Snap
     /// same parser as the server's), or as an earlier version stored it (`Codable`).
     static func mutation(fromStored text: String) throws -> Mutation {
         let value = try JSONText.parse(text)
-        if case .object(let object) = value, object["op"] != nil {
-            return try Mutation(wire: value)
+        if case .object(let object) = value, object["op"] != nil, let mutation = try? Mutation(wire: value) {
+            return mutation
         }
-        return try JSONValueDecoder().decode(Mutation.self, from: value)
+        do {
+            return try JSONValueDecoder().decode(Mutation.self, from: value)
+        } catch {
+            throw TandemError(.dataLoss, "A queued write in the cache is damaged (\(error)); clear this engine's cache, which drops its queued writes.")
+        }
     }
 
     public func create(clientID: String) throws -> LocalCollectionState {

@@ -28,6 +28,7 @@ extension Mutation {
         }
         written += transforms.map(\.field)
         try checkNumbersAreFinite()
+        try checkNoSentinelShapedData()
         for (index, field) in written.enumerated() {
             for other in written[(index + 1)...] where field.isPrefix(of: other) || other.isPrefix(of: field) {
                 throw TandemError.invalidArgument("The write to \(path) names '\(field)' and '\(other)'; a field may be written once, and not together with a field inside it.")
@@ -130,6 +131,32 @@ extension Mutation {
 extension Mutation {
     /// NaN and the infinities have no JSON spelling: a write holding one would be stored as
     /// something else (`null`), so it is refused instead. (Parsed JSON never holds one.)
+    /// On the wire a one-key object whose key starts with `$` is a transform (`{"$increment": 1}`):
+    /// as data the server would read it as one, or refuse it. Refused here, at once, with the way out.
+    func checkNoSentinelShapedData() throws(TandemError) {
+        func find(_ value: JSONValue, at path: [String]) -> (String, [String])? {
+            switch value {
+            case .object(let object):
+                if object.count == 1, let key = object.keys.first, key.hasPrefix("$") { return (key, path) }
+                for (key, child) in object { if let found = find(child, at: path + [key]) { return found } }
+                return nil
+            default:
+                // Arrays are data on the wire, whatever they hold.
+                return nil
+            }
+        }
+        var values: [(JSONValue, [String])] = []
+        switch kind {
+        case .set(let data), .merge(let data, _): values = data.map { ($0.value, [$0.key]) }
+        case .update(let fields): values = fields.map { ($0.value, $0.field.segments) }
+        case .delete: break
+        }
+        for (value, path) in values {
+            guard let (key, at) = find(value, at: path) else { continue }
+            throw TandemError.invalidArgument("The write to \(self.path) holds {\"\(key)\": …} at '\(at.joined(separator: "."))': a one-key object whose key starts with '$' is how a transform is sent. Write transforms with FieldUpdate (.increment, .arrayUnion, …), or give the object another key.")
+        }
+    }
+
     func checkNumbersAreFinite() throws(TandemError) {
         func finite(_ value: JSONValue) -> Bool {
             switch value {

@@ -1,3 +1,4 @@
+import Foundation
 import Synchronization
 import Testing
 import TandemCore
@@ -9,12 +10,23 @@ import TandemTesting
 /// only retry loop.
 @Suite("Engines follow the connection", .timeLimit(.minutes(1)))
 struct ConnectionFollowingTests {
-    @Test("the client tells each observer of the connection going and coming back (not of its first connection), once each, in order; a new observer of a down connection hears so at once")
+    @Test("the client tells each observer of the connection going and coming back, once each, in order; a new observer of a down connection (or of one not made yet) hears so at once")
     func clientEvents() async throws {
+        // A client counts as disconnected until its first connection.
+        let unstarted = TandemClient(url: URL(string: "ws://127.0.0.1:9/v1/stream")!)
+        let heard = Locked<[ConnectionEvent]>([])
+        let early = unstarted.observeConnection { event in heard.withLock { $0.append(event) } }
+        #expect(heard.withLock { $0 } == [.disconnected])
+        early.cancel()
+
         let store = MockServer()
         let events = Locked<[ConnectionEvent]>([])
         let observation = store.client.observeConnection { event in events.withLock { $0.append(event) } }
         await store.client.waitUntilConnected()
+        // Made before the first connection, the observer heard it down, then back; after, nothing.
+        #expect(await events.wait(until: { $0.last != .disconnected }))
+        #expect([[], [.disconnected, .resumed]].contains(events.withLock { $0 }))
+        events.withLock { $0 = [] }
         store.goOffline()
         store.goOffline()
         store.goOnline()
@@ -71,5 +83,39 @@ struct ConnectionFollowingTests {
         // Only what changed after its version: no snapshot again.
         #expect(try await iterator.next()?.id == "cup")
         #expect(clock.sleeperCount == 0)
+    }
+
+    @Test("an engine made before its client first connects waits for it, then listens and sends at once, with nothing asleep on its clock")
+    func engineBeforeFirstConnection() async throws {
+        let server = try await LiveServer.start()
+        let collection = try CollectionPath("early")
+        _ = try await server.store.commit([.set(try collection.document("lamp"), ["id": "lamp", "name": "Lamp", "price": 30, "stock": 3])])
+        var configuration = TandemClientConfiguration()
+        configuration.clientID = "early-engine"
+        let client = TandemClient(url: server.url, configuration: configuration)
+        let clock = ManualClock()
+        let engine = CollectionSyncEngine<Product>(remote: TandemRemoteCollectionService(client: client, collection: collection),
+                                                   managerKey: "early", persistence: nil, clock: clock)
+        await engine.startListening()  // the client is not running: the cache shows, nothing backs off
+        try await engine.saveDocument(Product(id: "rug", name: "Rug", price: 80, stock: 2))
+        #expect(engine.currentCollection.map(\.id) == ["rug"] && clock.sleeperCount == 0)
+        let running = Task { try await client.run() }
+        #expect(await engine.waitUntil { !engine.hasPendingWrites && engine.currentCollection.count == 2 })
+        #expect(clock.sleeperCount == 0)
+        running.cancel()
+        _ = try? await running.value
+        await server.stop()
+    }
+
+    @Test("a first snapshot adopted whole shows the listened query's answer")
+    func adoptedSnapshotUnderQuery() async throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let products = (0..<200).map { Product(id: String(format: "p%03d", $0), name: "n\($0)", price: Double($0), stock: 1) }
+        let remote = MockRemoteCollectionService(collection: products, collectionPath: { "products" })
+        let engine = CollectionSyncEngine<Product>(remote: remote, managerKey: "adopted",
+                                                   persistence: try SQLiteCollectionPersistence(managerKey: "adopted", directory: directory.url))
+        await engine.startListening { $0.whereField("price", isLessThan: 10).order(by: "price", descending: true) }
+        #expect(engine.currentCollection.map(\.id) == (0..<10).reversed().map { String(format: "p%03d", $0) })
     }
 }

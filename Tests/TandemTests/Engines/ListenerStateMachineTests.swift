@@ -78,10 +78,16 @@ struct ListenerStateMachineTests {
         #expect(machine.resumed() == [])
         #expect(machine.disconnected() == [])
         #expect(machine.phase == .stopped)
+        // A return of the connection also ends a backoff under way.
+        _ = machine.resumed()
+        _ = machine.start()
+        #expect(machine.failed(attempt: 5, now: .seconds(5), random: 0.5) == [.settleStarts, .sleep(until: .seconds(7))])
+        #expect(machine.resumed() == [.cancelSleep, .attach(attempt: 6, resumeFrom: 5)])
+        _ = machine.stop()
         // Back, failures back off again.
         _ = machine.resumed()
         _ = machine.start()
-        #expect(machine.failed(attempt: 5, now: .seconds(10), random: 0.5) == [.settleStarts, .sleep(until: .seconds(12))])
+        #expect(machine.failed(attempt: 7, now: .seconds(10), random: 0.5) == [.settleStarts, .sleep(until: .seconds(12))])
     }
 
     @Test("the retry policy's jitter is placed by the random number it is given")
