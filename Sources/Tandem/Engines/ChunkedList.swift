@@ -145,6 +145,14 @@ struct ChunkedList<Element> {
         return element
     }
 
+    /// Whether this list and `other` share their storage, so hold the same elements: a list is
+    /// never changed in place while another value shares it.
+    func sharesStorage(with other: ChunkedList) -> Bool {
+        chunks.withUnsafeBufferPointer { mine in
+            other.chunks.withUnsafeBufferPointer { theirs in mine.baseAddress == theirs.baseAddress && mine.count == theirs.count }
+        }
+    }
+
     mutating func removeAll() {
         chunks.removeAll()
         ends.removeAll()

@@ -79,6 +79,16 @@ final class EngineSnapshot<T: SyncModel>: Sendable {
         }
     }
 
+    /// Whether this snapshot shows the very models `other` shows (a change of pending writes or
+    /// metadata only): its shown array, once made, stands for this one too.
+    func showsSame(as other: EngineSnapshot) -> Bool {
+        switch (query, other.query) {
+        case (nil, nil): return models.sharesStorage(with: other.models)
+        case (let mine?, let theirs?): return mine.window == theirs.window && mine.models.sharesStorage(with: theirs.models)
+        default: return false
+        }
+    }
+
     /// The shown documents' paths and models, in order.
     var shownDocuments: [(path: DocumentPath, model: T)] {
         guard let query else { return zip(paths, models).map { ($0, $1) } }

@@ -559,7 +559,8 @@ package final class SyncCore<T: SyncModel>: Sendable {
         let snapshot = state.withLock { Self.snapshot(of: &$0) }
         let replaced = published.withLock { published -> Published? in
             guard snapshot.generation > published.snapshot.generation else { return nil }
-            defer { published = Published(snapshot: snapshot) }
+            // A change that left the shown models as they were keeps the array a reader made of them.
+            defer { published = Published(snapshot: snapshot, shown: snapshot.showsSame(as: published.snapshot) ? published.shown : nil) }
             return published
         }
         // The old snapshot is freed here, outside the lock, if no reader holds it.

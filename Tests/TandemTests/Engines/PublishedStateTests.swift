@@ -52,6 +52,26 @@ struct PublishedStateTests {
         #expect(before.model(at: try DocumentPath("products/c"))?.name == "Cedar")
         #expect(before.pendingWrites.isEmpty)
         #expect(engine.core.snapshot.generation > before.generation)
+
+    }
+
+    @Test("a publish that leaves the shown models as they were keeps the array readers were given")
+    func shownArrayKept() async throws {
+        let products = (0..<1_000).map { Product(id: String(format: "p%04d", $0), name: "n", price: 1, stock: 1) }
+        let remote = MockRemoteCollectionService(collection: products, collectionPath: { "products" })
+        let engine = CollectionSyncEngine<Product>(remote: remote, managerKey: "kept", persistence: nil, clock: ManualClock())
+        await engine.startListening()
+        engine.stopListening(clearCaches: false)  // nothing changes the engine from here on
+        #expect(engine.currentCollection.count == 1_000)
+        let models = engine.core.snapshot.models
+        #expect(engine.core.published.withLock { $0.shown } != nil)
+        engine.core.publish()
+        #expect(engine.core.snapshot.models.sharesStorage(with: models))
+        #expect(engine.core.published.withLock { $0.shown } != nil, "kept across a publish that changed nothing shown")
+        try await engine.deleteDocument(id: "p0000")
+        #expect(engine.core.published.withLock { $0.shown } == nil, "a change of the models makes it anew")
+        #expect(!engine.core.snapshot.models.sharesStorage(with: models))
+        #expect(engine.currentCollection.count == 999)
     }
 
     @Test("a thousand changes over ten thousand documents: each snapshot shows exactly its state")
