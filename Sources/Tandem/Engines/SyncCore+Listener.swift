@@ -311,6 +311,8 @@ extension SyncCore {
                 var changed: [DocumentPath] = []
                 var undecided: [Document] = []
                 var failure: (any Error)?
+                // Written directly, so after every change queued before it.
+                cache.flush()
                 Parallel.both({
                     if let promotion = prepared?.promotion(of: batch) {
                         do {
@@ -350,7 +352,8 @@ extension SyncCore {
                 let write = persistence.write(Self.change(for: batch), view: state.view, documentID: state.documentID, resumeVersion: batch.version)
                 return (changed, Self.refreshModels(changed, in: &state, prepared: models), write)
             }
-            store(write)
+            // The server's state: written behind the listener.
+            storeLater(write)
             installModels(undecided)
             return changed
         }

@@ -41,7 +41,7 @@ extension SyncCore {
                 }
                 for (path, error) in prepared.failures { logDecodeFailure(path, error) }
                 do {
-                    try write.run()
+                    try cache.run(write)
                 } catch {
                     // Not durable, so not accepted: undo it in memory too.
                     let undone = state.withLock { state -> [Document] in
@@ -134,7 +134,7 @@ extension SyncCore {
                 }
                 for (path, error) in prepared.failures { logDecodeFailure(path, error) }
                 do {
-                    try write.run()
+                    try cache.run(write)
                 } catch {
                     // Not durable, so not accepted: none of it stays.
                     let undone = state.withLock { state -> [Document] in
@@ -291,7 +291,8 @@ extension SyncCore {
                 let (action, retry) = Self.take(state.sender.proceed(outbox: state.view.outbox, now: elapsed(), random: random), in: &state)
                 return (settlement, write, undecided, action, retry, refetched)
             }
-            if let write { store(write) }
+            // The server's answers: written behind the sender, which goes on with the next window.
+            if let write { storeLater(write) }
             installModels(undecided)
             return (settlement, action, retry, refetched)
         }

@@ -79,6 +79,8 @@ package final class SyncCore<T: SyncModel>: Sendable {
     let serial = Mutex<Void>(())
     /// The remote's connection as its events said, for pass-through listeners to wait on.
     let connection = ConnectionSignal()
+    /// Writes changes to the persistence in order, the server's state behind the caller's back.
+    let cache: CacheWriter
     /// Called, outside the locks, after a change, with what it changed.
     let didChange: @Sendable (EngineChanges) -> Void
 
@@ -99,6 +101,10 @@ package final class SyncCore<T: SyncModel>: Sendable {
         self.refetch = refetch
         self.elapsed = Self.stopwatch(clock)
         self.didChange = didChange
+        let logger = logger
+        cache = CacheWriter { error in
+            logger?.trackEvent(DataSyncLogEvent(name: "\(managerKey)_persist_fail", parameters: ["error_description": "\(error)"], severity: .severe))
+        }
         // Entries loaded from disk count as sent: one may have reached the server before the app
         // stopped, so none is merged again. This is what spares a write to disk before each send.
         var outbox = outbox
@@ -580,18 +586,29 @@ package final class SyncCore<T: SyncModel>: Sendable {
         _ = state.withLock { $0.observers.removeValue(forKey: token) }
     }
 
-    /// Runs a write to the engine's persistence, outside the state's lock (inside `serial`). A
-    /// failure is logged as `persist_fail`: the in-memory state goes on, and it is never dropped
-    /// silently. Returns whether it was written.
+    /// Runs a write to the engine's persistence now, after every change queued before it, outside
+    /// the state's lock (inside `serial`). A failure is logged as `persist_fail`: the in-memory
+    /// state goes on, and it is never dropped silently. Returns whether it was written.
     @discardableResult
     func store(_ write: LocalWrite) -> Bool {
         do {
-            try write.run()
+            try cache.run(write)
             return true
         } catch {
             logPersistFailure(error)
             return false
         }
+    }
+
+    /// Queues a write of the server's state, which no caller waits for (see ``CacheWriter``).
+    /// Called inside `serial`, so it is written in the order of the changes.
+    func storeLater(_ write: LocalWrite) {
+        cache.enqueue(write)
+    }
+
+    /// Writes every queued change of the server's state now: for tests that read the persistence.
+    package func flushCache() {
+        cache.flush()
     }
 
     func notifyChanged(_ changes: EngineChanges) {

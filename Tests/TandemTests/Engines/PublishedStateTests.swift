@@ -245,3 +245,50 @@ struct LocalViewBatchEchoTests {
         }
     }
 }
+
+/// Records the resume version of each change applied, and fails the ones it is told to.
+private final class RecordingPersistence: LocalCollectionPersistence {
+    let applied = Locked<[UInt64]>([])
+    let failing: Set<UInt64>
+    init(failing: Set<UInt64> = []) { self.failing = failing }
+    func load() throws -> LocalCollectionState? { nil }
+    func create(clientID: String) throws -> LocalCollectionState { LocalCollectionState(outbox: Outbox(clientID: clientID)) }
+    func apply(_ change: LocalCollectionChange) throws {
+        let version = change.resumeVersion?.rawValue ?? 0
+        if failing.contains(version) { throw TandemError(.dataLoss, "disk full at \(version)") }
+        applied.withLock { $0.append(version) }
+    }
+    func clear() throws {}
+}
+
+@Suite("Cache writer")
+struct CacheWriterTests {
+    func change(_ version: UInt64) -> LocalCollectionChange {
+        var change = LocalCollectionChange()
+        change.resumeVersion = Version(version)
+        return change
+    }
+
+    @Test("queued changes are written in order, before a change a caller waits for; a failed one is told and the rest still written")
+    func order() async throws {
+        let persistence = RecordingPersistence(failing: [3])
+        let failures = Locked<[String]>([])
+        let writer = CacheWriter { error in failures.withLock { $0.append("\(error)") } }
+        for version in UInt64(1)...50 where version != 25 {
+            writer.enqueue(.collection(persistence, change(version)))
+        }
+        try writer.run(.collection(persistence, change(100)))
+        let written = persistence.applied.withLock { $0 }
+        let expected: [UInt64] = (1...50).filter { $0 != 3 && $0 != 25 } + [100]
+        #expect(written == expected)
+        let told: [String] = failures.withLock { $0 }
+        #expect(told.count == 1 && told[0].contains("disk full at 3"))
+        // A change the caller waits for that fails is thrown to it.
+        #expect(throws: TandemError.self) { try writer.run(.collection(RecordingPersistence(failing: [7]), change(7))) }
+        // Queued alone, changes are written in the background; flush waits for them.
+        writer.enqueue(.collection(persistence, change(101)))
+        writer.enqueue(.collection(persistence, change(102)))
+        writer.flush()
+        #expect(persistence.applied.withLock { Array($0.suffix(2)) } == [101, 102])
+    }
+}

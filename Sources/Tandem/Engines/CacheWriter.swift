@@ -1,0 +1,84 @@
+import Dispatch
+import Synchronization
+
+/// Writes an engine's changes to its persistence in the order they were made, some on a
+/// background thread.
+///
+/// The server's state (a listener batch, an acknowledgement) needs no one to wait for the disk: if
+/// the app stops first, the cache is an older, consistent state (each change is written whole,
+/// with the version it reached), and acknowledged writes still in the outbox are sent again and
+/// answered `replayed`. Those are queued with ``enqueue(_:)`` and written behind the caller's back.
+/// A local write must be durable before its call returns: ``run(_:)`` writes every queued change
+/// first, then it, on the caller's thread. Changes are queued inside the engine's `serial` lock, so
+/// the queue's order is the order of the changes.
+final class CacheWriter: Sendable {
+    private struct Queue {
+        var writes: [LocalWrite] = []
+        var draining = false
+    }
+
+    private let queue = Mutex(Queue())
+    /// Held while a change is written: the background drain and a caller's writes never overlap.
+    private let writing = Mutex<Void>(())
+    /// Told each failed write (logged as `persist_fail` by the engine).
+    private let failed: @Sendable (any Error) -> Void
+
+    init(failed: @escaping @Sendable (any Error) -> Void) {
+        self.failed = failed
+    }
+
+    /// Queues a change no caller waits for; it is written after every change queued before it.
+    func enqueue(_ write: LocalWrite) {
+        if case .none = write { return }
+        let start = queue.withLock { queue -> Bool in
+            queue.writes.append(write)
+            defer { queue.draining = true }
+            return !queue.draining
+        }
+        if start { DispatchQueue.global().async { self.drain() } }
+    }
+
+    /// Writes every queued change, then `write`, on the caller's thread. Throws `write`'s error;
+    /// a queued change that fails is told to `failed`.
+    func run(_ write: LocalWrite) throws {
+        try writing.withLock { _ in
+            writeQueued()
+            try write.run()
+        }
+    }
+
+    /// Writes every queued change now, on the caller's thread: before a change written another way
+    /// (a large batch), and for tests that read the persistence.
+    func flush() {
+        writing.withLock { _ in writeQueued() }
+    }
+
+    /// Under `writing`.
+    private func writeQueued() {
+        let writes = queue.withLock { queue -> [LocalWrite] in
+            defer { queue.writes = [] }
+            return queue.writes
+        }
+        for write in writes {
+            do { try write.run() } catch { failed(error) }
+        }
+    }
+
+    private func drain() {
+        while true {
+            let more = writing.withLock { _ -> Bool in
+                let next = queue.withLock { queue -> LocalWrite? in
+                    guard !queue.writes.isEmpty else {
+                        queue.draining = false
+                        return nil
+                    }
+                    return queue.writes.removeFirst()
+                }
+                guard let next else { return false }
+                do { try next.run() } catch { failed(error) }
+                return true
+            }
+            if !more { return }
+        }
+    }
+}
