@@ -47,35 +47,29 @@ final class EngineSnapshot<T: SyncModel>: Sendable {
         self.documentID = documentID
     }
 
-    /// Made once per snapshot, outside its lock: two readers racing may both make it, and one
-    /// keeps it. (Fields, not key paths: a key path into a generic class is made anew on each use.)
+    /// What the engine shows: the query's window of its members, or every model in path order.
     var shown: [T] {
-        if let shown = derived.withLock({ $0.shown }) { return shown }
-        let made = query.map { $0.models.elements(in: $0.window) } ?? models.array
-        return derived.withLock { derived in
-            if let shown = derived.shown { return shown }
-            derived.shown = made
-            return made
-        }
+        once({ $0.shown }, { $0.shown = $1 }) { query.map { $0.models.elements(in: $0.window) } ?? models.array }
     }
 
     private var shownPaths: Set<DocumentPath> {
-        if let paths = derived.withLock({ $0.shownPaths }) { return paths }
-        let made = query.map { Set($0.keys.elements(in: $0.window).lazy.map(\.path)) } ?? Set(paths)
-        return derived.withLock { derived in
-            if let paths = derived.shownPaths { return paths }
-            derived.shownPaths = made
-            return made
-        }
+        once({ $0.shownPaths }, { $0.shownPaths = $1 }) { query.map { Set($0.keys.elements(in: $0.window).lazy.map(\.path)) } ?? Set(paths) }
     }
 
     private var pendingPaths: Set<DocumentPath> {
-        if let paths = derived.withLock({ $0.pendingPaths }) { return paths }
-        let made = Set(pendingWrites.lazy.map(\.path))
+        once({ $0.pendingPaths }, { $0.pendingPaths = $1 }) { Set(pendingWrites.lazy.map(\.path)) }
+    }
+
+    /// A value made once per snapshot, outside its lock: two readers racing may both make it, and
+    /// one keeps it. (Closures, not key paths: a key path into a generic class is made anew on
+    /// each use.)
+    private func once<Value: Sendable>(_ get: (Derived) -> Value?, _ set: (inout Derived, Value) -> Void, make: () -> Value) -> Value {
+        if let made = derived.withLock({ get($0) }) { return made }
+        let value = make()
         return derived.withLock { derived in
-            if let paths = derived.pendingPaths { return paths }
-            derived.pendingPaths = made
-            return made
+            if let made = get(derived) { return made }
+            set(&derived, value)
+            return value
         }
     }
 
