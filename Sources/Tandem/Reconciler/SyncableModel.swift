@@ -1,0 +1,68 @@
+import Foundation
+import GRDB
+
+/// A record as a server sends it: an id and the time it last changed. The reconciler updates a
+/// local row only from a strictly newer stamp.
+public protocol RemoteStampedDTO: Sendable {
+    associatedtype ID: Hashable & Sendable & DatabaseValueConvertible
+    var id: ID { get }
+    var updatedAt: Date { get }
+}
+
+/// A row of the app's own GRDB table that mirrors a server record: it is found by `remoteId`,
+/// made from a DTO the first time, and updated from newer ones.
+///
+/// ```swift
+/// struct Studio: Codable, FetchableRecord, MutablePersistableRecord, SyncableModel {
+///     var id: Int64?
+///     var remoteId: String
+///     var name: String
+///     var updatedAt: Date
+///
+///     init(dto: StudioDTO) { remoteId = dto.id; name = dto.name; updatedAt = dto.updatedAt }
+///     mutating func apply(_ dto: StudioDTO) { name = dto.name }
+///     mutating func didInsert(_ inserted: InsertionSuccess) { id = inserted.rowID }
+/// }
+/// ```
+public protocol SyncableModel: FetchableRecord, MutablePersistableRecord, Sendable {
+    associatedtype DTO: RemoteStampedDTO
+    /// The column holding `remoteId`; `remoteId` by default. Give it an index (or make it unique):
+    /// the reconciler looks rows up by it.
+    static var remoteIDColumn: Column { get }
+    /// The column holding `updatedAt`; `updatedAt` by default.
+    static var updatedAtColumn: Column { get }
+    var remoteId: DTO.ID { get }
+    var updatedAt: Date { get set }
+    /// A new row for a DTO whose id has none.
+    init(dto: DTO)
+    /// Takes a newer DTO's fields (the reconciler sets `updatedAt` itself). A throw rolls the
+    /// whole reconciliation back.
+    mutating func apply(_ dto: DTO) throws
+}
+
+extension SyncableModel {
+    public static var remoteIDColumn: Column { Column("remoteId") }
+    public static var updatedAtColumn: Column { Column("updatedAt") }
+}
+
+/// A row that is marked deleted (a tombstone) rather than removed, under `.softDeleteMissing`.
+public protocol SoftDeletable: SyncableModel {
+    /// The column holding `deletedAt`; `deletedAt` by default.
+    static var deletedAtColumn: Column { get }
+    var deletedAt: Date? { get set }
+}
+
+extension SoftDeletable {
+    public static var deletedAtColumn: Column { Column("deletedAt") }
+}
+
+/// What becomes of local rows, within the deletion scope, that a payload does not list.
+public enum DeletionPolicy: Sendable, Hashable {
+    /// They stay (a partial payload: a page, a delta).
+    case none
+    /// They are deleted (the payload is the full slice).
+    case hardDeleteMissing
+    /// They get `deletedAt` (the payload is the full slice; the rows stay as tombstones). On a
+    /// record that is not ``SoftDeletable`` they are deleted, and the summary says so.
+    case softDeleteMissing
+}
