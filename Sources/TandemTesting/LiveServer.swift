@@ -1,6 +1,7 @@
 import Foundation
 import Synchronization
 import Logging
+import Tandem
 import TandemCore
 import TandemServer
 
@@ -22,9 +23,10 @@ public final class LiveServer: Sendable {
     /// The directory holding the SQLite database, for a server started on one.
     public let directory: URL
     private let task: Task<Void, any Error>
-    private let listeners: ListenerCountWatch
+    /// The server's listener count as it reports it, and those awaiting a count.
+    private let listeners: WatchedValue<Int>
 
-    private init(url: URL, port: Int, store: any ServerStore, directory: URL, task: Task<Void, any Error>, listeners: ListenerCountWatch) {
+    private init(url: URL, port: Int, store: any ServerStore, directory: URL, task: Task<Void, any Error>, listeners: WatchedValue<Int>) {
         self.listeners = listeners
         self.url = url
         self.port = port
@@ -57,10 +59,10 @@ public final class LiveServer: Sendable {
         configuration.port = port
         // Stopping cancels open connections, which the server logs as errors: keep a test's output quiet.
         configuration.logger.logLevel = .critical
-        let listeners = ListenerCountWatch()
+        let listeners = WatchedValue(0)
         let reportListeners = configuration.onListenerCountChange
         configuration.onListenerCountChange = { count in
-            listeners.update(count)
+            listeners.update { $0 = count }
             reportListeners?(count)
         }
         let ready = Ticket<Int>()
@@ -79,7 +81,7 @@ public final class LiveServer: Sendable {
     }
 
     /// How many listeners the server runs now, over every connection.
-    public var listenerCount: Int { listeners.count }
+    public var listenerCount: Int { listeners.value }
 
     /// Returns once the server runs exactly `count` listeners: the event to await after starting
     /// or dropping one, instead of polling. A cancelled task (a test's time limit) returns at once.
@@ -99,56 +101,3 @@ public final class LiveServer: Sendable {
     }
 }
 
-/// The server's listener count as it reports it, and those awaiting a count.
-private final class ListenerCountWatch: Sendable {
-    private struct Waiter {
-        var ready: @Sendable (Int) -> Bool
-        var continuation: CheckedContinuation<Void, Never>
-    }
-
-    private struct State {
-        var count = 0
-        var nextWaiter = 0
-        var waiters: [Int: Waiter] = [:]
-        var cancelledEarly: Set<Int> = []
-    }
-
-    private let state = Mutex(State())
-
-    var count: Int { state.withLock { $0.count } }
-
-    func update(_ count: Int) {
-        let ready = state.withLock { state -> [CheckedContinuation<Void, Never>] in
-            state.count = count
-            let ids = state.waiters.filter { $0.value.ready(count) }.keys
-            return ids.compactMap { state.waiters.removeValue(forKey: $0)?.continuation }
-        }
-        ready.forEach { $0.resume() }
-    }
-
-    /// Returns once the count satisfies `ready`, or at once when the task is cancelled (a test's
-    /// time limit), so a wait that never ends fails the test instead of hanging the run.
-    func wait(until ready: @escaping @Sendable (Int) -> Bool) async {
-        let id = state.withLock { state -> Int in
-            state.nextWaiter += 1
-            return state.nextWaiter
-        }
-        await withTaskCancellationHandler {
-            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-                let now = state.withLock { state -> Bool in
-                    if ready(state.count) || state.cancelledEarly.remove(id) != nil { return true }
-                    state.waiters[id] = Waiter(ready: ready, continuation: continuation)
-                    return false
-                }
-                if now { continuation.resume() }
-            }
-        } onCancel: {
-            let waiter = state.withLock { state -> Waiter? in
-                if let waiter = state.waiters.removeValue(forKey: id) { return waiter }
-                state.cancelledEarly.insert(id)
-                return nil
-            }
-            waiter?.continuation.resume()
-        }
-    }
-}

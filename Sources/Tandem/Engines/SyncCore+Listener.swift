@@ -498,47 +498,29 @@ struct BatchPieces {
 /// The remote's connection as its events said: whether it is up, how many times it came back, and
 /// who waits for it to come back.
 final class ConnectionSignal: Sendable {
-    private struct State {
+    private struct Status: Sendable {
         var isConnected = true
         var resumes = 0
-        var nextWaiter = 0
-        var waiters: [Int: CheckedContinuation<Void, Never>] = [:]
     }
 
-    private let state = Mutex(State())
+    private let watched = WatchedValue(Status())
 
     /// Whether the connection is up, and how many times it came back so far, read together.
-    var status: (isConnected: Bool, resumes: Int) { state.withLock { ($0.isConnected, $0.resumes) } }
+    var status: (isConnected: Bool, resumes: Int) {
+        let status = watched.value
+        return (status.isConnected, status.resumes)
+    }
 
     func mark(_ event: ConnectionEvent) {
-        let woken = state.withLock { state -> [CheckedContinuation<Void, Never>] in
-            state.isConnected = event == .resumed
-            guard event == .resumed else { return [] }
-            state.resumes += 1
-            defer { state.waiters = [:] }
-            return Array(state.waiters.values)
+        watched.update { status in
+            status.isConnected = event == .resumed
+            if event == .resumed { status.resumes += 1 }
         }
-        woken.forEach { $0.resume() }
     }
 
     /// Returns once the connection came back more than `resumes` times in all, or when the task is
     /// cancelled.
     func waitForResume(after resumes: Int) async {
-        let id = state.withLock { state -> Int in
-            state.nextWaiter += 1
-            return state.nextWaiter
-        }
-        await withTaskCancellationHandler {
-            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-                let now = state.withLock { state -> Bool in
-                    if state.resumes > resumes || Task.isCancelled { return true }
-                    state.waiters[id] = continuation
-                    return false
-                }
-                if now { continuation.resume() }
-            }
-        } onCancel: {
-            state.withLock { $0.waiters.removeValue(forKey: id) }?.resume()
-        }
+        await watched.wait { $0.resumes > resumes }
     }
 }

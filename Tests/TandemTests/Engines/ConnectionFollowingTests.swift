@@ -119,3 +119,20 @@ struct ConnectionFollowingTests {
         #expect(engine.currentCollection.map(\.id) == (0..<10).reversed().map { String(format: "p%03d", $0) })
     }
 }
+
+@Suite("Watched values", .timeLimit(.minutes(1)))
+struct WatchedValueTests {
+    @Test("a wait returns when the value comes to satisfy it, at once when it already does, and when its task is cancelled")
+    func waits() async {
+        let watched = WatchedValue(0)
+        let waiting = Task { await watched.wait { $0 >= 3 } }
+        watched.update { $0 = 1 }
+        watched.update { $0 = 3 }
+        await waiting.value
+        await watched.wait { $0 == 3 }
+        let never = Task { await watched.wait { $0 < 0 } }
+        never.cancel()
+        await never.value
+        #expect(watched.value == 3)
+    }
+}
