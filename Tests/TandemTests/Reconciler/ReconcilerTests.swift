@@ -9,6 +9,16 @@ struct StudioDTO: RemoteStampedDTO {
     var name: String
     var updatedAt: Date
     var city = "Oslo"
+    var rooms: [ItemDTO] = []
+    var equipment: [ItemDTO] = []
+}
+
+/// A child's DTO: a room, a piece of equipment, a seat of a room.
+struct ItemDTO: RemoteStampedDTO {
+    var id: String
+    var title: String
+    var updatedAt: Date
+    var seats: [ItemDTO] = []
 }
 
 struct Studio: Codable, FetchableRecord, MutablePersistableRecord, SoftDeletable, Equatable {
@@ -73,6 +83,28 @@ struct ReconcilerTests {
                 table.column("remoteId", .text).notNull().unique()
                 table.column("name", .text).notNull()
                 table.column("updatedAt", .datetime).notNull()
+            }
+            try db.create(table: "room") { table in
+                table.autoIncrementedPrimaryKey("id")
+                table.column("remoteId", .text).notNull().unique()
+                table.column("title", .text).notNull()
+                table.column("updatedAt", .datetime).notNull()
+                table.column("deletedAt", .datetime)
+                table.column("studioId", .integer).notNull().indexed().references("studio", onDelete: .cascade)
+            }
+            try db.create(table: "equipment") { table in
+                table.autoIncrementedPrimaryKey("id")
+                table.column("remoteId", .text).notNull().unique()
+                table.column("title", .text).notNull()
+                table.column("updatedAt", .datetime).notNull()
+                table.column("studioId", .integer).notNull().indexed().references("studio", onDelete: .cascade)
+            }
+            try db.create(table: "seat") { table in
+                table.autoIncrementedPrimaryKey("id")
+                table.column("remoteId", .text).notNull().unique()
+                table.column("title", .text).notNull().check { length($0) > 0 }
+                table.column("updatedAt", .datetime).notNull()
+                table.column("roomRemoteId", .text).notNull().indexed()
             }
         }
         return (queue, directory)
@@ -183,15 +215,17 @@ struct ReconcilerTests {
         try await reconciler.upsertCollection(Studio.self, from: [StudioDTO(id: "a", name: "A", updatedAt: t0), StudioDTO(id: "b", name: "B", updatedAt: t0)])
         func dump() throws -> String {
             try queue.read { db in
-                try Row.fetchAll(db, sql: "SELECT * FROM studio ORDER BY id").description + (try Row.fetchAll(db, sql: "SELECT * FROM tag ORDER BY id").description)
+                try ["studio", "tag", "room", "equipment", "seat"].map { try Row.fetchAll(db, sql: "SELECT * FROM \($0) ORDER BY id").description }.joined(separator: "\n")
             }
         }
         let before = try dump()
-        await #expect(throws: TandemError.self) {
+        let error = await #expect(throws: ReconcileError.self) {
             try await reconciler.upsertCollection(Studio.self, from: [
                 StudioDTO(id: "new", name: "N", updatedAt: t1), StudioDTO(id: "a", name: "A2", updatedAt: t1), StudioDTO(id: "b", name: "explode", updatedAt: t1),
             ], deletionPolicy: .hardDeleteMissing)
         }
+        #expect(error?.table == "studio" && error?.remoteId == "b" && error?.step == .apply)
+        #expect((error?.underlying as? TandemError)?.code == .invalidArgument)
         #expect(try dump() == before)
     }
 
