@@ -6,7 +6,7 @@ struct BenchCommand: AsyncParsableCommand {
         commandName: "bench",
         abstract: "Run benchmarks; each figure is printed beside a baseline measured in the same run.",
         discussion: "Build in release mode for meaningful figures: swift run -c release tandem bench core",
-        subcommands: [CoreBench.self, EnginesBench.self, ServerBench.self]
+        subcommands: [CoreBench.self, EnginesBench.self, ServerBench.self, ReconcileBench.self]
     )
 }
 
@@ -97,5 +97,28 @@ struct ServerBench: AsyncParsableCommand {
 
     func run() async throws {
         try await ServerBenchmarks.run(documents: documents, writes: writes, connections: connections, only: only).print()
+    }
+}
+
+struct ReconcileBench: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "reconcile",
+        abstract: "Reconciling a payload into an app's GRDB table, against a hand-written SQL upsert of the same change."
+    )
+
+    @Option(help: "Rows in the table, and DTOs in the payload.")
+    var rows = 100_000
+
+    @Option(help: "Repetitions of each side; the best time is reported.")
+    var repetitions = 3
+
+    func validate() throws {
+        guard rows >= 20, repetitions > 0 else {
+            throw ValidationError("--rows must be at least 20 and --repetitions positive.")
+        }
+    }
+
+    func run() async throws {
+        try await ReconcileBenchmarks.run(rows: rows, repetitions: repetitions).print()
     }
 }
