@@ -63,11 +63,16 @@ public struct TandemError: Error, Sendable, Hashable, CustomStringConvertible {
     public var message: String
     /// The underlying error, when there is one.
     public var cause: (any Error & Sendable)?
+    /// A stable, machine-readable detail within the code, when one helps the caller decide what to
+    /// do: `token-expired` on an `unauthenticated` error means a fresh token will do. Sent on the
+    /// wire beside the code.
+    public var reason: String?
 
-    public init(_ code: Code, _ message: String, cause: (any Error & Sendable)? = nil) {
+    public init(_ code: Code, _ message: String, cause: (any Error & Sendable)? = nil, reason: String? = nil) {
         self.code = code
         self.message = message
         self.cause = cause
+        self.reason = reason
     }
 
     public var description: String {
@@ -87,6 +92,9 @@ public struct TandemError: Error, Sendable, Hashable, CustomStringConvertible {
 }
 
 extension TandemError {
+    /// The ``reason`` of an `unauthenticated` error whose bearer token expired.
+    public static let tokenExpired = "token-expired"
+
     /// Shorthand for an `invalid-argument` error.
     package static func invalidArgument(_ message: String) -> TandemError {
         TandemError(.invalidArgument, message)

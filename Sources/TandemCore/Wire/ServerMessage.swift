@@ -48,6 +48,7 @@ package enum ServerMessage: Sendable, Hashable {
             return .object(["type": "documents", "id": .int(id), "documents": .array(documents.map(\.wireValue)), "version": .int(Int(clamping: version.rawValue))])
         case .error(let id, let error):
             var object: JSONObject = ["type": "error", "code": .string(error.code.rawValue), "message": .string(error.message)]
+            if let reason = error.reason { object["reason"] = .string(reason) }
             if let id { object["id"] = .int(id) }
             return .object(object)
         case .heartbeat:
@@ -84,7 +85,8 @@ package enum ServerMessage: Sendable, Hashable {
             for entry in try object.array("documents") { documents.append(try Document(wire: entry)) }
             self = .documents(id: try object.int("id"), documents: documents, version: try object.version("version"))
         case "error":
-            self = .error(id: try object.optionalInt("id"), TandemError(TandemError.Code(rawValue: try object.string("code")), try object.string("message")))
+            self = .error(id: try object.optionalInt("id"), TandemError(TandemError.Code(rawValue: try object.string("code")), try object.string("message"),
+                                                                         reason: try object.optionalString("reason")))
         case "heartbeat":
             self = .heartbeat
         default:
@@ -152,13 +154,15 @@ extension WriteAcknowledgement {
 }
 
 extension TandemError {
-    /// `{"code", "message"}`, as an acknowledgement carries a refusal.
+    /// `{"code", "message", "reason"?}`, as an acknowledgement or an HTTP answer carries a refusal.
     package var wireValue: JSONValue {
-        .object(["code": .string(code.rawValue), "message": .string(message)])
+        var object: JSONObject = ["code": .string(code.rawValue), "message": .string(message)]
+        if let reason { object["reason"] = .string(reason) }
+        return .object(object)
     }
 
     package init(wire value: JSONValue) throws(TandemError) {
         let object = try WireObject(value, context: "an error")
-        self.init(Code(rawValue: try object.string("code")), try object.string("message"))
+        self.init(Code(rawValue: try object.string("code")), try object.string("message"), reason: try object.optionalString("reason"))
     }
 }

@@ -8,9 +8,13 @@ import TandemCore
 /// Bodies are JSON; transforms are written in place as `{"$increment": 1}` and the like.
 struct HTTPAPI: Sendable {
     let service: SyncService
-    /// HTTP requests stand alone: no connection's client id binds their mutation ids.
-    let context = RequestContext()
     var limits: ServerLimits { service.limits }
+
+    /// Who sends `request`, from its bearer token. HTTP requests stand alone: no connection's
+    /// client id binds their mutation ids.
+    private func caller(_ request: Request) throws(TandemError) -> RequestContext {
+        RequestContext(identity: try service.authenticate(authorization: request.headers[.authorization]))
+    }
 
     func register(on router: Router<BasicRequestContext>) {
         router.get("/health") { _, _ in
@@ -39,8 +43,9 @@ struct HTTPAPI: Sendable {
         }
         router.get("/v1/documents/**") { request, context in
             try await handle {
+                let asker = try self.caller(request)
                 let path = try Self.documentPath(context)
-                guard let document = try await service.get(path, context: self.context).documents.first else {
+                guard let document = try await service.get(path, context: asker).documents.first else {
                     throw TandemError(.notFound, "No document at \(path).")
                 }
                 return document.wireValue
@@ -48,42 +53,47 @@ struct HTTPAPI: Sendable {
         }
         router.put("/v1/documents/**") { request, context in
             try await handle {
+                let asker = try self.caller(request)
                 let path = try Self.documentPath(context)
                 let body = try await Self.body(request, limits: limits)
                 let merge = request.uri.queryParameters.get("merge") == "true"
                 let mutation = try Mutation(wire: .object(["op": "set", "path": .string(path.description), "data": body, "merge": .bool(merge)]), context: "the request body")
-                return try await commitOne(mutation.requiring(Self.precondition(request)))
+                return try await commitOne(mutation.requiring(Self.precondition(request)), as: asker)
             }
         }
         router.patch("/v1/documents/**") { request, context in
             try await handle {
+                let asker = try self.caller(request)
                 let path = try Self.documentPath(context)
                 let body = try await Self.body(request, limits: limits)
                 let mutation = try Mutation(wire: .object(["op": "update", "path": .string(path.description), "fields": body]), context: "the request body")
-                return try await commitOne(mutation.requiring(Self.precondition(request)))
+                return try await commitOne(mutation.requiring(Self.precondition(request)), as: asker)
             }
         }
         router.delete("/v1/documents/**") { request, context in
             try await handle {
+                let asker = try self.caller(request)
                 let path = try Self.documentPath(context)
-                return try await commitOne(Mutation.delete(path).requiring(Self.precondition(request)))
+                return try await commitOne(Mutation.delete(path).requiring(Self.precondition(request)), as: asker)
             }
         }
         router.post("/v1/query") { request, _ in
             try await handle {
+                let asker = try self.caller(request)
                 let target = try ListenTarget(wire: try await Self.body(request, limits: limits))
-                let snapshot = try await service.query(target, context: self.context)
+                let snapshot = try await service.query(target, context: asker)
                 return .object(["documents": .array(snapshot.documents.map(\.wireValue)), "version": .int(Int(clamping: snapshot.version.rawValue))])
             }
         }
         router.post("/v1/commit") { request, _ in
             try await handle {
+                let asker = try self.caller(request)
                 let body = try WireObject(try await Self.body(request, limits: limits), context: "the commit body")
                 var mutations: [Mutation] = []
                 for (index, entry) in try body.array("writes").enumerated() {
                     mutations.append(try Mutation(wire: entry, context: "write \(index + 1)"))
                 }
-                let result = try await commit(mutations)
+                let result = try await commit(mutations, as: asker)
                 var object: JSONObject = ["results": .array(result.acknowledgements.map(\.wireValue))]
                 if let batch = result.batch { object["version"] = .int(Int(clamping: batch.version.rawValue)) }
                 return .object(object)
@@ -91,13 +101,14 @@ struct HTTPAPI: Sendable {
         }
         router.get("/v1/changes") { request, _ in
             try await handle {
+                let asker = try self.caller(request)
                 let parameters = request.uri.queryParameters
                 let since = try Self.integer(parameters.get("since"), name: "since") ?? 0
                 let limit = try Self.integer(parameters.get("limit"), name: "limit") ?? 1000
                 guard since >= 0, limit > 0 else {
                     throw TandemError.invalidArgument("since must be 0 or more and limit more than 0.")
                 }
-                let page = try await service.changes(since: Version(UInt64(since)), in: nil, limit: min(limit, 10_000), context: self.context)
+                let page = try await service.changes(since: Version(UInt64(since)), in: nil, limit: min(limit, 10_000), context: asker)
                 return .object([
                     "changes": .array(page.changes.map(\.wireValue)),
                     "version": .int(Int(clamping: page.version.rawValue)),
@@ -108,14 +119,14 @@ struct HTTPAPI: Sendable {
     }
 
     /// Commits one request; a refusal is thrown, to be answered with its status and error.
-    private func commit(_ mutations: [Mutation]) async throws -> CommitResult {
+    private func commit(_ mutations: [Mutation], as context: RequestContext) async throws -> CommitResult {
         let result = try await service.commit([mutations], context: context)[0].get()
         if let refusal = result.refusal { throw refusal }
         return result
     }
 
-    private func commitOne(_ mutation: Mutation) async throws -> JSONValue {
-        let result = try await commit([mutation])
+    private func commitOne(_ mutation: Mutation, as context: RequestContext) async throws -> JSONValue {
+        let result = try await commit([mutation], as: context)
         guard let acknowledgement = result.acknowledgements.first else {
             throw TandemError(.internal, "The commit returned no acknowledgement.")
         }
@@ -178,7 +189,7 @@ struct HTTPAPI: Sendable {
     }
 
     static func errorResponse(_ error: TandemError) -> Response {
-        json(.object(["error": .object(["code": .string(error.code.rawValue), "message": .string(error.message)])]), status: status(for: error.code))
+        json(.object(["error": error.wireValue]), status: status(for: error.code))
     }
 
     static func status(for code: TandemError.Code) -> HTTPResponse.Status {

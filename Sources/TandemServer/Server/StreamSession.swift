@@ -1,3 +1,4 @@
+import Foundation
 import Logging
 import Synchronization
 import TandemCore
@@ -14,6 +15,11 @@ final class StreamSession: Sendable {
 
     private struct State {
         var clientID: String?
+        /// Who said hello, by its token.
+        var identity = RequestContext.Identity.anonymous
+        /// When the hello's token expires: past it, every request is refused (`token-expired`)
+        /// and the session's listeners stop, until the client reconnects with a fresh token.
+        var expiresAt: Date?
         /// The protocol agreed in `hello`.
         var protocolVersion = TandemVersion.wireProtocol
         var sequencer: WriteSequencer
@@ -72,7 +78,7 @@ final class StreamSession: Sendable {
     }
 
     private var context: RequestContext {
-        RequestContext(clientID: state.withLock { $0.clientID })
+        state.withLock { RequestContext(identity: $0.identity, clientID: $0.clientID) }
     }
 
     /// Handles one text message, as the UTF-8 bytes that came; reads and listens run in `tasks`,
@@ -99,12 +105,19 @@ final class StreamSession: Sendable {
             outbox.send(.error(id: ClientMessage.requestID(in: value), error))
             return
         }
-        if case .hello(let clientID, let protocolVersion, _) = message {
-            hello(clientID: clientID, protocolVersion: protocolVersion)
+        if case .hello(let clientID, let protocolVersion, let token) = message {
+            hello(clientID: clientID, protocolVersion: protocolVersion, token: token)
             return
         }
-        guard state.withLock({ $0.clientID != nil }) else {
+        let (said, expiresAt) = state.withLock { ($0.clientID != nil, $0.expiresAt) }
+        guard said else {
             outbox.send(.error(id: message.requestID, TandemError(.failedPrecondition, "Send hello (with your client id and protocol \(TandemVersion.wireProtocol)) before anything else.")))
+            return
+        }
+        if let expiresAt, let access = service.access, access.now() >= expiresAt {
+            service.hub.removeSession(id)
+            outbox.send(.error(id: message.requestID, TandemError(.unauthenticated, "The token this connection said hello with expired at \(ServerTime(expiresAt).iso8601); reconnect with a fresh one.",
+                                                                   reason: TandemError.tokenExpired)))
             return
         }
         switch message {
@@ -166,15 +179,31 @@ final class StreamSession: Sendable {
         }
     }
 
-    private func hello(clientID: String, protocolVersion: Int) {
+    /// A hello whose token is refused leaves the connection as it was: the client may say hello
+    /// again with another.
+    private func hello(clientID: String, protocolVersion: Int, token: String?) {
         guard (TandemVersion.oldestWireProtocol...TandemVersion.wireProtocol).contains(protocolVersion) else {
             outbox.send(.error(id: nil, TandemError(.failedPrecondition, "This server speaks protocols \(TandemVersion.oldestWireProtocol) to \(TandemVersion.wireProtocol), the client \(protocolVersion); upgrade the older side.")))
+            return
+        }
+        guard state.withLock({ $0.clientID == nil }) else {
+            outbox.send(.error(id: nil, TandemError(.failedPrecondition, "This connection already said hello; a connection keeps the client id it said hello with. Open a new connection to speak as another client.")))
+            return
+        }
+        let identity: RequestContext.Identity
+        do throws(TandemError) {
+            identity = try service.authenticate(token: token)
+            try service.claim(clientID: clientID, for: identity)
+        } catch {
+            outbox.send(.error(id: nil, error))
             return
         }
         let first = state.withLock { state -> Bool in
             guard state.clientID == nil else { return false }
             state.clientID = clientID
             state.protocolVersion = protocolVersion
+            state.identity = identity
+            if case .user(let user) = identity { state.expiresAt = user.expiresAt }
             return true
         }
         guard first else {

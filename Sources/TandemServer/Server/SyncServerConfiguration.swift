@@ -32,6 +32,9 @@ public struct SyncServerConfiguration: Sendable {
     /// The clock the timeouts, the heartbeat watchdog, the write rate and the fan-out's pacing run
     /// on; tests pass a manual one.
     public var clock: any Clock<Duration> = ContinuousClock()
+    /// Bearer tokens and who may do what; nil runs the server open (anyone reaching the port reads
+    /// and writes everything).
+    public var access: AccessControl?
     /// The server's logger.
     public var logger = Logger(label: "tandem.server")
     /// Called with the number of live listeners each time a listener comes or goes, in the order of

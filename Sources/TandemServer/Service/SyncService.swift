@@ -9,13 +9,49 @@ final class SyncService: Sendable {
     let store: any ServerStore
     let hub: FanOutHub
     let limits: ServerLimits
+    /// Nil on a server that runs open.
+    let access: AccessControl?
     /// WebSocket sessions open now, for `/metrics`.
     let streamSessions = Atomic<Int>(0)
+    /// The user each client id was first said `hello` with, on a server with access control.
+    private let clientOwners = Mutex<[String: String]>([:])
 
-    init(store: any ServerStore, hub: FanOutHub, limits: ServerLimits) {
+    init(store: any ServerStore, hub: FanOutHub, limits: ServerLimits, access: AccessControl? = nil) {
         self.store = store
         self.hub = hub
         self.limits = limits
+        self.access = access
+    }
+
+    // MARK: Identity
+
+    /// The identity a bearer token proves (anonymous without one, or on an open server).
+    func authenticate(token: String?) throws(TandemError) -> RequestContext.Identity {
+        guard let access else { return .anonymous }
+        return try access.authenticate(token)
+    }
+
+    /// The identity of an HTTP request's `Authorization` header.
+    func authenticate(authorization: String?) throws(TandemError) -> RequestContext.Identity {
+        guard let access else { return .anonymous }
+        return try access.authenticate(authorization: authorization)
+    }
+
+    /// Binds `clientID` to the user saying hello with it, the first time; refuses another user
+    /// (or an anonymous caller) a client id a user holds. Writer ids are kept per user as well (see
+    /// ``RequestContext/storeClientID``), so the binding holds across restarts too.
+    func claim(clientID: String, for identity: RequestContext.Identity) throws(TandemError) {
+        guard access != nil else { return }
+        let uid: String?
+        if case .user(let user) = identity { uid = user.uid } else { uid = nil }
+        let owner = clientOwners.withLock { owners -> String? in
+            if let owner = owners[clientID] { return owner }
+            if let uid { owners[clientID] = uid }
+            return uid
+        }
+        if let owner, owner != uid {
+            throw TandemError(.permissionDenied, "The client id \(clientID) belongs to another user; a client id stays with the user who first used it. Use a client id of your own.")
+        }
     }
 
     // MARK: Reads
@@ -28,18 +64,25 @@ final class SyncService: Sendable {
     /// One document (or none) and a version at least its own.
     func get(_ path: DocumentPath, context: RequestContext) async throws -> StoreSnapshot {
         try checkDepth(path.segments.count, of: path.description)
+        try access?.checkRead(.document(path), by: context.identity)
         return try await store.read(.document(path))
     }
 
     /// A query's documents once, and the version they were read at.
     func query(_ target: ListenTarget, context: RequestContext) async throws -> StoreSnapshot {
         try check(target)
+        try access?.checkRead(target, by: context.identity)
         return try await store.read(target)
     }
 
     /// A page of the change feed after `version`, over everything (`target` nil) or one target.
     func changes(since version: Version, in target: ListenTarget?, limit: Int, context: RequestContext) async throws -> ChangePage {
-        if let target { try check(target) }
+        if let target {
+            try check(target)
+            try access?.checkRead(target, by: context.identity)
+        } else {
+            try access?.checkWholeChangeFeed(by: context.identity)
+        }
         return try await store.changes(since: version, in: target, limit: limit)
     }
 
@@ -49,6 +92,7 @@ final class SyncService: Sendable {
     func register(_ key: ListenerKey, target: ListenTarget, outbox: SessionOutbox, context: RequestContext) -> Result<Void, FanOutHub.RegistrationError> {
         do {
             try check(target)
+            try access?.checkRead(target, by: context.identity)
         } catch {
             return .failure(.refused(Self.tandemError(error)))
         }
@@ -75,12 +119,13 @@ final class SyncService: Sendable {
         for (index, mutations) in requests.enumerated() {
             do throws(TandemError) {
                 try limits.checkBatch(mutations)
+                try access?.checkWrite(mutations, by: context.identity)
                 admitted.append(mutations)
             } catch {
                 early[index] = error
             }
         }
-        var decided = admitted.isEmpty ? [] : await store.commit(admitted, limits: limits, clientID: context.clientID)[...]
+        var decided = admitted.isEmpty ? [] : await store.commit(admitted, limits: limits, clientID: context.storeClientID)[...]
         return requests.indices.map { index in
             if let error = early[index] { return .failure(error) }
             return decided.removeFirst()

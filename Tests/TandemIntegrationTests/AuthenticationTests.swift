@@ -1,0 +1,215 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import Synchronization
+import Testing
+import TandemCore
+import TandemServer
+import TandemTesting
+
+/// A server started with an auth secret: bearer tokens over HTTP and in the WebSocket hello, the
+/// default policy (each user reaches `users/{uid}` and below), and client ids bound to users.
+@Suite("Authentication", .timeLimit(.minutes(1)))
+struct AuthenticationTests {
+    static let secret = "the-test-secret-that-is-long-enough"
+    /// The server's wall clock, moved by the tests.
+    final class WallClock: Sendable {
+        private let date = Mutex(Date(timeIntervalSince1970: 1_800_000_000))
+        func withLock<R>(_ body: (inout Date) -> R) -> R { date.withLock { body(&$0) } }
+    }
+    let now = WallClock()
+
+    func server() async throws -> (LiveServer, BearerTokens) {
+        let tokens = try await BearerTokens(secret: Self.secret)
+        var configuration = SyncServerConfiguration()
+        let now = self.now
+        configuration.access = AccessControl(tokens: tokens, now: { now.withLock { $0 } })
+        return (try await LiveServer.start(configuration: configuration), tokens)
+    }
+
+    func token(_ tokens: BearerTokens, _ uid: String, claims: JSONObject = [:], lifetime: Duration = .seconds(3600)) throws -> String {
+        try tokens.mint(subject: uid, lifetime: lifetime, claims: claims, now: now.withLock { $0 })
+    }
+
+    func call(_ server: LiveServer, _ method: String, _ path: String, body: String? = nil, token: String? = nil, authorization: String? = nil) async throws -> (Int, JSONValue) {
+        var request = URLRequest(url: URL(string: "\(server.url.absoluteString)\(path)")!)
+        request.httpMethod = method
+        if let body { request.httpBody = Data(body.utf8) }
+        if let token { request.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization") }
+        if let authorization { request.setValue(authorization, forHTTPHeaderField: "Authorization") }
+        let (data, response) = try await URLSession.shared.data(for: request)
+        return ((response as? HTTPURLResponse)?.statusCode ?? 0, (try? JSONText.parse(bytes: data)) ?? .null)
+    }
+
+    func error(_ body: JSONValue) -> (code: String?, message: String, reason: String?) {
+        (body[field: "error"]?[field: "code"]?.stringValue, body[field: "error"]?[field: "message"]?.stringValue ?? "", body[field: "error"]?[field: "reason"]?.stringValue)
+    }
+
+    @Test("tokens: minted and verified with their claims; expired, early, tampered, unsigned and malformed ones refused, each saying why")
+    func tokens() async throws {
+        let tokens = try await BearerTokens(secret: Self.secret)
+        let issued = Date(timeIntervalSince1970: 1_800_000_000)
+        let token = try tokens.mint(subject: "ada", lifetime: .seconds(60), claims: ["role": "editor"], now: issued)
+        let user = try tokens.verify(token, now: issued.addingTimeInterval(59))
+        #expect(user.uid == "ada" && user.claims["role"] == "editor" && user.expiresAt == issued.addingTimeInterval(60))
+
+        func refusal(_ token: String, at time: Date = issued) -> TandemError? {
+            do {
+                _ = try tokens.verify(token, now: time)
+                return nil
+            } catch {
+                return error
+            }
+        }
+        let expired = refusal(token, at: issued.addingTimeInterval(60))
+        #expect(expired?.code == .unauthenticated && expired?.reason == TandemError.tokenExpired && expired?.message.contains("expired") == true)
+        let other = try await BearerTokens(secret: "another-secret-that-is-also-long-enough")
+        let forged = refusal(try other.mint(subject: "ada", now: issued))
+        #expect(forged?.code == .unauthenticated && forged?.message.contains("signature") == true && forged?.reason == nil)
+        #expect(forged?.message.contains(Self.secret) == false)
+        let parts = token.split(separator: ".")
+        let tampered = refusal("\(parts[0]).\(BearerTokens.base64URLEncoded(Array(#"{"sub":"root"}"#.utf8))).\(parts[2])")
+        #expect(tampered?.message.contains("signature") == true)
+        let unsigned = refusal("\(BearerTokens.base64URLEncoded(Array(#"{"alg":"none"}"#.utf8))).\(parts[1]).")
+        #expect(unsigned?.code == .unauthenticated && unsigned?.message.contains("HS256") == true)
+        #expect(refusal("not-a-token")?.message.contains("three parts") == true)
+        #expect(refusal("a.b.c")?.message.contains("malformed") == true)
+        #expect(refusal(String(repeating: "a", count: 10_000))?.message.contains("malformed") == true)
+        let early = refusal(try tokens.mint(subject: "ada", claims: ["nbf": .int(Int(issued.timeIntervalSince1970) + 100)], now: issued))
+        #expect(early?.message.contains("not valid before") == true)
+        let noSubject = try tokens.sign(["name": "nobody"])
+        #expect(refusal(noSubject)?.message.contains("sub") == true)
+        let badExpiry = try tokens.mint(subject: "ada", lifetime: nil, claims: ["exp": "tomorrow"], now: issued)
+        #expect(refusal(badExpiry)?.message.contains("exp") == true)
+        await #expect(throws: TandemError.self) { try await BearerTokens(secret: "") }
+        await #expect(throws: TandemError.self) { try await BearerTokens(secret: String(repeating: "k", count: 31)) }
+    }
+
+    @Test("over HTTP: no token, a bad one, an expired one and another user's are refused with their codes; the owner reads and writes; nothing refused is written")
+    func http() async throws {
+        let (server, tokens) = try await server()
+        let ada = try token(tokens, "ada")
+        let bob = try token(tokens, "bob")
+
+        var (status, body) = try await call(server, "PUT", "/v1/documents/users/ada/notes/1", body: #"{"text":"hi"}"#)
+        #expect(status == 401 && error(body).code == "unauthenticated" && error(body).message.contains("bearer token"))
+        (status, body) = try await call(server, "PUT", "/v1/documents/users/ada/notes/1", body: #"{"text":"hi"}"#, token: ada)
+        #expect(status == 200, "\(body)")
+        (status, body) = try await call(server, "GET", "/v1/documents/users/ada/notes/1", token: ada)
+        #expect(status == 200 && body[field: "data"]?[field: "text"] == "hi")
+        (status, body) = try await call(server, "GET", "/v1/documents/users/ada", token: ada)
+        #expect(status == 404, "the user's own document is theirs to read")
+
+        (status, body) = try await call(server, "GET", "/v1/documents/users/ada/notes/1", token: bob)
+        #expect(status == 403 && error(body).code == "permission-denied")
+        (status, body) = try await call(server, "PUT", "/v1/documents/users/ada/notes/2", body: #"{"text":"mine now"}"#, token: bob)
+        #expect(status == 403 && error(body).code == "permission-denied")
+        (status, body) = try await call(server, "GET", "/v1/documents/users/ada/notes/1", authorization: "Basic YWRhOnB3")
+        #expect(status == 401 && error(body).message.contains("Bearer"))
+        (status, body) = try await call(server, "GET", "/v1/documents/users/ada/notes/1", token: try await BearerTokens(secret: "a-guess-at-the-secret-of-this-server").mint(subject: "ada"))
+        #expect(status == 401 && error(body).message.contains("signature"))
+        let expired = try token(tokens, "ada", lifetime: .seconds(1))
+        now.withLock { $0 += 2 }
+        (status, body) = try await call(server, "GET", "/v1/documents/users/ada/notes/1", token: expired)
+        #expect(status == 401 && error(body).reason == TandemError.tokenExpired)
+
+        // Queries: the owner's collection only; a collection group could return anyone's.
+        (status, body) = try await call(server, "POST", "/v1/query", body: #"{"collection":"users/ada/notes"}"#, token: ada)
+        #expect(status == 200 && body[field: "documents"]?.arrayValue?.count == 1, "\(body)")
+        (status, body) = try await call(server, "POST", "/v1/query", body: #"{"collection":"users/ada/notes"}"#, token: bob)
+        #expect(status == 403)
+        (status, body) = try await call(server, "POST", "/v1/query", body: #"{"group":"notes"}"#, token: ada)
+        #expect(status == 403)
+
+        // A batch with one forbidden write is refused whole.
+        (status, body) = try await call(server, "POST", "/v1/commit", body: #"{"writes":[{"op":"set","path":"users/bob/notes/1","data":{"a":1}},{"op":"set","path":"users/ada/notes/9","data":{"a":1}}]}"#, token: bob)
+        #expect(status == 403 && error(body).message.contains("users/ada/notes/9"))
+        (status, body) = try await call(server, "GET", "/v1/documents/users/bob/notes/1", token: bob)
+        #expect(status == 404, "nothing of the refused batch was written")
+
+        // The whole change feed: operators only.
+        (status, body) = try await call(server, "GET", "/v1/changes?since=0", token: ada)
+        #expect(status == 403)
+        (status, body) = try await call(server, "GET", "/v1/changes?since=0", token: try token(tokens, "ops", claims: ["admin": true]))
+        #expect(status == 200 && body[field: "changes"]?.arrayValue?.count == 1)
+        await server.stop()
+    }
+
+    @Test("over the WebSocket: hello with a token; a refused hello can be said again; reads, listens and writes follow the policy")
+    func webSocket() async throws {
+        let (server, tokens) = try await server()
+        let stream = RawStream(port: server.port)
+        let hello = { (token: String?) in ClientMessage.hello(clientID: "ada-phone", protocolVersion: TandemVersion.wireProtocol, token: token) }
+
+        stream.send(hello("garbage"))
+        guard case .error(nil, let refused)? = await stream.next() else { Issue.record("expected the hello refused"); return }
+        #expect(refused.code == .unauthenticated && refused.message.contains("malformed"))
+        stream.send(hello(try token(tokens, "ada")))
+        guard case .welcome? = await stream.next() else { Issue.record("expected welcome"); return }
+
+        let notes = try CollectionPath("users/ada/notes")
+        stream.send(.write(id: 1, mutations: [.set(try notes.document("1"), ["text": "hi"])]))
+        guard case .ack(1, _)? = await stream.next() else { Issue.record("expected the write acknowledged"); return }
+        stream.send(.write(id: 2, mutations: [.set(try DocumentPath("users/bob/notes/1"), ["text": "hi"])]))
+        guard case .error(2, let denied)? = await stream.next() else { Issue.record("expected the write refused"); return }
+        #expect(denied.code == .permissionDenied)
+        stream.send(.listen(id: 3, target: .collection(try CollectionPath("users/bob/notes"), Query()), resumeFrom: nil))
+        guard case .error(3, let listenDenied)? = await stream.next() else { Issue.record("expected the listen refused"); return }
+        #expect(listenDenied.code == .permissionDenied)
+        stream.send(.listen(id: 4, target: .collection(notes, Query()), resumeFrom: nil))
+        guard case .batch(4, let batch, _, _)? = await stream.next() else { Issue.record("expected the snapshot"); return }
+        #expect(batch.changes.count == 1)
+        await stream.close()
+
+        // Without a token the connection is anonymous: whatever needs a user is unauthenticated.
+        let anonymous = RawStream(port: server.port)
+        try #require(await anonymous.hello("anon"))
+        anonymous.send(.get(id: 1, path: try notes.document("1")))
+        guard case .error(1, let unauthenticated)? = await anonymous.next() else { Issue.record("expected the read refused"); return }
+        #expect(unauthenticated.code == .unauthenticated)
+        await anonymous.close()
+        await server.stop()
+    }
+
+    @Test("a client id stays with the user who first said hello with it")
+    func clientIDBinding() async throws {
+        let (server, tokens) = try await server()
+        let first = RawStream(port: server.port)
+        first.send(.hello(clientID: "shared-id", protocolVersion: TandemVersion.wireProtocol, token: try token(tokens, "ada")))
+        guard case .welcome? = await first.next() else { Issue.record("expected welcome"); return }
+        let second = RawStream(port: server.port)
+        second.send(.hello(clientID: "shared-id", protocolVersion: TandemVersion.wireProtocol, token: try token(tokens, "bob")))
+        guard case .error(nil, let denied)? = await second.next() else { Issue.record("expected the hello refused"); return }
+        #expect(denied.code == .permissionDenied && denied.message.contains("another user"))
+        second.send(.hello(clientID: "shared-id", protocolVersion: TandemVersion.wireProtocol, token: nil))
+        guard case .error(nil, let anonymous)? = await second.next() else { Issue.record("expected the anonymous hello refused"); return }
+        #expect(anonymous.code == .permissionDenied)
+        // The same user again, on another connection, is welcome.
+        let again = RawStream(port: server.port)
+        again.send(.hello(clientID: "shared-id", protocolVersion: TandemVersion.wireProtocol, token: try token(tokens, "ada")))
+        guard case .welcome? = await again.next() else { Issue.record("expected welcome"); return }
+        await first.close()
+        await second.close()
+        await again.close()
+        await server.stop()
+    }
+
+    @Test("a connection whose token expires is refused everything after, saying so, and its listeners stop")
+    func expiryOnAnOpenConnection() async throws {
+        let (server, tokens) = try await server()
+        let stream = RawStream(port: server.port)
+        stream.send(.hello(clientID: "c", protocolVersion: TandemVersion.wireProtocol, token: try token(tokens, "ada", lifetime: .seconds(60))))
+        guard case .welcome? = await stream.next() else { Issue.record("expected welcome"); return }
+        stream.send(.listen(id: 1, target: .collection(try CollectionPath("users/ada/notes"), Query()), resumeFrom: nil))
+        guard case .batch(1, _, _, _)? = await stream.next() else { Issue.record("expected the snapshot"); return }
+        await server.waitForListeners(count: 1)
+        now.withLock { $0 += 61 }
+        stream.send(.heartbeat)
+        guard case .error(nil, let expired)? = await stream.next() else { Issue.record("expected the heartbeat refused"); return }
+        #expect(expired.code == .unauthenticated && expired.reason == TandemError.tokenExpired)
+        await server.waitForListeners(count: 0)
+        await stream.close()
+        await server.stop()
+    }
+}
