@@ -1,5 +1,6 @@
 import Foundation
 import GRDB
+import TandemCore
 
 /// Reconciles a nested collection of each parent (the rooms of each studio): the children are
 /// taken from the parent's DTO, linked to their parent, updated from their own stamps, and the
@@ -33,11 +34,12 @@ public struct ChildSyncTask<ParentDTO: RemoteStampedDTO, Parent: SyncableModel, 
     ///   - extract: the parent DTO's children.
     ///   - parentColumn: the child's column that holds its parent's key: the parent's children
     ///     are the rows whose column equals `parentKey(parent)`. Give it an index.
-    ///   - parentKey: the value of the parent that `link` stores in the child (its row id, or its
-    ///     `remoteId`).
-    ///   - link: points a child at its parent. Called on every new, updated, and listed child; a
-    ///     listed child whose stored parent key differs (it moved) is written even when its stamp
-    ///     is not newer.
+    ///   - parentKey: the value of the parent that `link` stores in the child (its row id, which
+    ///     a new parent has only when its record implements `didInsert`, or its `remoteId`). A nil
+    ///     key for a parent with children is an error.
+    ///   - link: points a child at its parent. Called on every new and updated child; a listed
+    ///     child whose stored parent key differs (it moved) and whose stamp is the same is written
+    ///     too. An older stamp changes nothing, its parent included.
     ///   - deletionPolicy: what becomes of a listed parent's children its DTO no longer lists.
     ///   - children: the child's own child tasks (children of children).
     public init(
@@ -70,10 +72,15 @@ public struct ChildSyncTask<ParentDTO: RemoteStampedDTO, Parent: SyncableModel, 
         for (index, parent) in parents.enumerated() {
             let children = extract(dtos[index])
             let key = parentKey(parent)
+            if key.isNull, !children.isEmpty || deletionPolicy != .none {
+                // Its children could be linked to nothing, or another parent's taken for its own.
+                throw ReconcileError(table: Parent.databaseTableName, remoteId: "\(parent.remoteId)", step: .lookup, underlying: TandemError(
+                    .invalidArgument, "the parent key of the \(name) task is nil for this parent; give the record `didInsert` so a new row knows its id, or key children by the parent's remote id"))
+            }
             ownerKeys.append(key)
             listed += children
             owners += repeatElement(index, count: children.count)
-            if !key.isNull, !(requireNonEmptyChildSlice && children.isEmpty) {
+            if !(requireNonEmptyChildSlice && children.isEmpty) {
                 scopeKeys.append(key)
             }
         }

@@ -4,7 +4,8 @@ extension CollectionSyncEngine {
     /// Keeps `Model`'s table in step with the engine: each time the engine's documents change
     /// (a server change, a local write, a removal), they are reconciled into the table as a full
     /// slice, each turned into a DTO by `dto`. Rows of `scope` the engine no longer shows follow
-    /// `deletionPolicy`. Nothing runs until the sequence is iterated; it yields each run's summary,
+    /// `deletionPolicy`, down to none once the server says the collection is empty (an empty
+    /// cache deletes nothing). Nothing runs until the sequence is iterated; it yields each run's summary,
     /// ends when the engine goes, and ends with the error of a run that fails (the table is then as
     /// it was before that run). A reader slower than the changes reconciles the latest documents.
     ///
@@ -21,8 +22,10 @@ extension CollectionSyncEngine {
     ) -> SyncStream<ReconcileSummary> {
         let snapshots = self.snapshots()
         return SyncStream {
-            ReconcileSource(snapshots.makeAsyncIterator()) { documents in
-                try await reconciler.upsertCollection(type, from: documents.map(dto), deletionPolicy: deletionPolicy, scope: scope, childTasks: childTasks)
+            ReconcileSource(snapshots.makeAsyncIterator()) { documents, fromServer in
+                // An empty collection the server confirmed is a full slice too; an empty cache is not.
+                try await reconciler.upsertCollection(type, from: documents.map(dto), deletionPolicy: deletionPolicy, scope: scope, childTasks: childTasks,
+                                                      requireNonEmptyFullSlice: !fromServer)
             }
         }
     }
@@ -41,9 +44,10 @@ extension CollectionSyncEngine {
 final class ReconcileSource<T: SyncModel>: SyncStreamSource {
     private var snapshots: SyncStream<CollectionSnapshot<T>>.Iterator
     private var first = true
-    private let run: @Sendable ([T]) async throws -> ReconcileSummary
+    private let run: @Sendable ([T], Bool) async throws -> ReconcileSummary
 
-    init(_ snapshots: SyncStream<CollectionSnapshot<T>>.Iterator, run: @escaping @Sendable ([T]) async throws -> ReconcileSummary) {
+    /// `run` takes the documents, and whether they come from the server (not the cache).
+    init(_ snapshots: SyncStream<CollectionSnapshot<T>>.Iterator, run: @escaping @Sendable ([T], Bool) async throws -> ReconcileSummary) {
         self.snapshots = snapshots
         self.run = run
     }
@@ -53,7 +57,7 @@ final class ReconcileSource<T: SyncModel>: SyncStreamSource {
             // A change of metadata alone (an acknowledgement) leaves the documents as they were.
             if !first, snapshot.documentChanges.isEmpty { continue }
             first = false
-            return try await run(snapshot.documents)
+            return try await run(snapshot.documents, !snapshot.metadata.isFromCache)
         }
         return nil
     }

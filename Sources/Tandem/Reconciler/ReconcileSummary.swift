@@ -1,6 +1,7 @@
 /// What one reconciliation did: the counts of the parent type, and one summary per child task.
 public struct ReconcileSummary: Sendable, Hashable {
-    /// The ids inserted, updated or reactivated, each once, in the payload's order.
+    /// The ids inserted, updated or reactivated, each once, in the payload's order (for two child
+    /// tasks that share a name, one list after the other).
     public var touchedIDs: [String] = []
     public var inserted = 0
     /// Rows that took a newer DTO's fields (or, for a child, moved to another parent).

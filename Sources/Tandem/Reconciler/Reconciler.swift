@@ -47,7 +47,8 @@ public struct Reconciler: Sendable {
     }
 
     /// The work of ``upsertCollection(_:from:deletionPolicy:scope:childTasks:requireNonEmptyFullSlice:now:)``
-    /// inside a transaction the caller holds.
+    /// inside a transaction the caller holds, in a savepoint of its own: when it throws, nothing of
+    /// it stays, even if the caller goes on with its transaction.
     public static func reconcile<Model: SyncableModel>(
         _ type: Model.Type, _ dtos: [Model.DTO], in db: Database, deletionPolicy: DeletionPolicy = .none,
         scope: QueryInterfaceRequest<Model>? = nil, childTasks: [AnyChildTask<Model>] = [],
@@ -55,7 +56,12 @@ public struct Reconciler: Sendable {
     ) throws -> ReconcileSummary {
         let deletes = deletionPolicy != .none && !(requireNonEmptyFullSlice && dtos.isEmpty)
         let table = TableReconciler<Model>(deletionScope: deletes ? .request(scope ?? Model.all()) : nil, parent: nil, keepsRows: !childTasks.isEmpty)
-        return try table.reconcile(dtos, owners: nil, in: db, deletionPolicy: deletionPolicy, childTasks: childTasks, now: now)
+        var summary = ReconcileSummary()
+        try db.inSavepoint {
+            summary = try table.reconcile(dtos, owners: nil, in: db, deletionPolicy: deletionPolicy, childTasks: childTasks, now: now)
+            return .commit
+        }
+        return summary
     }
 }
 
@@ -156,9 +162,12 @@ struct TableReconciler<Model: SyncableModel> {
                 continue
             }
             let plan: Plan
-            if Self.millis(dto.updatedAt) > row.stamp ?? .min {
+            let stamp = Self.millis(dto.updatedAt)
+            if stamp > row.stamp ?? .min {
                 plan = .update
-            } else if let parent, row.parentKey != parent.keys[pickedOwners[index]] {
+            } else if let parent, stamp == row.stamp, row.parentKey != parent.keys[pickedOwners[index]] {
+                // Listed under another parent with the same stamp: it moved. An older stamp
+                // changes nothing, its parent included.
                 plan = .relink
             } else {
                 plan = .unchanged
@@ -198,10 +207,12 @@ struct TableReconciler<Model: SyncableModel> {
                 if keepsRows { kept.append(row) }
             case .update:
                 var row = try fetched(dto.id)
+                // Cleared before `apply`, which may set a tombstone the server sent.
+                let wasTombstone = Self.reactivate(&row)
                 try step(.apply, dto.id) { try row.apply(dto) }
                 row.updatedAt = dto.updatedAt
                 parent?.link(&row, owner)
-                if Self.reactivate(&row) {
+                if wasTombstone, !Self.isTombstone(row) {
                     summary.reactivated += 1
                 } else {
                     summary.updated += 1
@@ -222,6 +233,12 @@ struct TableReconciler<Model: SyncableModel> {
             }
         }
 
+        // The children, before any parent goes: a child that moves away from a parent deleted
+        // now must be moved before a cascade could take it.
+        for task in childTasks {
+            summary.children[task.name, default: ReconcileSummary()].add(try task.run(kept, picked, db, now))
+        }
+
         // The scope's rows the payload does not list.
         if deletionScope != nil, deletionPolicy != .none {
             let missing = scoped.filter { position[$0] == nil }
@@ -238,10 +255,6 @@ struct TableReconciler<Model: SyncableModel> {
                 }
             }
         }
-
-        for task in childTasks {
-            summary.children[task.name, default: ReconcileSummary()].add(try task.run(kept, picked, db, now))
-        }
         return summary
     }
 
@@ -252,8 +265,11 @@ struct TableReconciler<Model: SyncableModel> {
         let cursor = try Row.fetchCursor(db, request.select(columns))
         while let row = try cursor.next() {
             let idValue: DatabaseValue = row[0]
-            guard let id = ID.fromDatabaseValue(idValue) else { continue }
-            stored[id] = Stored(stamp: Self.millis(row[1]), parentKey: parent == nil ? .null : row[2])
+            guard let id = ID.fromDatabaseValue(idValue) else {
+                throw TandemError(.invalidArgument, "a row's \(Model.remoteIDColumn.name) (\(idValue)) is not a \(ID.self): store remote ids as the DTO's id type, in a column of matching affinity")
+            }
+            let stamp: DatabaseValue = row[1]
+            stored[id] = Stored(stamp: Self.millis(stamp), parentKey: parent == nil ? .null : row[2])
             scoped.append(id)
         }
     }
@@ -278,6 +294,11 @@ struct TableReconciler<Model: SyncableModel> {
         }
     }
 
+    /// Whether `row` is soft-deletable and marked deleted.
+    private static func isTombstone(_ row: Model) -> Bool {
+        (row as? any SoftDeletable)?.deletedAt != nil
+    }
+
     /// Clears `deletedAt` of a soft-deletable row that had it. Returns whether it did.
     private static func reactivate(_ row: inout Model) -> Bool {
         guard var soft = row as? any SoftDeletable, soft.deletedAt != nil else { return false }
@@ -289,7 +310,10 @@ struct TableReconciler<Model: SyncableModel> {
 
     /// A date in whole milliseconds since 1970, the precision GRDB stores dates with.
     static func millis(_ date: Date) -> Int64 {
-        Int64((date.timeIntervalSince1970 * 1000).rounded(.down))
+        let milliseconds = (date.timeIntervalSince1970 * 1000).rounded(.down)
+        // Far outside any real stamp; kept from trapping.
+        guard milliseconds.isFinite, abs(milliseconds) < 9e18 else { return milliseconds > 0 ? .max : .min }
+        return Int64(milliseconds)
     }
 
     /// A stored stamp in whole milliseconds: GRDB's "yyyy-MM-dd HH:mm:ss.SSS" read without a
@@ -329,7 +353,9 @@ enum StoredDate {
             }
             guard let year = number(0, 4), let month = number(5, 2), let day = number(8, 2),
                   let hour = number(11, 2), let minute = number(14, 2), let second = number(17, 2),
-                  (1...12).contains(month), (1...31).contains(day), hour < 24, minute < 60, second < 60
+                  (1...12).contains(month), (1...31).contains(day), hour < 24, minute < 60, second < 60,
+                  // Before the Gregorian calendar GRDB's calendar is Julian: left to it.
+                  year >= 1583
             else { return nil }
             var fraction: Int64 = 0
             if bytes.count == 23 {

@@ -26,12 +26,14 @@ public protocol RemoteStampedDTO: Sendable {
 /// ```
 public protocol SyncableModel: FetchableRecord, MutablePersistableRecord, Sendable {
     associatedtype DTO: RemoteStampedDTO
-    /// The column holding `remoteId`; `remoteId` by default. Give it an index (or make it unique):
-    /// the reconciler looks rows up by it.
+    /// The column holding `remoteId`; `remoteId` by default. Make it unique: the reconciler looks
+    /// rows up, and deletes missing ones, by it. It must hold the DTO's id type.
     static var remoteIDColumn: Column { get }
     /// The column holding `updatedAt`; `updatedAt` by default.
     static var updatedAtColumn: Column { get }
     var remoteId: DTO.ID { get }
+    /// Stored as GRDB stores a `Date` by default (text to the millisecond; a number of seconds
+    /// since 1970 reads too); another `databaseDateEncodingStrategy` is not supported.
     var updatedAt: Date { get set }
     /// A new row for a DTO whose id has none.
     init(dto: DTO)

@@ -76,7 +76,7 @@ enum ReconcileBenchmarks {
         for index in 0..<count / 20 {
             dtos.append(StudioDTO(id: "n\(index)", name: "New \(index)", city: "Rome", updatedAt: t1))
         }
-        let expected = (missing: count / 20, newer: (0..<count).filter { $0 % 20 != 7 && $0 % 10 == 3 }.count, new: count / 20)
+        let expected = (missing: (0..<count).filter { $0 % 20 == 7 }.count, newer: (0..<count).filter { $0 % 20 != 7 && $0 % 10 == 3 }.count, new: count / 20)
 
         let clock = ContinuousClock()
         var ours = Duration.seconds(Int64.max)

@@ -82,6 +82,10 @@ struct ReconcileFeedTests {
         #expect(try await summaries(until: ["a:Overture", "b:Outro", "c:Encore"]).inserted == 1)
         try await engine.deleteDocument(id: "b")
         #expect(try await summaries(until: ["a:Overture", "b:Outro:gone", "c:Encore"]).softDeleted == 1)
+        // Down to none: the server's empty collection is a full slice too.
+        try await engine.deleteDocument(id: "a")
+        try await engine.deleteDocument(id: "c")
+        #expect(try await summaries(until: ["a:Overture:gone", "b:Outro:gone", "c:Encore:gone"]).softDeleted == 2)
 
         running.cancel()
         _ = try? await running.value

@@ -11,6 +11,8 @@ struct StudioDTO: RemoteStampedDTO {
     var city = "Oslo"
     var rooms: [ItemDTO] = []
     var equipment: [ItemDTO] = []
+    /// A tombstone the server sends.
+    var deletedAt: Date?
 }
 
 /// A child's DTO: a room, a piece of equipment, a seat of a room.
@@ -40,6 +42,7 @@ struct Studio: Codable, FetchableRecord, MutablePersistableRecord, SoftDeletable
         if dto.name == "explode" { throw TandemError(.invalidArgument, "no such name") }
         name = dto.name
         city = dto.city
+        if let deletedAt = dto.deletedAt { self.deletedAt = deletedAt }
     }
 
     mutating func didInsert(_ inserted: InsertionSuccess) { id = inserted.rowID }
@@ -229,7 +232,7 @@ struct ReconcilerTests {
         #expect(try dump() == before)
     }
 
-    @Test("ids are looked up in chunks: a payload larger than SQLite's variable limit works")
+    @Test("ids are looked up in chunks of 500: a payload of many chunks works")
     func manyIDs() async throws {
         let (queue, directory) = try database()
         defer { directory.remove() }
