@@ -3,6 +3,7 @@ import Synchronization
 import Testing
 import Tandem
 import TandemCore
+import TandemServer
 import TandemTesting
 
 /// The `tandem` command line, run as a child process against real servers.
@@ -243,4 +244,37 @@ final class AcknowledgedIDs: Sendable {
     var count: Int { state.value.count }
     /// Returns once more than `count` writes were acknowledged.
     func wait(forMoreThan count: Int) async -> Bool { await state.wait { $0.count > count } }
+}
+
+extension CLITests {
+    @Test("serve --auth-secret requires tokens; token mints one; client commands send it with --token; a short secret is refused at start")
+    func authentication() async throws {
+        try #require(CLIProcess.executable != nil, "tandem is not built; run `swift build --build-tests` first")
+        let secret = String(repeating: "s3cret-", count: 6)
+        let short = try await CLIProcess.run(["serve", "--port", "0", "--data-dir", TemporaryDirectory().url.path, "--auth-secret", "short"])
+        #expect(short.status == 2 && short.err.contains("at least 32"))
+
+        let directory = TemporaryDirectory()
+        let server = try RunningProcess(["serve", "--port", "0", "--data-dir", directory.url.path, "--auth-secret", secret])
+        let line = try #require(await server.nextLine(), "tandem serve printed nothing")
+        let url = String(line.dropFirst("listening on ".count))
+
+        let minted = try await CLIProcess.run(["token", "--sub", "ada", "--secret", secret, "--ttl", "15m", "--claim", "role=editor", "--claim", "admin=true"])
+        #expect(minted.status == 0)
+        let token = minted.out.trimmingCharacters(in: .whitespacesAndNewlines)
+        let user = try await BearerTokens(secret: secret).verify(token)
+        #expect(user.uid == "ada" && user.claims["role"] == "editor" && user.claims["admin"] == true)
+        if let expiresAt = user.expiresAt { #expect(expiresAt.timeIntervalSinceNow > 800 && expiresAt.timeIntervalSinceNow <= 900) } else { Issue.record("no exp") }
+
+        var result = try await CLIProcess.run(["set", "users/ada/notes/1", #"{"text": "hi"}"#, "--url", url])
+        #expect(result.status == 1 && result.err.contains("unauthenticated"))
+        result = try await CLIProcess.run(["set", "users/ada/notes/1", #"{"text": "hi"}"#, "--url", url, "--token", token])
+        #expect(result.status == 0, "\(result.err)")
+        result = try await CLIProcess.run(["get", "users/bob/notes/1", "--url", url, "--token", token])
+        #expect(result.status == 1 && result.err.contains("permission-denied"))
+        result = try await CLIProcess.run(["token", "--sub", "ada", "--secret", secret, "--ttl", "soon"])
+        #expect(result.status == 1 && result.err.contains("--ttl"))
+        server.signal(SIGTERM)
+        #expect(await server.waitForExit() == 0)
+    }
 }

@@ -5,22 +5,31 @@ import FoundationNetworking
 #endif
 import TandemCore
 
-/// The `--url` every client command takes.
+/// The `--url` and `--token` every client command takes.
 struct ServerOptions: ParsableArguments {
     @Option(help: "The Tandem server's URL.")
     var url = "http://127.0.0.1:8080"
+
+    @Option(help: "A bearer token for a server started with --auth-secret (default: $TANDEM_TOKEN; `tandem token` mints one).")
+    var token: String?
+
+    /// `--token`, else `TANDEM_TOKEN`.
+    var bearerToken: String? {
+        token ?? ProcessInfo.processInfo.environment["TANDEM_TOKEN"].flatMap { $0.isEmpty ? nil : $0 }
+    }
 
     func connection() throws -> ServerConnection {
         guard let base = URL(string: url), let scheme = base.scheme, ["http", "https"].contains(scheme), base.host != nil else {
             throw TandemError.invalidArgument("--url must be an http(s) URL with a host, such as http://127.0.0.1:8080; got '\(url)'.")
         }
-        return ServerConnection(base: base)
+        return ServerConnection(base: base, token: bearerToken)
     }
 }
 
 /// The server's HTTP API, as the CLI uses it. Error answers become `TandemError`s with their code.
 struct ServerConnection: Sendable {
     let base: URL
+    var token: String?
 
     func call(_ method: String, _ path: String, body: JSONValue? = nil) async throws -> JSONValue {
         let text = base.absoluteString.hasSuffix("/") ? String(base.absoluteString.dropLast()) : base.absoluteString
@@ -29,6 +38,7 @@ struct ServerConnection: Sendable {
         }
         var request = URLRequest(url: url)
         request.httpMethod = method
+        if let token { request.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization") }
         if let body {
             request.httpBody = Data(JSONText.encode(body).utf8)
             request.setValue("application/json", forHTTPHeaderField: "Content-Type")

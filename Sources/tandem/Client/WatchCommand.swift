@@ -24,6 +24,7 @@ struct WatchCommand: AsyncParsableCommand {
             var configuration = TandemClientConfiguration()
             configuration.clientID = "cli-watch-\(UUID().uuidString.lowercased())"
             configuration.logger.logLevel = .critical
+            configuration.token = server.bearerToken
             let client = TandemClient(url: URL(string: server.url)!, configuration: configuration)
             try await withThrowingTaskGroup(of: Void.self) { group in
                 group.addTask { try await client.run() }

@@ -24,6 +24,9 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(name: .customLong("log-level"), help: "trace, debug, info, notice, warning, error or critical.")
     var logLevel = "warning"
 
+    @Option(name: .customLong("auth-secret"), help: "Require HS256 bearer tokens signed with this secret, at least 32 bytes (default: $TANDEM_AUTH_SECRET). Without one the server runs open.")
+    var authSecret: String?
+
     func run() async throws {
         var logger = Logger(label: "tandem.server")
         logger.logLevel = Logger.Level(rawValue: logLevel) ?? .warning
@@ -38,9 +41,22 @@ struct ServeCommand: AsyncParsableCommand {
         configuration.host = host
         configuration.port = port
         configuration.logger = logger
+        if let secret = authSecret ?? ProcessInfo.processInfo.environment["TANDEM_AUTH_SECRET"].flatMap({ $0.isEmpty ? nil : $0 }) {
+            do {
+                configuration.access = AccessControl(tokens: try await BearerTokens(secret: secret))
+            } catch let error as TandemError {
+                Console.error("error: \(error.code.rawValue): \(error.message)")
+                throw ExitCode(2)
+            }
+        }
+        let secured = configuration.access != nil
         let server = SyncServer(store: store, configuration: configuration) { host, port in
             Console.out("listening on http://\(host):\(port)")
-            Console.error("note: the server runs open; no access rules are enforced")
+            if secured {
+                Console.error("note: bearer tokens required; each user reads and writes users/{uid} and below")
+            } else {
+                Console.error("note: the server runs open; no access rules are enforced")
+            }
         }
         let group = ServiceGroup(services: [server], gracefulShutdownSignals: [.sigint, .sigterm], logger: logger)
         do {
