@@ -362,13 +362,7 @@ enum StoredDate {
                 guard bytes[19] == UInt8(ascii: "."), let milliseconds = number(20, 3) else { return nil }
                 fraction = milliseconds
             }
-            // Days since 1970-01-01 in the proleptic Gregorian calendar.
-            let y = month <= 2 ? year - 1 : year
-            let era = (y >= 0 ? y : y - 399) / 400
-            let yearOfEra = y - era * 400
-            let dayOfYear = (153 * (month > 2 ? month - 3 : month + 9) + 2) / 5 + day - 1
-            let dayOfEra = yearOfEra * 365 + yearOfEra / 4 - yearOfEra / 100 + dayOfYear
-            let days = era * 146_097 + dayOfEra - 719_468
+            let days = CivilDate.daysSince1970(year: year, month: month, day: day)
             return ((days * 24 + hour) * 60 + minute) * 60_000 + second * 1000 + fraction
         }
     }

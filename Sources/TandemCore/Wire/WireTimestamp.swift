@@ -88,14 +88,21 @@ package enum WireTimestamp {
         } else if bytes.count != 20 {
             return nil
         }
-        // Civil date to days since 1970-01-01.
+        let days = CivilDate.daysSince1970(year: year, month: month, day: day)
+        let total = ((days * 24 + hour) * 60 + minute) * 60_000 + second * 1000 + millis
+        return date(milliseconds: total)
+    }
+}
+
+/// Calendar arithmetic without a calendar, for the date formats read by hand.
+package enum CivilDate {
+    /// Days from 1970-01-01 to a date of the proleptic Gregorian calendar.
+    package static func daysSince1970(year: Int64, month: Int64, day: Int64) -> Int64 {
         let y = month <= 2 ? year - 1 : year
         let era = (y >= 0 ? y : y - 399) / 400
         let yearOfEra = y - era * 400
         let dayOfYear = (153 * (month > 2 ? month - 3 : month + 9) + 2) / 5 + day - 1
         let dayOfEra = yearOfEra * 365 + yearOfEra / 4 - yearOfEra / 100 + dayOfYear
-        let days = era * 146_097 + dayOfEra - 719_468
-        let total = ((days * 24 + hour) * 60 + minute) * 60_000 + second * 1000 + millis
-        return date(milliseconds: total)
+        return era * 146_097 + dayOfEra - 719_468
     }
 }
