@@ -29,6 +29,8 @@ let package = Package(
         .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.13.0"),
         // HS256 bearer tokens (`--auth-secret`).
         .package(url: "https://github.com/vapor/jwt-kit.git", from: "5.7.1"),
+        // Rules files (`--rules`), YAML or JSON, with line and column for every error.
+        .package(url: "https://github.com/jpsim/Yams.git", from: "6.2.2"),
     ],
     targets: [
         // Values, paths, queries, patches, mutations, wire messages, errors. No I/O.
@@ -68,6 +70,7 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "JWTKit", package: "jwt-kit"),
+                .product(name: "Yams", package: "Yams"),
             ],
             swiftSettings: swiftSettings
         ),

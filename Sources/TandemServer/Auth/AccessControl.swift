@@ -1,31 +1,42 @@
 import Foundation
 import TandemCore
 
-/// Who may do what on a server started with an auth secret. Requests carry bearer tokens
-/// (``BearerTokens``); a request without one is anonymous. The policy today is the default one:
-/// each user reads and writes the documents under `users/{uid}` (that document and everything
-/// below it) and nothing else; a token whose `admin` claim is `true` may also read the whole
-/// change feed. A refusal of an anonymous caller is `unauthenticated` (sign in); of a signed-in
-/// one, `permission-denied`.
+/// Who may do what on a server: bearer tokens (``BearerTokens``) say who a caller is, and
+/// ``AccessRules`` what each caller may read and write. A request without a token is anonymous.
+/// Without a rules file the rules are ``AccessRules/ownDocuments``: each user reaches
+/// `users/{uid}` and below. The whole change feed (`/v1/changes` without a target) is for a token
+/// whose `admin` claim is `true`. A refusal of an anonymous caller is `unauthenticated` (sign in);
+/// of a signed-in one, `permission-denied`.
 ///
 /// ```swift
 /// var configuration = SyncServerConfiguration()
-/// configuration.access = AccessControl(tokens: try await BearerTokens(secret: secret))
+/// configuration.access = AccessControl(
+///     tokens: try await BearerTokens(secret: secret),
+///     rules: try AccessRules(contentsOfFile: "rules.yaml"))
 /// ```
 public struct AccessControl: Sendable {
-    public let tokens: BearerTokens
+    /// Nil: no token is verified, every caller is anonymous, and the rules decide what anonymous
+    /// callers may do.
+    public let tokens: BearerTokens?
+    public let rules: AccessRules
     /// The wall clock that tokens' `exp` and `nbf` are checked against.
     public let now: @Sendable () -> Date
 
-    public init(tokens: BearerTokens, now: @escaping @Sendable () -> Date = { Date() }) {
+    public init(tokens: BearerTokens?, rules: AccessRules = .ownDocuments, now: @escaping @Sendable () -> Date = { Date() }) {
         self.tokens = tokens
+        self.rules = rules
         self.now = now
     }
+
+    // MARK: Who
 
     /// The identity a bearer token proves; anonymous without one. A token that is malformed,
     /// badly signed, expired or not yet valid is refused with `unauthenticated`.
     func authenticate(_ token: String?) throws(TandemError) -> RequestContext.Identity {
         guard let token else { return .anonymous }
+        guard let tokens else {
+            throw TandemError(.unauthenticated, "This server was started without an auth secret, so it verifies no tokens; connect without one.")
+        }
         return .user(try tokens.verify(token, now: now()))
     }
 
@@ -39,45 +50,121 @@ public struct AccessControl: Sendable {
         return try authenticate(String(parts[1]).trimmingCharacters(in: .whitespaces))
     }
 
-    // MARK: The default policy
+    // MARK: Reads
 
-    /// Reads of one document, or of every document a target could return.
-    func checkRead(_ target: ListenTarget, by identity: RequestContext.Identity) throws(TandemError) {
-        let allowed: Bool
-        switch target {
-        case .document(let path): allowed = owns(path.segments, identity)
-        case .collection(let path, _): allowed = owns(path.segments, identity)
-        case .collectionGroup: allowed = false
+    /// Decides a read of the document at `path` before it is read: nil when it is allowed
+    /// whatever the document holds, a guard to check the document with when that depends on it.
+    /// Throws the refusal when it is denied whatever the document holds.
+    func readGuard(for path: DocumentPath, by identity: RequestContext.Identity) throws(TandemError) -> ReadGuard? {
+        let decision = rules.decide(.get, at: path, auth: identity.user, resource: .unknown)
+        switch decision.truth {
+        case .yes:
+            return nil
+        case .maybe where rules.reads(.get, decision):
+            return ReadGuard(access: self, path: path, identity: identity)
+        default:
+            throw refusal(.get, path.description, decision, identity)
         }
-        if !allowed { throw refusal("read \(target)", identity) }
     }
 
-    /// A request's writes: all of them are allowed, or the request is refused whole.
-    func checkWrite(_ mutations: [Mutation], by identity: RequestContext.Identity) throws(TandemError) {
-        for mutation in mutations where !owns(mutation.path.segments, identity) {
-            throw refusal("write \(mutation.path)", identity)
+    /// Checks a read of one document, as it is (nil: there is none).
+    func checkRead(_ document: Document?, at path: DocumentPath, by identity: RequestContext.Identity) throws(TandemError) {
+        let decision = rules.decide(.get, at: path, auth: identity.user, resource: RuleDocument(document))
+        if decision.truth != .yes { throw refusal(.get, path.description, decision, identity) }
+    }
+
+    /// Checks a query or listener over a collection or a collection group, by what its filters
+    /// prove: refused whole if it could return a document the caller may not read.
+    func checkList(_ target: ListenTarget, by identity: RequestContext.Identity) throws(TandemError) {
+        let decision = rules.decideList(target, auth: identity.user)
+        guard decision.truth != .yes else { return }
+        let scope: String
+        switch target {
+        case .document(let path): scope = path.description
+        case .collection(let path, _): scope = "the documents of \(path)"
+        case .collectionGroup(let group, _): scope = "the documents of every collection named \(group)"
         }
+        var error = refusal(.list, scope, decision, identity)
+        if case .user = identity {
+            error.message += " Rules are not filters: a query is allowed only when its own filters prove every document it could return may be read (say, `where owner == <your uid>` for a rule reading resource.data.owner)."
+        }
+        throw error
     }
 
     /// The change feed of every document: operators only.
     func checkWholeChangeFeed(by identity: RequestContext.Identity) throws(TandemError) {
         guard case .user(let user) = identity, user.claims["admin"] == .bool(true) else {
-            throw refusal("read the whole change feed (a token with \"admin\": true may)", identity)
+            switch identity {
+            case .anonymous:
+                throw TandemError(.unauthenticated, "Sign in to read the whole change feed: it is for a token with \"admin\": true.")
+            case .user(let user):
+                throw TandemError(.permissionDenied, "\(user.uid) may not read the whole change feed: it is for a token with \"admin\": true. Read the changes of one target instead.")
+            }
         }
     }
 
-    /// Whether `segments` are `users/{uid}` or below it, for the caller's own uid.
-    private func owns(_ segments: [String], _ identity: RequestContext.Identity) -> Bool {
-        guard case .user(let user) = identity else { return false }
-        return segments.count >= 2 && segments[0] == "users" && segments[1] == user.uid
+    // MARK: Writes
+
+    /// Decides each write of a commit, inside it, against the document before and after.
+    func writeAuthorizer(for identity: RequestContext.Identity) -> WriteAuthorizer {
+        WriteAuthorizer { path, before, after in
+            let operation: AccessRules.Operation = after == nil ? .delete : (before == nil ? .create : .update)
+            let decision = rules.decide(operation, at: path, auth: identity.user, resource: RuleDocument(before), request: RuleDocument(after))
+            return decision.truth == .yes ? nil : refusal(operation, path.description, decision, identity)
+        }
     }
 
-    private func refusal(_ what: String, _ identity: RequestContext.Identity) -> TandemError {
+    // MARK: Refusals
+
+    func refusal(_ operation: AccessRules.Operation, _ what: String, _ decision: AccessRules.Decision, _ identity: RequestContext.Identity) -> TandemError {
+        let why = rules.describe(decision.rule)
         switch identity {
         case .anonymous:
-            return TandemError(.unauthenticated, "Sign in to \(what): this server requires a bearer token (Authorization: Bearer … over HTTP, `token` in the WebSocket hello).")
+            return TandemError(.unauthenticated, "Sign in to \(operation) \(what): \(why) for an anonymous caller. This server takes a bearer token (Authorization: Bearer … over HTTP, `token` in the WebSocket hello).")
         case .user(let user):
-            return TandemError(.permissionDenied, "\(user.uid) may not \(what): each user reaches users/{their uid} and below only.")
+            return TandemError(.permissionDenied, "\(user.uid) may not \(operation) \(what): \(why).")
         }
+    }
+}
+
+/// Checks each document a listener of one document is sent, when the rules that let it listen read
+/// the document (`resource.data.owner == auth.uid`): the listener stops with the refusal once the
+/// document no longer satisfies them.
+final class ReadGuard: Sendable {
+    let access: AccessControl
+    let path: DocumentPath
+    let identity: RequestContext.Identity
+
+    init(access: AccessControl, path: DocumentPath, identity: RequestContext.Identity) {
+        self.access = access
+        self.path = path
+        self.identity = identity
+    }
+
+    /// Nil when `document` (nil: deleted, or none) may be read, else the refusal.
+    func check(_ document: Document?) -> TandemError? {
+        do {
+            try access.checkRead(document, at: path, by: identity)
+            return nil
+        } catch {
+            return error
+        }
+    }
+}
+
+extension RequestContext.Identity {
+    /// The signed-in user; nil when anonymous.
+    var user: AuthenticatedUser? {
+        if case .user(let user) = self { return user }
+        return nil
+    }
+}
+
+extension AccessRules {
+    /// Whether the rule that made `decision` reads documents for `operation`, so the answer may
+    /// change once the document is known.
+    func reads(_ operation: Operation, _ decision: Decision) -> Bool {
+        guard let rule = decision.rule else { return false }
+        return rules[rule].conditions[operation.rawValue]?.readsDocuments ?? false
     }
 }

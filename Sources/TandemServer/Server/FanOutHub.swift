@@ -165,10 +165,11 @@ final class FanOutHub: Service, Sendable {
     /// Registers a listener at once, before anything else the connection sent is handled, so an
     /// `unlisten` right behind it finds it: refused if its key is taken, if its connection runs
     /// `limit` listeners already, or if its query is invalid. It then waits for ``load(_:target:resumeFrom:)``.
-    func register(_ key: ListenerKey, target: ListenTarget, outbox: SessionOutbox, limit: Int) -> Result<Void, RegistrationError> {
+    /// A `readGuard` checks every document the listener is sent, and stops it at the first refusal.
+    func register(_ key: ListenerKey, target: ListenTarget, outbox: SessionOutbox, limit: Int, readGuard: ReadGuard? = nil) -> Result<Void, RegistrationError> {
         var listener: ListenerState
         do {
-            listener = try ListenerState(key: key, target: target, outbox: outbox)
+            listener = try ListenerState(key: key, target: target, outbox: outbox, readGuard: readGuard)
         } catch {
             return .failure(.refused(error))
         }
@@ -299,6 +300,19 @@ final class FanOutHub: Service, Sendable {
     private func activate(_ key: ListenerKey, registration: Int, _ load: Load) {
         var requery = false
         state.withLock { state in
+            if let listener = state.table[key], listener.registration == registration, listener.readGuard != nil,
+               case .loading(let buffered) = listener.phase {
+                // A guarded listener (of one document) is checked against all it would be sent:
+                // the document as loaded (or its absence), then each buffered change.
+                let loaded = load.isSnapshot && load.changes.isEmpty
+                    ? [RemoteChange(path: listener.readGuard!.path, document: nil, version: load.version, mutationID: nil)]
+                    : load.changes
+                let later = buffered.filter { $0.version > load.version }.flatMap(\.changes)
+                if let refusal = listener.refusal(of: loaded) ?? listener.refusal(of: later) {
+                    revoke(key, refusal, in: &state)
+                    return
+                }
+            }
             state.table.update(key) { listener in
                 guard listener.registration == registration, case .loading(let buffered) = listener.phase else { return }
                 if !load.sent {
@@ -337,6 +351,8 @@ final class FanOutHub: Service, Sendable {
         // One list of every change; each keeps its commit's version.
         let changes = batches.count == 1 ? batches[0].changes : batches.flatMap(\.changes)
         var requeries: [(ListenerKey, Int)] = []
+        // Guarded listeners sent a document their rules no longer let them read.
+        var revoked: [(ListenerKey, TandemError)] = []
         // Sent under the hub's lock, on purpose: a session outbox's send only queues bytes (no I/O,
         // never waits), and sending inside the lock is what keeps every listener's stream in order
         // — a snapshot (sent by `activate` under the same lock) ahead of the commits after it, and
@@ -374,6 +390,11 @@ final class FanOutHub: Service, Sendable {
                         let key = group.members[index].key
                         switch group.members[index].receive(indices, of: changes, shared: &shared) {
                         case .deliver(let codes, let outbox):
+                            if group.members[index].readGuard != nil,
+                               let refusal = group.members[index].refusal(of: ListenerState.changes(codes, of: changes)) {
+                                revoked.append((key, refusal))
+                                continue
+                            }
                             if connection?.session != key.session {
                                 if let connection { Self.send(deliveries, of: changes, to: connection.outbox, encoded: &encoded) }
                                 connection = (key.session, outbox)
@@ -393,8 +414,19 @@ final class FanOutHub: Service, Sendable {
                     if let connection { Self.send(deliveries, of: changes, to: connection.outbox, encoded: &encoded) }
                 }
             }
+            for (key, refusal) in revoked { revoke(key, refusal, in: &state) }
         }
         for (key, registration) in requeries { startRequery(key, registration: registration) }
+    }
+
+    /// Stops a listener whose rules no longer let it read what it would be sent, and tells its
+    /// connection why (an error frame answering its listen).
+    private func revoke(_ key: ListenerKey, _ refusal: TandemError, in state: inout State) {
+        let before = state.table.count
+        if let listener = state.table.remove(key) {
+            listener.outbox.send(.error(id: key.target, refusal))
+        }
+        if state.table.count != before { onListenerCountChange?(state.table.count) }
     }
 
     /// Sends one connection its listeners' deliveries, a message for each distinct set of changes

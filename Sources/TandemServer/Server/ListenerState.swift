@@ -17,16 +17,20 @@ struct ListenerState: Sendable {
     /// change itself does not touch: such a listener is read again instead of patched.
     let hasLimit: Bool
     let outbox: SessionOutbox
+    /// For a document listener whose access rules read the document: each document it is sent
+    /// is checked first, and a refusal stops it.
+    let readGuard: ReadGuard?
     var members: [DocumentPath: Version]?
     var phase: Phase = .loading([])
     /// Which registration this is: a listener stopped and started again under the same key is a
     /// new one, and a load or re-read begun for the old one must not land on it.
     var registration = 0
 
-    init(key: ListenerKey, target: ListenTarget, outbox: SessionOutbox) throws(TandemError) {
+    init(key: ListenerKey, target: ListenTarget, outbox: SessionOutbox, readGuard: ReadGuard? = nil) throws(TandemError) {
         self.key = key
         self.target = target
         self.outbox = outbox
+        self.readGuard = readGuard
         if let query = target.query {
             let compiled = try CompiledQuery(query)
             self.compiled = compiled.filters.isEmpty && compiled.start == nil && compiled.end == nil ? nil : compiled
@@ -116,6 +120,15 @@ struct ListenerState: Sendable {
             }
         }
         return codes
+    }
+
+    /// The refusal of the first change its read guard refuses, if any.
+    func refusal(of changes: [RemoteChange]) -> TandemError? {
+        guard let readGuard else { return nil }
+        for change in changes {
+            if let refusal = readGuard.check(change.document) { return refusal }
+        }
+        return nil
     }
 
     /// The changes that `deliver`'s codes stand for.

@@ -64,39 +64,58 @@ final class SyncService: Sendable {
     /// One document (or none) and a version at least its own.
     func get(_ path: DocumentPath, context: RequestContext) async throws -> StoreSnapshot {
         try checkDepth(path.segments.count, of: path.description)
-        try access?.checkRead(.document(path), by: context.identity)
-        return try await store.read(.document(path))
+        let readGuard = try access?.readGuard(for: path, by: context.identity)
+        let snapshot = try await store.read(.document(path))
+        if let readGuard, let refusal = readGuard.check(snapshot.documents.first) { throw refusal }
+        return snapshot
     }
 
     /// A query's documents once, and the version they were read at.
     func query(_ target: ListenTarget, context: RequestContext) async throws -> StoreSnapshot {
+        if case .document(let path) = target { return try await get(path, context: context) }
         try check(target)
-        try access?.checkRead(target, by: context.identity)
+        try access?.checkList(target, by: context.identity)
         return try await store.read(target)
     }
 
     /// A page of the change feed after `version`, over everything (`target` nil) or one target.
     func changes(since version: Version, in target: ListenTarget?, limit: Int, context: RequestContext) async throws -> ChangePage {
+        var readGuard: ReadGuard?
         if let target {
             try check(target)
-            try access?.checkRead(target, by: context.identity)
+            if case .document(let path) = target {
+                readGuard = try access?.readGuard(for: path, by: context.identity)
+            } else {
+                try access?.checkList(target, by: context.identity)
+            }
         } else {
             try access?.checkWholeChangeFeed(by: context.identity)
         }
-        return try await store.changes(since: version, in: target, limit: limit)
+        let page = try await store.changes(since: version, in: target, limit: limit)
+        if let readGuard {
+            for change in page.changes {
+                if let refusal = readGuard.check(change.document) { throw refusal }
+            }
+        }
+        return page
     }
 
     /// Registers a listener at once (see ``FanOutHub/register(_:target:outbox:limit:)``), after
     /// checking its target against the limits; ``load(_:target:resumeFrom:)`` then sends its
     /// snapshot (or its changes since a version) and makes it live.
     func register(_ key: ListenerKey, target: ListenTarget, outbox: SessionOutbox, context: RequestContext) -> Result<Void, FanOutHub.RegistrationError> {
+        var readGuard: ReadGuard?
         do {
             try check(target)
-            try access?.checkRead(target, by: context.identity)
+            if case .document(let path) = target {
+                readGuard = try access?.readGuard(for: path, by: context.identity)
+            } else {
+                try access?.checkList(target, by: context.identity)
+            }
         } catch {
             return .failure(.refused(Self.tandemError(error)))
         }
-        return hub.register(key, target: target, outbox: outbox, limit: limits.maximumListenersPerConnection)
+        return hub.register(key, target: target, outbox: outbox, limit: limits.maximumListenersPerConnection, readGuard: readGuard)
     }
 
     /// Loads a registered listener; a failure is sent as an error frame answering the listen.
@@ -110,22 +129,24 @@ final class SyncService: Sendable {
 
     // MARK: Writes
 
-    /// Commits write requests in order (see ``ServerStore/commit(_:limits:clientID:)``), after
-    /// checking each against the limits. The connection's client owns the writer ids it uses first;
-    /// a request under a writer id another client owns fails with `permission-denied`.
+    /// Commits write requests in order (see ``ServerStore/commit(_:limits:clientID:authorizer:)``),
+    /// after checking each against the limits; the access rules decide each write inside the
+    /// commit, against the document before and after it. The connection's client owns the writer
+    /// ids it uses first; a request under a writer id another client owns fails with
+    /// `permission-denied`.
     func commit(_ requests: [[Mutation]], context: RequestContext) async -> [Result<CommitResult, TandemError>] {
         var admitted: [[Mutation]] = []
         var early: [Int: TandemError] = [:]
         for (index, mutations) in requests.enumerated() {
             do throws(TandemError) {
                 try limits.checkBatch(mutations)
-                try access?.checkWrite(mutations, by: context.identity)
                 admitted.append(mutations)
             } catch {
                 early[index] = error
             }
         }
-        var decided = admitted.isEmpty ? [] : await store.commit(admitted, limits: limits, clientID: context.storeClientID)[...]
+        var decided = admitted.isEmpty ? [] : await store.commit(admitted, limits: limits, clientID: context.storeClientID,
+                                                                         authorizer: access?.writeAuthorizer(for: context.identity))[...]
         return requests.indices.map { index in
             if let error = early[index] { return .failure(error) }
             return decided.removeFirst()

@@ -17,18 +17,21 @@ import TandemCore
 /// 2. The new mutations apply together, at the request's version, when every other mutation of the
 ///    request is applied (now or before); otherwise they are refused with the request.
 /// 3. They apply in order against the documents as the earlier ones left them: a failed
-///    precondition, an update of a missing document or a document over the size limit refuses the
-///    request, and nothing of it is written.
+///    precondition, an update of a missing document, a document over the size limit or a write
+///    the ``authorizer`` refuses refuses the request, and nothing of it is written.
 /// 4. Every decision about an id — applied or refused — is recorded with the mutation's digest.
 public struct CommitPlanner: Sendable {
     /// The limits documents are checked against once written.
     public var limits: ServerLimits
     /// The commit's time: documents' update times, `serverTimestamp`, the records' time.
     public var time: ServerTime
+    /// Decides each new mutation against the documents before and after it; nil allows all.
+    public var authorizer: WriteAuthorizer?
 
-    public init(limits: ServerLimits, time: ServerTime) {
+    public init(limits: ServerLimits, time: ServerTime, authorizer: WriteAuthorizer? = nil) {
         self.limits = limits
         self.time = time
+        self.authorizer = authorizer
     }
 
     /// A request that passed ``check(_:limits:)``, with its mutations' digests.
@@ -197,6 +200,9 @@ public struct CommitPlanner: Sendable {
                 after = try mutation.applyValidated(to: existing, version: version, serverTime: time)
                 text = after.map { JSONText.encode($0.data) }
                 if let text { try limits.checkDocument(encoded: text, at: mutation.path) }
+                if let authorizer, let refusal = authorizer.check(mutation.path, before: existing, after: after) {
+                    throw refusal
+                }
             } catch {
                 return .failure(error)
             }

@@ -82,16 +82,16 @@ public final class MemoryServerStore<C: Clock>: ServerStore where C.Duration == 
 
     // MARK: Writes
 
-    public func commit(_ requests: [[Mutation]], limits: ServerLimits, clientID: String?) async -> [Result<CommitResult, TandemError>] {
-        commitNow(requests, limits: limits, clientID: clientID)
+    public func commit(_ requests: [[Mutation]], limits: ServerLimits, clientID: String?, authorizer: WriteAuthorizer?) async -> [Result<CommitResult, TandemError>] {
+        commitNow(requests, limits: limits, clientID: clientID, authorizer: authorizer)
     }
 
     /// ``commit(_:limits:clientID:)`` without suspending: a memory store decides a commit in one
     /// locked step. For tests and previews that change the data as another client would, from
     /// synchronous code.
-    public func commitNow(_ requests: [[Mutation]], limits: ServerLimits = ServerLimits(), clientID: String? = nil) -> [Result<CommitResult, TandemError>] {
+    public func commitNow(_ requests: [[Mutation]], limits: ServerLimits = ServerLimits(), clientID: String? = nil, authorizer: WriteAuthorizer? = nil) -> [Result<CommitResult, TandemError>] {
         let time = ServerTime(WireTimestamp.date(milliseconds: WireTimestamp.milliseconds(configuration.now())))
-        let planner = CommitPlanner(limits: limits, time: time)
+        let planner = CommitPlanner(limits: limits, time: time, authorizer: authorizer)
         let observers = self.observers.withLock { $0 }
         return storage.withLock { storage in
             var transaction = MemoryTransaction(storage: storage)

@@ -8,6 +8,7 @@ extension SQLiteServerStore {
         var requests: [CommitPlanner.CheckedRequest]
         var limits: ServerLimits
         var clientID: String?
+        var authorizer: WriteAuthorizer?
     }
 
     /// Decides every queued submission in one transaction, in order. A refused request writes only
@@ -26,7 +27,7 @@ extension SQLiteServerStore {
                 answers = []
                 var version = start
                 for submission in submissions {
-                    let planner = CommitPlanner(limits: submission.limits, time: time)
+                    let planner = CommitPlanner(limits: submission.limits, time: time, authorizer: submission.authorizer)
                     var results: [Result<CommitResult, TandemError>] = []
                     for request in submission.requests {
                         let result = try planner.decide(request, in: &transaction, version: version.next, committed: version, clientID: submission.clientID)

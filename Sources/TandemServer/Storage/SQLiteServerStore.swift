@@ -163,7 +163,7 @@ public final class SQLiteServerStore: ServerStore {
         queue.promiseReport()
     }
 
-    public func commit(_ requests: [[Mutation]], limits: ServerLimits, clientID: String?) async -> [Result<CommitResult, TandemError>] {
+    public func commit(_ requests: [[Mutation]], limits: ServerLimits, clientID: String?, authorizer: WriteAuthorizer?) async -> [Result<CommitResult, TandemError>] {
         // Checked here, off the database writer, so its one thread spends its time committing.
         var checked: [Result<CommitPlanner.CheckedRequest, TandemError>] = []
         checked.reserveCapacity(requests.count)
@@ -178,7 +178,7 @@ public final class SQLiteServerStore: ServerStore {
         guard !valid.isEmpty else { return checked.map { $0.map { _ in CommitResult(acknowledgements: [], batch: nil) } } }
         let decided: Result<[Result<CommitResult, TandemError>], TandemError>
         do {
-            decided = .success(try await queue.submit(Submission(requests: valid, limits: limits, clientID: clientID)) {
+            decided = .success(try await queue.submit(Submission(requests: valid, limits: limits, clientID: clientID, authorizer: authorizer)) {
                 pool.asyncWriteWithoutTransaction { db in
                     self.queue.drain { submissions, mustReport in
                         self.commitTogether(submissions, db: db, mustReport: mustReport)

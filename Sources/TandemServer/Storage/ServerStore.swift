@@ -57,7 +57,10 @@ public protocol ServerStore: Service {
     /// `clientID` is the connection client sending the requests (the `hello`'s), which owns every
     /// writer id it is the first to use; nil for requests that stand alone (HTTP), which may use
     /// only writer ids nobody owns and claim none.
-    func commit(_ requests: [[Mutation]], limits: ServerLimits, clientID: String?) async -> [Result<CommitResult, TandemError>]
+    ///
+    /// `authorizer`, when given, decides each new mutation from the document before and after it
+    /// (``CommitPlanner`` calls it): a refusal refuses the request, recorded like any refusal.
+    func commit(_ requests: [[Mutation]], limits: ServerLimits, clientID: String?, authorizer: WriteAuthorizer?) async -> [Result<CommitResult, TandemError>]
 
     /// The documents a target covers (after its query), and the version they were read at.
     func read(_ target: ListenTarget) async throws -> StoreSnapshot
@@ -101,6 +104,11 @@ public protocol ServerStore: Service {
 
 extension ServerStore {
     public func commitsUnderWay() -> Bool { false }
+
+    /// Commits requests that no access rules stand in front of.
+    public func commit(_ requests: [[Mutation]], limits: ServerLimits, clientID: String?) async -> [Result<CommitResult, TandemError>] {
+        await commit(requests, limits: limits, clientID: clientID, authorizer: nil)
+    }
 
     public func encodedSnapshot(_ target: ListenTarget, groupSize: Int, frames: @escaping @Sendable (EncodedSnapshotFrame) -> Bool) async throws -> Version? {
         nil

@@ -36,6 +36,33 @@ extension ServerStoreConformance {
                 let next = try await store.commit([.set(path("a/4"), [:])])
                 try expectEqual(next.batch?.version, 2, "the version after refusals")
             },
+            Check("an authorizer sees each write's document before and after; its refusal refuses the request, recorded for its ids") { opened in
+                let store = opened.store
+                _ = try await store.commit([.set(path("rooms/r1"), ["owner": "ada", "n": 1])])
+                let seen = Mutex<[String]>([])
+                // Only ada's documents, as they are and as the write leaves them.
+                let authorizer = WriteAuthorizer { path, before, after in
+                    seen.withLock { $0.append("\(path) \(before?.data["owner"]?.stringValue ?? "-")>\(after?.data["owner"]?.stringValue ?? "-")") }
+                    let owners = [before, after].compactMap { $0?.data["owner"] }
+                    return owners.allSatisfy({ $0 == "ada" }) ? nil : TandemError(.permissionDenied, "not ada's")
+                }
+                let allowed = await store.commit([[.update(path("rooms/r1"), fields: ["n": 2]), .set(path("rooms/r2"), ["owner": "ada"])]],
+                                                 limits: ServerLimits(), clientID: nil, authorizer: authorizer)
+                try expectEqual(try allowed[0].get().batch?.version, 2, "the allowed request's version")
+                try expectEqual(seen.withLock { $0 }, ["rooms/r1 ada>ada", "rooms/r2 ->ada"], "what the authorizer saw")
+                let write = Mutation.set(path("rooms/r3"), ["owner": "ada"]).identified(by: id("w", 1))
+                let giveAway = Mutation.update(path("rooms/r1"), fields: ["owner": "bob"]).identified(by: id("w", 2))
+                let refused = try await store.commit([[write, giveAway]], limits: ServerLimits(), clientID: nil, authorizer: authorizer)[0].get()
+                try expectEqual(refused.acknowledgements.map(\.status), [.refused, .refused], "a request with one forbidden write")
+                try expectEqual(refused.acknowledgements.map { $0.error?.code }, [.permissionDenied, .permissionDenied], "the refusal's code")
+                try expect(refused.batch == nil, "a refused request took a version")
+                try expect(try await store.document(at: path("rooms/r3")) == nil, "a refused request wrote a document")
+                try expectEqual(try await store.document(at: path("rooms/r1"))?.data, ["owner": "ada", "n": 2], "the document a refused request would have changed")
+                // Sent again, even without the authorizer, the ids are answered with their refusal.
+                let again = try await store.commit([[write, giveAway]], limits: ServerLimits(), clientID: nil)[0].get()
+                try expectEqual(again.acknowledgements.map(\.status), [.refused, .refused], "the refused ids sent again")
+                try expectEqual(try await store.currentVersion(), 2, "the watermark after the refusal")
+            },
             Check("preconditions: exists, not exists and version") { opened in
                 let store = opened.store
                 try await expectError(.failedPrecondition, "exists on a missing document") {
