@@ -277,4 +277,51 @@ extension CLITests {
         server.signal(SIGTERM)
         #expect(await server.waitForExit() == 0)
     }
+
+    @Test("rules: `tandem rules check` reports a file's errors by line and column; `serve --rules` refuses a bad file and enforces a good one")
+    func rules() async throws {
+        try #require(CLIProcess.executable != nil, "tandem is not built; run `swift build --build-tests` first")
+        let secret = String(repeating: "s3cret-", count: 6)
+        let directory = TemporaryDirectory()
+        let good = directory.url.appendingPathComponent("rules.yaml").path
+        try """
+        rules:
+          - match: rooms/{room}
+            read: auth != null
+            create: request.data.owner == auth.uid
+            update: resource.data.owner == auth.uid && request.data.owner == auth.uid
+            delete: resource.data.owner == auth.uid
+          - match: public/{doc}
+            read: true
+        """.write(toFile: good, atomically: true, encoding: .utf8)
+        let bad = directory.url.appendingPathComponent("bad.yaml").path
+        try "rules:\n  - match: rooms/{room}\n    read: auth.uid = room\n".write(toFile: bad, atomically: true, encoding: .utf8)
+
+        var result = try await CLIProcess.run(["rules", "check", good])
+        #expect(result.status == 0 && result.out.contains("2 rules, valid"), "\(result.err)")
+        result = try await CLIProcess.run(["rules", "check", bad])
+        #expect(result.status == 1 && result.err.contains("\(bad):3:20:") && result.err.contains("`==`"), "\(result.err)")
+        result = try await CLIProcess.run(["serve", "--port", "0", "--data-dir", directory.url.appendingPathComponent("refused").path, "--auth-secret", secret, "--rules", bad])
+        #expect(result.status == 2 && result.err.contains("\(bad):3:20:"), "\(result.err)")
+
+        let server = try RunningProcess(["serve", "--port", "0", "--data-dir", directory.url.appendingPathComponent("data").path, "--auth-secret", secret, "--rules", good])
+        let line = try #require(await server.nextLine(), "tandem serve printed nothing")
+        let url = String(line.dropFirst("listening on ".count))
+        let ada = try await CLIProcess.run(["token", "--sub", "ada", "--secret", secret]).out.trimmingCharacters(in: .whitespacesAndNewlines)
+        let bob = try await CLIProcess.run(["token", "--sub", "bob", "--secret", secret]).out.trimmingCharacters(in: .whitespacesAndNewlines)
+        result = try await CLIProcess.run(["set", "rooms/r1", #"{"owner": "ada", "name": "Lab"}"#, "--url", url, "--token", ada])
+        #expect(result.status == 0, "\(result.err)")
+        result = try await CLIProcess.run(["update", "rooms/r1", #"{"name": "Mine now"}"#, "--url", url, "--token", bob])
+        #expect(result.status == 1 && result.err.contains("permission-denied") && result.err.contains("rule 1"), "\(result.err)")
+        result = try await CLIProcess.run(["get", "rooms/r1", "--url", url, "--token", bob])
+        #expect(result.status == 0 && result.out.contains("Lab"), "\(result.err)")
+        result = try await CLIProcess.run(["query", "rooms", "--url", url, "--token", bob])
+        #expect(result.status == 0 && result.out.contains("Lab"), "`read` gives list too: \(result.err)")
+        result = try await CLIProcess.run(["query", "rooms", "--url", url])
+        #expect(result.status == 1 && result.err.contains("unauthenticated"), "\(result.err)")
+        result = try await CLIProcess.run(["get", "public/readme", "--url", url])
+        #expect(result.status == 1 && result.err.contains("not-found"), "an anonymous read of a public document: \(result.err)")
+        server.signal(SIGTERM)
+        #expect(await server.waitForExit() == 0)
+    }
 }

@@ -27,6 +27,9 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(name: .customLong("auth-secret"), help: "Require HS256 bearer tokens signed with this secret, at least 32 bytes (default: $TANDEM_AUTH_SECRET). Without one the server runs open.")
     var authSecret: String?
 
+    @Option(help: "A rules file (YAML or JSON) saying who may read and write which documents; `tandem rules check FILE` checks one. With --auth-secret and no rules file, each user reaches users/{uid} and below.")
+    var rules: String?
+
     func run() async throws {
         var logger = Logger(label: "tandem.server")
         logger.logLevel = Logger.Level(rawValue: logLevel) ?? .warning
@@ -41,22 +44,27 @@ struct ServeCommand: AsyncParsableCommand {
         configuration.host = host
         configuration.port = port
         configuration.logger = logger
-        if let secret = authSecret ?? ProcessInfo.processInfo.environment["TANDEM_AUTH_SECRET"].flatMap({ $0.isEmpty ? nil : $0 }) {
-            do {
-                configuration.access = AccessControl(tokens: try await BearerTokens(secret: secret))
-            } catch let error as TandemError {
-                Console.error("error: \(error.code.rawValue): \(error.message)")
-                throw ExitCode(2)
+        let secret = authSecret ?? ProcessInfo.processInfo.environment["TANDEM_AUTH_SECRET"].flatMap({ $0.isEmpty ? nil : $0 })
+        do {
+            let tokens = try await secret.asyncMap { try await BearerTokens(secret: $0) }
+            let accessRules = try rules.map { try AccessRules(contentsOfFile: $0) }
+            if tokens != nil || accessRules != nil {
+                configuration.access = AccessControl(tokens: tokens, rules: accessRules ?? .ownDocuments)
             }
+        } catch let error as TandemError {
+            Console.error("error: \(error.code.rawValue): \(error.message)")
+            throw ExitCode(2)
         }
-        let secured = configuration.access != nil
+        let note: String
+        switch (secret != nil, rules) {
+        case (true, nil): note = "bearer tokens required; each user reads and writes users/{uid} and below"
+        case (true, let file?): note = "bearer tokens required; access follows the rules in \(file)"
+        case (false, let file?): note = "no auth secret: every caller is anonymous, and access follows the rules in \(file)"
+        case (false, nil): note = "the server runs open; no access rules are enforced"
+        }
         let server = SyncServer(store: store, configuration: configuration) { host, port in
             Console.out("listening on http://\(host):\(port)")
-            if secured {
-                Console.error("note: bearer tokens required; each user reads and writes users/{uid} and below")
-            } else {
-                Console.error("note: the server runs open; no access rules are enforced")
-            }
+            Console.error("note: \(note)")
         }
         let group = ServiceGroup(services: [server], gracefulShutdownSignals: [.sigint, .sigterm], logger: logger)
         do {
@@ -65,5 +73,12 @@ struct ServeCommand: AsyncParsableCommand {
             Console.error("error: the server stopped: \(error)")
             throw ExitCode(1)
         }
+    }
+}
+
+extension Optional {
+    func asyncMap<T>(_ transform: (Wrapped) async throws -> T) async rethrows -> T? {
+        guard let self else { return nil }
+        return try await transform(self)
     }
 }
