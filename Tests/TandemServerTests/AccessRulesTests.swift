@@ -198,4 +198,20 @@ struct AccessRulesTests {
             (error as? TandemError)?.code == .notFound
         }
     }
+
+    @Test("the README's rules file parses and decides as the README says")
+    func readmeExample() throws {
+        let readme = try String(contentsOf: URL(fileURLWithPath: #filePath).deletingLastPathComponent()
+            .deletingLastPathComponent().deletingLastPathComponent().appendingPathComponent("README.md"), encoding: .utf8)
+        let section = try #require(readme.range(of: "### Access rules (`--rules`)"))
+        let start = try #require(readme.range(of: "```yaml\n", range: section.upperBound..<readme.endIndex))
+        let end = try #require(readme.range(of: "```", range: start.upperBound..<readme.endIndex))
+        let rules = try AccessRules(parsing: String(readme[start.upperBound..<end.lowerBound]))
+        #expect(rules.count == 3)
+        #expect(rules.decideList(collection("rooms"), auth: ada).truth != .yes)
+        #expect(rules.decideList(collection("rooms", Query().whereField("owner", isEqualTo: "ada")), auth: ada).truth == .yes)
+        #expect(rules.decideList(collection("rooms"), auth: AuthenticatedUser(uid: "eve", claims: ["role": "admin"])).truth == .yes)
+        #expect(rules.decide(.get, at: path("public/p"), auth: nil, resource: .absent).truth == .yes)
+        #expect(rules.decide(.create, at: path("public/p"), auth: ada, resource: .absent, request: RuleDocument(doc("public/p", [:]))).truth != .yes)
+    }
 }
