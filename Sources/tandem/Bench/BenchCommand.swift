@@ -86,6 +86,9 @@ struct ServerBench: AsyncParsableCommand {
     @Option(help: "Run one part only (for profiling): writes, fanout, latency, sync or connections.")
     var only: String?
 
+    @Flag(help: "Measure what access control costs: writes and latency with an auth secret and a 20-rule file beside the open server's.")
+    var auth = false
+
     func validate() throws {
         guard documents > 0, writes > 0, connections > 0 else {
             throw ValidationError("--documents, --writes and --connections must be positive.")
@@ -96,7 +99,7 @@ struct ServerBench: AsyncParsableCommand {
     }
 
     func run() async throws {
-        try await ServerBenchmarks.run(documents: documents, writes: writes, connections: connections, only: only).print()
+        try await ServerBenchmarks.run(documents: documents, writes: writes, connections: connections, only: only, auth: auth).print()
     }
 }
 

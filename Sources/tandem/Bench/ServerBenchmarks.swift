@@ -12,9 +12,10 @@ import WSClient
 
 /// The figures of `tandem bench server`: a real server on loopback, real WebSocket clients.
 enum ServerBenchmarks {
-    static func client(_ server: LiveServer, _ id: String) -> (TandemClient, Task<Void, any Error>) {
+    static func client(_ server: LiveServer, _ id: String, token: String? = nil) -> (TandemClient, Task<Void, any Error>) {
         var configuration = TandemClientConfiguration()
         configuration.clientID = id
+        configuration.token = token
         configuration.logger.logLevel = .critical
         let client = TandemClient(url: server.url, configuration: configuration)
         return (client, Task { try await client.run() })
@@ -89,8 +90,9 @@ enum ServerBenchmarks {
     // MARK: Latency
 
     /// Commit-to-listener latency with `listeners` listeners, spread over at most 20 connections.
-    static func latency(listeners: Int, commits: Int, directory: URL) async throws -> (commitToListener: [Duration], endToEnd: [Duration]) {
-        let server = try await LiveServer.start(directory: directory.appendingPathComponent("latency-\(listeners)"))
+    static func latency(listeners: Int, commits: Int, directory: URL, configuration: SyncServerConfiguration = SyncServerConfiguration(),
+                        token: String? = nil, query: Query = Query(), body: JSONObject = [:]) async throws -> (commitToListener: [Duration], endToEnd: [Duration]) {
+        let server = try await LiveServer.start(directory: directory.appendingPathComponent("latency-\(listeners)-\(UUID().uuidString)"), configuration: configuration)
         let clock = ContinuousClock()
         let published = Locked<[Version: ContinuousClock.Instant]>([:])
         server.store.observeCommits { notice in
@@ -100,7 +102,7 @@ enum ServerBenchmarks {
             }
         }
         let connections = min(listeners, 20)
-        let clients = (0..<connections).map { client(server, "bench-listener-\($0)") }
+        let clients = (0..<connections).map { client(server, "bench-listener-\($0)", token: token) }
         for (client, _) in clients { await client.waitUntilConnected() }
         let arrivals = Arrivals()
         let ready = Locked(0)
@@ -109,7 +111,7 @@ enum ServerBenchmarks {
         for index in 0..<listeners {
             let (client, _) = clients[index % connections]
             listening.append(Task {
-                for try await batch in client.listen(.collection(collection, Query())) {
+                for try await batch in client.listen(.collection(collection, query)) {
                     let now = ContinuousClock.now
                     if batch.isSnapshot {
                         ready.withLock { $0 += 1 }
@@ -120,13 +122,15 @@ enum ServerBenchmarks {
             })
         }
         while ready.withLock({ $0 }) < listeners { try await Task.sleep(for: .milliseconds(1)) }
-        let (writer, writerTask) = client(server, "bench-latency-writer")
+        let (writer, writerTask) = client(server, "bench-latency-writer", token: token)
         await writer.waitUntilConnected()
         var commitToListener: [Duration] = []
         var endToEnd: [Duration] = []
         for step in 0..<commits {
             let sent = clock.now
-            let acknowledgements = try await writer.commit([.set(try collection.document("doc-\(step % 10)"), ["step": .int(step)])])
+            var data = body
+            data["step"] = .int(step)
+            let acknowledgements = try await writer.commit([.set(try collection.document("doc-\(step % 10)"), data)])
             let version = acknowledgements[0].version
             // Woken by the last listener to get this commit (polling would take a core from them).
             let times = await arrivals.wait(for: version, count: listeners)
@@ -237,11 +241,15 @@ enum ServerBenchmarks {
         return "p50 \(BenchReport.time(p50.doubleSeconds)), p99 \(BenchReport.time(p99.doubleSeconds))"
     }
 
-    static func run(documents: Int, writes: Int, connections: Int, only: String?) async throws -> BenchReport {
-        var report = BenchReport(title: "tandem bench server")
+    static func run(documents: Int, writes: Int, connections: Int, only: String?, auth: Bool = false) async throws -> BenchReport {
+        var report = BenchReport(title: "tandem bench server\(auth ? " --auth" : "")")
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("tandem-bench-server-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: directory) }
+        if auth {
+            try await accessCost(writes: writes, directory: directory, into: &report)
+            return report
+        }
 
         if only == nil || only == "writes" {
             Console.error("bench: writes")

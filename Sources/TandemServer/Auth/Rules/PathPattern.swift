@@ -90,12 +90,16 @@ struct PathPattern: Sendable, CustomStringConvertible {
     /// The captures' values if the pattern covers the document at `path`, else nil.
     func match(_ path: [String]) -> [String?]? {
         if hasRest ? path.count < fixedCount : path.count != segments.count { return nil }
+        // The literals first, so a pattern that does not match allocates nothing.
+        for (index, segment) in segments.enumerated() {
+            if case .literal(let literal) = segment, path[index] != literal { return nil }
+        }
         var captures: [String?] = []
         captures.reserveCapacity(captureNames.count)
         for (index, segment) in segments.enumerated() {
             switch segment {
-            case .literal(let literal):
-                if path[index] != literal { return nil }
+            case .literal:
+                continue
             case .capture:
                 captures.append(path[index])
             case .rest:
