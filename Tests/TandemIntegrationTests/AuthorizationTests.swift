@@ -248,4 +248,52 @@ struct AuthorizationTests {
         await stream.close()
         await server.stop()
     }
+
+    @Test("nothing of a document the caller may not read gets out: not in a write's answer, not in a failed write's error, not as a removal in a resumed listener")
+    func nothingLeaks() async throws {
+        let tokens = try await BearerTokens(secret: Self.secret)
+        var configuration = SyncServerConfiguration()
+        configuration.access = AccessControl(tokens: tokens, rules: try AccessRules(parsing: """
+        rules:
+          - match: polls/{poll}
+            get: resource.data.owner == auth.uid
+            list: resource.data.owner == auth.uid
+            update: auth != null
+          - match: rooms/{room}
+            read: resource.data.owner == auth.uid
+            write: request.data.owner == auth.uid
+        """))
+        let server = try await LiveServer.start(configuration: configuration)
+        let bob = try tokens.mint(subject: "bob")
+        _ = try await server.store.commit([.set(path("polls/p1"), ["owner": "ada", "secret": "s", "votes": 0])])
+
+        // Bob may vote, but not read the poll: his answer carries no document.
+        var (status, body) = try await call(server, "PATCH", "/v1/documents/polls/p1", body: #"{"votes":1}"#, token: bob)
+        #expect(status == 200 && body[field: "document"] == nil && !"\(body)".contains("secret"), "\(body)")
+        let stream = RawStream(port: server.port)
+        stream.send(.hello(clientID: "bob-phone", protocolVersion: TandemVersion.wireProtocol, token: bob))
+        guard case .welcome? = await stream.next() else { Issue.record("expected welcome"); return }
+        stream.send(.write(id: 1, mutations: [.update(path("polls/p1"), fields: ["votes": 2])]))
+        guard case .ack(1, let acknowledgements)? = await stream.next() else { Issue.record("expected the ack"); return }
+        #expect(acknowledgements.first?.status == .applied && acknowledgements.first?.document == nil)
+
+        // A failed precondition on a document he may not read is answered as a refusal, not with its version.
+        (status, body) = try await call(server, "POST", "/v1/commit", body: #"{"writes":[{"op":"update","path":"polls/p1","fields":{"votes":3},"precondition":{"version":1}}]}"#, token: bob)
+        #expect(status == 403 && !"\(body)".contains("version 2"), "\(body)")
+        (status, body) = try await call(server, "PATCH", "/v1/documents/polls/none", body: #"{"votes":1}"#, token: bob)
+        #expect(status == 403, "an update of a missing poll must not say it is missing: \(body)")
+
+        // A resumed listener over bob's rooms is sent a fresh snapshot, never ada's room leaving.
+        _ = try await server.store.commit([.set(path("rooms/bobs"), ["owner": "bob"])])
+        let resumeFrom = try await server.store.currentVersion()
+        _ = try await server.store.commit([.set(path("rooms/adas"), ["owner": "ada", "name": "Private"])])
+        stream.send(.listen(id: 2, target: .collection(try CollectionPath("rooms"), Query().whereField("owner", isEqualTo: "bob")), resumeFrom: resumeFrom))
+        guard case .batch(2, let batch, let reset, _)? = await stream.next() else { Issue.record("expected the listener's batch"); return }
+        #expect(reset && batch.isSnapshot && batch.changes.map(\.path.description) == ["rooms/bobs"], "\(batch.changes)")
+        _ = try await server.store.commit([.set(path("rooms/adas"), ["owner": "ada", "name": "Still private"]), .set(path("rooms/bobs"), ["owner": "bob", "n": 1])])
+        guard case .batch(2, let next, _, _)? = await stream.next() else { Issue.record("expected the next batch"); return }
+        #expect(next.changes.map(\.path.description) == ["rooms/bobs"], "\(next.changes)")
+        await stream.close()
+        await server.stop()
+    }
 }

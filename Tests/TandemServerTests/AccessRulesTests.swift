@@ -97,6 +97,11 @@ struct AccessRulesTests {
         #expect(parseError("rules:\n  - match: a/{b}\n    read: \"'x'\"\n")?.message.contains("stands alone") == true)
         #expect(parseError("rules:\n  - match: a/{auth}\n    read: true\n")?.message.contains("something else") == true)
         #expect(parseError("rules:\n  - match: a/{b}\n    read: \(String(repeating: "(", count: 100))true\(String(repeating: ")", count: 100))\n")?.message.contains("nests") == true)
+        let long = Array(repeating: "true", count: 300).joined(separator: " && ")
+        #expect(parseError("rules:\n  - match: a/{b}\n    read: \(long)\n")?.message.contains("more than 256") == true)
+        #expect(parseError("rules:\n  - match: a/{über}\n    read: true\n")?.message.contains("not a capture name") == true)
+        error = parseError("rules:\r\n  - match: a/{b}\r\n    read: |\r\n      auth != null &&\r\n        x == 1\r\n")
+        #expect(error?.line == 5 && error?.column == 9 && error?.message.contains("unknown name `x`") == true, "\(String(describing: error))")
     }
 
     @Test("writes are decided against the document before and after; the first rule that covers a path decides")
@@ -171,6 +176,10 @@ struct AccessRulesTests {
         #expect(open.decideList(.collectionGroup("messages", Query().whereField("public", isEqualTo: true).whereField("visibility", isEqualTo: "everyone")), auth: nil).truth == .yes)
         #expect(open.decideList(.collectionGroup("messages", Query().whereField("visibility", isEqualTo: "everyone")), auth: nil).truth != .yes)
         #expect(open.decideList(.collectionGroup("notes", Query().whereField("visibility", isEqualTo: "everyone")), auth: nil).truth == .yes)
+        let captures = try AccessRules(parsing: "rules:\n  - match: '{c}/{d}/{rest=**}'\n    read: true\n")
+        #expect(captures.decideList(.collectionGroup("messages", Query()), auth: nil).truth == .yes)
+        let deep = try AccessRules(parsing: "rules:\n  - match: '{a}/{b}/{c}/{rest=**}'\n    read: true\n")
+        #expect(deep.decideList(.collectionGroup("messages", Query()), auth: nil).truth != .yes, "a top-level messages document is not covered")
         // A literal id covers one document of the collection: proven, then the next rule decides.
         let special = try AccessRules(parsing: "rules:\n  - match: rooms/lobby\n    read: true\n  - match: rooms/{room}\n    read: auth != null\n")
         #expect(special.decideList(collection("rooms"), auth: ada).truth == .yes)

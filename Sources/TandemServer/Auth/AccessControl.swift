@@ -111,7 +111,15 @@ public struct AccessControl: Sendable {
             let operation: AccessRules.Operation = after == nil ? .delete : (before == nil ? .create : .update)
             let decision = rules.decide(operation, at: path, auth: identity.user, resource: RuleDocument(before), request: RuleDocument(after))
             return decision.truth == .yes ? nil : refusal(operation, path.description, decision, identity)
+        } conceal: { path, document in
+            let decision = rules.decide(.get, at: path, auth: identity.user, resource: RuleDocument(document))
+            return decision.truth == .yes ? nil : refusal(.get, path.description, decision, identity)
         }
+    }
+
+    /// Whether the caller may read `document` as it is.
+    func mayRead(_ document: Document, by identity: RequestContext.Identity) -> Bool {
+        rules.decide(.get, at: document.path, auth: identity.user, resource: RuleDocument(document)).truth == .yes
     }
 
     // MARK: Refusals

@@ -166,10 +166,10 @@ final class FanOutHub: Service, Sendable {
     /// `unlisten` right behind it finds it: refused if its key is taken, if its connection runs
     /// `limit` listeners already, or if its query is invalid. It then waits for ``load(_:target:resumeFrom:)``.
     /// A `readGuard` checks every document the listener is sent, and stops it at the first refusal.
-    func register(_ key: ListenerKey, target: ListenTarget, outbox: SessionOutbox, limit: Int, readGuard: ReadGuard? = nil) -> Result<Void, RegistrationError> {
+    func register(_ key: ListenerKey, target: ListenTarget, outbox: SessionOutbox, limit: Int, readGuard: ReadGuard? = nil, restricted: Bool = false) -> Result<Void, RegistrationError> {
         var listener: ListenerState
         do {
-            listener = try ListenerState(key: key, target: target, outbox: outbox, readGuard: readGuard)
+            listener = try ListenerState(key: key, target: target, outbox: outbox, readGuard: readGuard, restricted: restricted)
         } catch {
             return .failure(.refused(error))
         }
@@ -198,7 +198,8 @@ final class FanOutHub: Service, Sendable {
         guard let listener = state.withLock({ $0.table[key] }), case .loading = listener.phase else { return }
         let registration = listener.registration
         do {
-            let load = try await initialLoad(key, registration: registration, target: target, resumeFrom: resumeFrom, hasLimit: listener.hasLimit)
+            let load = try await initialLoad(key, registration: registration, target: target, resumeFrom: resumeFrom,
+                                             hasLimit: listener.hasLimit || (listener.restricted && listener.compiled != nil))
             activate(key, registration: registration, load)
         } catch {
             // Only if it is still the same listener: an unlisten and a new listen with its id may
@@ -250,8 +251,10 @@ final class FanOutHub: Service, Sendable {
         var sent = false
     }
 
-    private func initialLoad(_ key: ListenerKey, registration: Int, target: ListenTarget, resumeFrom: Version?, hasLimit: Bool) async throws -> Load {
-        if let resumeFrom, !hasLimit {
+    /// `snapshotOnly` (a limit listener, or a filtered one under access rules) loads a snapshot
+    /// that replaces what the client had (`reset`) instead of resuming.
+    private func initialLoad(_ key: ListenerKey, registration: Int, target: ListenTarget, resumeFrom: Version?, hasLimit snapshotOnly: Bool) async throws -> Load {
+        if let resumeFrom, !snapshotOnly {
             do {
                 var changes: [RemoteChange] = []
                 var since = resumeFrom
@@ -266,7 +269,8 @@ final class FanOutHub: Service, Sendable {
                 return try await snapshot(key, registration: registration, target, reset: true)
             }
         }
-        return try await snapshot(key, registration: registration, target, reset: false)
+        // A snapshot in place of a resume asked for says so (`reset`): it is the whole result.
+        return try await snapshot(key, registration: registration, target, reset: resumeFrom != nil)
     }
 
     private func snapshot(_ key: ListenerKey, registration: Int, _ target: ListenTarget, reset: Bool) async throws -> Load {

@@ -20,17 +20,22 @@ struct ListenerState: Sendable {
     /// For a document listener whose access rules read the document: each document it is sent
     /// is checked first, and a refusal stops it.
     let readGuard: ReadGuard?
+    /// On a server with access rules: a filtered listener then always loads a snapshot, so it
+    /// knows its members and is told only of documents it had leaving (a resume without members
+    /// would name every document in scope that a commit touched).
+    let restricted: Bool
     var members: [DocumentPath: Version]?
     var phase: Phase = .loading([])
     /// Which registration this is: a listener stopped and started again under the same key is a
     /// new one, and a load or re-read begun for the old one must not land on it.
     var registration = 0
 
-    init(key: ListenerKey, target: ListenTarget, outbox: SessionOutbox, readGuard: ReadGuard? = nil) throws(TandemError) {
+    init(key: ListenerKey, target: ListenTarget, outbox: SessionOutbox, readGuard: ReadGuard? = nil, restricted: Bool = false) throws(TandemError) {
         self.key = key
         self.target = target
         self.outbox = outbox
         self.readGuard = readGuard
+        self.restricted = restricted
         if let query = target.query {
             let compiled = try CompiledQuery(query)
             self.compiled = compiled.filters.isEmpty && compiled.start == nil && compiled.end == nil ? nil : compiled

@@ -115,7 +115,7 @@ final class SyncService: Sendable {
         } catch {
             return .failure(.refused(Self.tandemError(error)))
         }
-        return hub.register(key, target: target, outbox: outbox, limit: limits.maximumListenersPerConnection, readGuard: readGuard)
+        return hub.register(key, target: target, outbox: outbox, limit: limits.maximumListenersPerConnection, readGuard: readGuard, restricted: access != nil)
     }
 
     /// Loads a registered listener; a failure is sent as an error frame answering the listen.
@@ -147,6 +147,21 @@ final class SyncService: Sendable {
         }
         var decided = admitted.isEmpty ? [] : await store.commit(admitted, limits: limits, clientID: context.storeClientID,
                                                                          authorizer: access?.writeAuthorizer(for: context.identity))[...]
+        if let access {
+            // A write's answer carries the document it left: only to a caller who may read it.
+            for index in decided.indices {
+                guard case .success(var result) = decided[index] else { continue }
+                var changed = false
+                for (at, acknowledgement) in result.acknowledgements.enumerated() {
+                    if let document = acknowledgement.document, !access.mayRead(document, by: context.identity) {
+                        result.acknowledgements[at] = WriteAcknowledgement(id: acknowledgement.id, status: acknowledgement.status,
+                                                                          version: acknowledgement.version, error: acknowledgement.error)
+                        changed = true
+                    }
+                }
+                if changed { decided[index] = .success(result) }
+            }
+        }
         return requests.indices.map { index in
             if let error = early[index] { return .failure(error) }
             return decided.removeFirst()

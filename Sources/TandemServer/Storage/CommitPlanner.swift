@@ -201,10 +201,11 @@ public struct CommitPlanner: Sendable {
                 text = after.map { JSONText.encode($0.data) }
                 if let text { try limits.checkDocument(encoded: text, at: mutation.path) }
                 if let authorizer, let refusal = authorizer.check(mutation.path, before: existing, after: after) {
-                    throw refusal
+                    return .failure(refusal)
                 }
             } catch {
-                return .failure(error)
+                // The error tells of the document's state: only a caller who may read it hears it.
+                return .failure(authorizer?.concealment(mutation.path, document: existing) ?? error)
             }
             encoded[mutation.path] = text
             if existing != nil || after != nil {

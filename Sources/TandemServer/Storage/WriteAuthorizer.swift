@@ -7,10 +7,22 @@ import TandemCore
 /// recorded as refused with that error.
 public struct WriteAuthorizer: Sendable {
     private let decide: @Sendable (DocumentPath, Document?, Document?) -> TandemError?
+    private let conceal: @Sendable (DocumentPath, Document?) -> TandemError?
 
-    /// `decide` returns nil to allow the write, or the error that refuses it.
-    public init(_ decide: @escaping @Sendable (_ path: DocumentPath, _ before: Document?, _ after: Document?) -> TandemError?) {
+    /// `decide` returns nil to allow the write, or the error that refuses it. `conceal` is asked
+    /// when a write fails on the document's state (a precondition, an update of a missing
+    /// document, the size limit), before that error is answered: it returns the refusal to answer
+    /// instead when the caller may not learn of the document (nil: answer the error as it is).
+    public init(_ decide: @escaping @Sendable (_ path: DocumentPath, _ before: Document?, _ after: Document?) -> TandemError?,
+                conceal: @escaping @Sendable (_ path: DocumentPath, _ document: Document?) -> TandemError? = { _, _ in nil }) {
         self.decide = decide
+        self.conceal = conceal
+    }
+
+    /// Nil when the caller may learn of the document as it is (`document`, nil when there is
+    /// none) from a failed write's error; else the refusal to answer instead.
+    public func concealment(_ path: DocumentPath, document: Document?) -> TandemError? {
+        conceal(path, document)
     }
 
     /// Nil when the write is allowed, else why not.

@@ -186,7 +186,7 @@ struct RulesFileParser {
         // JSON may indent with tabs, which YAML refuses; a tab outside a JSON string is only
         // whitespace, and one for one keeps every column.
         self.text = text.replacingOccurrences(of: "\t", with: " ")
-        lines = self.text.split(separator: "\n", omittingEmptySubsequences: false)
+        lines = self.text.split(omittingEmptySubsequences: false, whereSeparator: \.isNewline)
     }
 
     private static let keys = ["match", "read", "write", "get", "list", "create", "update", "delete"]
@@ -286,12 +286,14 @@ struct RulesFileParser {
         let value = scalar.string.unicodeScalars
         switch scalar.style {
         case .literal, .folded:
-            // The value starts on the line after the indicator, at that line's indentation.
+            // The value starts on the line after the indicator, at the indentation of the block's
+            // first line (deeper lines keep the rest of theirs in the value). Folding joins lines:
+            // for `>` the line is that of the block's start.
             let before = value.prefix(error.offset)
             let lineIndex = before.filter { $0 == "\n" }.count
             let column = before.count - (before.lastIndex(of: "\n").map { before.distance(from: before.startIndex, to: $0) + 1 } ?? 0)
             let line = mark.line + 1 + lineIndex
-            let indentation = line - 1 < lines.count ? lines[line - 1].prefix(while: { $0 == " " }).count : 0
+            let indentation = mark.line < lines.count ? lines[mark.line].prefix(while: { $0 == " " }).count : 0
             return RulesFileError(line: line, column: indentation + column + 1, message: error.message)
         default:
             guard !value.contains("\n") else { return RulesFileError(line: mark.line, column: mark.column, message: error.message) }

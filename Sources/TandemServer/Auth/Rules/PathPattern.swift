@@ -80,9 +80,10 @@ struct PathPattern: Sendable, CustomStringConvertible {
         }
     }
 
+    /// The names conditions can say: ASCII letters, digits and `_`, not starting with a digit.
     private static func isName(_ text: String) -> Bool {
-        guard let first = text.unicodeScalars.first, first == "_" || first.properties.isAlphabetic else { return false }
-        return text.unicodeScalars.allSatisfy { $0 == "_" || $0.properties.isAlphabetic || $0.properties.numericType != nil }
+        guard let first = text.unicodeScalars.first, first == "_" || ("a"..."z").contains(first) || ("A"..."Z").contains(first) else { return false }
+        return text.unicodeScalars.allSatisfy { $0 == "_" || ("a"..."z").contains($0) || ("A"..."Z").contains($0) || ("0"..."9").contains($0) }
     }
 
     // MARK: Matching one document
@@ -152,8 +153,10 @@ struct PathPattern: Sendable, CustomStringConvertible {
     func coverage(ofGroup group: String) -> Coverage {
         let unknown = [String?](repeating: nil, count: captureNames.count)
         if hasRest {
-            // `{rest=**}` alone covers every document; a longer prefix only some of the group's.
-            return fixedCount == 0 ? .all(unknown) : .some(unknown)
+            // Captures then `{rest=**}` cover every document at least that deep: all of the
+            // group's when that is at most two segments; a literal, or a longer prefix, only some.
+            let onlyCaptures = segments.dropLast().allSatisfy { if case .capture = $0 { true } else { false } }
+            return onlyCaptures && fixedCount <= 2 ? .all(unknown) : .some(unknown)
         }
         // A fixed length: the group's documents of that depth, if the collection segment allows.
         guard segments.count >= 2 else { return .none }

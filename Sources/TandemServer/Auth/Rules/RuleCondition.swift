@@ -61,6 +61,8 @@ struct RuleSyntaxError: Error, Sendable {
 struct RuleConditionParser {
     /// Deeper nesting of parentheses and `!` is refused rather than recursed into.
     static let maximumDepth = 64
+    /// More `&&` and `||` in one condition are refused: evaluation recurses through each.
+    static let maximumOperators = 256
 
     private enum Token: Equatable {
         case name(String)
@@ -76,6 +78,7 @@ struct RuleConditionParser {
     private var token: Token = .end
     private var tokenStart = 0
     private var depth = 0
+    private var operators = 0
 
     /// Parses `text`, whose names may include `captures` (the pattern's, in order).
     static func parse(_ text: String, captures: [String]) throws(RuleSyntaxError) -> RuleCondition {
@@ -101,6 +104,7 @@ struct RuleConditionParser {
     private mutating func parseOr() throws(RuleSyntaxError) -> RuleCondition {
         var left = try parseAnd()
         while token == .symbol("||") {
+            try countOperator()
             try advance()
             left = .or(left, try parseAnd())
         }
@@ -110,10 +114,18 @@ struct RuleConditionParser {
     private mutating func parseAnd() throws(RuleSyntaxError) -> RuleCondition {
         var left = try parseUnary()
         while token == .symbol("&&") {
+            try countOperator()
             try advance()
             left = .and(left, try parseUnary())
         }
         return left
+    }
+
+    private mutating func countOperator() throws(RuleSyntaxError) {
+        operators += 1
+        if operators > Self.maximumOperators {
+            throw RuleSyntaxError(offset: tokenStart, message: "the condition has more than \(Self.maximumOperators) `&&` and `||`; split the rule, or write it more simply")
+        }
     }
 
     private mutating func parseUnary() throws(RuleSyntaxError) -> RuleCondition {
