@@ -67,6 +67,15 @@ public struct AccessControl: Sendable {
         }
     }
 
+    /// Checks what a listener or change feed of `target` may be sent: a document target as
+    /// ``readGuard(for:by:)`` does (returning its guard, if it needs one), any other by
+    /// ``checkList(_:by:)``.
+    func checkRead(_ target: ListenTarget, by identity: RequestContext.Identity) throws(TandemError) -> ReadGuard? {
+        if case .document(let path) = target { return try readGuard(for: path, by: identity) }
+        try checkList(target, by: identity)
+        return nil
+    }
+
     /// Checks a read of one document, as it is (nil: there is none).
     func checkRead(_ document: Document?, at path: DocumentPath, by identity: RequestContext.Identity) throws(TandemError) {
         let decision = rules.decide(.get, at: path, auth: identity.user, resource: RuleDocument(document))
@@ -157,6 +166,14 @@ final class ReadGuard: Sendable {
         } catch {
             return error
         }
+    }
+
+    /// The refusal of the first change whose document may not be read, if any.
+    func refusal(of changes: [RemoteChange]) -> TandemError? {
+        for change in changes {
+            if let refusal = check(change.document) { return refusal }
+        }
+        return nil
     }
 }
 

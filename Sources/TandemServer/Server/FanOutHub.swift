@@ -199,7 +199,7 @@ final class FanOutHub: Service, Sendable {
         let registration = listener.registration
         do {
             let load = try await initialLoad(key, registration: registration, target: target, resumeFrom: resumeFrom,
-                                             hasLimit: listener.hasLimit || (listener.restricted && listener.compiled != nil))
+                                             snapshotOnly: listener.hasLimit || (listener.restricted && listener.compiled != nil))
             activate(key, registration: registration, load)
         } catch {
             // Only if it is still the same listener: an unlisten and a new listen with its id may
@@ -215,7 +215,7 @@ final class FanOutHub: Service, Sendable {
         }
     }
 
-    /// Registers and loads a listener (see ``register(_:target:outbox:limit:)``); a refusal is sent
+    /// Registers and loads a listener (see ``register(_:target:outbox:limit:readGuard:restricted:)``); a refusal is sent
     /// as an error frame.
     func listen(_ key: ListenerKey, target: ListenTarget, resumeFrom: Version?, outbox: SessionOutbox, limit: Int = .max) async {
         switch register(key, target: target, outbox: outbox, limit: limit) {
@@ -253,7 +253,7 @@ final class FanOutHub: Service, Sendable {
 
     /// `snapshotOnly` (a limit listener, or a filtered one under access rules) loads a snapshot
     /// that replaces what the client had (`reset`) instead of resuming.
-    private func initialLoad(_ key: ListenerKey, registration: Int, target: ListenTarget, resumeFrom: Version?, hasLimit snapshotOnly: Bool) async throws -> Load {
+    private func initialLoad(_ key: ListenerKey, registration: Int, target: ListenTarget, resumeFrom: Version?, snapshotOnly: Bool) async throws -> Load {
         if let resumeFrom, !snapshotOnly {
             do {
                 var changes: [RemoteChange] = []

@@ -129,11 +129,7 @@ struct ListenerState: Sendable {
 
     /// The refusal of the first change its read guard refuses, if any.
     func refusal(of changes: [RemoteChange]) -> TandemError? {
-        guard let readGuard else { return nil }
-        for change in changes {
-            if let refusal = readGuard.check(change.document) { return refusal }
-        }
-        return nil
+        readGuard?.refusal(of: changes)
     }
 
     /// The changes that `deliver`'s codes stand for.

@@ -293,7 +293,7 @@ final class StreamSession: Sendable {
     }
 
     /// Ends the session. The outbox closes first: a listener registered meanwhile either is
-    /// removed here or finds it closed (see ``FanOutHub/register(_:target:outbox:limit:)``).
+    /// removed here or finds it closed (see ``FanOutHub/register(_:target:outbox:limit:readGuard:restricted:)``).
     func close() {
         wakeContinuation.finish()
         outbox.finish()

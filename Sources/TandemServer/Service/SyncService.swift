@@ -83,35 +83,23 @@ final class SyncService: Sendable {
         var readGuard: ReadGuard?
         if let target {
             try check(target)
-            if case .document(let path) = target {
-                readGuard = try access?.readGuard(for: path, by: context.identity)
-            } else {
-                try access?.checkList(target, by: context.identity)
-            }
+            readGuard = try access?.checkRead(target, by: context.identity)
         } else {
             try access?.checkWholeChangeFeed(by: context.identity)
         }
         let page = try await store.changes(since: version, in: target, limit: limit)
-        if let readGuard {
-            for change in page.changes {
-                if let refusal = readGuard.check(change.document) { throw refusal }
-            }
-        }
+        if let refusal = readGuard?.refusal(of: page.changes) { throw refusal }
         return page
     }
 
-    /// Registers a listener at once (see ``FanOutHub/register(_:target:outbox:limit:)``), after
+    /// Registers a listener at once (see ``FanOutHub/register(_:target:outbox:limit:readGuard:restricted:)``), after
     /// checking its target against the limits; ``load(_:target:resumeFrom:)`` then sends its
     /// snapshot (or its changes since a version) and makes it live.
     func register(_ key: ListenerKey, target: ListenTarget, outbox: SessionOutbox, context: RequestContext) -> Result<Void, FanOutHub.RegistrationError> {
-        var readGuard: ReadGuard?
+        let readGuard: ReadGuard?
         do {
             try check(target)
-            if case .document(let path) = target {
-                readGuard = try access?.readGuard(for: path, by: context.identity)
-            } else {
-                try access?.checkList(target, by: context.identity)
-            }
+            readGuard = try access?.checkRead(target, by: context.identity)
         } catch {
             return .failure(.refused(Self.tandemError(error)))
         }

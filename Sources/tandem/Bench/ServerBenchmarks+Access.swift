@@ -69,9 +69,12 @@ extension ServerBenchmarks {
                    ours: securedP50.min()!, baseline: openP50.min()!, operations: 1, unit: "commits", target: 1.1)
     }
 
-    /// `clients` clients each committing `perClient` writes one at a time; the time, and each
-    /// write's round trip.
-    static func writeRun(clients: Int, perClient: Int, directory: URL, configuration: SyncServerConfiguration, token: String?) async throws -> (Duration, [Duration]) {
+    /// `clients` clients each committing `perClient` writes one at a time (with `owner: "bench"`),
+    /// client `c` writing `items/item-(step * clients + c)`: the documents of one step are those of
+    /// one baseline transaction. Returns the time and each write's round trip, once every write is
+    /// applied and stored; `inspect` reads the server before it stops.
+    static func writeRun(clients: Int, perClient: Int, directory: URL, configuration: SyncServerConfiguration, token: String?,
+                         inspect: (LiveServer) -> Void = { _ in }) async throws -> (Duration, [Duration]) {
         let server = try await LiveServer.start(directory: directory, configuration: configuration)
         let running = (0..<clients).map { client(server, "bench-writer-\($0)", token: token) }
         for (client, _) in running { await client.waitUntilConnected() }
@@ -82,9 +85,7 @@ extension ServerBenchmarks {
                     group.addTask {
                         for step in 0..<perClient {
                             let id = step * clients + index
-                            var data = body(id)
-                            data["owner"] = "bench"
-                            let mutation = Mutation.set(try DocumentPath("items/item-\(id)"), data)
+                            let mutation = Mutation.set(try DocumentPath("items/item-\(id)"), ownedBody(id))
                                 .identified(by: MutationID(clientID: "bench-writer-\(index)", sequence: UInt64(step + 1)))
                             let start = ContinuousClock.now
                             let acknowledgements = try await client.commit([mutation])
@@ -96,6 +97,9 @@ extension ServerBenchmarks {
                 try await group.waitForAll()
             }
         }
+        let stored = try await server.store.read(.collection(try CollectionPath("items"), Query())).documents.count
+        precondition(stored == clients * perClient, "bench: the server holds \(stored) of \(clients * perClient) documents")
+        inspect(server)
         for (_, task) in running { task.cancel() }
         await server.stop()
         return (elapsed, roundTrips.withLock { $0 }.sorted())

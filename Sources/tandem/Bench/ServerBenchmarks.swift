@@ -25,6 +25,13 @@ enum ServerBenchmarks {
         ["name": .string("Item number \(index)"), "price": .double(Double(index % 1_000) / 4), "stock": .int(index % 50), "tags": ["bulk"]]
     }
 
+    /// ``body(_:)`` with an owner, which the access part's rules read.
+    static func ownedBody(_ index: Int) -> JSONObject {
+        var body = body(index)
+        body["owner"] = "bench"
+        return body
+    }
+
     // MARK: Writes
 
     /// Acknowledged writes/s with `clients` clients each committing one write at a time, against GRDB
@@ -32,37 +39,14 @@ enum ServerBenchmarks {
     /// the same durability (WAL, synchronous FULL). Each transaction of the baseline holds the
     /// documents the clients write at the same step (client `c` writes `step * clients + c`).
     static func writes(clients: Int, perClient: Int, directory: URL, into report: inout BenchReport) async throws {
-        let server = try await LiveServer.start(directory: directory.appendingPathComponent("writes-\(clients)"))
-        let running = (0..<clients).map { client(server, "bench-writer-\($0)") }
-        for (client, _) in running { await client.waitUntilConnected() }
         let clock = ContinuousClock()
-        let roundTrips = Locked<[Duration]>([])
-        let ours = try await clock.measure {
-            try await withThrowingTaskGroup(of: Void.self) { group in
-                for (index, (client, _)) in running.enumerated() {
-                    group.addTask {
-                        for step in 0..<perClient {
-                            // The clients' writes of one step are the documents of one
-                            // baseline transaction.
-                            let id = step * clients + index
-                            let mutation = Mutation.set(try DocumentPath("items/item-\(id)"), body(id))
-                                .identified(by: MutationID(clientID: "bench-writer-\(index)", sequence: UInt64(step + 1)))
-                            let start = ContinuousClock.now
-                            _ = try await client.commit([mutation])
-                            let elapsed = ContinuousClock.now - start
-                            roundTrips.withLock { $0.append(elapsed) }
-                        }
-                    }
-                }
-                try await group.waitForAll()
-            }
+        var perTransaction = 0.0
+        let (ours, roundTrips) = try await writeRun(clients: clients, perClient: perClient, directory: directory.appendingPathComponent("writes-\(clients)"),
+                                                    configuration: SyncServerConfiguration(), token: nil) { server in
+            perTransaction = (server.store as? SQLiteServerStore)?.requestsPerTransaction ?? 0
         }
-        report.notes.append("server: one write's round trip with \(clients) client\(clients == 1 ? "" : "s"): \(percentiles(roundTrips.withLock { $0 }.sorted())); \(String(format2: (server.store as? SQLiteServerStore)?.requestsPerTransaction ?? 0)) writes per transaction")
+        report.notes.append("server: one write's round trip with \(clients) client\(clients == 1 ? "" : "s"): \(percentiles(roundTrips)); \(String(format2: perTransaction)) writes per transaction")
         let total = clients * perClient
-        let stored = try await server.store.read(.collection(try CollectionPath("items"), Query())).documents.count
-        precondition(stored == total, "bench: the server holds \(stored) of \(total) documents")
-        for (_, task) in running { task.cancel() }
-        await server.stop()
 
         let pool = try DatabasePool(path: directory.appendingPathComponent("baseline-\(clients).sqlite").path)
         try await pool.writeWithoutTransaction { db in try db.execute(sql: "PRAGMA synchronous = FULL") }
@@ -78,7 +62,7 @@ enum ServerBenchmarks {
                 try await pool.write { db in
                     for id in batch {
                         try db.execute(sql: "INSERT OR REPLACE INTO documents VALUES (?, 'items', ?, ?, ?)",
-                                       arguments: ["items/item-\(id)", stamp, 0, JSONText.encode(body(id))])
+                                       arguments: ["items/item-\(id)", stamp, 0, JSONText.encode(ownedBody(id))])
                     }
                 }
             }

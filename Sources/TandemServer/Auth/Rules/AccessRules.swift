@@ -118,8 +118,10 @@ public struct AccessRules: Sendable {
     }
 
     /// Whether a query may run: `yes` only when its equality filters prove the `list` condition of
-    /// every rule that could cover one of its documents, up to one that covers them all.
+    /// every rule that could cover one of its documents, up to one that covers them all. A
+    /// document target is a `get` of a document not read yet.
     func decideList(_ target: ListenTarget, auth: AuthenticatedUser?) -> Decision {
+        if case .document(let path) = target { return decide(.get, at: path, auth: auth, resource: .unknown) }
         var fields: [FieldPath: JSONValue] = [:]
         for operation in target.query?.operations ?? [] {
             switch operation {
@@ -131,8 +133,8 @@ public struct AccessRules: Sendable {
         for (index, rule) in rules.enumerated() {
             let coverage: PathPattern.Coverage
             switch target {
-            case .document(let path):
-                return decide(.get, at: path, auth: auth, resource: .unknown)
+            case .document:
+                return Decision(truth: .no, rule: nil)
             case .collection(let path, _):
                 coverage = rule.pattern.coverage(ofCollection: path.segments)
             case .collectionGroup(let group, _):
