@@ -33,6 +33,7 @@ struct WireTests {
         let document = Document(path: path, data: ["n": 1, "x": 1.5], version: 4, createTime: Date(timeIntervalSince1970: 1_700_000_000.123), updateTime: Date(timeIntervalSince1970: 1_700_000_100.5))
         let messages: [ServerMessage] = [
             .welcome(protocolVersion: 1, serverVersion: "0.1.0", heartbeatSeconds: 10),
+            .welcome(protocolVersion: 2, serverVersion: "0.1.0", heartbeatSeconds: 10, user: "ada"),
             .ack(id: 2, acknowledgements: [WriteAcknowledgement(id: MutationID(clientID: "c", sequence: 1), version: 4, document: document), WriteAcknowledgement(id: nil, version: 4, document: nil)]),
             .ack(id: 6, acknowledgements: [
                 WriteAcknowledgement(id: MutationID(clientID: "c", sequence: 1), status: .replayed, version: 3, document: document),

@@ -86,7 +86,7 @@ struct BadInputTests {
         // Protocol 1 still works, and answers a refused write with an error frame.
         let old = RawStream(port: server.port)
         old.send(.hello(clientID: "old", protocolVersion: 1, token: nil))
-        guard case .welcome(1, _, _)? = await old.next() else { Issue.record("expected welcome for protocol 1"); return }
+        guard case .welcome(1, _, _, _)? = await old.next() else { Issue.record("expected welcome for protocol 1"); return }
         old.send(.write(id: 1, mutations: [.update(documentPath("a/none"), fields: ["n": 1])]))
         expectError(await old.next(), id: 1, .notFound)
         await old.close()

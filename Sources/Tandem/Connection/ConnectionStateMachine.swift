@@ -73,6 +73,8 @@ struct ConnectionStateMachine: Sendable {
     private var online = true
     /// Whether the client runs: before ``start()`` nothing connects.
     private var running = false
+    /// The credentials changed: the socket closing is replaced at once, not on the backoff.
+    private var renewing = false
 
     init(policy: RetryPolicy, missedHeartbeatsAllowed: Int) {
         self.policy = policy
@@ -166,7 +168,13 @@ struct ConnectionStateMachine: Sendable {
         }
         guard online else {
             phase = .offline
+            renewing = false
             return [.failPending]
+        }
+        if renewing {
+            renewing = false
+            failures = 0
+            return [.failPending, connect()]
         }
         failures = wasConnected ? 0 : failures + 1
         guard let delay = policy.delay(afterFailures: failures, random: random) else {
@@ -189,6 +197,25 @@ struct ConnectionStateMachine: Sendable {
         guard case .waiting(let until, false) = phase else { return [] }
         phase = .waiting(until: until, woken: true)
         return [.endSleep]
+    }
+
+    /// The credentials changed (a sign-in or sign-out): the socket in use closes and another
+    /// opens at once, saying hello with what the token provider gives now. Waiting out a backoff,
+    /// the next attempt starts now; offline or not running, the next attempt asks anyway.
+    mutating func renew() -> [Action] {
+        guard running, online else { return [] }
+        switch phase {
+        case .connecting(let attempt), .open(let attempt), .connected(let attempt):
+            renewing = true
+            return close(attempt)
+        case .closing:
+            renewing = true
+            return []
+        case .waiting:
+            return wake()
+        case .offline, .stopped, .gaveUp:
+            return []
+        }
     }
 
     /// Online: connect (at once, when waiting). Offline: close the socket and stay away.

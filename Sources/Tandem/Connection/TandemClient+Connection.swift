@@ -122,7 +122,7 @@ extension TandemClient {
                 state.deferred = []
                 effects.resume += state.connectedWaiters
                 state.connectedWaiters = []
-                if state.reported == .disconnected, queue((.resumed, Array(state.connectionObservers.values)), in: &state) {
+                if state.reported == .disconnected, queue(.connection(.resumed, Array(state.connectionObservers.values)), in: &state) {
                     effects.tellEvents = true
                 }
                 state.reported = .resumed
@@ -132,7 +132,7 @@ extension TandemClient {
                 state.connection = nil
                 if state.reported != .disconnected {
                     state.reported = .disconnected
-                    if queue((.disconnected, Array(state.connectionObservers.values)), in: &state) { effects.tellEvents = true }
+                    if queue(.connection(.disconnected, Array(state.connectionObservers.values)), in: &state) { effects.tellEvents = true }
                 }
                 // Requests and listens sent on the socket that went fail (their answer is lost);
                 // those never sent wait for the next socket when one follows at once.
@@ -187,9 +187,9 @@ extension TandemClient {
         }
     }
 
-    /// Queues a connection event for its observers. Returns whether the caller is to tell the
-    /// queue (no one else is telling it).
-    static func queue(_ event: (ConnectionEvent, [ConnectionObserver]), in state: inout State) -> Bool {
+    /// Queues a connection or auth event for its observers. Returns whether the caller is to tell
+    /// the queue (no one else is telling it).
+    static func queue(_ event: Notice, in state: inout State) -> Bool {
         state.events.append(event)
         defer { state.tellingEvents = true }
         return !state.tellingEvents
@@ -198,15 +198,18 @@ extension TandemClient {
     /// Tells queued connection events, in order, until none is left; outside the lock.
     func tellConnectionEvents() {
         while true {
-            let next = state.withLock { state -> (ConnectionEvent, [ConnectionObserver])? in
+            let next = state.withLock { state -> Notice? in
                 guard !state.events.isEmpty else {
                     state.tellingEvents = false
                     return nil
                 }
                 return state.events.removeFirst()
             }
-            guard let (event, observers) = next else { return }
-            observers.forEach { $0.call(event) }
+            switch next {
+            case nil: return
+            case .connection(let event, let observers)?: observers.forEach { $0.call(event) }
+            case .auth(let event, let observers)?: observers.forEach { $0.call(event) }
+            }
         }
     }
 
@@ -233,6 +236,8 @@ extension TandemClient {
     /// One connection, from its opening until it closes.
     private func connectOnce(_ attempt: Int) async {
         do {
+            let hello = try await helloForNextAttempt()
+            state.withLock { $0.hello = hello }
             try await transport.connect { connection in
                 await self.session(attempt, connection)
             }
@@ -302,6 +307,14 @@ extension TandemClient {
         }
     }
 
+    /// Whether the server said the connection's token expired: the connection is then dropped
+    /// and made again with a fresh token from the provider.
+    private func expired(_ error: TandemError) -> Bool {
+        guard error.code == .unauthenticated, error.reason == TandemError.tokenExpired else { return false }
+        configuration.logger.notice("the token for \(streamURL) expired; reconnecting with a fresh one")
+        return true
+    }
+
     /// Handles one server message; false when the connection should be dropped.
     private func receive(_ text: String, attempt: Int) -> Bool {
         let message: ServerMessage
@@ -312,7 +325,8 @@ extension TandemClient {
             return true
         }
         switch message {
-        case .welcome:
+        case .welcome(_, _, _, let user):
+            if tokenSource != nil { setAuthState(user.map { .signedIn(uid: $0) } ?? .signedOut) }
             connectionEvent { $0.welcomed(attempt: attempt) }
         case .heartbeat:
             break
@@ -335,7 +349,16 @@ extension TandemClient {
             }
             reply?.resume(.success(message))
             listener?.continuation.finish(throwing: error)
+            return !expired(error)
         case .error(nil, let error):
+            if expired(error) { return false }
+            if state.withLock({ $0.machine.phase == .open(attempt: attempt) }) {
+                // Hello refused: a bad token, a client id bound to another user, or a protocol
+                // the server does not speak. Try again on the backoff.
+                configuration.logger.error("the server at \(streamURL) refused hello: \(error)")
+                if error.code == .unauthenticated && tokenSource != nil { setAuthState(.signedOut) }
+                return false
+            }
             configuration.logger.warning("the server reports: \(error)")
         case .sharedBatch(let targets, let batch):
             let continuations = state.withLock { state in

@@ -29,7 +29,8 @@ public final class TandemClient: Service, Sendable {
     /// The server's base URL, such as `http://127.0.0.1:8080`.
     public let url: URL
     public let configuration: TandemClientConfiguration
-    /// The id this client says hello with.
+    /// The id this client says hello with; signed in, with a digest of the user's id after it, so
+    /// each user on the device has an id of their own.
     public let clientID: String
     let streamURL: String
     /// How connections are opened: a WebSocket, unless made otherwise.
@@ -65,7 +66,8 @@ public final class TandemClient: Service, Sendable {
         var running = false
         /// The open socket (welcomed or not).
         var connection: Connection?
-        let hello: String
+        /// The hello of the attempt under way, with the token the provider gave for it.
+        var hello: String
         var nextRequestID = 1
         var pending: [Int: PendingReply] = [:]
         var listeners: [Int: Listener] = [:]
@@ -80,9 +82,12 @@ public final class TandemClient: Service, Sendable {
         /// The last connection event told, so observers hear each change once. A client counts as
         /// disconnected until its first connection: an engine made before it hears `resumed` then.
         var reported: ConnectionEvent = .disconnected
-        /// Connection events not told yet, in order, and whether someone is telling them: one
-        /// teller at a time, so every observer hears them in the order they happened.
-        var events: [(ConnectionEvent, [ConnectionObserver])] = []
+        /// Who the server welcomed, and who hears of it changing, by token.
+        var authState = AuthState.signedOut
+        var authObservers: [Int: AuthObserver] = [:]
+        /// Connection and auth events not told yet, in order, and whether someone is telling them:
+        /// one teller at a time, so every observer hears them in the order they happened.
+        var events: [Notice] = []
         var tellingEvents = false
         /// Fault injection: acknowledgements to let through before one is dropped with the connection.
         var acknowledgementsBeforeDrop: Int?
@@ -92,7 +97,15 @@ public final class TandemClient: Service, Sendable {
         var welcomed: Connection? { machine.isConnected ? connection : nil }
     }
 
+    /// A connection or auth event, with the observers to tell.
+    enum Notice {
+        case connection(ConnectionEvent, [ConnectionObserver])
+        case auth(AuthState, [AuthObserver])
+    }
+
     let state: Mutex<State>
+    /// Where the token sent with each hello comes from; nil without credentials.
+    let tokenSource: TokenSource?
     /// The connects and sleeps the machine asks for, carried out by `run()`.
     let commands: AsyncStream<ConnectionCommand>
     /// Time elapsed on the configured clock: the machine's deadlines.
@@ -119,11 +132,18 @@ public final class TandemClient: Service, Sendable {
         self.configuration = configuration
         clientID = configuration.clientID ?? ClientIdentity.load(from: configuration.storageDirectory)
         streamURL = transport.endpoint
+        if let provider = configuration.tokenProvider {
+            tokenSource = TokenSource(provider)
+        } else if let token = configuration.token {
+            tokenSource = TokenSource { token }
+        } else {
+            tokenSource = nil
+        }
         let (commands, queue) = AsyncStream.makeStream(of: ConnectionCommand.self)
         self.commands = commands
         var initial = State(
             machine: ConnectionStateMachine(policy: configuration.reconnectPolicy, missedHeartbeatsAllowed: configuration.missedHeartbeatsAllowed),
-            hello: ClientMessage.hello(clientID: clientID, protocolVersion: TandemVersion.wireProtocol, token: configuration.token).text)
+            hello: ClientMessage.hello(clientID: clientID, protocolVersion: TandemVersion.wireProtocol, token: nil).text)
         initial.commands = queue
         state = Mutex(initial)
         elapsed = Self.stopwatch(configuration.clock)
@@ -182,7 +202,7 @@ public final class TandemClient: Service, Sendable {
             state.nextConnectionObserver += 1
             state.connectionObservers[state.nextConnectionObserver] = observer
             guard state.reported == .disconnected else { return (state.nextConnectionObserver, false) }
-            return (state.nextConnectionObserver, Self.queue((.disconnected, [observer]), in: &state))
+            return (state.nextConnectionObserver, Self.queue(.connection(.disconnected, [observer]), in: &state))
         }
         if tell { tellConnectionEvents() }
         return ConnectionObservation { [weak self] in

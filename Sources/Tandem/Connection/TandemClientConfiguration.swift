@@ -8,8 +8,14 @@ public struct TandemClientConfiguration: Sendable {
     public var clientID: String?
     /// Where the persistent client id is kept. Default ``LocalStorageLocation/defaultDirectory``.
     public var storageDirectory: URL = LocalStorageLocation.defaultDirectory
-    /// A bearer token sent with hello, when the server checks access.
+    /// A bearer token sent with hello, when the server checks access. A ``tokenProvider``, when
+    /// given, is asked instead.
     public var token: String?
+    /// Where the bearer token comes from, asked before each connection attempt: for tokens that
+    /// expire, and for users who sign in and out. When the server says the token expired, the
+    /// client reconnects and asks again; after a sign-in or sign-out, call
+    /// ``TandemClient/refreshToken()``.
+    public var tokenProvider: TokenProvider?
     /// How often a heartbeat is sent. Default 10 s.
     public var heartbeatInterval: Duration = .seconds(10)
     /// How many heartbeat intervals may pass without hearing from the server before the connection

@@ -30,6 +30,8 @@ enum WriteOutcome: Sendable {
 ///   instead of backing off, and a backoff under way ends: the remote's reconnection is the only
 ///   retry loop, and `resumed` sends at once. A write or a read still sends (it wakes the remote's
 ///   connection); its failure then waits too.
+/// - While the remote is signed out (``isHeld``) nothing is sent, not even on a wake: the server
+///   would record the writes as refused. Signing in again sends at once.
 struct OutboxSender<Waiter> {
     struct Limits: Sendable, Equatable {
         /// The most writes in one request; the server takes at most 500.
@@ -98,6 +100,8 @@ struct OutboxSender<Waiter> {
     private var lastFailed = false
     /// Whether the remote said its connection is down (and has not said it is back).
     private(set) var isOffline = false
+    /// Whether the remote is signed out: nothing goes until it is signed in again.
+    var isHeld = false
     private var waiters: [MutationID: [Waiter]] = [:]
 
     init(limits: Limits = Limits(), policy: RetryPolicy) {
@@ -122,10 +126,21 @@ struct OutboxSender<Waiter> {
 
     var waiterCount: Int { waiters.values.reduce(0) { $0 + $1.count } }
 
+    /// Signed out: whoever waits for a write is let go (it stays queued, and goes once signed in).
+    mutating func releaseWaitersIfHeld() -> [Waiter] {
+        guard isHeld, !waiters.isEmpty else { return [] }
+        defer { waiters.removeAll() }
+        return waiters.values.flatMap { $0 }
+    }
+
     // MARK: Events
 
     /// A write was queued, a read was made, or (`reconnected`) the server is reachable again.
     mutating func wake(outbox: Outbox, reconnected: Bool = false) -> Action {
+        if isHeld, phase != .sending {
+            phase = .idle
+            return .none
+        }
         if phase == .sending {
             if reconnected { self.reconnected = true }
             return .none
@@ -151,6 +166,10 @@ struct OutboxSender<Waiter> {
     /// The backoff's deadline came (a stale deadline, or none, does nothing).
     mutating func retryDue(outbox: Outbox, now: Duration) -> Action {
         guard case .waiting(let deadline) = phase, now >= deadline else { return .none }
+        if isHeld {
+            phase = .idle
+            return .none
+        }
         return sendWindow(outbox)
     }
 
@@ -206,6 +225,11 @@ struct OutboxSender<Waiter> {
     mutating func proceed(outbox: Outbox, now: Duration, random: Double) -> Action {
         precondition(phase == .sending && inFlight.isEmpty, "proceed without a settled window")
         defer { reconnected = false }
+        if isHeld {
+            // Signed out: the writes wait for the sign-in, which sends.
+            phase = .idle
+            return .none
+        }
         if lastFailed && !reconnected {
             if isOffline {
                 // Nothing will answer until the connection is back: `resumed` sends.

@@ -12,6 +12,14 @@ extension SyncCore {
         init(_ listen: @escaping Listen) { self.listen = listen }
     }
 
+    /// What an engine follows of its remote: the connection, and the sign-in when the remote has
+    /// one. Up (until an event says otherwise) when both are.
+    struct Reachability {
+        var connected = true
+        var signedIn = true
+        var isUp: Bool { connected && signedIn }
+    }
+
     /// The listener's tasks and waiters: what its state machine's actions start, cancel and wake.
     struct ListenerTasks {
         /// The attached stream's task, with its attempt.
@@ -21,8 +29,11 @@ extension SyncCore {
         /// Whoever awaits `startListener`.
         var starts: [CheckedContinuation<Void, Never>] = []
         var source: ListenSource?
-        /// The remote's connection events, while the engine is there.
+        /// The remote's connection and auth events, while the engine is there.
         var connection: ConnectionObservation?
+        var auth: ConnectionObservation?
+        /// What those events said last.
+        var reachability = Reachability()
         /// Set once the engine is gone: nothing new starts.
         var isShutDown = false
     }
@@ -68,16 +79,18 @@ extension SyncCore {
     /// Stops everything the engine started, for good: the listener, its backoff and the sender's.
     /// A window in flight finishes; nothing new starts. Called when the engine goes.
     func shutdown() {
-        let (flushRetry, connection) = state.withLock { state -> (Task<Void, Never>?, ConnectionObservation?) in
+        let (flushRetry, connection, auth) = state.withLock { state -> (Task<Void, Never>?, ConnectionObservation?, ConnectionObservation?) in
             state.tasks.isShutDown = true
             defer {
                 state.flushRetry = nil
                 state.tasks.connection = nil
+                state.tasks.auth = nil
             }
-            return (state.flushRetry, state.tasks.connection)
+            return (state.flushRetry, state.tasks.connection, state.tasks.auth)
         }
         flushRetry?.cancel()
         connection?.cancel()
+        auth?.cancel()
         stopListener()
         // Observers (snapshot sequences) look once more, and end.
         notifyChanged([])
@@ -92,18 +105,42 @@ extension SyncCore {
 
     /// Follows the remote's connection, when it reports it: the listener and the sender wait for
     /// it while it is down, and go on at once when it is back, instead of each retrying on its own.
+    /// When the remote has a sign-in, being signed out counts as down.
     func bindConnection(of remote: any ReachabilityReporting) {
-        guard let observation = remote.observeConnection({ [weak self] in self?.connectionChanged($0) }) else { return }
+        let connection = remote.observeConnection { [weak self] event in
+            self?.reachabilityChanged { $0.connected = event == .resumed }
+        }
+        let auth = remote.observeAuthState { [weak self] auth in
+            self?.reachabilityChanged { $0.signedIn = auth != .signedOut }
+        }
         let kept = state.withLock { state -> Bool in
             guard !state.tasks.isShutDown else { return false }
-            state.tasks.connection = observation
+            state.tasks.connection = connection
+            state.tasks.auth = auth
             return true
         }
-        if !kept { observation.cancel() }
+        if !kept {
+            connection?.cancel()
+            auth?.cancel()
+        }
     }
 
-    /// The remote's connection went or came back.
-    func connectionChanged(_ event: ConnectionEvent) {
+    /// The remote's connection or sign-in changed: when that takes the engine down or up, its
+    /// listener and sender follow.
+    private func reachabilityChanged(_ change: (inout Reachability) -> Void) {
+        let event = state.withLock { state -> ConnectionEvent? in
+            let before = state.tasks.reachability.isUp
+            change(&state.tasks.reachability)
+            let after = state.tasks.reachability.isUp
+            state.sender.isHeld = !state.tasks.reachability.signedIn
+            guard before != after else { return nil }
+            return after ? .resumed : .disconnected
+        }
+        if let event { connectionChanged(event) }
+    }
+
+    /// The engine's remote went down (disconnected, or signed out) or came back.
+    private func connectionChanged(_ event: ConnectionEvent) {
         connection.mark(event)
         switch event {
         case .disconnected:
@@ -123,9 +160,12 @@ extension SyncCore {
         }
     }
 
-    /// Called by reads and writes: a listener waiting to retry tries again now.
+    /// Called by reads and writes: a listener waiting to retry tries again now (signed out, it
+    /// waits for the sign-in).
     func retryNowIfDown() {
-        perform(state.withLock { Self.take($0.listener.wake(), in: &$0) })
+        perform(state.withLock { state in
+            state.tasks.reachability.signedIn ? Self.take(state.listener.wake(), in: &state) : ListenerEffects()
+        })
         triggerFlush(retryIfRunning: true)
     }
 

@@ -159,11 +159,14 @@ extension SyncCore {
     /// in flight that then fails is sent again at once: it may have failed on the connection that
     /// was just replaced.
     func triggerFlush(retryIfRunning: Bool = false) {
-        let (action, retry) = serial.withLock { _ in
+        let (action, retry, released) = serial.withLock { _ in
             state.withLock { state in
-                Self.take(state.sender.wake(outbox: state.view.outbox, reconnected: retryIfRunning), in: &state)
+                let (action, retry) = Self.take(state.sender.wake(outbox: state.view.outbox, reconnected: retryIfRunning), in: &state)
+                return (action, retry, state.sender.releaseWaitersIfHeld())
             }
         }
+        // Signed out, nothing is sent: a write's caller hears it is queued.
+        released.forEach { $0.resume(returning: .queued) }
         run(action, cancelling: retry)
     }
 

@@ -119,11 +119,20 @@ public protocol ReachabilityReporting: Sendable {
     /// freed; `disconnected` at once when the connection is down now. Nil when the remote cannot
     /// tell: its engine then retries on its backoff alone.
     func observeConnection(_ handler: @escaping @Sendable (ConnectionEvent) -> Void) -> ConnectionObservation?
+
+    /// Calls `handler` with each change of who the remote is signed in as, with the state now
+    /// first, until the observation is cancelled or freed. Nil when the remote has no sign-in to
+    /// follow. An engine that hears `signedOut` detaches its listener and holds its outbox, as
+    /// when the connection is down; `signedIn` again, it attaches once and sends.
+    func observeAuthState(_ handler: @escaping @Sendable (AuthState) -> Void) -> ConnectionObservation?
 }
 
 extension ReachabilityReporting {
     /// A remote that cannot tell: its engine retries on its backoff alone.
     public func observeConnection(_ handler: @escaping @Sendable (ConnectionEvent) -> Void) -> ConnectionObservation? { nil }
+
+    /// A remote with no sign-in to follow.
+    public func observeAuthState(_ handler: @escaping @Sendable (AuthState) -> Void) -> ConnectionObservation? { nil }
 }
 
 /// A registration for connection events: cancelling it (or freeing it) stops the calls.

@@ -71,6 +71,10 @@ public struct TandemRemoteCollectionService: RemoteCollectionService, Reachabili
     public func observeConnection(_ handler: @escaping @Sendable (ConnectionEvent) -> Void) -> ConnectionObservation? {
         client.observeConnection(handler)
     }
+
+    public func observeAuthState(_ handler: @escaping @Sendable (AuthState) -> Void) -> ConnectionObservation? {
+        client.usesCredentials ? client.observeAuthState(handler) : nil
+    }
 }
 
 /// A ``RemoteDocumentService`` on a Tandem server, for a `DocumentSyncEngine`.
@@ -107,6 +111,10 @@ public struct TandemRemoteDocumentService: RemoteDocumentService, ReachabilityRe
     public func observeConnection(_ handler: @escaping @Sendable (ConnectionEvent) -> Void) -> ConnectionObservation? {
         collection.observeConnection(handler)
     }
+
+    public func observeAuthState(_ handler: @escaping @Sendable (AuthState) -> Void) -> ConnectionObservation? {
+        collection.observeAuthState(handler)
+    }
 }
 
 /// A ``RemoteCollectionGroupService`` on a Tandem server, for a `CollectionGroupSyncEngine`.
@@ -129,6 +137,10 @@ public struct TandemRemoteCollectionGroupService: RemoteCollectionGroupService, 
 
     public func observeConnection(_ handler: @escaping @Sendable (ConnectionEvent) -> Void) -> ConnectionObservation? {
         client.observeConnection(handler)
+    }
+
+    public func observeAuthState(_ handler: @escaping @Sendable (AuthState) -> Void) -> ConnectionObservation? {
+        client.usesCredentials ? client.observeAuthState(handler) : nil
     }
 }
 

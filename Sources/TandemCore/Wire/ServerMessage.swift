@@ -2,8 +2,9 @@
 /// `{"type": "welcome" | "ack" | "snapshot" | "changes" | "documents" | "error" | "heartbeat", …}`.
 package enum ServerMessage: Sendable, Hashable {
     /// The answer to `hello`: the protocol and server version, and how often the client should send
-    /// heartbeats (the server closes a connection silent for three intervals).
-    case welcome(protocolVersion: Int, serverVersion: String, heartbeatSeconds: Int)
+    /// heartbeats (the server closes a connection silent for three intervals), and the user the
+    /// hello's token signed in (`user`, absent for an anonymous connection).
+    case welcome(protocolVersion: Int, serverVersion: String, heartbeatSeconds: Int, user: String? = nil)
     /// The answer to `write`: one acknowledgement per mutation, in order.
     case ack(id: Int, acknowledgements: [WriteAcknowledgement])
     /// Part of a listener's batch. A batch may span several messages; every one but the last says
@@ -23,8 +24,10 @@ package enum ServerMessage: Sendable, Hashable {
 
     package var wireValue: JSONValue {
         switch self {
-        case .welcome(let protocolVersion, let serverVersion, let heartbeatSeconds):
-            return .object(["type": "welcome", "protocol": .int(protocolVersion), "server": .string(serverVersion), "heartbeatSeconds": .int(heartbeatSeconds)])
+        case .welcome(let protocolVersion, let serverVersion, let heartbeatSeconds, let user):
+            var object: JSONObject = ["type": "welcome", "protocol": .int(protocolVersion), "server": .string(serverVersion), "heartbeatSeconds": .int(heartbeatSeconds)]
+            if let user { object["user"] = .string(user) }
+            return .object(object)
         case .ack(let id, let acknowledgements):
             return .object(["type": "ack", "id": .int(id), "results": .array(acknowledgements.map(\.wireValue))])
         case .batch(let target, let batch, let reset, let more):
@@ -61,7 +64,8 @@ package enum ServerMessage: Sendable, Hashable {
         let type = try object.string("type")
         switch type {
         case "welcome":
-            self = .welcome(protocolVersion: try object.int("protocol"), serverVersion: try object.string("server"), heartbeatSeconds: try object.int("heartbeatSeconds"))
+            self = .welcome(protocolVersion: try object.int("protocol"), serverVersion: try object.string("server"), heartbeatSeconds: try object.int("heartbeatSeconds"),
+                            user: try object.optionalString("user"))
         case "ack":
             var acknowledgements: [WriteAcknowledgement] = []
             for entry in try object.array("results") { acknowledgements.append(try WriteAcknowledgement(wire: entry)) }

@@ -211,7 +211,9 @@ final class StreamSession: Sendable {
             return
         }
         let seconds = Int(configuration.heartbeatInterval.components.seconds)
-        outbox.send(.welcome(protocolVersion: protocolVersion, serverVersion: TandemVersion.current, heartbeatSeconds: max(1, seconds)))
+        let user: String?
+        if case .user(let authenticated) = identity { user = authenticated.uid } else { user = nil }
+        outbox.send(.welcome(protocolVersion: protocolVersion, serverVersion: TandemVersion.current, heartbeatSeconds: max(1, seconds), user: user))
     }
 
     /// Commits the session's writes in the order they came, until the session ends: the requests

@@ -142,4 +142,31 @@ struct ConnectionStateMachineTests {
         #expect(machine.heartbeatDue(attempt: 1) == [], "no heartbeat on a closing socket")
         #expect(machine.closed(attempt: 1, now: .zero, random: 0.5) == [.failPending, .connect(attempt: 2)])
     }
+
+    @Test("a renewal (sign-in or sign-out) replaces the socket at once, after failures too, and wakes a backoff; offline, it waits for the next attempt")
+    func renew() {
+        var machine = machine()
+        #expect(machine.renew() == [])  // not running: the first attempt asks the provider anyway
+        _ = machine.start()
+        _ = machine.opened(attempt: 1)
+        _ = machine.welcomed(attempt: 1)
+        #expect(machine.renew() == [.close(attempt: 1)])
+        #expect(machine.renew() == [])  // closing already: still renewed once
+        #expect(machine.closed(attempt: 1, now: .seconds(1), random: 0.5) == [.failPending, .connect(attempt: 2)])
+        // A hello refused on attempt 2 backs off; a renewal then wakes the sleep.
+        _ = machine.opened(attempt: 2)
+        #expect(machine.misbehaved(attempt: 2) == [.close(attempt: 2)])
+        #expect(machine.closed(attempt: 2, now: .seconds(2), random: 0.5) == [.failPending, .sleep(until: .seconds(4), failures: 1)])
+        #expect(machine.renew() == [.endSleep])
+        #expect(machine.sleepEnded(now: .seconds(2)) == [.connect(attempt: 3)])
+        // Renewing an attempt that never opened: replaced at once, not counted as a failure.
+        #expect(machine.renew() == [.close(attempt: 3)])
+        #expect(machine.closed(attempt: 3, now: .seconds(3), random: 0.5) == [.failPending, .connect(attempt: 4)])
+        #expect(machine.failures == 0)
+        // Offline: nothing to replace; going offline drops a renewal under way.
+        _ = machine.setOnline(false)
+        #expect(machine.renew() == [])
+        #expect(machine.closed(attempt: 4, now: .seconds(4), random: 0.5) == [.failPending])
+        #expect(machine.setOnline(true) == [.connect(attempt: 5)])
+    }
 }

@@ -55,6 +55,26 @@ struct OutboxSenderTests {
         #expect(sender.wake(outbox: try outbox(singles: 4, batch: 2, after: 5)) == .none)
     }
 
+    @Test("held (signed out), nothing is sent, not on a wake, a backoff's end or a reconnection; waiters are let go; released, the window goes")
+    func held() throws {
+        var sender = Sender(limits: .init(writesPerRequest: 10, requestsInFlight: 1), policy: .default)
+        let queue = try outbox(singles: 2)
+        sender.isHeld = true
+        sender.wait(for: queue.entries[0].id, "first")
+        #expect(sender.wake(outbox: queue) == .none)
+        #expect(sender.resumed(outbox: queue) == .none)
+        #expect(sender.releaseWaitersIfHeld() == ["first"])
+        #expect(sender.waiterCount == 0)
+        sender.isHeld = false
+        #expect(sender.releaseWaitersIfHeld() == [])
+        #expect(sent(sender.resumed(outbox: queue)).map(\.entries.count) == [2])
+        // Held while a window is in flight: its answer settles, and nothing follows it.
+        sender.isHeld = true
+        _ = sender.answered([.failure(TandemError(.unavailable, "the connection went"))])
+        #expect(sender.proceed(outbox: queue, now: .seconds(1), random: 0.5) == .none)
+        #expect(sender.phase == .idle)
+    }
+
     @Test("answers decide each write and tell its waiters; the next window follows until the outbox is empty")
     func answersAndWaiters() throws {
         var sender = Sender(limits: .init(writesPerRequest: 2, requestsInFlight: 1), policy: .default)

@@ -1,0 +1,120 @@
+import Foundation
+import Synchronization
+import TandemCore
+
+/// Where a ``TandemClient`` gets the bearer token it says hello with: asked before every
+/// connection attempt, so a fresh one can be given each time. Nil means signed out (the client
+/// connects anonymously). An error fails that attempt, which is retried on the reconnect backoff.
+public typealias TokenProvider = @Sendable () async throws -> String?
+
+/// Who the client is signed in as, as the server confirmed it in its welcome.
+public enum AuthState: Sendable, Hashable, CustomStringConvertible {
+    /// No token, or one the server refused: requests go anonymously.
+    case signedOut
+    /// The server accepted the token of user `uid`.
+    case signedIn(uid: String)
+
+    public var uid: String? {
+        if case .signedIn(let uid) = self { return uid }
+        return nil
+    }
+
+    public var description: String {
+        switch self {
+        case .signedOut: "signed out"
+        case .signedIn(let uid): "signed in as \(uid)"
+        }
+    }
+}
+
+/// An auth state observer's handler, in a class box.
+final class AuthObserver: Sendable {
+    let call: @Sendable (AuthState) -> Void
+    init(_ call: @escaping @Sendable (AuthState) -> Void) { self.call = call }
+}
+
+/// The token provider, in a class box.
+final class TokenSource: Sendable {
+    let token: TokenProvider
+    init(_ token: @escaping TokenProvider) { self.token = token }
+}
+
+extension TandemClient {
+    /// Who the client is signed in as now. `signedOut` until a server has welcomed a token.
+    public var authState: AuthState { state.withLock { $0.authState } }
+
+    /// Whether the client has credentials to follow: a token provider or a fixed token. Engines
+    /// bound to such a client follow its ``authState``: signed out, their listeners detach and
+    /// their outboxes wait; signed in again, each attaches once and sends.
+    public var usesCredentials: Bool { tokenSource != nil }
+
+    /// Calls `handler` with each change of ``authState``, in order, until the observation is
+    /// cancelled or freed; with the state now first.
+    public func observeAuthState(_ handler: @escaping @Sendable (AuthState) -> Void) -> ConnectionObservation {
+        let observer = AuthObserver(handler)
+        let (token, tell) = state.withLock { state -> (Int, Bool) in
+            state.nextConnectionObserver += 1
+            state.authObservers[state.nextConnectionObserver] = observer
+            return (state.nextConnectionObserver, Self.queue(.auth(state.authState, [observer]), in: &state))
+        }
+        if tell { tellConnectionEvents() }
+        return ConnectionObservation { [weak self] in
+            _ = self?.state.withLock { $0.authObservers.removeValue(forKey: token) }
+        }
+    }
+
+    /// Each change of ``authState``, with the state now first, until the stream is dropped.
+    public func authStates() -> AsyncStream<AuthState> {
+        let (stream, continuation) = AsyncStream.makeStream(of: AuthState.self)
+        let observation = observeAuthState { continuation.yield($0) }
+        continuation.onTermination = { _ in observation.cancel() }
+        return stream
+    }
+
+    /// Asks the token provider again and reconnects with what it gives: call it when the user signs
+    /// in, signs out, or switches accounts. Listeners resume on the new connection; engines follow
+    /// the new ``authState``. Writes queued meanwhile are kept and sent once a connection is up.
+    public func refreshToken() {
+        connectionEvent { $0.renew() }
+    }
+
+    /// The hello for the next attempt, with a token from the provider; records `signedOut` when
+    /// there is none.
+    func helloForNextAttempt() async throws -> String {
+        guard let tokenSource else { return ClientMessage.hello(clientID: clientID, protocolVersion: TandemVersion.wireProtocol, token: nil).text }
+        let token = try await tokenSource.token()
+        if token == nil { setAuthState(.signedOut) }
+        return ClientMessage.hello(clientID: Self.helloClientID(clientID, token: token), protocolVersion: TandemVersion.wireProtocol, token: token).text
+    }
+
+    /// The client id a hello with `token` says: a server binds a client id to the first user who
+    /// says hello with it, so each user (and signed out, no one) has one of their own on this
+    /// device: `clientID.<digest of the token's subject>`. The token is read, not verified: that
+    /// is the server's work.
+    package static func helloClientID(_ clientID: String, token: String?) -> String {
+        guard let token, let subject = subject(of: token) else { return clientID }
+        var digest = StableDigest()
+        digest.string(subject)
+        return "\(clientID).\(String(digest.value, radix: 16))"
+    }
+
+    /// The `sub` claim of a JSON Web Token, unverified; nil when it has none or is malformed.
+    package static func subject(of token: String) -> String? {
+        let parts = token.split(separator: ".", omittingEmptySubsequences: false)
+        guard parts.count == 3 else { return nil }
+        var text = parts[1].replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
+        text += String(repeating: "=", count: (4 - text.count % 4) % 4)
+        guard let data = Data(base64Encoded: text), let payload = try? JSONText.parse(bytes: data) else { return nil }
+        return payload[field: "sub"]?.stringValue
+    }
+
+    /// Records the auth state and tells its observers when it changed.
+    func setAuthState(_ new: AuthState) {
+        let tell = state.withLock { state -> Bool in
+            guard state.authState != new else { return false }
+            state.authState = new
+            return Self.queue(.auth(new, Array(state.authObservers.values)), in: &state)
+        }
+        if tell { tellConnectionEvents() }
+    }
+}
