@@ -12,9 +12,24 @@ public struct ServerLimits: Sendable, Hashable {
     /// The most segments in a path. Default 100, the most paths may have.
     public var maximumPathDepth = PathRules.maximumDepth
     /// The most writes (mutations) one WebSocket connection may send per second, on average; up to
-    /// a second's worth may come at once. Past it a write request is answered `unavailable`
-    /// (nothing written; retry later). Default 5,000.
+    /// a second's worth may come at once. Past it a write request is answered `resource-exhausted`
+    /// with `retryAfter` (nothing written), which `TandemClient` waits out before sending it again.
+    /// Default 5,000.
     public var maximumWritesPerSecond = 5_000
+    /// The most writes one signed-in user may send per second over all their connections and HTTP
+    /// requests, answered as above. Default 10,000.
+    public var maximumWritesPerSecondPerUser = 10_000
+    /// The most messages (of any kind) one WebSocket connection may send per second, on average;
+    /// past it a message is answered `resource-exhausted` with `retryAfter`, and not acted on.
+    /// Default 10,000.
+    public var maximumMessagesPerSecond = 10_000
+    /// The most WebSocket connections one signed-in user may have open at once; past it `hello` is
+    /// refused with `resource-exhausted`. Default 100.
+    public var maximumConnectionsPerUser = 100
+    /// How deep arrays and objects may nest in a request or message, the envelope included; deeper
+    /// is refused with `invalid-argument` before anything of it is used. Default 64; at most
+    /// ``JSONText/maximumDepth`` (256), which the parser never exceeds.
+    public var maximumJSONDepth = 64
 
     /// The most listeners one connection may run at once. Default 1,000.
     public var maximumListenersPerConnection = 1_000

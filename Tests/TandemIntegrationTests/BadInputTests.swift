@@ -304,7 +304,7 @@ struct BadInputTests {
         await server.stop()
     }
 
-    @Test("past the per-connection write rate, writes are refused as unavailable and nothing is written")
+    @Test("past the per-connection write rate, writes are refused as resource-exhausted with retryAfter, and nothing is written")
     func writeRate() async throws {
         var configuration = SyncServerConfiguration()
         configuration.limits.maximumWritesPerSecond = 5
@@ -326,7 +326,9 @@ struct BadInputTests {
             }
         }
         guard case .ack? = answers[1] else { Issue.record("expected the first batch to pass"); return }
-        expectError(answers[2], id: 2, .unavailable, "writes a second")
+        expectError(answers[2], id: 2, .resourceExhausted, "writes a second")
+        // Nothing passed on the clock: a whole second's worth is missing.
+        if case .error(_, let error)? = answers[2] { #expect(error.retryAfter == .seconds(1)) }
         #expect(try await server.store.document(at: documentPath("a/late")) == nil)
         #expect(try await server.store.currentVersion() == 1)
         await stream.close()

@@ -143,6 +143,26 @@ struct ServerStateMachineTests {
         #expect(sequencer.blockedFrom(writer: "c") == nil && !sequencer.isBlocked)
     }
 
+    @Test("user quotas: connections counted per user and given back on close; a write bucket per user, refilled on the clock")
+    func userQuotas() throws {
+        var limits = ServerLimits()
+        limits.maximumConnectionsPerUser = 1
+        limits.maximumWritesPerSecondPerUser = 2
+        let time = Mutex(Duration.zero)
+        let quotas = UserQuotas(limits: limits, now: { time.withLock { $0 } })
+        try quotas.open(for: "ada")
+        #expect(throws: TandemError.self) { try quotas.open(for: "ada") }
+        try quotas.open(for: "bob")
+        quotas.close(for: "ada")
+        try quotas.open(for: "ada")
+        #expect(quotas.admitWrites(2, for: "ada") == nil)
+        let refusal = quotas.admitWrites(1, for: "ada")
+        #expect(refusal?.code == .resourceExhausted && refusal?.retryAfter == .milliseconds(500))
+        #expect(quotas.admitWrites(2, for: "bob") == nil)
+        time.withLock { $0 = .milliseconds(500) }
+        #expect(quotas.admitWrites(1, for: "ada") == nil)
+    }
+
     @Test("a store failure blocks the writes queued after it at their turn; the rate limit refuses on the clock")
     func sequencerTurnsAndRate() {
         var limits = ServerLimits()
@@ -152,7 +172,9 @@ struct ServerStateMachineTests {
         #expect(sequencer.arrive(write(2), at: .zero) == .proceed)
         // Over two a second: refused, until half a second passes on the clock.
         guard case .refuse(let rate) = sequencer.arrive(write(3), at: .milliseconds(100)) else { Issue.record("expected a refusal"); return }
-        #expect(rate.code == .unavailable && rate.message.contains("2 writes a second"))
+        #expect(rate.code == .resourceExhausted && rate.message.contains("2 writes a second"))
+        // 0.2 of a write back in the bucket at 100 ms: the missing 0.8 comes in 400 ms.
+        #expect(rate.retryAfter == .milliseconds(400) && !rate.isPermanent)
         #expect(sequencer.arrive(write(3), at: .milliseconds(600)) == .proceed)
         // 1 failed in the store: 2 and 3, queued after it, are aborted at their turn.
         #expect(sequencer.turn(write(1)) == .proceed)
@@ -252,7 +274,7 @@ struct ServerStateMachineTests {
         let five = write(1, 2, 3, 4, 5)
         #expect(sequencer.arrive(five, at: .zero) == .proceed)
         guard case .refuse(let rate) = sequencer.arrive(write(6), at: .milliseconds(100)) else { Issue.record("expected a refusal"); return }
-        #expect(rate.code == .unavailable)
+        #expect(rate.code == .resourceExhausted && rate.retryAfter != nil)
         #expect(sequencer.arrive(write(6), at: .seconds(1)) == .proceed)
     }
 
@@ -298,11 +320,11 @@ struct ServerStateMachineTests {
 
     @Test("a write rate meant as unlimited (Int.max) admits writes instead of trapping")
     func unlimitedRate() {
-        var limiter = WriteRateLimiter(writesPerSecond: .max)
+        var limiter = RateLimiter(perSecond: .max)
         let first = limiter.admit(500, at: .zero), second = limiter.admit(1, at: .zero)
         #expect(first && second)
         #expect(limiter.wait(for: 1) == .zero)
-        var tight = WriteRateLimiter(writesPerSecond: 2)
+        var tight = RateLimiter(perSecond: 2)
         let whole = tight.admit(5, at: .zero), more = tight.admit(1, at: .zero)
         #expect(whole, "a request larger than the bucket takes it whole")
         #expect(!more)

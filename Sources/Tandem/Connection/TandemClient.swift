@@ -258,7 +258,38 @@ public final class TandemClient: Service, Sendable {
     /// request that is not atomic answers with each mutation's acknowledgement, `refused` ones
     /// included, or fails whole (with nothing to assume about which of its writes applied: send it
     /// again, and those are answered `replayed`).
+    ///
+    /// A request the server refuses over a rate (`resource-exhausted` with `retryAfter`) is sent
+    /// again, with the ones behind it it held back (`aborted`), once the wait has passed on the
+    /// configured clock; up to ``rateLimitRetries`` times, then its error is the answer.
     public func commit(requests: [WriteRequest]) async -> [Result<[WriteAcknowledgement], any Error>] {
+        var answers = await sendOnce(requests)
+        for _ in 0..<Self.rateLimitRetries {
+            guard let first = answers.firstIndex(where: { Self.retryAfter($0) != nil }), let wait = Self.retryAfter(answers[first]) else { break }
+            do {
+                try await configuration.clock.sleep(for: wait)
+            } catch {
+                break
+            }
+            let again = (first..<answers.count).filter { index in
+                guard case .failure(let error as TandemError) = answers[index] else { return false }
+                return error.retryAfter != nil || error.code == .aborted
+            }
+            for (index, answer) in zip(again, await sendOnce(again.map { requests[$0] })) { answers[index] = answer }
+        }
+        return answers
+    }
+
+    /// How many times a request refused over a rate is sent again before its error is returned.
+    public static let rateLimitRetries = 16
+
+    /// The wait a failed answer asks for, when it was refused over a rate.
+    static func retryAfter<Success>(_ answer: Result<Success, any Error>) -> Duration? {
+        guard case .failure(let error as TandemError) = answer else { return nil }
+        return error.retryAfter
+    }
+
+    private func sendOnce(_ requests: [WriteRequest]) async -> [Result<[WriteAcknowledgement], any Error>] {
         guard !requests.isEmpty else { return [] }
         let answers = await send(requests.map { request -> (Int) -> ClientMessage in
             request.isOneWrite
@@ -293,11 +324,17 @@ public final class TandemClient: Service, Sendable {
         TandemError(.unavailable, "Not connected to the Tandem server at \(url.absoluteString); retrying in the background.")
     }
 
-    /// Sends a request and waits for its answer; an error frame answering it is thrown.
+    /// Sends a request and waits for its answer; an error frame answering it is thrown. Refused
+    /// over a rate, it is sent again once the wait has passed (see ``commit(requests:)``).
     func request(_ make: @escaping (Int) -> ClientMessage) async throws -> ServerMessage {
-        let answer = try await send([make])[0].get()
-        if case .error(_, let error) = answer { throw error }
-        return answer
+        var retries = 0
+        while true {
+            let answer = try await send([make])[0].get()
+            guard case .error(_, let error) = answer else { return answer }
+            guard let wait = error.retryAfter, retries < Self.rateLimitRetries else { throw error }
+            retries += 1
+            try await configuration.clock.sleep(for: wait)
+        }
     }
 
     /// Sends requests in one locked step, so they go out in this order with nothing between them,

@@ -98,6 +98,8 @@ struct OutboxSender<Waiter> {
     /// The server became reachable again while a window was in flight: if it fails, send again at once.
     private var reconnected = false
     private var lastFailed = false
+    /// The wait the last failure asked for (a rate limit's `retryAfter`): the backoff is no shorter.
+    private var lastRetryAfter: Duration?
     /// Whether the remote said its connection is down (and has not said it is back).
     private(set) var isOffline = false
     /// Whether the remote is signed out: nothing goes until it is signed in again.
@@ -210,6 +212,7 @@ struct OutboxSender<Waiter> {
         }
         if !settlement.decisions.isEmpty { failures = 0 }
         lastFailed = settlement.failure != nil
+        lastRetryAfter = (settlement.failure as? TandemError)?.retryAfter
         if lastFailed {
             failures += 1
             // The writes stay queued: whoever waits is told so and goes on.
@@ -236,11 +239,12 @@ struct OutboxSender<Waiter> {
                 phase = .idle
                 return .none
             }
-            guard let delay = policy.delay(afterFailures: failures, random: random) else {
+            guard var delay = policy.delay(afterFailures: failures, random: random) else {
                 // The policy gives up: the writes wait for the next wake.
                 phase = .idle
                 return .none
             }
+            if let wait = lastRetryAfter { delay = max(delay, wait) }
             phase = .waiting(until: now + delay)
             return .sleep(until: now + delay)
         }

@@ -14,8 +14,9 @@ extension TandemError.Code {
 }
 
 extension TandemError {
-    /// Whether retrying cannot help; see ``Code/isPermanent``.
-    public var isPermanent: Bool { code.isPermanent }
+    /// Whether retrying cannot help; see ``Code/isPermanent``. An error that says when to retry
+    /// (``retryAfter``, a rate limit) is never permanent.
+    public var isPermanent: Bool { retryAfter == nil && code.isPermanent }
 
     /// Whether an error, of any type, is a permanent ``TandemError``. Other errors (network, I/O) are
     /// taken as transient.

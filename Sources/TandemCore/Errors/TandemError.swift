@@ -67,12 +67,17 @@ public struct TandemError: Error, Sendable, Hashable, CustomStringConvertible {
     /// do: `token-expired` on an `unauthenticated` error means a fresh token will do. Sent on the
     /// wire beside the code.
     public var reason: String?
+    /// How long to wait before sending the request again, when a limit says so (`resource-exhausted`
+    /// past a rate). Such an error passes: the same request, sent after the wait, can succeed.
+    /// Sent on the wire as `retryAfter`, in milliseconds.
+    public var retryAfter: Duration?
 
-    public init(_ code: Code, _ message: String, cause: (any Error & Sendable)? = nil, reason: String? = nil) {
+    public init(_ code: Code, _ message: String, cause: (any Error & Sendable)? = nil, reason: String? = nil, retryAfter: Duration? = nil) {
         self.code = code
         self.message = message
         self.cause = cause
         self.reason = reason
+        self.retryAfter = retryAfter
     }
 
     public var description: String {

@@ -5,3 +5,11 @@ extension Duration {
         return Double(seconds) + Double(attoseconds) / 1e18
     }
 }
+
+extension Duration {
+    /// The duration in whole milliseconds, rounded up (a wait is never shortened), clamped to `Int`.
+    package var wholeMilliseconds: Int {
+        let milliseconds = (doubleSeconds * 1000).rounded(.up)
+        return milliseconds >= Double(Int.max) ? Int.max : max(0, Int(milliseconds))
+    }
+}

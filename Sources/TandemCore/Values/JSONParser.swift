@@ -4,9 +4,13 @@ struct JSONParser {
     let bytes: UnsafeBufferPointer<UInt8>
     var index = 0
     var depth = 0
+    /// How deep arrays and objects may nest: never more than ``JSONText/maximumDepth``, so a deep
+    /// text cannot exhaust the stack.
+    let maximumDepth: Int
 
-    init(bytes: UnsafeBufferPointer<UInt8>) {
+    init(bytes: UnsafeBufferPointer<UInt8>, maximumDepth: Int = JSONText.maximumDepth) {
         self.bytes = bytes
+        self.maximumDepth = min(max(1, maximumDepth), JSONText.maximumDepth)
     }
 
     mutating func parseDocument() throws(TandemError) -> JSONValue {
@@ -58,8 +62,8 @@ struct JSONParser {
 
     private mutating func enter() throws(TandemError) {
         depth += 1
-        if depth > JSONText.maximumDepth {
-            throw fail("nesting deeper than \(JSONText.maximumDepth) levels")
+        if depth > maximumDepth {
+            throw fail("nesting deeper than \(maximumDepth) levels")
         }
     }
 

@@ -23,11 +23,12 @@ public enum JSONText {
         return try result.get()
     }
 
-    /// Parses JSON text from UTF-8 bytes.
-    public static func parse<Bytes: Sequence>(bytes: Bytes) throws(TandemError) -> JSONValue where Bytes.Element == UInt8 {
+    /// Parses JSON text from UTF-8 bytes, nesting at most `maximumDepth` levels (and never more
+    /// than ``maximumDepth``).
+    public static func parse<Bytes: Sequence>(bytes: Bytes, maximumDepth: Int = JSONText.maximumDepth) throws(TandemError) -> JSONValue where Bytes.Element == UInt8 {
         let array = Array(bytes)
         let result: Result<JSONValue, TandemError> = array.withUnsafeBufferPointer { buffer in
-            var parser = JSONParser(bytes: buffer)
+            var parser = JSONParser(bytes: buffer, maximumDepth: maximumDepth)
             do throws(TandemError) {
                 return .success(try parser.parseDocument())
             } catch {
@@ -38,8 +39,8 @@ public enum JSONText {
     }
 
     /// Parses JSON text from UTF-8 bytes where they lie.
-    package static func parse(utf8 bytes: UnsafeBufferPointer<UInt8>) throws(TandemError) -> JSONValue {
-        var parser = JSONParser(bytes: bytes)
+    package static func parse(utf8 bytes: UnsafeBufferPointer<UInt8>, maximumDepth: Int = JSONText.maximumDepth) throws(TandemError) -> JSONValue {
+        var parser = JSONParser(bytes: bytes, maximumDepth: maximumDepth)
         return try parser.parseDocument()
     }
 

@@ -52,6 +52,7 @@ package enum ServerMessage: Sendable, Hashable {
         case .error(let id, let error):
             var object: JSONObject = ["type": "error", "code": .string(error.code.rawValue), "message": .string(error.message)]
             if let reason = error.reason { object["reason"] = .string(reason) }
+            if let retryAfter = error.retryAfter { object["retryAfter"] = .int(retryAfter.wholeMilliseconds) }
             if let id { object["id"] = .int(id) }
             return .object(object)
         case .heartbeat:
@@ -89,8 +90,7 @@ package enum ServerMessage: Sendable, Hashable {
             for entry in try object.array("documents") { documents.append(try Document(wire: entry)) }
             self = .documents(id: try object.int("id"), documents: documents, version: try object.version("version"))
         case "error":
-            self = .error(id: try object.optionalInt("id"), TandemError(TandemError.Code(rawValue: try object.string("code")), try object.string("message"),
-                                                                         reason: try object.optionalString("reason")))
+            self = .error(id: try object.optionalInt("id"), try TandemError(wire: value))
         case "heartbeat":
             self = .heartbeat
         default:
@@ -158,15 +158,18 @@ extension WriteAcknowledgement {
 }
 
 extension TandemError {
-    /// `{"code", "message", "reason"?}`, as an acknowledgement or an HTTP answer carries a refusal.
+    /// `{"code", "message", "reason"?, "retryAfter"?}` (milliseconds), as an acknowledgement or an
+    /// HTTP answer carries a refusal.
     package var wireValue: JSONValue {
         var object: JSONObject = ["code": .string(code.rawValue), "message": .string(message)]
         if let reason { object["reason"] = .string(reason) }
+        if let retryAfter { object["retryAfter"] = .int(retryAfter.wholeMilliseconds) }
         return .object(object)
     }
 
     package init(wire value: JSONValue) throws(TandemError) {
         let object = try WireObject(value, context: "an error")
-        self.init(Code(rawValue: try object.string("code")), try object.string("message"), reason: try object.optionalString("reason"))
+        let retryAfter = try object.optionalInt("retryAfter").map { Duration.milliseconds(min(max(0, $0), 86_400_000)) }
+        self.init(Code(rawValue: try object.string("code")), try object.string("message"), reason: try object.optionalString("reason"), retryAfter: retryAfter)
     }
 }

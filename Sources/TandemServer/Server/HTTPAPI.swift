@@ -120,6 +120,9 @@ struct HTTPAPI: Sendable {
 
     /// Commits one request; a refusal is thrown, to be answered with its status and error.
     private func commit(_ mutations: [Mutation], as context: RequestContext) async throws -> CommitResult {
+        if case .user(let user) = context.identity, let refusal = service.quotas.admitWrites(max(1, mutations.count), for: user.uid) {
+            throw refusal
+        }
         let result = try await service.commit([mutations], context: context)[0].get()
         if let refusal = result.refusal { throw refusal }
         return result
@@ -160,7 +163,7 @@ struct HTTPAPI: Sendable {
         guard buffer.readableBytes > 0 else {
             throw TandemError.invalidArgument("The request needs a JSON body.")
         }
-        return try JSONText.parse(bytes: buffer.readableBytesView)
+        return try JSONText.parse(bytes: buffer.readableBytesView, maximumDepth: limits.maximumJSONDepth)
     }
 
     static func precondition(_ request: Request) throws -> Mutation.Precondition? {
@@ -189,7 +192,13 @@ struct HTTPAPI: Sendable {
     }
 
     static func errorResponse(_ error: TandemError) -> Response {
-        json(.object(["error": error.wireValue]), status: status(for: error.code))
+        guard let retryAfter = error.retryAfter else {
+            return json(.object(["error": error.wireValue]), status: status(for: error.code))
+        }
+        // Over a rate: 429, with the wait in whole seconds too, as HTTP clients expect.
+        var response = json(.object(["error": error.wireValue]), status: .tooManyRequests)
+        response.headers[.retryAfter] = String(max(1, Int((retryAfter.doubleSeconds).rounded(.up))))
+        return response
     }
 
     static func status(for code: TandemError.Code) -> HTTPResponse.Status {

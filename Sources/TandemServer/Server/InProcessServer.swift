@@ -32,7 +32,7 @@ public final class InProcessServer: Sendable {
         let hub = FanOutHub(store: store, pacing: configuration.fanOutPacing, clock: clock, logger: configuration.logger,
                             onListenerCountChange: configuration.onListenerCountChange)
         store.observeCommits { hub.receive($0) }
-        service = SyncService(store: store, hub: hub, limits: configuration.limits, access: configuration.access)
+        service = SyncService(store: store, hub: hub, limits: configuration.limits, access: configuration.access, now: clock.now)
         // The store's own work (pruning, its writer) and the fan-out, as a `SyncServer` runs them.
         hubTask = Mutex(Task {
             await withDiscardingTaskGroup { group in

@@ -23,6 +23,10 @@ final class StreamSession: Sendable {
         /// The protocol agreed in `hello`.
         var protocolVersion = TandemVersion.wireProtocol
         var sequencer: WriteSequencer
+        /// The connection's message rate.
+        var messages: RateLimiter
+        /// The signed-in user this connection counts against (``UserQuotas``), once welcomed.
+        var countedUser: String?
         /// Write requests admitted and waiting for `runWrites`, in the order they came.
         var queue: [QueuedWrite] = []
     }
@@ -73,7 +77,8 @@ final class StreamSession: Sendable {
         self.configuration = configuration
         self.clock = clock
         outbox = SessionOutbox(budget: configuration.maximumQueuedBytesPerConnection)
-        state = Mutex(State(sequencer: WriteSequencer(limits: configuration.limits)))
+        state = Mutex(State(sequencer: WriteSequencer(limits: configuration.limits),
+                            messages: RateLimiter(perSecond: configuration.limits.maximumMessagesPerSecond)))
         (wake, wakeContinuation) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
     }
 
@@ -93,9 +98,19 @@ final class StreamSession: Sendable {
         let value: JSONValue
         do {
             // The parser refuses invalid UTF-8 wherever it is: the bytes are never repaired.
-            value = try JSONText.parse(utf8: bytes.assumingMemoryBound(to: UInt8.self))
+            value = try JSONText.parse(utf8: bytes.assumingMemoryBound(to: UInt8.self), maximumDepth: configuration.limits.maximumJSONDepth)
         } catch {
             outbox.send(.error(id: nil, TandemError.invalidArgument("The message is not valid JSON: \(error.message)")))
+            return
+        }
+        let now = clock.now()
+        let wait = state.withLock { state -> Duration? in
+            state.messages.admit(1, at: now) ? nil : state.messages.wait(for: 1)
+        }
+        if let wait {
+            let limit = configuration.limits.maximumMessagesPerSecond
+            outbox.send(.error(id: ClientMessage.requestID(in: value), TandemError(.resourceExhausted, "This connection sent more than \(limit) messages a second; this one was not acted on. Wait \(wait.wholeMilliseconds) ms (retryAfter), then send it again.",
+                                                                            retryAfter: wait)))
             return
         }
         let message: ClientMessage
@@ -146,9 +161,12 @@ final class StreamSession: Sendable {
                 outbox.send(.error(id: requestID, TandemError(.resourceExhausted, "The write has \(mutations.count) mutations; at most \(configuration.limits.maximumBatchWrites) are allowed in one request. Send them in several.")))
                 return
             }
-            let now = clock.now()
             let decision = state.withLock { state -> WriteSequencer.Decision in
-                let decision = state.sequencer.arrive(mutations, at: now)
+                var decision = state.sequencer.arrive(mutations, at: now)
+                if decision == .proceed, let user = state.countedUser, let refusal = service.quotas.admitWrites(max(1, mutations.count), for: user) {
+                    state.sequencer.withdraw(mutations)
+                    decision = .refuse(refusal)
+                }
                 if decision == .proceed { state.queue.append(QueuedWrite(id: requestID, mutations: mutations, each: each)) }
                 return decision
             }
@@ -191,9 +209,12 @@ final class StreamSession: Sendable {
             return
         }
         let identity: RequestContext.Identity
+        let user: String?
         do throws(TandemError) {
             identity = try service.authenticate(token: token)
             try service.claim(clientID: clientID, for: identity)
+            if case .user(let authenticated) = identity { user = authenticated.uid } else { user = nil }
+            if let user { try service.quotas.open(for: user) }
         } catch {
             outbox.send(.error(id: nil, error))
             return
@@ -203,16 +224,16 @@ final class StreamSession: Sendable {
             state.clientID = clientID
             state.protocolVersion = protocolVersion
             state.identity = identity
+            state.countedUser = user
             if case .user(let user) = identity { state.expiresAt = user.expiresAt }
             return true
         }
         guard first else {
+            if let user { service.quotas.close(for: user) }
             outbox.send(.error(id: nil, TandemError(.failedPrecondition, "This connection already said hello; a connection keeps the client id it said hello with. Open a new connection to speak as another client.")))
             return
         }
         let seconds = Int(configuration.heartbeatInterval.components.seconds)
-        let user: String?
-        if case .user(let authenticated) = identity { user = authenticated.uid } else { user = nil }
         outbox.send(.welcome(protocolVersion: protocolVersion, serverVersion: TandemVersion.current, heartbeatSeconds: max(1, seconds), user: user))
     }
 
@@ -297,6 +318,12 @@ final class StreamSession: Sendable {
     /// Ends the session. The outbox closes first: a listener registered meanwhile either is
     /// removed here or finds it closed (see ``FanOutHub/register(_:target:outbox:limit:readGuard:restricted:)``).
     func close() {
+        if let user = state.withLock({ state -> String? in
+            defer { state.countedUser = nil }
+            return state.countedUser
+        }) {
+            service.quotas.close(for: user)
+        }
         wakeContinuation.finish()
         outbox.finish()
         service.hub.removeSession(id)

@@ -39,7 +39,7 @@ public struct SyncServer: Service {
         let clock = ServerClock(configuration.clock)
         let hub = FanOutHub(store: store, pacing: configuration.fanOutPacing, clock: clock, logger: configuration.logger, onListenerCountChange: configuration.onListenerCountChange)
         store.observeCommits { hub.receive($0) }
-        let service = SyncService(store: store, hub: hub, limits: configuration.limits, access: configuration.access)
+        let service = SyncService(store: store, hub: hub, limits: configuration.limits, access: configuration.access, now: clock.now)
         // HEAD is answered like GET without the body.
         let router = Router(context: BasicRequestContext.self, options: .autoGenerateHeadEndpoints)
         router.add(middleware: JSONErrorMiddleware())

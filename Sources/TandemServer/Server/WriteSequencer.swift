@@ -5,7 +5,8 @@ import TandemCore
 ///
 /// A client may send many writes without waiting for their answers, and the server applies each
 /// writer's writes in the order they were sent. When one is refused for a passing reason
-/// (`unavailable`: over the connection's rate or queue, or the database could not commit), the
+/// (over the connection's rate, `resource-exhausted` with `retryAfter`; over its queue or the
+/// database could not commit, `unavailable`), the
 /// writes its writer sent after it must not apply ahead of it: each later one of that writer is
 /// refused with `aborted` until the client sends the refused one again (a request whose sequences
 /// of that writer span the refused one lifts the block). Other writers on the same connection go
@@ -31,7 +32,7 @@ struct WriteSequencer: Sendable {
 
     let maximumPending: Int
     let writesPerSecond: Int
-    private var limiter: WriteRateLimiter
+    private var limiter: RateLimiter
     /// Requests queued and not answered yet.
     private(set) var pending = 0
     /// For each blocked writer, the first sequence of each of its requests refused for a passing
@@ -47,7 +48,7 @@ struct WriteSequencer: Sendable {
     init(limits: ServerLimits) {
         maximumPending = limits.maximumPendingWritesPerConnection
         writesPerSecond = limits.maximumWritesPerSecond
-        limiter = WriteRateLimiter(writesPerSecond: limits.maximumWritesPerSecond)
+        limiter = RateLimiter(perSecond: limits.maximumWritesPerSecond)
     }
 
     /// The write a writer's later writes wait for, if it is blocked.
@@ -75,10 +76,18 @@ struct WriteSequencer: Sendable {
         if !limiter.admit(max(1, mutations.count), at: now) {
             block(firsts)
             let wait = limiter.wait(for: max(1, mutations.count))
-            return .refuse(TandemError(.unavailable, "This connection sent more than \(writesPerSecond) writes a second; nothing was written. Wait \(wait.doubleSeconds) s, then send this write and every one after it again, in order."))
+            return .refuse(TandemError(.resourceExhausted, "This connection sent more than \(writesPerSecond) writes a second; nothing was written. Wait \(wait.wholeMilliseconds) ms (retryAfter), then send this write and every one after it again, in order.",
+                                       retryAfter: wait))
         }
         pending += 1
         return .proceed
+    }
+
+    /// A request that ``arrive(_:at:)`` admitted is refused after all, for a passing reason (its
+    /// user's rate): it is not queued, and its writers' later writes wait for it.
+    mutating func withdraw(_ mutations: [Mutation]) {
+        pending = max(0, pending - 1)
+        block(Self.lowestIDs(of: mutations))
     }
 
     /// A queued request's turn to commit comes: refused if a write its writer sent before it was

@@ -15,12 +15,16 @@ final class SyncService: Sendable {
     let streamSessions = Atomic<Int>(0)
     /// The user each client id was first said `hello` with, on a server with access control.
     private let clientOwners = Mutex<[String: String]>([:])
+    /// Connections and writes a second, per signed-in user.
+    let quotas: UserQuotas
 
-    init(store: any ServerStore, hub: FanOutHub, limits: ServerLimits, access: AccessControl? = nil) {
+    /// - Parameter now: the server's clock, for the per-user write rate.
+    init(store: any ServerStore, hub: FanOutHub, limits: ServerLimits, access: AccessControl? = nil, now: @escaping @Sendable () -> Duration) {
         self.store = store
         self.hub = hub
         self.limits = limits
         self.access = access
+        quotas = UserQuotas(limits: limits, now: now)
     }
 
     // MARK: Identity

@@ -1,6 +1,6 @@
-/// A token bucket over one connection's writes: `rate` tokens a second, holding at most one second's
-/// worth. Pure: the caller passes the time, as a point on its clock.
-struct WriteRateLimiter: Sendable {
+/// A token bucket: `rate` tokens a second (writes, or messages), holding at most one second's worth.
+/// Pure: the caller passes the time, as a point on its clock.
+struct RateLimiter: Sendable {
     let rate: Double
     /// The bucket's size in whole writes: the rate, kept as an `Int` (`Int(rate)` traps for a rate
     /// near `Int.max`, which a limit meant as "unlimited" is).
@@ -8,8 +8,8 @@ struct WriteRateLimiter: Sendable {
     private var tokens: Double
     private var last: Duration?
 
-    init(writesPerSecond: Int) {
-        capacity = max(1, writesPerSecond)
+    init(perSecond: Int) {
+        capacity = max(1, perSecond)
         rate = Double(capacity)
         tokens = rate
     }

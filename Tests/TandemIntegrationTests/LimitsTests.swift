@@ -1,0 +1,148 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import Synchronization
+import Testing
+import Tandem
+import TandemCore
+import TandemServer
+import TandemTesting
+
+/// The per-user and per-connection limits of `ServerLimits`: past each, a typed error, nothing
+/// written, other users unaffected.
+@Suite("Limits", .timeLimit(.minutes(1)))
+struct LimitsTests {
+    let now = AuthenticationTests.WallClock()
+
+    func server(_ configure: (inout SyncServerConfiguration) -> Void) async throws -> (LiveServer, BearerTokens) {
+        let tokens = try await BearerTokens(secret: AuthenticationTests.secret)
+        var configuration = SyncServerConfiguration()
+        let now = self.now
+        configuration.access = AccessControl(tokens: tokens, now: { now.withLock { $0 } })
+        configure(&configuration)
+        return (try await LiveServer.start(configuration: configuration), tokens)
+    }
+
+    func token(_ tokens: BearerTokens, _ uid: String) throws -> String {
+        try tokens.mint(subject: uid, now: now.withLock { $0 })
+    }
+
+    func hello(_ stream: RawStream, _ clientID: String, token: String?) async -> ServerMessage? {
+        stream.send(.hello(clientID: clientID, protocolVersion: TandemVersion.wireProtocol, token: token))
+        return await stream.next()
+    }
+
+    func notes(_ uid: String, _ range: Range<Int>, client: String) -> [Mutation] {
+        range.map { Mutation(path: documentPath("users/\(uid)/notes/\($0)"), kind: .set(["n": .int($0)]), id: MutationID(clientID: client, sequence: UInt64($0 + 1))) }
+    }
+
+    @Test("a connection past its write rate is answered resource-exhausted with retryAfter; TandemClient waits it out, sends again, and each write applies once")
+    func clientHonoursRetryAfter() async throws {
+        let (server, tokens) = try await server { $0.limits.maximumWritesPerSecond = 5 }
+        let running = RunningClient(server, id: "eager") { [now] in $0.token = try? tokens.mint(subject: "ada", now: now.withLock { $0 }) }
+        await running.client.waitUntilConnected()
+        // Ten writes at once, in two requests: the second is over the rate, waited out on the
+        // client's clock and sent again.
+        let answers = await running.client.commit(requests: [WriteRequest(notes("ada", 0..<5, client: "w")), WriteRequest(notes("ada", 5..<10, client: "w"))])
+        for answer in answers {
+            let acknowledgements = try answer.get()
+            #expect(acknowledgements.count == 5 && acknowledgements.allSatisfy { $0.status == .applied })
+        }
+        #expect(try await server.store.currentVersion() == 2)
+        #expect(try await server.store.document(at: documentPath("users/ada/notes/9"))?.data["n"] == 9)
+        await running.stop()
+        await server.stop()
+    }
+
+    @Test("a user past their write rate over HTTP gets 429 with Retry-After and retryAfter, nothing written; another user goes on")
+    func perUserWriteRate() async throws {
+        let (server, tokens) = try await server {
+            $0.limits.maximumWritesPerSecondPerUser = 3
+            // Time stands still on the server: nothing refills between requests.
+            $0.clock = ManualClock()
+        }
+        func commit(_ uid: String, _ ids: Range<Int>) async throws -> (HTTPURLResponse, JSONValue) {
+            var request = URLRequest(url: URL(string: "\(server.url.absoluteString)/v1/commit")!)
+            request.httpMethod = "POST"
+            request.setValue("Bearer \(try token(tokens, uid))", forHTTPHeaderField: "Authorization")
+            let writes = ids.map { #"{"op":"set","path":"users/\#(uid)/notes/\#($0)","data":{}}"# }.joined(separator: ",")
+            request.httpBody = Data(#"{"writes":[\#(writes)]}"#.utf8)
+            let (data, response) = try await URLSession.shared.data(for: request)
+            return (response as! HTTPURLResponse, (try? JSONText.parse(bytes: data)) ?? .null)
+        }
+        #expect(try await commit("ada", 0..<3).0.statusCode == 200)
+        let (refused, body) = try await commit("ada", 3..<4)
+        #expect(refused.statusCode == 429 && refused.value(forHTTPHeaderField: "Retry-After") == "1")
+        #expect(body[field: "error"]?[field: "code"] == "resource-exhausted" && body[field: "error"]?[field: "retryAfter"] == 334)
+        #expect(try await server.store.document(at: documentPath("users/ada/notes/3")) == nil)
+        #expect(try await commit("bob", 0..<3).0.statusCode == 200)
+        await server.stop()
+    }
+
+    @Test("a user's connections past the limit are refused at hello with resource-exhausted; another user's are welcome")
+    func connectionsPerUser() async throws {
+        let (server, tokens) = try await server { $0.limits.maximumConnectionsPerUser = 2 }
+        let streams = (0..<4).map { _ in RawStream(port: server.port) }
+        guard case .welcome? = await hello(streams[0], "a1", token: try token(tokens, "ada")),
+              case .welcome? = await hello(streams[1], "a2", token: try token(tokens, "ada")) else { Issue.record("expected welcome"); return }
+        guard case .error(nil, let refused)? = await hello(streams[2], "a3", token: try token(tokens, "ada")) else { Issue.record("expected the third refused"); return }
+        #expect(refused.code == .resourceExhausted && refused.message.contains("2 connections"))
+        guard case .welcome? = await hello(streams[3], "b1", token: try token(tokens, "bob")) else { Issue.record("expected bob welcome"); return }
+        for stream in streams { await stream.close() }
+        await server.stop()
+    }
+
+    @Test("a connection past its message rate is answered resource-exhausted with retryAfter for each message over it, which is not acted on")
+    func messageRate() async throws {
+        let (server, tokens) = try await server {
+            $0.limits.maximumMessagesPerSecond = 3
+            $0.clock = ManualClock()
+        }
+        let stream = RawStream(port: server.port)
+        guard case .welcome? = await hello(stream, "chatty", token: try token(tokens, "ada")) else { Issue.record("expected welcome"); return }
+        stream.send(.get(id: 1, path: documentPath("users/ada/notes/1")))
+        guard case .documents(1, _, _)? = await stream.next() else { Issue.record("expected the read"); return }
+        stream.send(.get(id: 2, path: documentPath("users/ada/notes/1")))
+        guard case .documents(2, _, _)? = await stream.next() else { Issue.record("expected the read"); return }
+        stream.send(.write(id: 3, mutations: notes("ada", 0..<1, client: "w")))
+        guard case .error(3, let refused)? = await stream.next() else { Issue.record("expected the write refused"); return }
+        // hello and two reads took the three: a third of a second brings the next.
+        #expect(refused.code == .resourceExhausted && refused.retryAfter == .milliseconds(334) && refused.message.contains("3 messages a second"))
+        #expect(try await server.store.currentVersion() == 0)
+        await stream.close()
+        await server.stop()
+    }
+
+    @Test("nesting past the configured depth is refused with invalid-argument over HTTP and the WebSocket, however deep, and nothing is written")
+    func nestingDepth() async throws {
+        let (server, tokens) = try await server { $0.limits.maximumJSONDepth = 8 }
+        let token = try token(tokens, "ada")
+        for depth in [9, 100_000] {
+            let nested = String(repeating: #"{"a":"#, count: depth) + "1" + String(repeating: "}", count: depth)
+            var request = URLRequest(url: URL(string: "\(server.url.absoluteString)/v1/documents/users/ada/notes/deep")!)
+            request.httpMethod = "PUT"
+            request.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization")
+            request.httpBody = Data(nested.utf8)
+            let (data, response) = try await URLSession.shared.data(for: request)
+            #expect((response as! HTTPURLResponse).statusCode == 400)
+            #expect((try JSONText.parse(bytes: data))[field: "error"]?[field: "message"]?.stringValue?.contains("deeper than 8") == true)
+        }
+        let stream = RawStream(port: server.port)
+        guard case .welcome? = await hello(stream, "deep", token: token) else { Issue.record("expected welcome"); return }
+        // The envelope counts: the message, its mutations and the mutation are three levels of the
+        // eight, so data nesting six objects makes nine.
+        let data = String(repeating: #"{"a":"#, count: 6) + "1" + String(repeating: "}", count: 6)
+        stream.send(#"{"type":"write","id":1,"mutations":[{"op":"set","path":"users/ada/notes/deep","data":\#(data),"id":{"client":"w","sequence":1}}]}"#)
+        guard case .error(nil, let refused)? = await stream.next() else { Issue.record("expected the message refused"); return }
+        #expect(refused.code == .invalidArgument && refused.message.contains("deeper than 8"))
+        // Within the depth, the same write goes.
+        let shallow = String(repeating: #"{"a":"#, count: 2) + "1" + String(repeating: "}", count: 2)
+        stream.send(#"{"type":"write","id":2,"mutations":[{"op":"set","path":"users/ada/notes/deep","data":\#(shallow),"id":{"client":"w","sequence":1}}]}"#)
+        let answer = await stream.next()
+        guard case .ack(2, _)? = answer else { Issue.record("expected the write, got \(String(describing: answer))"); return }
+        #expect(try await server.store.currentVersion() == 1)
+        await stream.close()
+        await server.stop()
+    }
+}
