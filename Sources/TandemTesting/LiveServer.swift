@@ -77,7 +77,8 @@ public final class LiveServer: Sendable {
             }
         }
         let bound = try await ready.value()
-        return LiveServer(url: URL(string: "http://127.0.0.1:\(bound)")!, port: bound, store: store, directory: directory, task: task, listeners: listeners)
+        let scheme = configuration.tls == nil ? "http" : "https"
+        return LiveServer(url: URL(string: "\(scheme)://127.0.0.1:\(bound)")!, port: bound, store: store, directory: directory, task: task, listeners: listeners)
     }
 
     /// How many listeners the server runs now, over every connection.

@@ -278,6 +278,22 @@ extension CLITests {
         #expect(await server.waitForExit() == 0)
     }
 
+    @Test("serve --tls-cert/--tls-key: listening on https; one flag alone or a bad file stops it at start with exit 2")
+    func tls() async throws {
+        try #require(CLIProcess.executable != nil, "tandem is not built; run `swift build --build-tests` first")
+        let certificates = try TestCertificates()
+        let directory = TemporaryDirectory()
+        var result = try await CLIProcess.run(["serve", "--port", "0", "--data-dir", directory.url.path, "--tls-cert", certificates.certificateFile])
+        #expect(result.status == 2 && result.err.contains("go together"), "\(result.err)")
+        result = try await CLIProcess.run(["serve", "--port", "0", "--data-dir", directory.url.path, "--tls-cert", certificates.keyFile, "--tls-key", certificates.keyFile])
+        #expect(result.status == 2 && result.err.contains(certificates.keyFile), "\(result.err)")
+        let server = try RunningProcess(["serve", "--port", "0", "--data-dir", directory.url.path, "--tls-cert", certificates.certificateFile, "--tls-key", certificates.keyFile])
+        let line = try #require(await server.nextLine(), "tandem serve printed nothing")
+        #expect(line.hasPrefix("listening on https://127.0.0.1:"))
+        server.signal(SIGINT)
+        #expect(await server.waitForExit() == 0)
+    }
+
     @Test("rules: `tandem rules check` reports a file's errors by line and column; `serve --rules` refuses a bad file and enforces a good one")
     func rules() async throws {
         try #require(CLIProcess.executable != nil, "tandem is not built; run `swift build --build-tests` first")

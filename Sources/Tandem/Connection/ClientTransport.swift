@@ -1,4 +1,5 @@
 import Logging
+import NIOSSL
 import Synchronization
 import WSClient
 
@@ -47,12 +48,14 @@ package final class IteratorBox<Iterator: AsyncIteratorProtocol>: @unchecked Sen
 struct WebSocketTransport: ClientTransport {
     let endpoint: String
     let maximumMessageBytes: Int
+    /// For `wss://`: how the server's certificate is checked.
+    let tls: TLSConfiguration?
     let logger: Logger
 
     func connect(_ session: @escaping @Sendable (TransportConnection) async -> Void) async throws {
         var configuration = WebSocketClientConfiguration(maxFrameSize: 1 << 20)
         configuration.closeTimeout = .seconds(2)
-        let client = WebSocketClient(url: endpoint, configuration: configuration, logger: logger) { [maximumMessageBytes] inbound, outbound, _ in
+        let client = WebSocketClient(url: endpoint, configuration: configuration, tlsConfiguration: tls, logger: logger) { [maximumMessageBytes] inbound, outbound, _ in
             let iterator = IteratorBox(inbound.messages(maxSize: maximumMessageBytes).makeAsyncIterator())
             let messages = AsyncThrowingStream<TransportMessage, any Error>(unfolding: {
                 guard let message = try await iterator.next() else { return nil }

@@ -120,7 +120,11 @@ public final class TandemClient: Service, Sendable {
         let base = components.path.hasSuffix("/") ? String(components.path.dropLast()) : components.path
         components.path = base + "/v1/stream"
         let endpoint = components.string ?? "ws://127.0.0.1:8080/v1/stream"
-        self.init(url: url, transport: WebSocketTransport(endpoint: endpoint, maximumMessageBytes: configuration.maximumMessageBytes, logger: configuration.logger),
+        let tls = components.scheme == "wss" ? configuration.tlsConfiguration ?? .makeClientConfiguration() : nil
+        if tls != nil, let host = components.host, host.contains(":") || host.allSatisfy({ $0.isNumber || $0 == "." }) {
+            configuration.logger.error("TLS checks the server by host name, and \(host) is an IP address: connections to \(url.absoluteString) will fail. Use the name its certificate holds.")
+        }
+        self.init(url: url, transport: WebSocketTransport(endpoint: endpoint, maximumMessageBytes: configuration.maximumMessageBytes, tls: tls, logger: configuration.logger),
                   configuration: configuration)
     }
 

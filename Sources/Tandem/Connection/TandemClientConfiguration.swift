@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import NIOSSL
 
 /// How a ``TandemClient`` connects and stays connected.
 public struct TandemClientConfiguration: Sendable {
@@ -28,6 +29,10 @@ public struct TandemClientConfiguration: Sendable {
     public var clock: any Clock<Duration> = ContinuousClock()
     /// Where the reconnect delays' jitter comes from; give a seeded generator to replay them.
     public var random: any RandomNumberGenerator & Sendable = SystemRandomNumberGenerator()
+    /// How an `https://` or `wss://` server is checked: set its `trustRoots` to trust a private
+    /// certificate authority (`.certificates(try NIOSSLCertificate.fromPEMFile(path))`). Nil uses
+    /// the system's trust roots. Plain `http://` and `ws://` ignore it.
+    public var tlsConfiguration: TLSConfiguration?
     /// The largest message accepted from the server. Default 256 MiB.
     public var maximumMessageBytes = 256 << 20
     public var logger = Logger(label: "tandem.client")

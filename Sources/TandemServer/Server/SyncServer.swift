@@ -1,5 +1,6 @@
 import Hummingbird
 import HummingbirdCore
+import HummingbirdTLS
 import HummingbirdWebSocket
 import Logging
 import NIOCore
@@ -66,13 +67,15 @@ public struct SyncServer: Service {
         let maximumFrame = configuration.limits.maximumRequestBytes + 1024
         let timeouts = HTTPConnectionGuardStateMachine.Timeouts(idle: configuration.idleTimeout, head: configuration.requestHeadTimeout, body: configuration.requestBodyTimeout)
         let webSocket = HTTP1WebSocketUpgradeChannel.Configuration(ws: .init(maxFrameSize: maximumFrame, autoPing: .disabled, closeTimeout: .seconds(5)))
-        let server = HTTPServerBuilder { responder in
+        let plain = HTTPServerBuilder { responder in
             GuardedHTTPChannel(
                 inner: HTTP1WebSocketUpgradeChannel(responder: responder, configuration: webSocket) { head, channel, _ in
                     head.path.map(HTTPConnectionGuard.isStreamPath) == true ? .upgrade([:], stream(channel)) : .dontUpgrade
                 },
                 timeouts: timeouts, clock: clock)
         }
+        // With TLS, the handshake comes first on each connection; everything above it is the same.
+        let server = try configuration.tls.map { try HTTPServerBuilder.tls(plain, tlsConfiguration: $0) } ?? plain
         let app = Application(
             router: router,
             server: server,

@@ -1,4 +1,6 @@
 import Logging
+import NIOSSL
+import TandemCore
 
 /// How a ``SyncServer`` listens and what it allows.
 public struct SyncServerConfiguration: Sendable {
@@ -35,6 +37,10 @@ public struct SyncServerConfiguration: Sendable {
     /// Bearer tokens and who may do what; nil runs the server open (anyone reaching the port reads
     /// and writes everything).
     public var access: AccessControl?
+    /// Serve HTTPS and WSS with this certificate and key instead of plain HTTP and WebSocket; see
+    /// ``tls(certificateFile:keyFile:)``. Nil (the default) serves plain text: put a TLS proxy in
+    /// front, or set this, before the server faces a network.
+    public var tls: TLSConfiguration?
     /// The server's logger.
     public var logger = Logger(label: "tandem.server")
     /// Called with the number of live listeners each time a listener comes or goes, in the order of
@@ -43,6 +49,27 @@ public struct SyncServerConfiguration: Sendable {
     public var onListenerCountChange: (@Sendable (Int) -> Void)?
 
     public init() {}
+
+    /// A TLS configuration from PEM files: the certificate chain (the server's certificate first)
+    /// and its private key. Throws `invalid-argument` naming the file and what is wrong with it.
+    public static func tls(certificateFile: String, keyFile: String) throws(TandemError) -> TLSConfiguration {
+        let chain: [NIOSSLCertificate]
+        do {
+            chain = try NIOSSLCertificate.fromPEMFile(certificateFile)
+        } catch {
+            throw TandemError.invalidArgument("Cannot read a PEM certificate chain from \(certificateFile): \(error). Give the server's certificate (then its intermediates) in PEM.")
+        }
+        guard !chain.isEmpty else {
+            throw TandemError.invalidArgument("\(certificateFile) holds no PEM certificate. Give the server's certificate (then its intermediates) in PEM.")
+        }
+        let key: NIOSSLPrivateKey
+        do {
+            key = try NIOSSLPrivateKey(file: keyFile, format: .pem)
+        } catch {
+            throw TandemError.invalidArgument("Cannot read a PEM private key from \(keyFile): \(error). Give the certificate's unencrypted private key in PEM.")
+        }
+        return TLSConfiguration.makeServerConfiguration(certificateChain: chain.map { .certificate($0) }, privateKey: .privateKey(key))
+    }
 }
 
 /// Pacing of the fan-out under sustained write load. Below `busyCommits` commits within one

@@ -30,6 +30,12 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(help: "A rules file (YAML or JSON) saying who may read and write which documents; `tandem rules check FILE` checks one. With --auth-secret and no rules file, each user reaches users/{uid} and below.")
     var rules: String?
 
+    @Option(name: .customLong("tls-cert"), help: "Serve HTTPS and WSS with this PEM certificate chain (the server's certificate first); needs --tls-key.")
+    var tlsCertificate: String?
+
+    @Option(name: .customLong("tls-key"), help: "The PEM private key of --tls-cert.")
+    var tlsKey: String?
+
     func run() async throws {
         var logger = Logger(label: "tandem.server")
         logger.logLevel = Logger.Level(rawValue: logLevel) ?? .warning
@@ -44,6 +50,21 @@ struct ServeCommand: AsyncParsableCommand {
         configuration.host = host
         configuration.port = port
         configuration.logger = logger
+        switch (tlsCertificate, tlsKey) {
+        case (let certificate?, let key?):
+            do {
+                configuration.tls = try SyncServerConfiguration.tls(certificateFile: certificate, keyFile: key)
+            } catch {
+                Console.error("error: \(error.code.rawValue): \(error.message)")
+                throw ExitCode(2)
+            }
+        case (nil, nil):
+            break
+        default:
+            Console.error("error: invalid-argument: --tls-cert and --tls-key go together: give both, or neither to serve plain HTTP.")
+            throw ExitCode(2)
+        }
+        let scheme = configuration.tls == nil ? "http" : "https"
         let secret = authSecret ?? ProcessInfo.processInfo.environment["TANDEM_AUTH_SECRET"].flatMap({ $0.isEmpty ? nil : $0 })
         do {
             let tokens = try await secret.asyncMap { try await BearerTokens(secret: $0) }
@@ -63,7 +84,7 @@ struct ServeCommand: AsyncParsableCommand {
         case (false, nil): note = "the server runs open; no access rules are enforced"
         }
         let server = SyncServer(store: store, configuration: configuration) { host, port in
-            Console.out("listening on http://\(host):\(port)")
+            Console.out("listening on \(scheme)://\(host):\(port)")
             Console.error("note: \(note)")
         }
         let group = ServiceGroup(services: [server], gracefulShutdownSignals: [.sigint, .sigterm], logger: logger)
