@@ -2,6 +2,7 @@ import Foundation
 import Logging
 import Synchronization
 import TandemCore
+import TandemTesting
 import NIOCore
 import NIOWebSocket
 import WSClient
@@ -9,11 +10,14 @@ import WSClient
 /// A bare WebSocket to `/v1/stream`, for sending the server exactly the bytes a test wants.
 final class RawStream: Sendable {
     private let inbox = Inbox()
+    /// Messages from the server that were not a valid server message (kept out of the inbox).
+    let malformed = Locked(0)
     private let outgoing: AsyncStream<WebSocketOutboundWriter.OutboundFrame>.Continuation
     private let task: Task<Void, any Error>
 
     init(port: Int) {
         let inbox = self.inbox
+        let malformed = self.malformed
         let (frames, outgoing) = AsyncStream.makeStream(of: WebSocketOutboundWriter.OutboundFrame.self)
         self.outgoing = outgoing
         var logger = Logger(label: "raw")
@@ -32,7 +36,11 @@ final class RawStream: Sendable {
                 do {
                     for try await message in inbound.messages(maxSize: 64 << 20) {
                         if case .text(let text) = message {
-                            inbox.put(try? ServerMessage(wire: try JSONText.parse(text)))
+                            if let parsed = try? ServerMessage(wire: try JSONText.parse(text)) {
+                                inbox.put(parsed)
+                            } else {
+                                malformed.withLock { $0 += 1 }
+                            }
                         }
                     }
                 } catch {}
