@@ -21,10 +21,15 @@ struct AuthenticationTests {
     let now = WallClock()
 
     func server() async throws -> (LiveServer, BearerTokens) {
-        let tokens = try await BearerTokens(secret: Self.secret)
+        try await Self.server(now: now)
+    }
+
+    /// A live server with the test secret and the default policy, on the wall clock `now`.
+    static func server(now: WallClock, _ configure: (inout SyncServerConfiguration) -> Void = { _ in }) async throws -> (LiveServer, BearerTokens) {
+        let tokens = try await BearerTokens(secret: secret)
         var configuration = SyncServerConfiguration()
-        let now = self.now
         configuration.access = AccessControl(tokens: tokens, now: { now.withLock { $0 } })
+        configure(&configuration)
         return (try await LiveServer.start(configuration: configuration), tokens)
     }
 

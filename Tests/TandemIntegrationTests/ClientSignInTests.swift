@@ -13,11 +13,15 @@ struct ClientSignInTests {
     let now = AuthenticationTests.WallClock()
 
     func server() async throws -> (LiveServer, BearerTokens) {
-        let tokens = try await BearerTokens(secret: AuthenticationTests.secret)
-        var configuration = SyncServerConfiguration()
-        let now = self.now
-        configuration.access = AccessControl(tokens: tokens, now: { now.withLock { $0 } })
-        return (try await LiveServer.start(configuration: configuration), tokens)
+        try await AuthenticationTests.server(now: now)
+    }
+
+    /// A client with `provider` and a collection engine on `users/ada/notes`, keyed `key`.
+    func signedIn(_ server: LiveServer, _ provider: Provider, key: String) -> (RunningClient, CollectionSyncEngine<Note>) {
+        let running = RunningClient(server, id: key) { $0.tokenProvider = provider.provide }
+        let notes = CollectionSyncEngine<Note>(remote: TandemRemoteCollectionService(client: running.client, collection: collectionPath("users/ada/notes")),
+                                               managerKey: key, persistence: nil)
+        return (running, notes)
     }
 
     /// Mints a 60-second token for whoever `user` names (nil: signed out), on the server's clock,
@@ -46,9 +50,7 @@ struct ClientSignInTests {
     func refreshOnExpiry() async throws {
         let (server, tokens) = try await server()
         let provider = Provider(tokens, now: now)
-        let running = RunningClient(server, id: "refreshing") { $0.tokenProvider = provider.provide }
-        let notes = CollectionSyncEngine<Note>(remote: TandemRemoteCollectionService(client: running.client, collection: collectionPath("users/ada/notes")),
-                                               managerKey: "refreshing", persistence: nil)
+        let (running, notes) = signedIn(server, provider, key: "refreshing")
         await notes.startListening()
         await server.waitForListeners(count: 1)
         #expect(running.client.authState == .signedIn(uid: "ada"))
@@ -83,9 +85,7 @@ struct ClientSignInTests {
     func signOutAndIn() async throws {
         let (server, tokens) = try await server()
         let provider = Provider(tokens, now: now)
-        let running = RunningClient(server, id: "switching") { $0.tokenProvider = provider.provide }
-        let notes = CollectionSyncEngine<Note>(remote: TandemRemoteCollectionService(client: running.client, collection: collectionPath("users/ada/notes")),
-                                               managerKey: "notes", persistence: nil)
+        let (running, notes) = signedIn(server, provider, key: "switching")
         let profile = DocumentSyncEngine<Note>(remote: TandemRemoteDocumentService(client: running.client, collection: collectionPath("users/ada/profile")),
                                                managerKey: "profile", persistence: nil)
         await notes.startListening()

@@ -16,12 +16,7 @@ struct LimitsTests {
     let now = AuthenticationTests.WallClock()
 
     func server(_ configure: (inout SyncServerConfiguration) -> Void) async throws -> (LiveServer, BearerTokens) {
-        let tokens = try await BearerTokens(secret: AuthenticationTests.secret)
-        var configuration = SyncServerConfiguration()
-        let now = self.now
-        configuration.access = AccessControl(tokens: tokens, now: { now.withLock { $0 } })
-        configure(&configuration)
-        return (try await LiveServer.start(configuration: configuration), tokens)
+        try await AuthenticationTests.server(now: now, configure)
     }
 
     func token(_ tokens: BearerTokens, _ uid: String) throws -> String {
