@@ -144,15 +144,23 @@ struct EngineDetailTests {
         let engine = CollectionSyncEngine<Product>(remote: remote, managerKey: "products", persistence: persistence, clock: ManualClock())
         // While each change is written (a snapshot, a local write, its acknowledgement), the lock
         // that readers take must be free.
-        let readable = Mutex<[Bool]>([])
+        let readable = Locked<[Bool]>([])
         persistence.whenApplying { _ in
-            let free = engine.core.state.withLockIfAvailable { _ in true } ?? false
+            // Another thread may hold the lock for an instant (a reader, the listener's task); the
+            // writer holding it across the disk write would keep it for the whole apply. So the
+            // lock counts as free when it is had within a bounded number of tries, made here,
+            // inside the apply.
+            var free = false
+            for _ in 0..<100_000 where !free {
+                free = engine.core.state.withLockIfAvailable { _ in true } ?? false
+            }
             readable.withLock { $0.append(free) }
         }
         await engine.startListening()
         try await engine.saveDocument(Product(id: "rug", name: "Rug", price: 1, stock: 1))
-        let seen = readable.withLock { $0 }
-        #expect(seen.count >= 3, "the snapshot, the write and its acknowledgement each wrote to disk")
+        // The acknowledgement's cache write may come after the save returns: await it.
+        #expect(await readable.wait { $0.count >= 3 }, "the snapshot, the write and its acknowledgement each wrote to disk")
+        let seen = readable.value
         #expect(seen.allSatisfy { $0 }, "\(seen)")
         engine.stopListening()
     }
