@@ -1,4 +1,3 @@
-import Foundation
 import Synchronization
 import TandemCore
 
@@ -25,12 +24,6 @@ public enum AuthState: Sendable, Hashable, CustomStringConvertible {
         case .signedIn(let uid): "signed in as \(uid)"
         }
     }
-}
-
-/// An auth state observer's handler, in a class box.
-final class AuthObserver: Sendable {
-    let call: @Sendable (AuthState) -> Void
-    init(_ call: @escaping @Sendable (AuthState) -> Void) { self.call = call }
 }
 
 /// The token provider, in a class box.
@@ -102,9 +95,7 @@ extension TandemClient {
     package static func subject(of token: String) -> String? {
         let parts = token.split(separator: ".", omittingEmptySubsequences: false)
         guard parts.count == 3 else { return nil }
-        var text = parts[1].replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
-        text += String(repeating: "=", count: (4 - text.count % 4) % 4)
-        guard let data = Data(base64Encoded: text), let payload = try? JSONText.parse(bytes: data) else { return nil }
+        guard let bytes = Base64URL.decode(parts[1]), let payload = try? JSONText.parse(bytes: bytes) else { return nil }
         return payload[field: "sub"]?.stringValue
     }
 

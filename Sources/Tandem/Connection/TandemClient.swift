@@ -416,10 +416,12 @@ final class ReplyCollector: Sendable {
     }
 }
 
-/// A boxed callback (a closure stored straight in a `Mutex` gains a thunk on every access).
-/// A connection observer's handler, in a class box (a closure kept directly in the state's
-/// `Mutex` would be re-wrapped in a thunk on every access).
-final class ConnectionObserver: Sendable {
-    let call: @Sendable (ConnectionEvent) -> Void
-    init(_ call: @escaping @Sendable (ConnectionEvent) -> Void) { self.call = call }
+/// An observer's handler, in a class box (a closure kept directly in the state's `Mutex` would be
+/// re-wrapped in a thunk on every access).
+final class Observer<Event: Sendable>: Sendable {
+    let call: @Sendable (Event) -> Void
+    init(_ call: @escaping @Sendable (Event) -> Void) { self.call = call }
 }
+
+typealias ConnectionObserver = Observer<ConnectionEvent>
+typealias AuthObserver = Observer<AuthState>

@@ -54,20 +54,20 @@ public struct BearerTokens: Sendable {
         guard parts.count == 3 else {
             throw Self.refusal("The token is malformed: a JSON Web Token has three parts separated by dots, this one has \(parts.count).")
         }
-        guard let headerBytes = Self.base64URLDecoded(parts[0]), let header = try? JSONText.parse(bytes: headerBytes).objectValue else {
+        guard let headerBytes = Base64URL.decode(parts[0]), let header = try? JSONText.parse(bytes: headerBytes).objectValue else {
             throw Self.refusal("The token is malformed: its header is not base64url-encoded JSON.")
         }
         guard header["alg"]?.stringValue == "HS256" else {
             throw Self.refusal("The token is signed with \(header["alg"]?.stringValue ?? "no algorithm"); this server accepts HS256 only.")
         }
-        guard let signature = Self.base64URLDecoded(parts[2]) else {
+        guard let signature = Base64URL.decode(parts[2]) else {
             throw Self.refusal("The token is malformed: its signature is not base64url.")
         }
         let signingInput = Array(token.utf8.prefix(parts[0].utf8.count + 1 + parts[1].utf8.count))
         guard (try? algorithm.verify(signature, signs: signingInput)) == true else {
             throw Self.refusal("The token's signature is not valid: it was not signed with this server's secret, or it was altered.")
         }
-        guard let payloadBytes = Self.base64URLDecoded(parts[1]), let claims = try? JSONText.parse(bytes: payloadBytes).objectValue else {
+        guard let payloadBytes = Base64URL.decode(parts[1]), let claims = try? JSONText.parse(bytes: payloadBytes).objectValue else {
             throw Self.refusal("The token is malformed: its payload is not base64url-encoded JSON.")
         }
         guard let uid = claims["sub"]?.stringValue, !uid.isEmpty else {
@@ -98,10 +98,10 @@ public struct BearerTokens: Sendable {
 
     /// A signed token carrying exactly `claims`.
     package func sign(_ claims: JSONObject) throws -> String {
-        let header = Self.base64URLEncoded(Array(#"{"alg":"HS256","typ":"JWT"}"#.utf8))
-        let body = Self.base64URLEncoded(Array(JSONText.encode(claims).utf8))
+        let header = Base64URL.encode(Array(#"{"alg":"HS256","typ":"JWT"}"#.utf8))
+        let body = Base64URL.encode(Array(JSONText.encode(claims).utf8))
         let signature = try algorithm.sign(Array("\(header).\(body)".utf8))
-        return "\(header).\(body).\(Self.base64URLEncoded(signature))"
+        return "\(header).\(body).\(Base64URL.encode(signature))"
     }
 
     /// An expired token's refusal has the reason ``TandemError/tokenExpired``, so a client knows a
@@ -116,16 +116,5 @@ public struct BearerTokens: Sendable {
             throw refusal("The token is malformed: its `\(name)` claim is not a number of seconds since 1970.")
         }
         return Date(timeIntervalSince1970: seconds)
-    }
-
-    package static func base64URLDecoded(_ text: Substring) -> [UInt8]? {
-        var base64 = text.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
-        guard !base64.contains("=") else { return nil }
-        base64 += String(repeating: "=", count: (4 - base64.count % 4) % 4)
-        return Data(base64Encoded: base64).map { Array($0) }
-    }
-
-    package static func base64URLEncoded(_ bytes: [UInt8]) -> String {
-        Data(bytes).base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_").replacingOccurrences(of: "=", with: "")
     }
 }

@@ -192,12 +192,11 @@ struct HTTPAPI: Sendable {
     }
 
     static func errorResponse(_ error: TandemError) -> Response {
-        guard let retryAfter = error.retryAfter else {
-            return json(.object(["error": error.wireValue]), status: status(for: error.code))
-        }
         // Over a rate: 429, with the wait in whole seconds too, as HTTP clients expect.
-        var response = json(.object(["error": error.wireValue]), status: .tooManyRequests)
-        response.headers[.retryAfter] = String(max(1, Int((retryAfter.doubleSeconds).rounded(.up))))
+        var response = json(.object(["error": error.wireValue]), status: error.retryAfter == nil ? status(for: error.code) : .tooManyRequests)
+        if let milliseconds = error.retryAfter?.wholeMilliseconds {
+            response.headers[.retryAfter] = String(max(1, milliseconds / 1000 + (milliseconds % 1000 == 0 ? 0 : 1)))
+        }
         return response
     }
 
