@@ -93,6 +93,12 @@ final class RawConnection: Sendable {
         }
     }
 
+    /// Bytes from the front of what came, once `ready` says how many make what it waits for (it
+    /// sees the bytes and whether the connection closed); everything left when it closes first.
+    func read(until ready: ([UInt8], Bool) -> Int?) async -> [UInt8] {
+        await take(ready)
+    }
+
     /// Everything the server sends until it closes the connection.
     func readUntilClosed() async throws -> String {
         String(decoding: await take { bytes, closed in closed ? bytes.count : nil }, as: UTF8.self)

@@ -5,10 +5,15 @@ import TandemCore
 /// The NIO shell of ``HTTPConnectionGuardStateMachine``: it sits right after the HTTP decoder,
 /// turns what passes through into the machine's events, and carries out its actions — a timer on
 /// the server's clock, a JSON error answer, a close, or stepping aside for a WebSocket upgrade.
+///
+/// It takes whatever flows past it, not only HTTP parts: when an upgrade is granted, the HTTP
+/// decoder is taken out before this guard is, and hands on the bytes it had read past the upgrade
+/// request (a client may send its first frame without waiting for the `101`). Those bytes, and
+/// anything else that is not an HTTP part, pass through untouched to the WebSocket behind it.
 final class HTTPConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler {
-    typealias InboundIn = HTTPServerRequestPart
-    typealias InboundOut = HTTPServerRequestPart
-    typealias OutboundIn = HTTPServerResponsePart
+    typealias InboundIn = Any
+    typealias InboundOut = Any
+    typealias OutboundIn = Any
     typealias OutboundOut = HTTPServerResponsePart
 
     private var machine: HTTPConnectionGuardStateMachine
@@ -33,9 +38,9 @@ final class HTTPConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler {
     /// A 101 was written: step aside once it is flushed.
     private var stepAsideAfterFlush = false
 
-    init(timeouts: HTTPConnectionGuardStateMachine.Timeouts, clock: ServerClock) {
+    init(timeouts: HTTPConnectionGuardStateMachine.Timeouts, maximumBodyBytes: Int = .max, clock: ServerClock) {
         self.clock = clock
-        machine = HTTPConnectionGuardStateMachine(timeouts: timeouts, now: clock.now())
+        machine = HTTPConnectionGuardStateMachine(timeouts: timeouts, maximumBodyBytes: maximumBodyBytes, now: clock.now())
     }
 
     func handlerAdded(context: ChannelHandlerContext) {
@@ -65,12 +70,20 @@ final class HTTPConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        let part = unwrapInboundIn(data)
+        guard let part = unwrapInboundIn(data) as? HTTPServerRequestPart else {
+            // Bytes past an upgrade request, handed on by the decoder as it leaves: the WebSocket's.
+            if !closing { context.fireChannelRead(data) }
+            return
+        }
+        // Once answered and closing, nothing more of the connection is served.
+        guard !closing else { return }
         switch part {
-        case .head:
+        case .head(let head):
             sawHeadThisRead = true
-            let action = machine.headArrived(now: clock.now())
-            context.fireChannelRead(data)
+            let summary = Self.summary(of: head)
+            let refusal = machine.refusal(of: summary, isStreamPath: Self.isStreamPath)
+            let action = machine.headArrived(now: clock.now(), closesConnection: summary.closesConnection, refusal: refusal)
+            if refusal == nil { context.fireChannelRead(data) }
             run(action, context: context)
         case .body:
             context.fireChannelRead(data)
@@ -88,7 +101,11 @@ final class HTTPConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
-        switch unwrapOutboundIn(data) {
+        guard let part = unwrapOutboundIn(data) as? HTTPServerResponsePart else {
+            context.write(data, promise: promise)
+            return
+        }
+        switch part {
         case .head(let head):
             let action = machine.responseHeadWritten(status: Int(head.status.code))
             context.write(data, promise: promise)
@@ -142,7 +159,7 @@ final class HTTPConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler {
             break
         case .wake(let deadline):
             arm(deadline, context: context)
-        case .refuse(let status, let error):
+        case .refuse(let status, let error, let extraHeaders):
             closing = true
             timer?.cancel()
             var body = context.channel.allocator.buffer(capacity: 128)
@@ -151,6 +168,7 @@ final class HTTPConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler {
             headers.add(name: "Content-Type", value: "application/json")
             headers.add(name: "Content-Length", value: String(body.readableBytes))
             headers.add(name: "Connection", value: "close")
+            for (name, value) in extraHeaders.sorted(by: { $0.key < $1.key }) { headers.add(name: name, value: value) }
             let head = HTTPResponseHead(version: .http1_1, status: HTTPResponseStatus(statusCode: status), headers: headers)
             context.write(wrapOutboundOut(.head(head)), promise: nil)
             context.write(wrapOutboundOut(.body(.byteBuffer(body))), promise: nil)
@@ -193,6 +211,19 @@ final class HTTPConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler {
             }
             eventLoop.execute(fire)
         })
+    }
+
+    /// What the state machine reads of a request head.
+    static func summary(of head: HTTPRequestHead) -> HTTPConnectionGuardStateMachine.Head {
+        let headers = head.headers
+        var summary = HTTPConnectionGuardStateMachine.Head(target: head.uri)
+        summary.upgrade = headers.first(name: "upgrade")
+        summary.webSocketVersion = headers.first(name: "sec-websocket-version")
+        summary.hasWebSocketKey = headers.contains(name: "sec-websocket-key")
+        summary.contentLength = headers.first(name: "content-length").flatMap { Int($0.trimmingWhitespace) }
+        summary.closesConnection = headers[canonicalForm: "connection"].contains { $0.lowercased() == "close" }
+            || (head.version.major == 1 && head.version.minor == 0 && !headers[canonicalForm: "connection"].contains { $0.lowercased() == "keep-alive" })
+        return summary
     }
 
     /// The status and error a parse failure is answered with.

@@ -10,6 +10,11 @@ import TandemCore
 /// - A request that is not valid HTTP/1.1 is answered with a status and the JSON error shape and
 ///   closed, since nothing after it can be read; if the response to an earlier request is still
 ///   being written, the answer follows it.
+/// - A request is refused from its head alone, before anything reads its body, when it declares a
+///   body over the request limit (413), asks to upgrade anywhere but the stream, or asks for a
+///   WebSocket version the server does not speak (426, naming the one it does). The connection
+///   closes after the answer; nothing after the refused head is served.
+/// - A request that says `Connection: close` is the connection's last: it closes once answered.
 /// - A WebSocket upgrade leaves HTTP once it is granted — when a `101 Switching Protocols` head is
 ///   written — and the guard steps aside (the stream has its own watchdog). An upgrade request that
 ///   is refused is an HTTP request like any other, its connection guarded as before: asking for an
@@ -26,8 +31,8 @@ struct HTTPConnectionGuardStateMachine: Sendable {
         case none
         /// (Re)arm the one timer for this point on the clock.
         case wake(at: Duration)
-        /// Answer with this status and error, then close.
-        case refuse(status: Int, TandemError)
+        /// Answer with this status, error and extra headers, then close.
+        case refuse(status: Int, TandemError, headers: [String: String] = [:])
         /// Close without an answer.
         case close
         /// Stop guarding this connection (it became a WebSocket).
@@ -45,14 +50,61 @@ struct HTTPConnectionGuardStateMachine: Sendable {
     struct Refusal: Sendable, Equatable {
         var status: Int
         var error: TandemError
+        var headers: [String: String] = [:]
+    }
+
+    /// What the machine reads of a request's head.
+    struct Head: Sendable, Equatable {
+        /// The request target, as sent.
+        var target: String
+        /// The `Upgrade` header, if any.
+        var upgrade: String?
+        /// The `Sec-WebSocket-Version` header, if any.
+        var webSocketVersion: String?
+        /// Whether a `Sec-WebSocket-Key` header came.
+        var hasWebSocketKey = false
+        /// The declared `Content-Length`, if any.
+        var contentLength: Int?
+        /// Whether the request says `Connection: close`.
+        var closesConnection = false
     }
 
     let timeouts: Timeouts
+    /// The largest body a request may declare.
+    let maximumBodyBytes: Int
     private var state: State
+    /// The request being read or answered said `Connection: close`.
+    private var closeWhenAnswered = false
 
-    init(timeouts: Timeouts, now: Duration) {
+    init(timeouts: Timeouts, maximumBodyBytes: Int = .max, now: Duration) {
         self.timeouts = timeouts
+        self.maximumBodyBytes = maximumBodyBytes
         state = .waiting(deadline: now + timeouts.idle)
+    }
+
+    /// The WebSocket version the server speaks.
+    static let webSocketVersion = "13"
+
+    /// Why a request must be refused from its head alone; nil when it may go on.
+    func refusal(of head: Head, isStreamPath: (String) -> Bool) -> Refusal? {
+        if let length = head.contentLength, length > maximumBodyBytes {
+            return Refusal(status: 413, error: TandemError(.resourceExhausted, "The request declares a body of \(length) bytes; at most \(maximumBodyBytes) are allowed. Nothing was read; the connection is closed. Send smaller batches."))
+        }
+        guard let upgrade = head.upgrade else { return nil }
+        guard upgrade.lowercased().contains("websocket") else {
+            return Refusal(status: 400, error: TandemError(.invalidArgument, "This server upgrades to websocket only, not to '\(upgrade)'; the connection is closed. Send HTTP requests without an Upgrade header."))
+        }
+        guard isStreamPath(head.target) else {
+            return Refusal(status: 400, error: TandemError(.invalidArgument, "Only /v1/stream upgrades to a WebSocket, not \(head.target.prefix(200)); the connection is closed. Send HTTP requests without an Upgrade header."))
+        }
+        guard let version = head.webSocketVersion, version.trimmingWhitespace == Self.webSocketVersion else {
+            return Refusal(status: 426, error: TandemError(.failedPrecondition, "This server speaks WebSocket version \(Self.webSocketVersion) (RFC 6455) only\(head.webSocketVersion.map { ", not \($0.prefix(20))" } ?? ""); the connection is closed. Upgrade with Sec-WebSocket-Version: \(Self.webSocketVersion)."),
+                           headers: ["Sec-WebSocket-Version": Self.webSocketVersion])
+        }
+        guard head.hasWebSocketKey else {
+            return Refusal(status: 400, error: TandemError(.invalidArgument, "A WebSocket upgrade needs a Sec-WebSocket-Key header; the connection is closed."))
+        }
+        return nil
     }
 
     /// The deadline to arm when the connection opens.
@@ -69,8 +121,22 @@ struct HTTPConnectionGuardStateMachine: Sendable {
         return .wake(at: deadline)
     }
 
-    /// A request head arrived.
-    mutating func headArrived(now: Duration) -> Action {
+    /// A request head arrived; `refusal` is what ``refusal(of:isStreamPath:)`` found wrong with it.
+    mutating func headArrived(now: Duration, closesConnection: Bool = false, refusal: Refusal? = nil) -> Action {
+        if let refusal {
+            switch state {
+            case .done:
+                return .none
+            case .responding:
+                // Behind a request still being answered: refused once that answer is written.
+                state = .responding(then: refusal)
+                return .none
+            case .waiting, .readingHead, .readingBody:
+                state = .done
+                return .refuse(status: refusal.status, refusal.error, headers: refusal.headers)
+            }
+        }
+        if closesConnection { closeWhenAnswered = true }
         switch state {
         case .waiting, .readingHead:
             let deadline = now + timeouts.body
@@ -85,7 +151,13 @@ struct HTTPConnectionGuardStateMachine: Sendable {
     /// The request's last part arrived.
     mutating func requestEnded(now: Duration) -> Action {
         guard case .readingBody(_, let answered) = state else { return .none }
-        if answered { return wait(now: now) }
+        if answered {
+            if closeWhenAnswered {
+                state = .done
+                return .close
+            }
+            return wait(now: now)
+        }
         state = .responding(then: nil)
         return .none
     }
@@ -104,7 +176,11 @@ struct HTTPConnectionGuardStateMachine: Sendable {
         case .responding(let refusal):
             if let refusal {
                 state = .done
-                return .refuse(status: refusal.status, refusal.error)
+                return .refuse(status: refusal.status, refusal.error, headers: refusal.headers)
+            }
+            if closeWhenAnswered {
+                state = .done
+                return .close
             }
             return wait(now: now)
         case .readingBody(let deadline, _):
@@ -154,5 +230,15 @@ struct HTTPConnectionGuardStateMachine: Sendable {
         let deadline = now + timeouts.idle
         state = .waiting(deadline: deadline)
         return .wake(at: deadline)
+    }
+}
+
+extension StringProtocol {
+    /// The string without leading and trailing spaces and tabs.
+    var trimmingWhitespace: Substring {
+        var text = Substring(self)
+        while let first = text.first, first == " " || first == "\t" { text.removeFirst() }
+        while let last = text.last, last == " " || last == "\t" { text.removeLast() }
+        return text
     }
 }

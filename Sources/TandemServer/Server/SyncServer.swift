@@ -53,7 +53,7 @@ public struct SyncServer: Service {
         let stream = { @Sendable (channel: any Channel) -> WebSocketDataHandler<HTTP1WebSocketUpgradeChannel.Context> in
             { inbound, outbound, _ in
                 let id = sessions.add(1, ordering: .relaxed).newValue
-                let session = StreamSession(id: id, service: service, configuration: configuration, clock: clock)
+                let session = StreamSession(id: id, service: service, configuration: configuration, clock: clock, watchdog: watchdog)
                 service.streamSessions.add(1, ordering: .relaxed)
                 await Self.serve(session, channel: channel, inbound: inbound, configuration: configuration, clock: clock, watchdog: watchdog)
                 service.streamSessions.subtract(1, ordering: .relaxed)
@@ -72,7 +72,7 @@ public struct SyncServer: Service {
                 inner: HTTP1WebSocketUpgradeChannel(responder: responder, configuration: webSocket) { head, channel, _ in
                     head.path.map(HTTPConnectionGuard.isStreamPath) == true ? .upgrade([:], stream(channel)) : .dontUpgrade
                 },
-                timeouts: timeouts, clock: clock)
+                timeouts: timeouts, maximumBodyBytes: configuration.limits.maximumRequestBytes, clock: clock)
         }
         // With TLS, the handshake comes first on each connection; everything above it is the same.
         let server = try configuration.tls.map { try HTTPServerBuilder.tls(plain, tlsConfiguration: $0) } ?? plain
