@@ -270,12 +270,13 @@ struct AuthorizationTests {
         // Bob may vote, but not read the poll: his answer carries no document.
         var (status, body) = try await call(server, "PATCH", "/v1/documents/polls/p1", body: #"{"votes":1}"#, token: bob)
         #expect(status == 200 && body[field: "document"] == nil && !"\(body)".contains("secret"), "\(body)")
+        #expect(body[field: "concealed"] == true && body[field: "deleted"] == nil, "applied, not read: never called a deletion: \(body)")
         let stream = RawStream(port: server.port)
         stream.send(.hello(clientID: "bob-phone", protocolVersion: TandemVersion.wireProtocol, token: bob))
         guard case .welcome? = await stream.next() else { Issue.record("expected welcome"); return }
         stream.send(.write(id: 1, mutations: [.update(path("polls/p1"), fields: ["votes": 2])]))
         guard case .ack(1, let acknowledgements)? = await stream.next() else { Issue.record("expected the ack"); return }
-        #expect(acknowledgements.first?.status == .applied && acknowledgements.first?.document == nil)
+        #expect(acknowledgements.first?.status == .applied && acknowledgements.first?.document == nil && acknowledgements.first?.isConcealed == true)
 
         // A failed precondition on a document he may not read is answered as a refusal, not with its version.
         (status, body) = try await call(server, "POST", "/v1/commit", body: #"{"writes":[{"op":"update","path":"polls/p1","fields":{"votes":3},"precondition":{"version":1}}]}"#, token: bob)
@@ -293,6 +294,82 @@ struct AuthorizationTests {
         _ = try await server.store.commit([.set(path("rooms/adas"), ["owner": "ada", "name": "Still private"]), .set(path("rooms/bobs"), ["owner": "bob", "n": 1])])
         guard case .batch(2, let next, _, _)? = await stream.next() else { Issue.record("expected the next batch"); return }
         #expect(next.changes.map(\.path.description) == ["rooms/bobs"], "\(next.changes)")
+        await stream.close()
+        await server.stop()
+    }
+
+    @Test("a refused write reads the same whatever the document's hidden state: there or not, any precondition, over HTTP and the WebSocket")
+    func refusalsRevealNothing() async throws {
+        let tokens = try await BearerTokens(secret: Self.secret)
+        var configuration = SyncServerConfiguration()
+        configuration.access = AccessControl(tokens: tokens, rules: try AccessRules(parsing: """
+        rules:
+          - match: rooms/{room}
+            read: resource.data.owner == auth.uid
+            create: request.data.owner == auth.uid
+            update: resource.data.owner == auth.uid
+            delete: resource.data.owner == auth.uid
+        """))
+        let server = try await LiveServer.start(configuration: configuration)
+        let bob = try tokens.mint(subject: "bob")
+        func refusal(_ method: String, _ query: String = "", body: String? = #"{"owner":"ada"}"#) async throws -> String {
+            let (status, answer) = try await call(server, method, "/v1/documents/rooms/r\(query)", body: body, token: bob)
+            #expect(status == 403, "\(method) \(query): \(answer)")
+            return answer[field: "error"]?[field: "message"]?.stringValue ?? "\(answer)"
+        }
+        // Missing: a create, a delete, and preconditions that fail or hold.
+        let missing = try await refusal("PUT")
+        #expect(try await refusal("PUT", "?exists=true") == missing)
+        #expect(try await refusal("PUT", "?version=7") == missing)
+        #expect(try await refusal("DELETE", body: nil) == missing)
+        #expect(try await refusal("PATCH", body: #"{"n":1}"#) == missing)
+        // Ada's: an update, a delete, and preconditions that fail on its existence and version.
+        _ = try await server.store.commit([.set(path("rooms/r"), ["owner": "ada"])])
+        #expect(try await refusal("PUT") == missing)
+        #expect(try await refusal("PUT", "?exists=false") == missing)
+        #expect(try await refusal("PUT", "?version=999") == missing)
+        #expect(try await refusal("PUT", "?version=1") == missing)
+        #expect(try await refusal("DELETE", body: nil) == missing)
+        #expect(try await refusal("PATCH", body: #"{"n":1}"#) == missing)
+        let stream = RawStream(port: server.port)
+        stream.send(.hello(clientID: "bob-phone", protocolVersion: TandemVersion.wireProtocol, token: bob))
+        guard case .welcome? = await stream.next() else { Issue.record("expected welcome"); return }
+        var set = Mutation.set(path("rooms/r"), ["owner": "ada"])
+        set.precondition = .version(Version(999))
+        stream.send(.write(id: 1, mutations: [set, .update(path("rooms/r"), fields: ["n": 1])]))
+        guard case .ack(1, let acknowledgements)? = await stream.next() else { Issue.record("expected the ack"); return }
+        #expect(acknowledgements.map(\.status) == [.refused, .refused])
+        #expect(acknowledgements.first?.error?.message == missing && !missing.contains("update") && !missing.contains("create"), "\(acknowledgements)")
+        await stream.close()
+        await server.stop()
+    }
+
+    @Test("a write after which its caller may not read the document is answered applied and concealed, never as a deletion")
+    func handOverIsNotADeletion() async throws {
+        let tokens = try await BearerTokens(secret: Self.secret)
+        var configuration = SyncServerConfiguration()
+        configuration.access = AccessControl(tokens: tokens, rules: try AccessRules(parsing: """
+        rules:
+          - match: rooms/{room}
+            read: resource.data.owner == auth.uid
+            write: auth != null
+        """))
+        let server = try await LiveServer.start(configuration: configuration)
+        let ada = try tokens.mint(subject: "ada")
+        var (status, body) = try await call(server, "PUT", "/v1/documents/rooms/r", body: #"{"owner":"ada"}"#, token: ada)
+        #expect(status == 200 && body[field: "data"]?[field: "owner"] == "ada", "\(body)")
+        // Ada gives her room to Bob: applied, and what it left is Bob's to read.
+        (status, body) = try await call(server, "PATCH", "/v1/documents/rooms/r", body: #"{"owner":"bob"}"#, token: ada)
+        #expect(status == 200 && body[field: "concealed"] == true && body[field: "deleted"] == nil && body[field: "version"]?.intValue != nil, "\(body)")
+        #expect(try await server.store.read(.document(path("rooms/r"))).documents.first?.data["owner"] == "bob")
+        let stream = RawStream(port: server.port)
+        stream.send(.hello(clientID: "ada-phone", protocolVersion: TandemVersion.wireProtocol, token: ada))
+        guard case .welcome? = await stream.next() else { Issue.record("expected welcome"); return }
+        stream.send(.write(id: 1, mutations: [.update(path("rooms/r"), fields: ["name": "Bob's now"]), .delete(path("rooms/r"))]))
+        guard case .ack(1, let acknowledgements)? = await stream.next() else { Issue.record("expected the ack"); return }
+        #expect(acknowledgements.map(\.status) == [.applied, .applied])
+        #expect(acknowledgements.map(\.isConcealed) == [true, false], "the hand-over is concealed; the deletion is a deletion: \(acknowledgements)")
+        #expect(acknowledgements.allSatisfy { $0.document == nil })
         await stream.close()
         await server.stop()
     }

@@ -72,6 +72,11 @@ extension JSONParser {
         return try parseString()
     }
 
+    mutating func readBool() throws(TandemError) -> Bool {
+        guard case .bool(let bool) = try parseValue() else { throw fail("expected true or false") }
+        return bool
+    }
+
     mutating func readInt() throws(TandemError) -> Int {
         guard case .int(let int) = try parseValue() else { throw fail("expected an integer") }
         return int

@@ -86,8 +86,11 @@ extension ServerMessage {
         // A server of protocol 1 sends no status: its acknowledgements are applications.
         var status = WriteStatus.applied
         var error: TandemError?
+        var concealed = false
         try parser.readObject { (parser, key) throws(TandemError) in
             switch key {
+            case "concealed":
+                concealed = try parser.readBool()
             case "status":
                 let text = try parser.readString()
                 guard let known = WriteStatus(rawValue: text) else { throw parser.fail("unknown acknowledgement status '\(text)'") }
@@ -101,6 +104,7 @@ extension ServerMessage {
         guard let version = fields.version, version >= 0 else { throw parser.fail("an acknowledgement needs a version") }
         var acknowledgement = WriteAcknowledgement(id: fields.mutationID, status: status, version: Version(UInt64(version)), document: fields.document, encodedData: fields.encodedData)
         acknowledgement.error = error
+        acknowledgement.isConcealed = concealed
         return acknowledgement
     }
 

@@ -123,7 +123,7 @@ extension RemoteChange {
 }
 
 extension WriteAcknowledgement {
-    /// `{"document": {…} | null, "error"?: {"code", "message"}, "mutationId"?, "status", "version"}`;
+    /// `{"concealed"?: true, "document": {…} | null, "error"?: {"code", "message"}, "mutationId"?, "status", "version"}`;
     /// a write made without an id carries none. A reader of protocol 1 (no `status`) takes `applied`.
     package var wireValue: JSONValue {
         var object: JSONObject = [
@@ -133,6 +133,7 @@ extension WriteAcknowledgement {
         ]
         if let id { object["mutationId"] = id.wireValue }
         if let error { object["error"] = error.wireValue }
+        if isConcealed { object["concealed"] = true }
         return .object(object)
     }
 
@@ -154,6 +155,7 @@ extension WriteAcknowledgement {
             document: object.has("document") ? try Document(wire: try object.value("document")) : nil,
             error: object.has("error") ? try TandemError(wire: try object.value("error")) : nil
         )
+        isConcealed = try object.optionalBool("concealed") ?? false
     }
 }
 

@@ -40,6 +40,13 @@ package struct WireObject: Sendable {
         has(key) ? try string(key) : nil
     }
 
+    package func optionalBool(_ key: String) throws(TandemError) -> Bool? {
+        guard has(key) else { return nil }
+        let value = try value(key)
+        guard case .bool(let bool) = value else { throw wrongType(key, "true or false", value) }
+        return bool
+    }
+
     package func int(_ key: String) throws(TandemError) -> Int {
         let value = try value(key)
         guard case .int(let int) = value else { throw wrongType(key, "an integer", value) }

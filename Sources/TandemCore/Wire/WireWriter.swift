@@ -96,7 +96,7 @@ package struct WireWriter {
     /// `{"document","error"?,"mutationId"?,"status","version"}`, the data copied from `encodedData`
     /// when it is known.
     package mutating func acknowledgement(_ acknowledgement: WriteAcknowledgement) {
-        raw(#"{"document":"#)
+        raw(acknowledgement.isConcealed ? #"{"concealed":true,"document":"# : #"{"document":"#)
         if let document = acknowledgement.document {
             if let data = acknowledgement.encodedData {
                 self.document(document, encodedData: data)

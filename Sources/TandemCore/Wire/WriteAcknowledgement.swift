@@ -25,8 +25,13 @@ public struct WriteAcknowledgement: Sendable, Hashable {
     /// The version of the commit that applied it (`applied`, `replayed`); for `refused` and
     /// `unknown`, the version the server had reached when it answered.
     public var version: Version
-    /// The document as committed; nil when the write deleted it, and for `refused` and `unknown`.
+    /// The document as committed; nil when the write deleted it, when it is concealed
+    /// (``isConcealed``), and for `refused` and `unknown`.
     public var document: Document?
+    /// The write applied, but its caller may not read the document it left (say, a write that gave
+    /// the document to another user): `document` is nil without meaning a deletion. A client drops
+    /// its cached copy, since it can no longer see it.
+    public var isConcealed = false
     /// Why the mutation was refused (`refused` only).
     public var error: TandemError?
     /// The document's data as compact JSON text, when whoever made this acknowledgement had it (the
@@ -60,6 +65,13 @@ public struct WriteAcknowledgement: Sendable, Hashable {
     /// Whether the mutation is in the server's state: applied now or before.
     public var isApplied: Bool { status == .applied || status == .replayed }
 
+    /// The same answer without its document, for a caller who may not read it.
+    public var concealed: WriteAcknowledgement {
+        var copy = WriteAcknowledgement(id: id, status: status, version: version, error: error)
+        copy.isConcealed = document != nil
+        return copy
+    }
+
     /// The same answer given again for a replay: `replayed` where it was `applied`.
     public var replayed: WriteAcknowledgement {
         var copy = self
@@ -69,7 +81,7 @@ public struct WriteAcknowledgement: Sendable, Hashable {
 
     public static func == (lhs: WriteAcknowledgement, rhs: WriteAcknowledgement) -> Bool {
         lhs.id == rhs.id && lhs.status == rhs.status && lhs.version == rhs.version && lhs.document == rhs.document
-            && lhs.error?.code == rhs.error?.code && lhs.error?.message == rhs.error?.message
+            && lhs.isConcealed == rhs.isConcealed && lhs.error?.code == rhs.error?.code && lhs.error?.message == rhs.error?.message
     }
 
     public func hash(into hasher: inout Hasher) {

@@ -115,14 +115,19 @@ public struct AccessControl: Sendable {
     // MARK: Writes
 
     /// Decides each write of a commit, inside it, against the document before and after.
+    ///
+    /// A refused write reads the same whatever the document's hidden state: it names no operation
+    /// (a create and an update would tell whether the document exists), and a write that failed on
+    /// the document's state (a precondition, an update of a missing document, its size) is
+    /// answered with that same refusal when the caller may not read the document.
     func writeAuthorizer(for identity: RequestContext.Identity) -> WriteAuthorizer {
         WriteAuthorizer { path, before, after in
             let operation: AccessRules.Operation = after == nil ? .delete : (before == nil ? .create : .update)
             let decision = rules.decide(operation, at: path, auth: identity.user, resource: RuleDocument(before), request: RuleDocument(after))
-            return decision.truth == .yes ? nil : refusal(operation, path.description, decision, identity)
+            return decision.truth == .yes ? nil : refusal("write", path.description, decision, identity)
         } conceal: { path, document in
             let decision = rules.decide(.get, at: path, auth: identity.user, resource: RuleDocument(document))
-            return decision.truth == .yes ? nil : refusal(.get, path.description, decision, identity)
+            return decision.truth == .yes ? nil : refusal("write", path.description, decision, identity)
         }
     }
 
@@ -134,6 +139,11 @@ public struct AccessControl: Sendable {
     // MARK: Refusals
 
     func refusal(_ operation: AccessRules.Operation, _ what: String, _ decision: AccessRules.Decision, _ identity: RequestContext.Identity) -> TandemError {
+        refusal(operation.description, what, decision, identity)
+    }
+
+    /// The refusal of `verb` (an operation, or `write` for any write) on `what`.
+    func refusal(_ operation: String, _ what: String, _ decision: AccessRules.Decision, _ identity: RequestContext.Identity) -> TandemError {
         let why = rules.describe(decision.rule)
         switch identity {
         case .anonymous:

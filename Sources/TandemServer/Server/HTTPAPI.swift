@@ -134,7 +134,12 @@ struct HTTPAPI: Sendable {
             throw TandemError(.internal, "The commit returned no acknowledgement.")
         }
         if let document = acknowledgement.document { return document.wireValue }
-        return .object(["path": .string(mutation.path.description), "version": .int(Int(clamping: acknowledgement.version.rawValue)), "deleted": true])
+        let version = JSONValue.int(Int(clamping: acknowledgement.version.rawValue))
+        if acknowledgement.isConcealed {
+            // Applied, but the caller may not read what it left: said so, never called a deletion.
+            return .object(["path": .string(mutation.path.description), "version": version, "concealed": true])
+        }
+        return .object(["path": .string(mutation.path.description), "version": version, "deleted": true])
     }
 
     private func handle(_ body: () async throws -> JSONValue) async throws -> Response {

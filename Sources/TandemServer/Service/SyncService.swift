@@ -146,8 +146,7 @@ final class SyncService: Sendable {
                 var changed = false
                 for (at, acknowledgement) in result.acknowledgements.enumerated() {
                     if let document = acknowledgement.document, !access.mayRead(document, by: context.identity) {
-                        result.acknowledgements[at] = WriteAcknowledgement(id: acknowledgement.id, status: acknowledgement.status,
-                                                                          version: acknowledgement.version, error: acknowledgement.error)
+                        result.acknowledgements[at] = acknowledgement.concealed
                         changed = true
                     }
                 }
