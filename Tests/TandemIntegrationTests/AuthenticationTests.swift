@@ -201,6 +201,36 @@ struct AuthenticationTests {
         await server.stop()
     }
 
+    @Test("a silent connection whose token expires is told at exp, on the server's clock, and its listeners stop there and then")
+    func expiryOfASilentConnection() async throws {
+        let clock = ManualClock()
+        let (server, tokens) = try await Self.server(now: now) { configuration in
+            configuration.clock = clock
+            // Silence would close it at 300 s: the expiry at 60 s comes first.
+            configuration.heartbeatInterval = .seconds(100)
+        }
+        let stream = RawStream(port: server.port)
+        stream.send(.hello(clientID: "c", protocolVersion: TandemVersion.wireProtocol, token: try token(tokens, "ada", lifetime: .seconds(60))))
+        guard case .welcome? = await stream.next() else { Issue.record("expected welcome"); return }
+        stream.send(.listen(id: 1, target: .collection(try CollectionPath("users/ada/notes"), Query()), resumeFrom: nil))
+        guard case .batch(1, _, _, _)? = await stream.next() else { Issue.record("expected the snapshot"); return }
+        await server.waitForListeners(count: 1)
+        // The watchdog sleeps until the expiry, the earliest deadline.
+        await clock.waitForSleepers { $0.contains(.init(offset: .seconds(60))) }
+        clock.advance(to: .init(offset: .seconds(59)))
+        clock.advance(to: .init(offset: .seconds(60)))
+        guard case .error(nil, let expired)? = await stream.next() else { Issue.record("expected the connection told its token expired"); return }
+        #expect(expired.code == .unauthenticated && expired.reason == TandemError.tokenExpired)
+        await server.waitForListeners(count: 0)
+        // Everything after is refused the same way.
+        now.withLock { $0 += 60 }
+        stream.send(.get(id: 2, path: try DocumentPath("users/ada/notes/1")))
+        guard case .error(2, let refused)? = await stream.next() else { Issue.record("expected the read refused"); return }
+        #expect(refused.reason == TandemError.tokenExpired)
+        await stream.close()
+        await server.stop()
+    }
+
     @Test("a connection whose token expires is refused everything after, saying so, and its listeners stop")
     func expiryOnAnOpenConnection() async throws {
         let (server, tokens) = try await server()

@@ -170,7 +170,7 @@ struct BadInputTests {
         await server.stop()
     }
 
-    @Test("the server answers a heartbeat, and closes a connection silent for three heartbeat intervals on its clock, not before")
+    @Test("the server answers a heartbeat, and closes a connection silent for three heartbeat intervals on its clock: at that very point, not before")
     func serverHeartbeats() async throws {
         let clock = ManualClock()
         var configuration = SyncServerConfiguration()
@@ -179,26 +179,23 @@ struct BadInputTests {
         let server = try await LiveServer.start(store: MemoryServerStore(clock: ManualClock()), configuration: configuration)
         let stream = RawStream(port: server.port)
         try #require(await stream.hello("quiet"), "expected welcome")
-        // The watchdog ticks every interval; each tick shows as its next sleep.
-        func tick(_ number: Int) async {
-            let next = ManualClock.Instant(offset: .seconds(10 * (number + 1)))
-            clock.advance(to: .init(offset: .seconds(10 * number)))
-            await clock.waitForSleepers { $0.contains(next) }
+        // The watchdog sleeps until the earliest deadline: the session's, 30 s after its hello.
+        func sleeps(until seconds: Int) async {
+            await clock.waitForSleepers { $0.contains(.init(offset: .seconds(seconds))) }
         }
-        await clock.waitForSleepers { $0.contains(.init(offset: .seconds(10))) }
-        await tick(1)
-        await tick(2)
-        // Heard at 0, ticked at 10 and 20: still open, and answering.
+        await sleeps(until: 30)
+        clock.advance(to: .init(offset: .seconds(20)))
         stream.send(.heartbeat)
         #expect(await stream.next(heartbeats: true) == .heartbeat)
-        // The heartbeat was heard at 20: silent for 30 s by the tick at 50, not before.
-        await tick(3)
-        await tick(4)
+        // Heard at 20: at 30 it is not due, and the watchdog sleeps until 50.
+        clock.advance(to: .init(offset: .seconds(30)))
+        await sleeps(until: 50)
+        clock.advance(to: .init(offset: .seconds(40)))
         stream.send(.get(id: 1, path: documentPath("a/b")))
         guard case .documents(1, _, _)? = await stream.next() else { Issue.record("expected the session open at 40 s"); return }
+        // Heard at 40: open at 50, due at exactly 70.
         clock.advance(to: .init(offset: .seconds(50)))
-        // Silent from 40 (the get) to 70: closed at the tick at 70.
-        await tick(6)
+        await sleeps(until: 70)
         clock.advance(to: .init(offset: .seconds(70)))
         #expect(await stream.next(heartbeats: true) == nil)
         await stream.close()

@@ -12,6 +12,8 @@ final class StreamSession: Sendable {
     let service: SyncService
     let configuration: SyncServerConfiguration
     let clock: ServerClock
+    /// Tells the session when its token expires, on the server's clock; nil in process.
+    let watchdog: SessionWatchdog?
 
     private struct State {
         var clientID: String?
@@ -71,8 +73,9 @@ final class StreamSession: Sendable {
     /// The most write requests committed together in one call to the store.
     static let writesPerCommit = 64
 
-    init(id: Int, service: SyncService, configuration: SyncServerConfiguration, clock: ServerClock) {
+    init(id: Int, service: SyncService, configuration: SyncServerConfiguration, clock: ServerClock, watchdog: SessionWatchdog? = nil) {
         self.id = id
+        self.watchdog = watchdog
         self.service = service
         self.configuration = configuration
         self.clock = clock
@@ -131,8 +134,7 @@ final class StreamSession: Sendable {
         }
         if let expiresAt, let access = service.access, access.now() >= expiresAt {
             service.hub.removeSession(id)
-            outbox.send(.error(id: message.requestID, TandemError(.unauthenticated, "The token this connection said hello with expired at \(ServerTime(expiresAt).iso8601); reconnect with a fresh one.",
-                                                                   reason: TandemError.tokenExpired)))
+            outbox.send(.error(id: message.requestID, Self.expired(at: expiresAt)))
             return
         }
         switch message {
@@ -233,6 +235,12 @@ final class StreamSession: Sendable {
             outbox.send(.error(id: nil, TandemError(.failedPrecondition, "This connection already said hello; a connection keeps the client id it said hello with. Open a new connection to speak as another client.")))
             return
         }
+        if case .user(let user) = identity, let expiresAt = user.expiresAt, let access = service.access, let watchdog {
+            // A deadline on the server's clock: at `exp` the listeners stop and the client is told,
+            // whether or not it says anything meanwhile.
+            let remaining = Duration.seconds(expiresAt.timeIntervalSince(access.now()))
+            watchdog.expire(id, at: clock.now() + remaining) { [weak self] in self?.expire(at: expiresAt) }
+        }
         let seconds = Int(configuration.heartbeatInterval.components.seconds)
         outbox.send(.welcome(protocolVersion: protocolVersion, serverVersion: TandemVersion.current, heartbeatSeconds: max(1, seconds), user: user))
     }
@@ -313,6 +321,19 @@ final class StreamSession: Sendable {
                 }
             }
         }
+    }
+
+    /// The refusal of everything a connection asks once its token expired at `date`.
+    static func expired(at date: Date) -> TandemError {
+        TandemError(.unauthenticated, "The token this connection said hello with expired at \(ServerTime(date).iso8601); reconnect with a fresh one.",
+                    reason: TandemError.tokenExpired)
+    }
+
+    /// The token expired: the listeners stop and the client is told (an error answering nothing),
+    /// which it answers by reconnecting with a fresh token. Later requests are refused alike.
+    func expire(at date: Date) {
+        service.hub.removeSession(id)
+        outbox.send(.error(id: nil, Self.expired(at: date)))
     }
 
     /// Ends the session. The outbox closes first: a listener registered meanwhile either is
