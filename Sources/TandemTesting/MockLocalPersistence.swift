@@ -16,11 +16,12 @@ public final class MockLocalDocumentPersistence: LocalDocumentPersistence {
 
     /// Starts holding `document` as the confirmed state of `collectionPath/id`. The collection path
     /// must be the engine's remote's: a document cached under another path is not the one it reads.
-    /// Throws when the path or the document is not valid.
-    public init<T: SyncModel>(document: T, collectionPath: String, clientID: String = "mock-client") throws {
+    /// Throws when the path or the document is not valid. `clientID` is the outbox's writer id; by
+    /// default each mock gets one of its own.
+    public init<T: SyncModel>(document: T, collectionPath: String, clientID: String? = nil) throws {
         let path = try CollectionPath(collectionPath).document(document.id)
         let data = try JSONValueEncoder().encodeObject(document)
-        state = Mutex(LocalDocumentState(documentID: document.id, base: Document(path: path, data: data), outbox: Outbox(clientID: clientID)))
+        state = Mutex(LocalDocumentState(documentID: document.id, base: Document(path: path, data: data), outbox: Outbox(clientID: clientID ?? Self.newWriterID())))
     }
 
     /// Starts empty.
@@ -36,6 +37,12 @@ public final class MockLocalDocumentPersistence: LocalDocumentPersistence {
     }
 
     public func clear() throws { state.withLock { $0 = nil } }
+
+    /// A writer id of its own for each mock seeded with documents: two mocks on one server never
+    /// share one, so neither's writes are taken for the other's.
+    static func newWriterID() -> String {
+        "mock-\(UUID().uuidString.lowercased())"
+    }
 }
 
 /// An in-memory ``LocalCollectionPersistence`` for previews and tests.
@@ -51,13 +58,14 @@ public final class MockLocalCollectionPersistence: LocalCollectionPersistence {
 
     /// Starts holding `collection` as confirmed documents under `collectionPath` (nothing saved when
     /// empty). The collection path must be the engine's remote's: documents cached under another
-    /// path are not the ones it reads. Throws when a path or a model is not valid.
-    public init<T: SyncModel>(collection: [T], collectionPath: String, clientID: String = "mock-client") throws {
+    /// path are not the ones it reads. Throws when a path or a model is not valid. `clientID` is the
+    /// outbox's writer id; by default each mock gets one of its own.
+    public init<T: SyncModel>(collection: [T], collectionPath: String, clientID: String? = nil) throws {
         let collectionPath = try CollectionPath(collectionPath)
         let documents = try collection.map { model in
             Document(path: try collectionPath.document(model.id), data: try JSONValueEncoder().encodeObject(model))
         }
-        state = Mutex(collection.isEmpty ? nil : LocalCollectionState(documents: documents, outbox: Outbox(clientID: clientID)))
+        state = Mutex(collection.isEmpty ? nil : LocalCollectionState(documents: documents, outbox: Outbox(clientID: clientID ?? MockLocalDocumentPersistence.newWriterID())))
     }
 
     /// Starts empty.
