@@ -178,26 +178,37 @@ struct AuthenticationTests {
         await server.stop()
     }
 
-    @Test("a client id stays with the user who first said hello with it")
-    func clientIDBinding() async throws {
+    @Test("a client id is a device, not an identity: two users may say it, and neither may write under the other's writer ids")
+    func clientIDIsADevice() async throws {
         let (server, tokens) = try await server()
-        let first = RawStream(port: server.port)
-        first.send(.hello(clientID: "shared-id", protocolVersion: TandemVersion.wireProtocol, token: try token(tokens, "ada")))
-        guard case .welcome? = await first.next() else { Issue.record("expected welcome"); return }
-        let second = RawStream(port: server.port)
-        second.send(.hello(clientID: "shared-id", protocolVersion: TandemVersion.wireProtocol, token: try token(tokens, "bob")))
-        guard case .error(nil, let denied)? = await second.next() else { Issue.record("expected the hello refused"); return }
-        #expect(denied.code == .permissionDenied && denied.message.contains("another user"))
-        second.send(.hello(clientID: "shared-id", protocolVersion: TandemVersion.wireProtocol, token: nil))
-        guard case .error(nil, let anonymous)? = await second.next() else { Issue.record("expected the anonymous hello refused"); return }
-        #expect(anonymous.code == .permissionDenied)
-        // The same user again, on another connection, is welcome.
-        let again = RawStream(port: server.port)
-        again.send(.hello(clientID: "shared-id", protocolVersion: TandemVersion.wireProtocol, token: try token(tokens, "ada")))
-        guard case .welcome? = await again.next() else { Issue.record("expected welcome"); return }
-        await first.close()
-        await second.close()
-        await again.close()
+        let ada = RawStream(port: server.port)
+        ada.send(.hello(clientID: "shared-id", protocolVersion: TandemVersion.wireProtocol, token: try token(tokens, "ada")))
+        guard case .welcome? = await ada.next() else { Issue.record("expected welcome"); return }
+        let bob = RawStream(port: server.port)
+        bob.send(.hello(clientID: "shared-id", protocolVersion: TandemVersion.wireProtocol, token: try token(tokens, "bob")))
+        guard case .welcome? = await bob.next() else { Issue.record("expected bob welcome on the same device id"); return }
+        // Ada writes under her writer id; Bob, on the same device id, may not use it.
+        let writer = MutationID(clientID: "shared-id/notes", sequence: 1)
+        ada.send(.write(id: 1, mutations: [Mutation.set(try DocumentPath("users/ada/notes/1"), ["text": "ada"]).identified(by: writer)]))
+        guard case .ack(1, let adas)? = await ada.next() else { Issue.record("expected ada's ack"); return }
+        #expect(adas.map(\.status) == [.applied])
+        bob.send(.write(id: 1, mutations: [Mutation.set(try DocumentPath("users/bob/notes/1"), ["text": "bob"]).identified(by: MutationID(clientID: "shared-id/notes", sequence: 2))]))
+        guard case .error(1, let denied)? = await bob.next() else { Issue.record("expected bob refused the writer id"); return }
+        #expect(denied.code == .permissionDenied)
+        // Ada on another device keeps writing under her writer id (a device that lost its id keeps its queue).
+        let adaElsewhere = RawStream(port: server.port)
+        adaElsewhere.send(.hello(clientID: "new-install", protocolVersion: TandemVersion.wireProtocol, token: try token(tokens, "ada")))
+        guard case .welcome? = await adaElsewhere.next() else { Issue.record("expected welcome"); return }
+        adaElsewhere.send(.write(id: 1, mutations: [Mutation.set(try DocumentPath("users/ada/notes/2"), ["text": "again"]).identified(by: MutationID(clientID: "shared-id/notes", sequence: 3))]))
+        guard case .ack(1, let again)? = await adaElsewhere.next() else { Issue.record("expected ada's second ack"); return }
+        #expect(again.map(\.status) == [.applied])
+        // Anonymous on the same device id is another principal too.
+        let anonymous = RawStream(port: server.port)
+        #expect(await anonymous.hello("shared-id"))
+        await ada.close()
+        await bob.close()
+        await adaElsewhere.close()
+        await anonymous.close()
         await server.stop()
     }
 

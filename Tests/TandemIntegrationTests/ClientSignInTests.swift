@@ -121,17 +121,4 @@ struct ClientSignInTests {
         await running.stop()
         await server.stop()
     }
-
-    @Test("each user on a device says hello with a client id of their own, so a server that binds ids to users welcomes them all")
-    func clientIDPerUser() async throws {
-        let tokens = try await BearerTokens(secret: AuthenticationTests.secret)
-        let ada = try tokens.mint(subject: "ada", now: Date())
-        let bob = try tokens.mint(subject: "bob", now: Date())
-        let forAda = TandemClient.helloClientID("device", token: ada)
-        #expect(forAda.hasPrefix("device.") && forAda == TandemClient.helloClientID("device", token: ada))
-        #expect(forAda != TandemClient.helloClientID("device", token: bob))
-        #expect(TandemClient.helloClientID("device", token: nil) == "device")
-        #expect(TandemClient.helloClientID("device", token: "not-a-token") == "device")
-        #expect(TandemClient.subject(of: ada) == "ada")
-    }
 }

@@ -72,31 +72,13 @@ extension TandemClient {
     }
 
     /// The hello for the next attempt, with a token from the provider; records `signedOut` when
-    /// there is none.
+    /// there is none. The client id is the device's whoever signs in: the server makes the
+    /// principal from the two (the token's user, and this device).
     func helloForNextAttempt() async throws -> String {
         guard let tokenSource else { return ClientMessage.hello(clientID: clientID, protocolVersion: TandemVersion.wireProtocol, token: nil).text }
         let token = try await tokenSource.token()
         if token == nil { setAuthState(.signedOut) }
-        return ClientMessage.hello(clientID: Self.helloClientID(clientID, token: token), protocolVersion: TandemVersion.wireProtocol, token: token).text
-    }
-
-    /// The client id a hello with `token` says: a server binds a client id to the first user who
-    /// says hello with it, so each user (and signed out, no one) has one of their own on this
-    /// device: `clientID.<digest of the token's subject>`. The token is read, not verified: that
-    /// is the server's work.
-    package static func helloClientID(_ clientID: String, token: String?) -> String {
-        guard let token, let subject = subject(of: token) else { return clientID }
-        var digest = StableDigest()
-        digest.string(subject)
-        return "\(clientID).\(String(digest.value, radix: 16))"
-    }
-
-    /// The `sub` claim of a JSON Web Token, unverified; nil when it has none or is malformed.
-    package static func subject(of token: String) -> String? {
-        let parts = token.split(separator: ".", omittingEmptySubsequences: false)
-        guard parts.count == 3 else { return nil }
-        guard let bytes = Base64URL.decode(parts[1]), let payload = try? JSONText.parse(bytes: bytes) else { return nil }
-        return payload[field: "sub"]?.stringValue
+        return ClientMessage.hello(clientID: clientID, protocolVersion: TandemVersion.wireProtocol, token: token).text
     }
 
     /// Records the auth state and tells its observers when it changed.

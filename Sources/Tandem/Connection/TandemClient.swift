@@ -134,7 +134,7 @@ public final class TandemClient: Service, Sendable {
         self.url = url
         self.transport = transport
         self.configuration = configuration
-        clientID = configuration.clientID ?? ClientIdentity.load(from: configuration.storageDirectory)
+        clientID = configuration.clientID ?? ClientIdentity.load(from: configuration.storageDirectory, logger: configuration.logger)
         streamURL = transport.endpoint
         if let provider = configuration.tokenProvider {
             tokenSource = TokenSource(provider)

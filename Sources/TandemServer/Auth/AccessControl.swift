@@ -32,7 +32,7 @@ public struct AccessControl: Sendable {
 
     /// The identity a bearer token proves; anonymous without one. A token that is malformed,
     /// badly signed, expired or not yet valid is refused with `unauthenticated`.
-    func authenticate(_ token: String?) throws(TandemError) -> RequestContext.Identity {
+    func authenticate(_ token: String?) throws(TandemError) -> Principal.Identity {
         guard let token else { return .anonymous }
         guard let tokens else {
             throw TandemError(.unauthenticated, "This server was started without an auth secret, so it verifies no tokens; connect without one.")
@@ -41,7 +41,7 @@ public struct AccessControl: Sendable {
     }
 
     /// The identity of an HTTP `Authorization` header's value.
-    func authenticate(authorization: String?) throws(TandemError) -> RequestContext.Identity {
+    func authenticate(authorization: String?) throws(TandemError) -> Principal.Identity {
         guard let authorization else { return .anonymous }
         let parts = authorization.split(separator: " ", maxSplits: 1)
         guard parts.count == 2, parts[0].lowercased() == "bearer" else {
@@ -55,7 +55,7 @@ public struct AccessControl: Sendable {
     /// Decides a read of the document at `path` before it is read: nil when it is allowed
     /// whatever the document holds, a guard to check the document with when that depends on it.
     /// Throws the refusal when it is denied whatever the document holds.
-    func readGuard(for path: DocumentPath, by identity: RequestContext.Identity) throws(TandemError) -> ReadGuard? {
+    func readGuard(for path: DocumentPath, by identity: Principal.Identity) throws(TandemError) -> ReadGuard? {
         let decision = rules.decide(.get, at: path, auth: identity.user, resource: .unknown)
         switch decision.truth {
         case .yes:
@@ -70,21 +70,21 @@ public struct AccessControl: Sendable {
     /// Checks what a listener or change feed of `target` may be sent: a document target as
     /// ``readGuard(for:by:)`` does (returning its guard, if it needs one), any other by
     /// ``checkList(_:by:)``.
-    func checkRead(_ target: ListenTarget, by identity: RequestContext.Identity) throws(TandemError) -> ReadGuard? {
+    func checkRead(_ target: ListenTarget, by identity: Principal.Identity) throws(TandemError) -> ReadGuard? {
         if case .document(let path) = target { return try readGuard(for: path, by: identity) }
         try checkList(target, by: identity)
         return nil
     }
 
     /// Checks a read of one document, as it is (nil: there is none).
-    func checkRead(_ document: Document?, at path: DocumentPath, by identity: RequestContext.Identity) throws(TandemError) {
+    func checkRead(_ document: Document?, at path: DocumentPath, by identity: Principal.Identity) throws(TandemError) {
         let decision = rules.decide(.get, at: path, auth: identity.user, resource: RuleDocument(document))
         if decision.truth != .yes { throw refusal(.get, path.description, decision, identity) }
     }
 
     /// Checks a query or listener over a collection or a collection group, by what its filters
     /// prove: refused whole if it could return a document the caller may not read.
-    func checkList(_ target: ListenTarget, by identity: RequestContext.Identity) throws(TandemError) {
+    func checkList(_ target: ListenTarget, by identity: Principal.Identity) throws(TandemError) {
         let decision = rules.decideList(target, auth: identity.user)
         guard decision.truth != .yes else { return }
         let scope: String
@@ -101,7 +101,7 @@ public struct AccessControl: Sendable {
     }
 
     /// The change feed of every document: operators only.
-    func checkWholeChangeFeed(by identity: RequestContext.Identity) throws(TandemError) {
+    func checkWholeChangeFeed(by identity: Principal.Identity) throws(TandemError) {
         guard case .user(let user) = identity, user.claims["admin"] == .bool(true) else {
             switch identity {
             case .anonymous:
@@ -120,7 +120,7 @@ public struct AccessControl: Sendable {
     /// (a create and an update would tell whether the document exists), and a write that failed on
     /// the document's state (a precondition, an update of a missing document, its size) is
     /// answered with that same refusal when the caller may not read the document.
-    func writeAuthorizer(for identity: RequestContext.Identity) -> WriteAuthorizer {
+    func writeAuthorizer(for identity: Principal.Identity) -> WriteAuthorizer {
         WriteAuthorizer { path, before, after in
             let operation: AccessRules.Operation = after == nil ? .delete : (before == nil ? .create : .update)
             let decision = rules.decide(operation, at: path, auth: identity.user, resource: RuleDocument(before), request: RuleDocument(after))
@@ -132,18 +132,18 @@ public struct AccessControl: Sendable {
     }
 
     /// Whether the caller may read `document` as it is.
-    func mayRead(_ document: Document, by identity: RequestContext.Identity) -> Bool {
+    func mayRead(_ document: Document, by identity: Principal.Identity) -> Bool {
         rules.decide(.get, at: document.path, auth: identity.user, resource: RuleDocument(document)).truth == .yes
     }
 
     // MARK: Refusals
 
-    func refusal(_ operation: AccessRules.Operation, _ what: String, _ decision: AccessRules.Decision, _ identity: RequestContext.Identity) -> TandemError {
+    func refusal(_ operation: AccessRules.Operation, _ what: String, _ decision: AccessRules.Decision, _ identity: Principal.Identity) -> TandemError {
         refusal(operation.description, what, decision, identity)
     }
 
     /// The refusal of `verb` (an operation, or `write` for any write) on `what`.
-    func refusal(_ operation: String, _ what: String, _ decision: AccessRules.Decision, _ identity: RequestContext.Identity) -> TandemError {
+    func refusal(_ operation: String, _ what: String, _ decision: AccessRules.Decision, _ identity: Principal.Identity) -> TandemError {
         let why = rules.describe(decision.rule)
         switch identity {
         case .anonymous:
@@ -160,9 +160,9 @@ public struct AccessControl: Sendable {
 final class ReadGuard: Sendable {
     let access: AccessControl
     let path: DocumentPath
-    let identity: RequestContext.Identity
+    let identity: Principal.Identity
 
-    init(access: AccessControl, path: DocumentPath, identity: RequestContext.Identity) {
+    init(access: AccessControl, path: DocumentPath, identity: Principal.Identity) {
         self.access = access
         self.path = path
         self.identity = identity
@@ -187,7 +187,7 @@ final class ReadGuard: Sendable {
     }
 }
 
-extension RequestContext.Identity {
+extension Principal.Identity {
     /// The signed-in user; nil when anonymous.
     var user: AuthenticatedUser? {
         if case .user(let user) = self { return user }

@@ -12,8 +12,8 @@ struct HTTPAPI: Sendable {
 
     /// Who sends `request`, from its bearer token. HTTP requests stand alone: no connection's
     /// client id binds their mutation ids.
-    private func caller(_ request: Request) throws(TandemError) -> RequestContext {
-        RequestContext(identity: try service.authenticate(authorization: request.headers[.authorization]))
+    private func caller(_ request: Request) throws(TandemError) -> Principal {
+        Principal(identity: try service.authenticate(authorization: request.headers[.authorization]))
     }
 
     func register(on router: Router<BasicRequestContext>) {
@@ -119,7 +119,7 @@ struct HTTPAPI: Sendable {
     }
 
     /// Commits one request; a refusal is thrown, to be answered with its status and error.
-    private func commit(_ mutations: [Mutation], as context: RequestContext) async throws -> CommitResult {
+    private func commit(_ mutations: [Mutation], as context: Principal) async throws -> CommitResult {
         if case .user(let user) = context.identity, let refusal = service.quotas.admitWrites(max(1, mutations.count), for: user.uid) {
             throw refusal
         }
@@ -128,7 +128,7 @@ struct HTTPAPI: Sendable {
         return result
     }
 
-    private func commitOne(_ mutation: Mutation, as context: RequestContext) async throws -> JSONValue {
+    private func commitOne(_ mutation: Mutation, as context: Principal) async throws -> JSONValue {
         let result = try await commit([mutation], as: context)
         guard let acknowledgement = result.acknowledgements.first else {
             throw TandemError(.internal, "The commit returned no acknowledgement.")

@@ -16,9 +16,8 @@ final class StreamSession: Sendable {
     let watchdog: SessionWatchdog?
 
     private struct State {
-        var clientID: String?
-        /// Who said hello, by its token.
-        var identity = RequestContext.Identity.anonymous
+        /// Who said hello (its token and client id); nil until then.
+        var principal: Principal?
         /// When the hello's token expires: past it, every request is refused (`token-expired`)
         /// and the session's listeners stop, until the client reconnects with a fresh token.
         var expiresAt: Date?
@@ -85,8 +84,9 @@ final class StreamSession: Sendable {
         (wake, wakeContinuation) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
     }
 
-    private var context: RequestContext {
-        state.withLock { RequestContext(identity: $0.identity, clientID: $0.clientID) }
+    /// Who this connection speaks for: made at `hello`, from its token and client id.
+    private var context: Principal {
+        state.withLock { $0.principal ?? Principal() }
     }
 
     /// Handles one text message, as the UTF-8 bytes that came; reads and listens run in `tasks`,
@@ -127,7 +127,7 @@ final class StreamSession: Sendable {
             hello(clientID: clientID, protocolVersion: protocolVersion, token: token)
             return
         }
-        let (said, expiresAt) = state.withLock { ($0.clientID != nil, $0.expiresAt) }
+        let (said, expiresAt) = state.withLock { ($0.principal != nil, $0.expiresAt) }
         guard said else {
             outbox.send(.error(id: message.requestID, TandemError(.failedPrecondition, "Send hello (with your client id and protocol \(TandemVersion.wireProtocol)) before anything else.")))
             return
@@ -206,26 +206,24 @@ final class StreamSession: Sendable {
             outbox.send(.error(id: nil, TandemError(.failedPrecondition, "This server speaks protocols \(TandemVersion.oldestWireProtocol) to \(TandemVersion.wireProtocol), the client \(protocolVersion); upgrade the older side.")))
             return
         }
-        guard state.withLock({ $0.clientID == nil }) else {
+        guard state.withLock({ $0.principal == nil }) else {
             outbox.send(.error(id: nil, TandemError(.failedPrecondition, "This connection already said hello; a connection keeps the client id it said hello with. Open a new connection to speak as another client.")))
             return
         }
-        let identity: RequestContext.Identity
-        let user: String?
+        let principal: Principal
         do throws(TandemError) {
-            identity = try service.authenticate(token: token)
-            try service.claim(clientID: clientID, for: identity)
-            if case .user(let authenticated) = identity { user = authenticated.uid } else { user = nil }
-            if let user { try service.quotas.open(for: user) }
+            principal = Principal(identity: try service.authenticate(token: token), device: clientID)
+            if let user = principal.quotaUser { try service.quotas.open(for: user) }
         } catch {
             outbox.send(.error(id: nil, error))
             return
         }
+        let identity = principal.identity
+        let user = principal.quotaUser
         let first = state.withLock { state -> Bool in
-            guard state.clientID == nil else { return false }
-            state.clientID = clientID
+            guard state.principal == nil else { return false }
+            state.principal = principal
             state.protocolVersion = protocolVersion
-            state.identity = identity
             state.countedUser = user
             if case .user(let user) = identity { state.expiresAt = user.expiresAt }
             return true

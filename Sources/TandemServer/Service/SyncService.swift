@@ -3,7 +3,7 @@ import TandemCore
 
 /// The one door to the store: HTTP and the WebSocket stream both read, listen and write through it,
 /// and nothing else touches the store. It checks every request against the server's limits
-/// (``SyncServerConfiguration/limits``, the only copy) and the caller's ``RequestContext`` before
+/// (``SyncServerConfiguration/limits``, the only copy) and the caller's ``Principal`` before
 /// the store sees it.
 final class SyncService: Sendable {
     let store: any ServerStore
@@ -13,8 +13,6 @@ final class SyncService: Sendable {
     let access: AccessControl?
     /// WebSocket sessions open now, for `/metrics`.
     let streamSessions = Atomic<Int>(0)
-    /// The user each client id was first said `hello` with, on a server with access control.
-    private let clientOwners = Mutex<[String: String]>([:])
     /// Connections and writes a second, per signed-in user.
     let quotas: UserQuotas
 
@@ -30,32 +28,15 @@ final class SyncService: Sendable {
     // MARK: Identity
 
     /// The identity a bearer token proves (anonymous without one, or on an open server).
-    func authenticate(token: String?) throws(TandemError) -> RequestContext.Identity {
+    func authenticate(token: String?) throws(TandemError) -> Principal.Identity {
         guard let access else { return .anonymous }
         return try access.authenticate(token)
     }
 
     /// The identity of an HTTP request's `Authorization` header.
-    func authenticate(authorization: String?) throws(TandemError) -> RequestContext.Identity {
+    func authenticate(authorization: String?) throws(TandemError) -> Principal.Identity {
         guard let access else { return .anonymous }
         return try access.authenticate(authorization: authorization)
-    }
-
-    /// Binds `clientID` to the user saying hello with it, the first time; refuses another user
-    /// (or an anonymous caller) a client id a user holds. Writer ids are kept per user as well (see
-    /// ``RequestContext/storeClientID``), so the binding holds across restarts too.
-    func claim(clientID: String, for identity: RequestContext.Identity) throws(TandemError) {
-        guard access != nil else { return }
-        let uid: String?
-        if case .user(let user) = identity { uid = user.uid } else { uid = nil }
-        let owner = clientOwners.withLock { owners -> String? in
-            if let owner = owners[clientID] { return owner }
-            if let uid { owners[clientID] = uid }
-            return uid
-        }
-        if let owner, owner != uid {
-            throw TandemError(.permissionDenied, "The client id \(clientID) belongs to another user; a client id stays with the user who first used it. Use a client id of your own.")
-        }
     }
 
     // MARK: Reads
@@ -66,7 +47,7 @@ final class SyncService: Sendable {
     }
 
     /// One document (or none) and a version at least its own.
-    func get(_ path: DocumentPath, context: RequestContext) async throws -> StoreSnapshot {
+    func get(_ path: DocumentPath, context: Principal) async throws -> StoreSnapshot {
         try checkDepth(path.segments.count, of: path.description)
         let readGuard = try access?.readGuard(for: path, by: context.identity)
         let snapshot = try await store.read(.document(path))
@@ -75,7 +56,7 @@ final class SyncService: Sendable {
     }
 
     /// A query's documents once, and the version they were read at.
-    func query(_ target: ListenTarget, context: RequestContext) async throws -> StoreSnapshot {
+    func query(_ target: ListenTarget, context: Principal) async throws -> StoreSnapshot {
         if case .document(let path) = target { return try await get(path, context: context) }
         try check(target)
         try access?.checkList(target, by: context.identity)
@@ -83,7 +64,7 @@ final class SyncService: Sendable {
     }
 
     /// A page of the change feed after `version`, over everything (`target` nil) or one target.
-    func changes(since version: Version, in target: ListenTarget?, limit: Int, context: RequestContext) async throws -> ChangePage {
+    func changes(since version: Version, in target: ListenTarget?, limit: Int, context: Principal) async throws -> ChangePage {
         var readGuard: ReadGuard?
         if let target {
             try check(target)
@@ -99,7 +80,7 @@ final class SyncService: Sendable {
     /// Registers a listener at once (see ``FanOutHub/register(_:target:outbox:limit:readGuard:restricted:)``), after
     /// checking its target against the limits; ``load(_:target:resumeFrom:)`` then sends its
     /// snapshot (or its changes since a version) and makes it live.
-    func register(_ key: ListenerKey, target: ListenTarget, outbox: SessionOutbox, context: RequestContext) -> Result<Void, FanOutHub.RegistrationError> {
+    func register(_ key: ListenerKey, target: ListenTarget, outbox: SessionOutbox, context: Principal) -> Result<Void, FanOutHub.RegistrationError> {
         let readGuard: ReadGuard?
         do {
             try check(target)
@@ -123,10 +104,10 @@ final class SyncService: Sendable {
 
     /// Commits write requests in order (see ``ServerStore/commit(_:limits:clientID:authorizer:)``),
     /// after checking each against the limits; the access rules decide each write inside the
-    /// commit, against the document before and after it. The connection's client owns the writer
-    /// ids it uses first; a request under a writer id another client owns fails with
-    /// `permission-denied`.
-    func commit(_ requests: [[Mutation]], context: RequestContext) async -> [Result<CommitResult, TandemError>] {
+    /// commit, against the document before and after it. The caller's ``Principal/writerOwner``
+    /// owns the writer ids it uses first; a request under a writer id another owner holds fails
+    /// with `permission-denied`.
+    func commit(_ requests: [[Mutation]], context: Principal) async -> [Result<CommitResult, TandemError>] {
         var admitted: [[Mutation]] = []
         var early: [Int: TandemError] = [:]
         for (index, mutations) in requests.enumerated() {
@@ -137,7 +118,7 @@ final class SyncService: Sendable {
                 early[index] = error
             }
         }
-        var decided = admitted.isEmpty ? [] : await store.commit(admitted, limits: limits, clientID: context.storeClientID,
+        var decided = admitted.isEmpty ? [] : await store.commit(admitted, limits: limits, clientID: context.writerOwner,
                                                                          authorizer: access?.writeAuthorizer(for: context.identity))[...]
         if let access {
             // A write's answer carries the document it left: only to a caller who may read it.

@@ -27,4 +27,19 @@ struct MockRemoteTests {
         await remote.store.settle()
         #expect(await remote.store.waitForListeners(count: 0))
     }
+
+    @Test("two engines seeded with mock persistences on one mock server write side by side: each mock has a writer id of its own")
+    func seededMocksShareAServer() async throws {
+        let server = MockServer()
+        let first = CollectionSyncEngine<Item>(
+            remote: MockRemoteCollectionService(collectionPath: { "a" }, store: server), managerKey: "a",
+            persistence: try MockLocalCollectionPersistence(collection: [Item(id: "1", n: 1)], collectionPath: "a"))
+        let second = CollectionSyncEngine<Item>(
+            remote: MockRemoteCollectionService(collectionPath: { "b" }, store: server), managerKey: "b",
+            persistence: try MockLocalCollectionPersistence(collection: [Item(id: "1", n: 1)], collectionPath: "b"))
+        try await first.saveDocument(Item(id: "2", n: 2))
+        try await second.saveDocument(Item(id: "2", n: 2))
+        #expect(first.rejectedWrites.isEmpty && second.rejectedWrites.isEmpty, "\(first.rejectedWrites) \(second.rejectedWrites)")
+        #expect(!first.hasPendingWrites && !second.hasPendingWrites)
+    }
 }

@@ -1,0 +1,45 @@
+/// Who is asking: a verified user or no one (anonymous), and the device the request comes from.
+///
+/// Made once per WebSocket connection, at `hello` (the device is the client id it says), and once
+/// per HTTP request (no device: each request stands alone). Everything that depends on who asks is
+/// derived from it, never kept apart:
+/// - what access control reads (``identity``);
+/// - who owns the writer ids a write uses (``writerOwner``);
+/// - which quota a connection and its writes count against (``quotaUser``).
+///
+/// A client id grants nothing by itself: the same id said by two users is two principals, and
+/// neither can write under the other's writer ids.
+struct Principal: Sendable, Hashable {
+    /// The caller's verified identity.
+    enum Identity: Sendable, Hashable {
+        /// No credentials: everyone, on a server that runs open; refused whatever needs a user on
+        /// one that does not.
+        case anonymous
+        /// A user proven by a bearer token.
+        case user(AuthenticatedUser)
+    }
+
+    var identity: Identity
+    /// The client id a WebSocket connection said `hello` with; nil over HTTP.
+    var device: String?
+
+    init(identity: Identity = .anonymous, device: String? = nil) {
+        self.identity = identity
+        self.device = device
+    }
+
+    /// Who owns the writer ids this principal writes under: a writer id belongs to the owner of
+    /// the first connection that wrote under it. A signed-in user's writer ids are the user's, on
+    /// any of their devices (a device that lost its client id keeps writing its queued writes); an
+    /// anonymous caller's belong to its device. Nil over HTTP as anonymous: such a request may
+    /// write only under writer ids nobody owns, and claims none.
+    var writerOwner: String? {
+        switch identity {
+        case .user(let user): return "u\(user.uid.utf8.count):\(user.uid)"
+        case .anonymous: return device
+        }
+    }
+
+    /// The user whose quotas this principal counts against; nil for an anonymous caller.
+    var quotaUser: String? { identity.user?.uid }
+}
