@@ -38,6 +38,22 @@ public final class MockLocalDocumentPersistence: LocalDocumentPersistence {
 
     public func clear() throws { state.withLock { $0 = nil } }
 
+    private let spaces = Mutex<[String: MockLocalDocumentPersistence]>([:])
+    private let shownUser = Mutex<String?>(nil)
+
+    /// Each user's space, empty at first and kept for the life of this mock.
+    public func space(for user: String) throws -> any LocalDocumentPersistence {
+        spaces.withLock { spaces in
+            if let space = spaces[user] { return space }
+            let space = MockLocalDocumentPersistence()
+            spaces[user] = space
+            return space
+        }
+    }
+
+    public func lastUser() throws -> String? { shownUser.withLock { $0 } }
+    public func setLastUser(_ user: String?) throws { shownUser.withLock { $0 = user } }
+
     /// A writer id of its own for each mock seeded with documents: two mocks on one server never
     /// share one, so neither's writes are taken for the other's.
     static func newWriterID() -> String {
@@ -118,4 +134,20 @@ public final class MockLocalCollectionPersistence: LocalCollectionPersistence {
     }
 
     public func clear() throws { state.withLock { $0 = nil } }
+
+    private let spaces = Mutex<[String: MockLocalCollectionPersistence]>([:])
+    private let shownUser = Mutex<String?>(nil)
+
+    /// Each user's space, empty at first and kept for the life of this mock.
+    public func space(for user: String) throws -> any LocalCollectionPersistence {
+        spaces.withLock { spaces in
+            if let space = spaces[user] { return space }
+            let space = MockLocalCollectionPersistence()
+            spaces[user] = space
+            return space
+        }
+    }
+
+    public func lastUser() throws -> String? { shownUser.withLock { $0 } }
+    public func setLastUser(_ user: String?) throws { shownUser.withLock { $0 = user } }
 }

@@ -117,7 +117,15 @@ extension TandemClient {
                         listener.sent = true
                         state.listeners[id] = listener
                     }
-                    for (_, frame) in state.deferred { connection.frames.yield(frame) }
+                    for (id, frame, user) in state.deferred {
+                        if let user, user != state.authState.uid, let reply = state.pending.removeValue(forKey: id) {
+                            // Made for another user than the one welcomed now: never sent as them.
+                            if effects.failed == nil { effects.failed = ([], []) }
+                            effects.failed?.pending.append(reply)
+                            continue
+                        }
+                        connection.frames.yield(frame)
+                    }
                 }
                 state.deferred = []
                 effects.resume += state.connectedWaiters

@@ -73,8 +73,10 @@ public final class TandemClient: Service, Sendable {
         var listeners: [Int: Listener] = [:]
         /// The sleep between attempts, to end early.
         var wake: CheckedContinuation<Void, Never>?
-        /// Requests made while an attempt was under way, sent once it is welcomed.
-        var deferred: [(id: Int, frame: String)] = []
+        /// Requests made while an attempt was under way, sent once it is welcomed, with the user
+        /// signed in when they were made: one made for a user is never sent on a connection
+        /// welcomed as someone else (it fails, to be sent again by its owner).
+        var deferred: [(id: Int, frame: String, user: String?)] = []
         var connectedWaiters: [CheckedContinuation<Void, Never>] = []
         /// Who hears of the connection going and coming back, by token.
         var connectionObservers: [Int: ConnectionObserver] = [:]
@@ -362,7 +364,7 @@ public final class TandemClient: Service, Sendable {
                         connection.frames.yield(frame)
                     } else {
                         // Sent after the welcome, or failed with the attempt (with every pending reply).
-                        state.deferred.append((id, frame))
+                        state.deferred.append((id, frame, state.authState.uid))
                     }
                 }
                 return (true, nil)

@@ -53,12 +53,14 @@ public final class CollectionGroupSyncEngine<T: SyncModel>: Sendable, RegistrarO
         random: any RandomNumberGenerator & Sendable = SystemRandomNumberGenerator(), changeDelivery: ChangeDelivery = .immediate
     ) {
         self.remote = remote
-        let (state, loadError) = SyncCore<T>.loadCollectionState(persistence, managerKey: managerKey)
+        let base = persistence.map { EnginePersistence.collection($0) } ?? .memory
+        var (space, loadError) = base.openLastSpace { SyncCore<T>.newClientID(managerKey) }
+        // Read-only: nothing queued is ever sent from here.
+        space.state.outbox = Outbox(clientID: space.state.outbox.clientID)
         let relay = ChangeRelay()
         core = SyncCore(
             managerKey: managerKey, logger: logger, clock: clock, retryPolicy: retryPolicy, random: random,
-            persistence: persistence.map { .collection($0) } ?? .memory,
-            base: state.documents, outbox: Outbox(clientID: state.outbox.clientID), documentID: nil, resumeVersion: state.resumeVersion,
+            persistence: base, space: space,
             commit: { requests in requests.map { _ in .failure(TandemError(.unimplemented, "A collection group is read-only; write through a CollectionSyncEngine.")) } },
             didChange: { relay.fire($0) }
         )

@@ -66,12 +66,12 @@ public final class CollectionSyncEngine<T: SyncModel>: Sendable, RegistrarObserv
         random: any RandomNumberGenerator & Sendable = SystemRandomNumberGenerator(), changeDelivery: ChangeDelivery = .immediate
     ) {
         self.remote = remote
-        let (state, loadError) = SyncCore<T>.loadCollectionState(persistence, managerKey: managerKey)
+        let base = persistence.map { EnginePersistence.collection($0) } ?? .memory
+        let (space, loadError) = base.openLastSpace { SyncCore<T>.newClientID(managerKey) }
         let box = ChangeRelay()
         core = SyncCore(
             managerKey: managerKey, logger: logger, clock: clock, retryPolicy: retryPolicy, random: random,
-            persistence: persistence.map { .collection($0) } ?? .memory,
-            base: state.documents, outbox: state.outbox, documentID: nil, resumeVersion: state.resumeVersion,
+            persistence: base, space: space,
             commit: { [remote] in await remote.commit(requests: $0) },
             refetch: { [remote] path in
                 guard try remote.collectionPath() == path.parent else {
@@ -86,7 +86,7 @@ public final class CollectionSyncEngine<T: SyncModel>: Sendable, RegistrarObserv
         if let loadError {
             core.log("persistence_fail", ["error_description": "\(loadError)"], severity: .severe)
         }
-        core.checkCachedCollection(state.documents.lazy.map(\.path.parent), against: try? remote.collectionPath())
+        core.checkCachedCollection(space.state.documents.lazy.map(\.path.parent), against: try? remote.collectionPath())
     }
 
     /// An engine that goes stops what it started, whether or not `stopListening()` was called: its

@@ -48,19 +48,12 @@ public final class DocumentSyncEngine<T: SyncModel>: Sendable {
         random: any RandomNumberGenerator & Sendable = SystemRandomNumberGenerator(), changeDelivery: ChangeDelivery = .immediate
     ) {
         self.remote = remote
-        var saved: LocalDocumentState?
-        var loadError: (any Error)?
-        do {
-            saved = try persistence?.load()
-        } catch {
-            loadError = error
-        }
-        let state = saved ?? LocalDocumentState(outbox: Outbox(clientID: SyncCore<T>.newClientID(managerKey)))
+        let base = persistence.map { EnginePersistence.document($0) } ?? .memory
+        let (space, loadError) = base.openLastSpace { SyncCore<T>.newClientID(managerKey) }
         let relay = ChangeRelay()
         core = SyncCore(
             managerKey: managerKey, logger: logger, clock: clock, retryPolicy: retryPolicy, random: random,
-            persistence: persistence.map { .document($0) } ?? .memory,
-            base: state.base.map { [$0] } ?? [], outbox: state.outbox, documentID: state.documentID, resumeVersion: state.resumeVersion,
+            persistence: base, space: space,
             commit: { [remote] in await remote.commit(requests: $0) },
             refetch: { [remote] path in
                 guard try remote.collectionPath() == path.parent else {
@@ -75,7 +68,7 @@ public final class DocumentSyncEngine<T: SyncModel>: Sendable {
         if let loadError {
             core.log("persistence_fail", ["error_description": "\(loadError)"], severity: .severe)
         }
-        core.checkCachedCollection(state.base.map { [$0.path.parent] } ?? [], against: try? remote.collectionPath())
+        core.checkCachedCollection(space.state.documents.map(\.path.parent), against: try? remote.collectionPath())
     }
 
     /// An engine that goes stops what it started, whether or not `stopListening()` was called: its

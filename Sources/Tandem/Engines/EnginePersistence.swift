@@ -39,3 +39,79 @@ enum LocalWrite: Sendable {
         }
     }
 }
+
+/// What one space of an engine keeps (see ``EnginePersistence/space(for:)``): its cached
+/// documents, outbox (with the space's writer id), resume point and, for a document engine, the
+/// document it follows.
+struct SpaceState: Sendable {
+    var documents: [Document] = []
+    var outbox: Outbox
+    var resumeVersion: Version?
+    var documentID: String?
+}
+
+/// A space an engine opened: whose it is (nil: the signed-out space), where it is kept, and what
+/// it holds.
+struct OpenedSpace: Sendable {
+    var user: String?
+    var persistence: EnginePersistence
+    var state: SpaceState
+}
+
+extension EnginePersistence {
+    /// The persistence of `user`'s space; nil is the signed-out space, this persistence itself.
+    /// Asked of the persistence the engine was made with. Memory only, every space is in memory.
+    func space(for user: String?) throws -> EnginePersistence {
+        guard let user else { return self }
+        switch self {
+        case .memory: return .memory
+        case .collection(let persistence): return .collection(try persistence.space(for: user))
+        case .document(let persistence): return .document(try persistence.space(for: user))
+        }
+    }
+
+    /// The user whose space the engine showed last (nil: signed out, or none yet).
+    func lastUser() throws -> String? {
+        switch self {
+        case .memory: return nil
+        case .collection(let persistence): return try persistence.lastUser()
+        case .document(let persistence): return try persistence.lastUser()
+        }
+    }
+
+    func setLastUser(_ user: String?) throws {
+        switch self {
+        case .memory: return
+        case .collection(let persistence): try persistence.setLastUser(user)
+        case .document(let persistence): try persistence.setLastUser(user)
+        }
+    }
+
+    /// The space's saved state; a new one, with a writer id of its own, when nothing was saved.
+    func loadSpace(newWriterID: () -> String) throws -> SpaceState {
+        switch self {
+        case .memory:
+            return SpaceState(outbox: Outbox(clientID: newWriterID()))
+        case .collection(let persistence):
+            let saved = try persistence.load() ?? persistence.create(clientID: newWriterID())
+            return SpaceState(documents: saved.documents, outbox: saved.outbox, resumeVersion: saved.resumeVersion)
+        case .document(let persistence):
+            guard let saved = try persistence.load() else { return SpaceState(outbox: Outbox(clientID: newWriterID())) }
+            return SpaceState(documents: saved.base.map { [$0] } ?? [], outbox: saved.outbox, resumeVersion: saved.resumeVersion, documentID: saved.documentID)
+        }
+    }
+
+    /// Opens the space the engine showed last, as an engine does when it is made. A space that
+    /// cannot be read opens empty, in memory, with the error to log.
+    func openLastSpace(newWriterID: () -> String) -> (OpenedSpace, (any Error)?) {
+        var user: String?
+        var persistence = self
+        do {
+            user = try lastUser()
+            persistence = try space(for: user)
+            return (OpenedSpace(user: user, persistence: persistence, state: try persistence.loadSpace(newWriterID: newWriterID)), nil)
+        } catch {
+            return (OpenedSpace(user: user, persistence: persistence, state: SpaceState(outbox: Outbox(clientID: newWriterID()))), error)
+        }
+    }
+}

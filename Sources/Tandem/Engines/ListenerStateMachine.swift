@@ -217,6 +217,20 @@ struct ListenerStateMachine: Sendable {
         return [.settleStarts]
     }
 
+    /// The engine switched to another user's space, which resumes from its own version: a running
+    /// listener's stream is replaced by one from there (a new attempt, so the old stream's batches
+    /// are dropped); one waiting for the connection, or stopped, keeps the version for its next
+    /// attach.
+    mutating func switchedSpace(resumeVersion: Version?) -> [Action] {
+        self.resumeVersion = resumeVersion
+        failures = 0
+        switch phase {
+        case .attaching(let attempt), .live(let attempt): return [.detach(attempt: attempt), attach()]
+        case .down: return [.cancelSleep, attach()]
+        case .offline, .stopped, .gaveUp: return []
+        }
+    }
+
     /// The cache was dropped: the next attach starts from a snapshot.
     mutating func forgetResumeVersion() {
         resumeVersion = nil

@@ -135,6 +135,13 @@ struct OutboxSender<Waiter> {
         return waiters.values.flatMap { $0 }
     }
 
+    /// The engine left this sender's space: whoever waits for a write is let go (it stays queued
+    /// in its space, sent once that space's user is signed in again).
+    mutating func releaseAllWaiters() -> [Waiter] {
+        defer { waiters.removeAll() }
+        return waiters.values.flatMap { $0 }
+    }
+
     // MARK: Events
 
     /// A write was queued, a read was made, or (`reconnected`) the server is reachable again.

@@ -111,6 +111,9 @@ extension SyncCore {
             self?.reachabilityChanged { $0.connected = event == .resumed }
         }
         let auth = remote.observeAuthState { [weak self] auth in
+            // Another user's sign-in switches spaces first: the listener and the sender then come
+            // up in that user's space (see `switchSpace(to:)`).
+            if case .signedIn(let uid) = auth { self?.switchSpace(to: uid) }
             self?.reachabilityChanged { $0.signedIn = auth != .signedOut }
         }
         let kept = state.withLock { state -> Bool in
@@ -170,7 +173,7 @@ extension SyncCore {
     }
 
     /// Takes what the machine's actions ask out of the state, in its locked step.
-    private static func take(_ actions: [ListenerStateMachine.Action], in state: inout State) -> ListenerEffects {
+    static func take(_ actions: [ListenerStateMachine.Action], in state: inout State) -> ListenerEffects {
         var effects = ListenerEffects()
         for action in actions {
             switch action {
@@ -209,7 +212,7 @@ extension SyncCore {
     }
 
     /// Runs the effects outside the locks: cancels, wakes, and starts the stream or the sleep.
-    private func perform(_ effects: ListenerEffects) {
+    func perform(_ effects: ListenerEffects) {
         effects.cancel.forEach { $0.cancel() }
         effects.resume.forEach { $0.resume() }
         if let failures = effects.gaveUpAfter {
@@ -345,7 +348,7 @@ extension SyncCore {
         var leftCache = false
         let applied = serial.withLock { _ -> [DocumentPath]? in
             if let attempt, !state.withLock({ $0.listener.isCurrent(attempt) }) { return nil }
-            if batch.changes.count > 64, case .collection(let store) = persistence {
+            if batch.changes.count > 64, case .collection(let store) = state.withLock({ $0.persistence }) {
                 // A large batch: the cache write needs only the batch, so it runs on one core while
                 // the view and the models are brought up to date on the other.
                 var changed: [DocumentPath] = []
@@ -389,7 +392,7 @@ extension SyncCore {
                 leftCache = state.isFromCache
                 state.isFromCache = false
                 let changed = state.view.applyRemote(batch, now: Date())
-                let write = persistence.write(Self.change(for: batch), view: state.view, documentID: state.documentID, resumeVersion: batch.version)
+                let write = state.persistence.write(Self.change(for: batch), view: state.view, documentID: state.documentID, resumeVersion: batch.version)
                 return (changed, Self.refreshModels(changed, in: &state, prepared: models), write)
             }
             // The server's state: written behind the listener.
@@ -463,7 +466,7 @@ extension SyncCore {
 
     /// The persistence, when it can stage a snapshot while it arrives.
     var staging: (any SnapshotStaging)? {
-        if case .collection(let store) = persistence { return store as? any SnapshotStaging }
+        if case .collection(let store) = state.withLock({ $0.persistence }) { return store as? any SnapshotStaging }
         return nil
     }
 

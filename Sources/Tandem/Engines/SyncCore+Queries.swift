@@ -61,19 +61,6 @@ extension SyncCore {
         "\(UUID().uuidString.lowercased())/\(managerKey)"
     }
 
-    /// A collection engine's saved state, created on first use; a fresh in-memory state (and the
-    /// error, for the engine to log) when the persistence cannot be read.
-    static func loadCollectionState(_ persistence: (any LocalCollectionPersistence)?, managerKey: String) -> (LocalCollectionState, (any Error)?) {
-        let fresh = LocalCollectionState(outbox: Outbox(clientID: newClientID(managerKey)))
-        guard let persistence else { return (fresh, nil) }
-        do {
-            if let loaded = try persistence.load() { return (loaded, nil) }
-            return (try persistence.create(clientID: newClientID(managerKey)), nil)
-        } catch {
-            return (fresh, error)
-        }
-    }
-
     /// Fetches one document from the server once, with its analytics events.
     func fetchDocument(id: String, _ fetch: (String) async throws -> Document?) async throws -> T? {
         log("getDocument_start", ["document_id": id])

@@ -36,7 +36,7 @@ extension SyncCore {
                     change.nextSequence = state.view.outbox.nextSequence
                     let undecided = Self.refreshModels([path], in: &state, prepared: prepared)
                     state.sender.wait(for: result.entry.id, continuation)
-                    let write = persistence.write(change, view: state.view, documentID: state.documentID, resumeVersion: state.listener.resumeVersion)
+                    let write = state.persistence.write(change, view: state.view, documentID: state.documentID, resumeVersion: state.listener.resumeVersion)
                     return (result, previousLast, write, undecided, state.view.outbox.count)
                 }
                 for (path, error) in prepared.failures { logDecodeFailure(path, error) }
@@ -129,7 +129,7 @@ extension SyncCore {
                     let undecided = Self.refreshModels(paths, in: &state, prepared: prepared)
                     // Every write of the batch is answered together; its first one carries the waiter.
                     state.sender.wait(for: added[0].id, continuation)
-                    let write = persistence.write(change, view: state.view, documentID: state.documentID, resumeVersion: state.listener.resumeVersion)
+                    let write = state.persistence.write(change, view: state.view, documentID: state.documentID, resumeVersion: state.listener.resumeVersion)
                     return (added, write, undecided, state.view.outbox.count)
                 }
                 for (path, error) in prepared.failures { logDecodeFailure(path, error) }
@@ -233,7 +233,12 @@ extension SyncCore {
                 log("syncPendingWrites_badAnswer", ["request_count": window.count, "answer_count": answers.count], severity: .severe)
                 answers = window.map { _ in .failure(TandemError(.internal, "The remote answered \(answers.count) of \(window.count) write requests.")) }
             }
-            let (action, retry) = settle(answers)
+            guard let (action, retry) = settle(answers, writer: window.first?.entries.first?.id.clientID) else {
+                // Sent from a space the engine has left: its writes stay queued there, and are
+                // sent (and answered `replayed` if they were applied) once it is shown again.
+                log("syncPendingWrites_otherSpace", ["request_count": window.count])
+                return
+            }
             if case .send(let next) = action, !state.withLock({ $0.tasks.isShutDown }) {
                 retry?.cancel()
                 window = next
@@ -251,9 +256,12 @@ extension SyncCore {
     /// Records the answers to a window in one durable step: acknowledged writes leave the outbox
     /// with their results in the base, rejected ones leave the outbox and the view. Then tells
     /// the waiters, and returns what the sender does next.
-    private func settle(_ answers: [Result<[WriteAcknowledgement], any Error>]) -> (Sender.Action, Task<Void, Never>?) {
+    /// Nil when the window was sent from another space than the one shown now (`writer` is its
+    /// writer id): those answers are not this space's to settle.
+    private func settle(_ answers: [Result<[WriteAcknowledgement], any Error>], writer: String?) -> (Sender.Action, Task<Void, Never>?)? {
         let random = randomness.next()
-        let (settlement, action, retry, refetched) = serial.withLock { _ in
+        let settled = serial.withLock { _ -> (Sender.Settlement, Sender.Action, Task<Void, Never>?, [(DocumentPath, Version)])? in
+            guard state.withLock({ state in writer.map { $0 == state.view.outbox.clientID } ?? true }) else { return nil }
             let (settlement, write, undecided, action, retry, refetched) = state.withLock { state in
                 let settlement = state.sender.answered(answers)
                 var change = LocalCollectionChange()
@@ -289,7 +297,7 @@ extension SyncCore {
                     if Self.keepInBase(path, version: version, in: &state, change: &change, now: now) { changed.append(path) }
                 }
                 let write = settlement.decisions.isEmpty ? nil
-                    : persistence.write(change, view: state.view, documentID: state.documentID, resumeVersion: state.listener.resumeVersion)
+                    : state.persistence.write(change, view: state.view, documentID: state.documentID, resumeVersion: state.listener.resumeVersion)
                 let undecided = Self.refreshModels(changed, in: &state)
                 let (action, retry) = Self.take(state.sender.proceed(outbox: state.view.outbox, now: elapsed(), random: random), in: &state)
                 return (settlement, write, undecided, action, retry, refetched)
@@ -299,6 +307,7 @@ extension SyncCore {
             installModels(undecided)
             return (settlement, action, retry, refetched)
         }
+        guard let (settlement, action, retry, refetched) = settled else { return nil }
         let rejected = settlement.decisions.filter { if case .rejected = $0.decision { return true } else { return false } }
         if !settlement.decisions.isEmpty {
             notifyChanged(rejected.isEmpty ? [.documents, .pendingWrites] : [.documents, .pendingWrites, .rejectedWrites])
@@ -366,7 +375,7 @@ extension SyncCore {
                 state.view.setBase(document, at: path, version: version, now: now)
                 var change = LocalCollectionChange()
                 Self.keepInBase(path, version: version, in: &state, change: &change, now: now)
-                let write = persistence.write(change, view: state.view, documentID: state.documentID, resumeVersion: state.listener.resumeVersion)
+                let write = state.persistence.write(change, view: state.view, documentID: state.documentID, resumeVersion: state.listener.resumeVersion)
                 return (write, Self.refreshModels([path], in: &state, prepared: prepared))
             }
             if let write { store(write) }

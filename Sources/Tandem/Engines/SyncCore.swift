@@ -50,6 +50,14 @@ package final class SyncCore<T: SyncModel>: Sendable {
         var nextObserver = 0
         /// The generation of the last snapshot made for readers.
         var generation: UInt64 = 0
+        /// Whose space the engine shows (nil: the signed-out one), where it is kept, and how many
+        /// times the engine switched spaces: the answers to a window sent from an earlier space are
+        /// not this space's to settle.
+        var user: String?
+        var persistence: EnginePersistence
+        var space = 0
+        /// Spaces left while the engine keeps nothing on disk, by user, to come back to.
+        var memorySpaces: [String?: SpaceState] = [:]
     }
 
     let managerKey: String
@@ -57,7 +65,9 @@ package final class SyncCore<T: SyncModel>: Sendable {
     let clock: any Clock<Duration>
     let retryPolicy: RetryPolicy
     let randomness: RetryRandomness
-    let persistence: EnginePersistence
+    /// The persistence the engine was made with: the signed-out space's, which opens the others
+    /// and remembers which was shown last. The space shown now is ``State/persistence``.
+    let basePersistence: EnginePersistence
     /// Sends a window of write requests in order and answers each.
     let commit: @Sendable ([WriteRequest]) async -> [Result<[WriteAcknowledgement], any Error>]
     /// Reads one document from the server, to learn the state a write answered `unknown` left.
@@ -86,7 +96,7 @@ package final class SyncCore<T: SyncModel>: Sendable {
 
     init(
         managerKey: String, logger: (any DataSyncLogger)?, clock: any Clock<Duration>, retryPolicy: RetryPolicy,
-        random: any RandomNumberGenerator & Sendable, persistence: EnginePersistence, base: [Document], outbox: Outbox, documentID: String?, resumeVersion: Version?,
+        random: any RandomNumberGenerator & Sendable, persistence: EnginePersistence, space: OpenedSpace,
         commit: @escaping @Sendable ([WriteRequest]) async -> [Result<[WriteAcknowledgement], any Error>],
         refetch: (@Sendable (DocumentPath) async throws -> Document?)? = nil,
         didChange: @escaping @Sendable (EngineChanges) -> Void
@@ -96,7 +106,7 @@ package final class SyncCore<T: SyncModel>: Sendable {
         self.clock = clock
         self.retryPolicy = retryPolicy
         self.randomness = RetryRandomness(random)
-        self.persistence = persistence
+        self.basePersistence = persistence
         self.commit = commit
         self.refetch = refetch
         self.elapsed = Self.stopwatch(clock)
@@ -107,14 +117,15 @@ package final class SyncCore<T: SyncModel>: Sendable {
         }
         // Entries loaded from disk count as sent: one may have reached the server before the app
         // stopped, so none is merged again. This is what spares a write to disk before each send.
-        var outbox = outbox
+        var outbox = space.state.outbox
         outbox.markAllAttempted()
         var initial = State(
-            view: LocalView(base: base, outbox: outbox, now: Date()), sender: Sender(policy: retryPolicy),
-            listener: ListenerStateMachine(policy: retryPolicy, resumeVersion: resumeVersion)
+            view: LocalView(base: space.state.documents, outbox: outbox, now: Date()), sender: Sender(policy: retryPolicy),
+            listener: ListenerStateMachine(policy: retryPolicy, resumeVersion: space.state.resumeVersion),
+            user: space.user, persistence: space.persistence
         )
-        initial.documentID = documentID
-        let failures = Self.rebuildModels(&initial, orderHint: base)
+        initial.documentID = space.state.documentID
+        let failures = Self.rebuildModels(&initial, orderHint: space.state.documents)
         published = Mutex(Published(snapshot: Self.snapshot(of: &initial)))
         state = Mutex(initial)
         for (path, error) in failures { logDecodeFailure(path, error) }
@@ -630,7 +641,7 @@ extension SyncCore {
                 state.isFromCache = true
                 var change = LocalCollectionChange()
                 change.replacesAllDocuments = true
-                let write = persistence.write(change, view: state.view, documentID: state.documentID, resumeVersion: nil)
+                let write = state.persistence.write(change, view: state.view, documentID: state.documentID, resumeVersion: nil)
                 return (write, Self.pruneModels(in: &state))
             }
             store(write)
@@ -670,7 +681,7 @@ extension SyncCore {
                 state.view.clearBase(now: Date())
                 state.listener.forgetResumeVersion()
                 state.isFromCache = true
-                let write = persistence.write(LocalCollectionChange(), view: state.view, documentID: id, resumeVersion: nil)
+                let write = state.persistence.write(LocalCollectionChange(), view: state.view, documentID: id, resumeVersion: nil)
                 return (write, Self.pruneModels(in: &state))
             }
             guard let (write, undecided) = change else { return false }

@@ -21,6 +21,8 @@ public struct FileDocumentPersistence: LocalDocumentPersistence {
     /// The journal's size past which a save folds it into the snapshot. Default 256 KiB.
     public let compactAfter: Int
     private let flushes = FlushCounter()
+    private let directory: URL
+    private let managerKey: String
 
     /// - Parameters:
     ///   - managerKey: the engine's key; each key has its own files.
@@ -28,6 +30,8 @@ public struct FileDocumentPersistence: LocalDocumentPersistence {
     ///   - compactAfter: the journal's size, in bytes, past which a save folds it into the snapshot.
     public init(managerKey: String, directory: URL? = nil, compactAfter: Int = 256 << 10) {
         let directory = directory ?? LocalStorageLocation.defaultDirectory
+        self.directory = directory
+        self.managerKey = managerKey
         let name = LocalStorageLocation.fileName(for: managerKey)
         fileURL = directory.appendingPathComponent("\(name).document.json")
         journalURL = directory.appendingPathComponent("\(name).document.log")
@@ -43,6 +47,26 @@ public struct FileDocumentPersistence: LocalDocumentPersistence {
         }
         guard let data = try AtomicFile.read(fileURL) else { return nil }
         return try decode(data, from: fileURL)
+    }
+
+    public func space(for user: String) throws -> any LocalDocumentPersistence {
+        FileDocumentPersistence(managerKey: spaceKey(managerKey, user: user), directory: directory, compactAfter: compactAfter)
+    }
+
+    /// The file naming whose space the engine showed last.
+    private var lastUserURL: URL {
+        directory.appendingPathComponent("\(LocalStorageLocation.fileName(for: managerKey)).document.user")
+    }
+
+    public func lastUser() throws -> String? {
+        guard let data = try AtomicFile.read(lastUserURL) else { return nil }
+        let value = try JSONText.parse(bytes: data)
+        return value[field: "user"]?.stringValue
+    }
+
+    public func setLastUser(_ user: String?) throws {
+        let text = JSONText.encode(.object(["user": user.map { .string($0) } ?? .null]))
+        try AtomicFile.write(text.utf8, to: lastUserURL)
     }
 
     public func save(_ state: LocalDocumentState) throws {

@@ -61,6 +61,18 @@ public protocol LocalCollectionPersistence: Sendable {
     func apply(_ change: LocalCollectionChange) throws
     /// Removes everything saved for this engine.
     func clear() throws
+
+    /// The persistence of the same engine for a signed-in user's space: each user's cache, outbox
+    /// (with its writer id) and resume point are kept apart from every other user's, and from the
+    /// signed-out space, which this persistence itself holds. Asked of the persistence the engine
+    /// was made with; the same user always gets the same space.
+    func space(for user: String) throws -> any LocalCollectionPersistence
+    /// The user whose space the engine showed last (nil: the signed-out space, or none yet), so a
+    /// relaunch shows it again before the server has confirmed who is signed in. Kept by the
+    /// persistence the engine was made with.
+    func lastUser() throws -> String?
+    /// Records whose space the engine shows now.
+    func setLastUser(_ user: String?) throws
 }
 
 /// A persistence that can take a large snapshot's documents while the snapshot still arrives,

@@ -29,4 +29,18 @@ public protocol LocalDocumentPersistence: Sendable {
     func save(_ state: LocalDocumentState) throws
     /// Removes the saved state.
     func clear() throws
+
+    /// The persistence of the same engine for a signed-in user's space (see
+    /// ``LocalCollectionPersistence/space(for:)``).
+    func space(for user: String) throws -> any LocalDocumentPersistence
+    /// The user whose space the engine showed last (nil: the signed-out space, or none yet).
+    func lastUser() throws -> String?
+    /// Records whose space the engine shows now.
+    func setLastUser(_ user: String?) throws
+}
+
+/// The manager key of a signed-in user's space of an engine: apart from the engine's own key (the
+/// signed-out space) and from every other user's.
+package func spaceKey(_ managerKey: String, user: String) -> String {
+    "\(managerKey)/user/\(user.utf8.count):\(user)"
 }

@@ -101,6 +101,10 @@ public final class SQLiteCollectionPersistence: LocalCollectionPersistence, Snap
             // The first sequence of the atomic batch an entry belongs to; null for a write of its own.
             try db.execute(sql: "ALTER TABLE outbox ADD COLUMN batch INTEGER")
         }
+        migrator.registerMigration("v4: spaces") { db in
+            // Whose space each engine showed last; a user's space is the rows of its own key.
+            try db.execute(sql: "CREATE TABLE engine_user (manager_key TEXT PRIMARY KEY NOT NULL, user TEXT) WITHOUT ROWID")
+        }
         return migrator
     }
 
@@ -150,6 +154,22 @@ public final class SQLiteCollectionPersistence: LocalCollectionPersistence, Snap
             return try JSONValueDecoder().decode(Mutation.self, from: value)
         } catch {
             throw TandemError(.dataLoss, "A queued write in the cache is damaged (\(error)); clear this engine's cache, which drops its queued writes.")
+        }
+    }
+
+    public func space(for user: String) throws -> any LocalCollectionPersistence {
+        try SQLiteCollectionPersistence(managerKey: spaceKey(managerKey, user: user), pool: pool)
+    }
+
+    public func lastUser() throws -> String? {
+        try pool.read { db in
+            try String?.fetchOne(db, sql: "SELECT user FROM engine_user WHERE manager_key = ?", arguments: [managerKey]) ?? nil
+        }
+    }
+
+    public func setLastUser(_ user: String?) throws {
+        try pool.write { db in
+            try db.execute(sql: "INSERT OR REPLACE INTO engine_user (manager_key, user) VALUES (?, ?)", arguments: [managerKey, user])
         }
     }
 

@@ -259,6 +259,9 @@ private final class RecordingPersistence: LocalCollectionPersistence {
         applied.withLock { $0.append(version) }
     }
     func clear() throws {}
+    func space(for user: String) throws -> any LocalCollectionPersistence { RecordingPersistence() }
+    func lastUser() throws -> String? { nil }
+    func setLastUser(_ user: String?) throws {}
 }
 
 @Suite("Cache writer")
