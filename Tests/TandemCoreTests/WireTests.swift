@@ -242,3 +242,20 @@ struct WireEnvelopeTests {
         var targets: [Int]
     }
 }
+
+@Suite("Request ids from a prefix")
+struct RequestIDPrefixTests {
+    @Test("the id of a message is read from its first bytes alone, at the top level only, whatever follows")
+    func requestIDFromPrefix() {
+        func id(_ text: String, limit: Int = 512) -> Int? { ClientMessage.requestID(prefix: Array(text.utf8), limit: limit) }
+        #expect(id(#"{"atomic":false,"id":7,"mutations":[{"id":{"client":"c","sequence":1}}"#) == 7)
+        #expect(id(#"{ "id" : 42 , "type": "write""#) == 42)
+        #expect(id(#"{"type":"write","mutations":[{"id":3}],"id":-5}"#) == -5)
+        #expect(id(#"{"mutations":[{"id":3}]"#) == nil, "a nested id is not the message's")
+        #expect(id(#"{"type":"id","text":"\"id\":9","x":1}"#) == nil, "an id inside a string is not one")
+        #expect(id(#"{"id":"seven"}"#) == nil)
+        #expect(id(#"{"padding":"\#(String(repeating: "z", count: 600))","id":1}"#) == nil, "past the limit nothing is read")
+        #expect(id("not json at all") == nil)
+        #expect(id(#"{"id":12"#) == nil, "digits cut off at the end of the prefix are not trusted")
+    }
+}

@@ -287,9 +287,9 @@ struct ServerStateMachineTests {
         #expect(String(buffer: whole) == "{\"a\":1}")
         _ = reader.read(.text, ByteBuffer(string: "0123456"), fin: false)
         _ = reader.read(.continuation, ByteBuffer(string: "789ab"), fin: false)
-        guard case .refused(let big) = reader.read(.continuation, ByteBuffer(string: "cdef"), fin: true) else { Issue.record("expected a refusal"); return }
+        guard case .refused(let big, _) = reader.read(.continuation, ByteBuffer(string: "cdef"), fin: true) else { Issue.record("expected a refusal"); return }
         #expect(big.code == .resourceExhausted && big.message.contains("16 bytes"))
-        guard case .refused(let binary) = reader.read(.binary, ByteBuffer(string: "xyz"), fin: true) else { Issue.record("expected a refusal"); return }
+        guard case .refused(let binary, _) = reader.read(.binary, ByteBuffer(string: "xyz"), fin: true) else { Issue.record("expected a refusal"); return }
         #expect(binary.code == .invalidArgument)
         guard case .text(let next) = reader.read(.text, ByteBuffer(string: "{}"), fin: true) else { Issue.record("expected the next message"); return }
         #expect(String(buffer: next) == "{}")

@@ -38,6 +38,11 @@ struct OutboxSender<Waiter> {
         var writesPerRequest = 500
         /// The most requests sent without waiting for their answers.
         var requestsInFlight = 4
+        /// About the most bytes of writes in one request (see `Mutation.estimatedWireBytes`): a
+        /// request is one message, and a server refuses a message over its limit (10 MiB by
+        /// default). A write larger than this goes in a request of its own; an atomic batch goes
+        /// whole whatever its size.
+        var bytesPerRequest = 4 << 20
     }
 
     /// Writes sent together: a batch (atomic), or independent writes decided one by one.
@@ -273,8 +278,9 @@ struct OutboxSender<Waiter> {
         return .send(window)
     }
 
-    /// Up to ``Limits/requestsInFlight`` requests from the front of the outbox, each write counted
-    /// as sent once more.
+    /// Up to ``Limits/requestsInFlight`` requests from the front of the outbox, each of at most
+    /// ``Limits/writesPerRequest`` writes and about ``Limits/bytesPerRequest`` bytes, each write
+    /// counted as sent once more.
     static func window(of outbox: Outbox, limits: Limits) -> [Request] {
         var requests: [Request] = []
         let entries = outbox.entries
@@ -287,7 +293,11 @@ struct OutboxSender<Waiter> {
                 index = batch.endIndex
             } else {
                 run = []
+                var bytes = 0
                 while index < entries.endIndex, run.count < max(1, limits.writesPerRequest), entries[index].batch == nil {
+                    let size = entries[index].mutation.estimatedWireBytes
+                    if !run.isEmpty && bytes + size > limits.bytesPerRequest { break }
+                    bytes += size
                     run.append(entries[index])
                     index += 1
                 }

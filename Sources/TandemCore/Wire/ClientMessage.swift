@@ -99,4 +99,67 @@ package enum ClientMessage: Sendable, Hashable {
         guard case .object(let object) = value, case .int(let id)? = object["id"] else { return nil }
         return id
     }
+
+    /// The `id` of a message read from its first bytes alone, without parsing the rest: for a
+    /// message refused before it is parsed (over the size limit, or the connection's rate), so the
+    /// refusal can answer it. Looks at most `limit` bytes, and only at the top level of the object.
+    package static func requestID(prefix bytes: some Collection<UInt8>, limit: Int = 512) -> Int? {
+        var depth = 0
+        var inString = false
+        var escaped = false
+        var key: [UInt8] = []
+        var lastKey: [UInt8]?
+        var afterColon = false
+        var digits: [UInt8] = []
+        var negative = false
+        for byte in bytes.prefix(limit) {
+            if inString {
+                if escaped {
+                    escaped = false
+                } else if byte == UInt8(ascii: "\\") {
+                    escaped = true
+                } else if byte == UInt8(ascii: "\"") {
+                    inString = false
+                    if depth == 1 && !afterColon { lastKey = key }
+                } else if depth == 1 && !afterColon {
+                    key.append(byte)
+                }
+                continue
+            }
+            if afterColon && depth == 1 && lastKey == Array("id".utf8) {
+                switch byte {
+                case UInt8(ascii: "0")...UInt8(ascii: "9"):
+                    digits.append(byte)
+                    continue
+                case UInt8(ascii: "-") where digits.isEmpty:
+                    negative = true
+                    continue
+                case UInt8(ascii: " "), UInt8(ascii: "\t"), UInt8(ascii: "\n"), UInt8(ascii: "\r"):
+                    if digits.isEmpty { continue }
+                default:
+                    break
+                }
+                guard !digits.isEmpty, let value = Int(String(decoding: digits, as: UTF8.self)) else { return nil }
+                return negative ? -value : value
+            }
+            switch byte {
+            case UInt8(ascii: "\""):
+                inString = true
+                key = []
+            case UInt8(ascii: "{"), UInt8(ascii: "["):
+                depth += 1
+            case UInt8(ascii: "}"), UInt8(ascii: "]"):
+                depth -= 1
+                if depth <= 0 { return nil }
+            case UInt8(ascii: ":") where depth == 1:
+                afterColon = true
+            case UInt8(ascii: ",") where depth == 1:
+                afterColon = false
+                lastKey = nil
+            default:
+                break
+            }
+        }
+        return nil
+    }
 }

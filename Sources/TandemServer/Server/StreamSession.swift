@@ -92,18 +92,12 @@ final class StreamSession: Sendable {
     /// Handles one text message, as the UTF-8 bytes that came; reads and listens run in `tasks`,
     /// writes go to the write queue.
     func handle(_ bytes: UnsafeRawBufferPointer, tasks: inout DiscardingTaskGroup) {
+        // The cheap checks first, before the message is parsed: its size and the connection's
+        // message rate. A refusal answers the id its first bytes name.
         do throws(TandemError) {
             try service.checkRequestSize(bytes.count)
         } catch {
-            outbox.send(.error(id: nil, error))
-            return
-        }
-        let value: JSONValue
-        do {
-            // The parser refuses invalid UTF-8 wherever it is: the bytes are never repaired.
-            value = try JSONText.parse(utf8: bytes.assumingMemoryBound(to: UInt8.self), maximumDepth: configuration.limits.maximumJSONDepth)
-        } catch {
-            outbox.send(.error(id: nil, TandemError.invalidArgument("The message is not valid JSON: \(error.message)")))
+            outbox.send(.error(id: ClientMessage.requestID(prefix: bytes), error))
             return
         }
         let now = clock.now()
@@ -112,8 +106,16 @@ final class StreamSession: Sendable {
         }
         if let wait {
             let limit = configuration.limits.maximumMessagesPerSecond
-            outbox.send(.error(id: ClientMessage.requestID(in: value), TandemError(.resourceExhausted, "This connection sent more than \(limit) messages a second; this one was not acted on. Wait \(wait.wholeMilliseconds) ms (retryAfter), then send it again.",
-                                                                            retryAfter: wait)))
+            outbox.send(.error(id: ClientMessage.requestID(prefix: bytes), TandemError(.resourceExhausted, "This connection sent more than \(limit) messages a second; this one was not acted on. Wait \(wait.wholeMilliseconds) ms (retryAfter), then send it again.",
+                                                                                    retryAfter: wait)))
+            return
+        }
+        let value: JSONValue
+        do {
+            // The parser refuses invalid UTF-8 wherever it is: the bytes are never repaired.
+            value = try JSONText.parse(utf8: bytes.assumingMemoryBound(to: UInt8.self), maximumDepth: configuration.limits.maximumJSONDepth)
+        } catch {
+            outbox.send(.error(id: nil, TandemError.invalidArgument("The message is not valid JSON: \(error.message)")))
             return
         }
         let message: ClientMessage

@@ -121,8 +121,11 @@ public struct SyncServer: Service {
                                 break
                             case .text(let buffer):
                                 buffer.withUnsafeReadableBytes { session.handle($0, tasks: &requests) }
-                            case .refused(let error):
-                                session.outbox.send(.error(id: nil, error))
+                            case .refused(let error, let id):
+                                // Answered by its id when its first bytes name one: the request is
+                                // refused for good (it would be whenever sent), and the client
+                                // knows which.
+                                session.outbox.send(.error(id: id, error))
                             }
                         }
                     } catch {

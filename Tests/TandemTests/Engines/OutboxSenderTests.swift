@@ -41,6 +41,26 @@ struct OutboxSenderTests {
         .success(request.entries.map { WriteAcknowledgement(id: $0.id, version: Version(version), document: nil) })
     }
 
+    @Test("requests are bounded by bytes as well as by count: large writes go a few to a request, one over the bound alone, and a batch whole")
+    func windowsByBytes() throws {
+        var outbox = Outbox(clientID: "c")
+        let large = JSONValue.string(String(repeating: "x", count: 100_000))
+        for index in 0..<7 { _ = outbox.enqueue(.set(try DocumentPath("items/l\(index)"), ["text": large])) }
+        _ = outbox.enqueue(.set(try DocumentPath("items/huge"), ["text": .string(String(repeating: "y", count: 400_000))]))
+        _ = outbox.enqueue(batch: try (0..<3).map { .set(try DocumentPath("items/b\($0)"), ["text": large]) })
+        var limits = Sender.Limits(writesPerRequest: 500, requestsInFlight: 10)
+        limits.bytesPerRequest = 250_000
+        var sender = Sender(limits: limits, policy: .default)
+        let window = sent(sender.wake(outbox: outbox))
+        #expect(window.map(\.entries.count) == [2, 2, 2, 1, 1, 3], "\(window.map(\.entries.count))")
+        #expect(window.dropLast().allSatisfy { request in request.entries.count == 1 || request.entries.reduce(0) { $0 + $1.mutation.estimatedWireBytes } <= 250_000 })
+        // The estimate is never below the bytes the request takes as JSON.
+        for request in window {
+            let encoded = request.entries.reduce(0) { $0 + JSONText.encode($1.mutation.wireValue).utf8.count }
+            #expect(request.entries.reduce(0) { $0 + $1.mutation.estimatedWireBytes } >= encoded)
+        }
+    }
+
     @Test("a window packs independent writes into requests decided one by one, a batch into its own atomic request, at most the limit in flight")
     func windows() throws {
         var sender = Sender(limits: .init(writesPerRequest: 3, requestsInFlight: 3), policy: .default)
