@@ -47,6 +47,8 @@ struct SpaceState: Sendable {
     var documents: [Document] = []
     var outbox: Outbox
     var resumeVersion: Version?
+    /// The digest of the query the resume version belongs to (collection engines).
+    var resumeQuery: String?
     var documentID: String?
 }
 
@@ -94,7 +96,7 @@ extension EnginePersistence {
             return SpaceState(outbox: Outbox(clientID: newWriterID()))
         case .collection(let persistence):
             let saved = try persistence.load() ?? persistence.create(clientID: newWriterID())
-            return SpaceState(documents: saved.documents, outbox: saved.outbox, resumeVersion: saved.resumeVersion)
+            return SpaceState(documents: saved.documents, outbox: saved.outbox, resumeVersion: saved.resumeVersion, resumeQuery: saved.resumeQuery)
         case .document(let persistence):
             guard let saved = try persistence.load() else { return SpaceState(outbox: Outbox(clientID: newWriterID())) }
             return SpaceState(documents: saved.base.map { [$0] } ?? [], outbox: saved.outbox, resumeVersion: saved.resumeVersion, documentID: saved.documentID)

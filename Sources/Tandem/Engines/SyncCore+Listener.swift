@@ -348,7 +348,8 @@ extension SyncCore {
         var leftCache = false
         let applied = serial.withLock { _ -> [DocumentPath]? in
             if let attempt, !state.withLock({ $0.listener.isCurrent(attempt) }) { return nil }
-            if batch.changes.count > 64, case .collection(let store) = state.withLock({ $0.persistence }) {
+            let (persistence, queryDigest) = state.withLock { ($0.persistence, $0.queryDigest) }
+            if batch.changes.count > 64, case .collection(let store) = persistence {
                 // A large batch: the cache write needs only the batch, so it runs on one core while
                 // the view and the models are brought up to date on the other.
                 var changed: [DocumentPath] = []
@@ -357,7 +358,8 @@ extension SyncCore {
                 // Written directly, so after every change queued before it.
                 cache.flush()
                 Parallel.both({
-                    if let promotion = prepared?.promotion(of: batch) {
+                    if var promotion = prepared?.promotion(of: batch) {
+                        promotion.resumeQuery = queryDigest
                         do {
                             try store.apply(promotion)
                             return
@@ -366,7 +368,7 @@ extension SyncCore {
                         }
                     }
                     do {
-                        try store.apply(Self.change(for: batch))
+                        try store.apply(Self.change(for: batch, query: queryDigest))
                     } catch {
                         failure = error
                     }
@@ -392,7 +394,7 @@ extension SyncCore {
                 leftCache = state.isFromCache
                 state.isFromCache = false
                 let changed = state.view.applyRemote(batch, now: Date())
-                let write = state.persistence.write(Self.change(for: batch), view: state.view, documentID: state.documentID, resumeVersion: batch.version)
+                let write = state.persistence.write(Self.change(for: batch, query: state.queryDigest), view: state.view, documentID: state.documentID, resumeVersion: batch.version)
                 return (changed, Self.refreshModels(changed, in: &state, prepared: models), write)
             }
             // The server's state: written behind the listener.
@@ -423,10 +425,11 @@ extension SyncCore {
 
 extension SyncCore {
     /// What a listener batch changes in the persistence.
-    static func change(for batch: RemoteChangeBatch) -> LocalCollectionChange {
+    static func change(for batch: RemoteChangeBatch, query: String?) -> LocalCollectionChange {
         var change = LocalCollectionChange()
         change.replacesAllDocuments = batch.isSnapshot
         change.resumeVersion = batch.version
+        change.resumeQuery = query
         change.upserts.reserveCapacity(batch.changes.count)
         change.encodedUpserts.reserveCapacity(batch.changes.count)
         for remote in batch.changes {

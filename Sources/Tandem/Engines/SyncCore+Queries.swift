@@ -4,32 +4,56 @@ import TandemCore
 extension SyncCore {
     /// Listens to a query: the same query again goes on with its listener (one waiting out a
     /// backoff starts again at once, resuming); a new query replaces the listener and starts from
-    /// a snapshot, since a resume version belongs to the query that reached it.
+    /// a snapshot, since a resume version belongs to the query that reached it. The first query of
+    /// an engine resumes from the saved version when it is the query that reached it (a relaunch).
+    ///
+    /// Decided and started in one step under `serial`: two calls at once with one query attach one
+    /// listener, and both return once it has its first batch.
     func listen(to query: Query, _ listen: @escaping @Sendable (Query, Version?) -> AsyncThrowingStream<RemoteChangeBatch, any Error>) async {
-        let (unchanged, replacing, reshown) = serial.withLock { _ in
-            state.withLock { state -> (Bool, Bool, Bool) in
-                if state.query == query && state.listener.isRunning { return (state.listener.isUp, false, false) }
-                var reshown = false
-                let replacing = state.query != query
-                if replacing {
-                    // The view shows the new query's answer over the cache at once.
-                    reshown = Self.setQueryView(query, in: &state)
+        let digest = Self.digest(of: query)
+        let source = ListenSource { resumeFrom in listen(query, resumeFrom) }
+        var fresh = false
+        await withCheckedContinuation { (started: CheckedContinuation<Void, Never>) in
+            var reshown = false
+            let effects = serial.withLock { _ in
+                state.withLock { state -> ListenerEffects in
+                    guard !state.tasks.isShutDown else { return ListenerEffects(resume: [started]) }
+                    let same = state.query == query || (state.query == nil && state.resumeQuery == digest)
+                    fresh = !(same && state.listener.isUp)
+                    if state.query != query {
+                        // The view shows the new query's answer over the cache at once.
+                        reshown = Self.setQueryView(query, in: &state)
+                    }
+                    state.query = query
+                    state.queryDigest = digest
+                    state.resumeQuery = nil
+                    state.tasks.source = source
+                    state.tasks.starts.append(started)
+                    return Self.take(same ? state.listener.start() : state.listener.restart(), in: &state)
                 }
-                state.query = query
-                return (false, replacing, reshown)
             }
+            if reshown { notifyChanged([.documents]) }
+            if fresh { log("bulkLoad_start", ["filter_count": query.filterCount]) }
+            perform(effects)
         }
-        if reshown { notifyChanged([.documents]) }
-        if unchanged { return }
-        log("bulkLoad_start", ["filter_count": query.filterCount])
-        await startListener(replacing: replacing) { resumeFrom in listen(query, resumeFrom) }
         triggerFlush()
+    }
+
+    /// A digest of a query, saved with the resume version its listener reached.
+    static func digest(of query: Query) -> String {
+        var digest = StableDigest()
+        digest.string(JSONText.encode(query.wireValue))
+        return String(digest.value, radix: 16)
     }
 
     /// Stops the listener; with `clearCaches` the cached documents go from memory and disk.
     func stopListening(clearCaches: Bool) {
         stopListener()
-        state.withLock { $0.query = nil }
+        state.withLock { state in
+            // The same query again resumes where this one stopped, while the cache is kept.
+            state.resumeQuery = clearCaches ? nil : state.queryDigest
+            state.query = nil
+        }
         log("listener_stopped")
         if clearCaches {
             clearDocuments()

@@ -41,7 +41,7 @@ extension SyncCore {
                 if case .memory = state.persistence {
                     // Nothing on disk: the space left is kept in memory, to come back to.
                     state.memorySpaces[from] = SpaceState(documents: Array(state.view.base.values), outbox: state.view.outbox,
-                                                          resumeVersion: state.listener.resumeVersion, documentID: state.documentID)
+                                                          resumeVersion: state.listener.resumeVersion, resumeQuery: state.queryDigest, documentID: state.documentID)
                     if let kept = state.memorySpaces.removeValue(forKey: user) { loaded = kept }
                 }
                 state.user = user
@@ -58,10 +58,13 @@ extension SyncCore {
                 if state.sender.isOffline { _ = sender.disconnected() }
                 state.sender = sender
                 state.rejected = []
+                state.resumeQuery = loaded.resumeQuery
                 state.isFromCache = true
                 _ = Self.rebuildModels(&state, orderHint: documents)
                 Self.refreshQueryView(nil, in: &state)
-                let effects = Self.take(state.listener.switchedSpace(resumeVersion: loaded.resumeVersion), in: &state)
+                // The space's resume point is for the query it was reached by.
+                let resume = state.query == nil || loaded.resumeQuery == state.queryDigest ? loaded.resumeVersion : nil
+                let effects = Self.take(state.listener.switchedSpace(resumeVersion: resume), in: &state)
                 defer { state.flushRetry = nil }
                 return (effects, waiters, state.flushRetry, from)
             }

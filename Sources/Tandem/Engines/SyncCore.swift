@@ -36,8 +36,13 @@ package final class SyncCore<T: SyncModel>: Sendable {
         /// query is set, or when the query keeps every document in path order.
         var queryView: QueryView<T>?
         var documentID: String?
-        /// The query a collection engine's listener follows.
+        /// The query a collection engine's listener follows, and its digest (saved with the resume
+        /// version, which belongs to it).
         var query: Query?
+        var queryDigest: String?
+        /// The digest of the query the loaded resume version belongs to, until a query is set: the
+        /// same query then resumes from it.
+        var resumeQuery: String?
         var isFromCache = true
         var rejected: [RejectedWrite] = []
         // The sender: its rules, and the task sleeping out its backoff.
@@ -125,6 +130,7 @@ package final class SyncCore<T: SyncModel>: Sendable {
             user: space.user, persistence: space.persistence
         )
         initial.documentID = space.state.documentID
+        initial.resumeQuery = space.state.resumeQuery
         let failures = Self.rebuildModels(&initial, orderHint: space.state.documents)
         published = Mutex(Published(snapshot: Self.snapshot(of: &initial)))
         state = Mutex(initial)

@@ -9,11 +9,15 @@ public struct LocalCollectionState: Sendable, Hashable {
     public var outbox: Outbox
     /// The last version the listener saw, to resume from after a restart.
     public var resumeVersion: Version?
+    /// A digest of the query whose listener reached ``resumeVersion``: a relaunched engine
+    /// listening to the same query resumes from there; another query starts from a snapshot.
+    public var resumeQuery: String?
 
-    public init(documents: [Document] = [], outbox: Outbox, resumeVersion: Version? = nil) {
+    public init(documents: [Document] = [], outbox: Outbox, resumeVersion: Version? = nil, resumeQuery: String? = nil) {
         self.documents = documents
         self.outbox = outbox
         self.resumeVersion = resumeVersion
+        self.resumeQuery = resumeQuery
     }
 }
 
@@ -41,6 +45,8 @@ public struct LocalCollectionChange: Sendable, Hashable {
     public var nextSequence: UInt64?
     /// The listener's new resume point.
     public var resumeVersion: Version?
+    /// The digest of the query it belongs to (see ``LocalCollectionState/resumeQuery``).
+    public var resumeQuery: String?
 
     public init() {}
 

@@ -104,13 +104,15 @@ public final class SQLiteCollectionPersistence: LocalCollectionPersistence, Snap
         migrator.registerMigration("v4: spaces") { db in
             // Whose space each engine showed last; a user's space is the rows of its own key.
             try db.execute(sql: "CREATE TABLE engine_user (manager_key TEXT PRIMARY KEY NOT NULL, user TEXT) WITHOUT ROWID")
+            // The query the resume version belongs to, so a relaunch with the same query resumes.
+            try db.execute(sql: "ALTER TABLE engine_state ADD COLUMN resume_query TEXT")
         }
         return migrator
     }
 
     public func load() throws -> LocalCollectionState? {
         try pool.read { db in
-            guard let row = try Row.fetchOne(db, sql: "SELECT client_id, next_sequence, resume_version, document_slot FROM engine_state WHERE manager_key = ?", arguments: [managerKey]) else {
+            guard let row = try Row.fetchOne(db, sql: "SELECT client_id, next_sequence, resume_version, resume_query, document_slot FROM engine_state WHERE manager_key = ?", arguments: [managerKey]) else {
                 return nil
             }
             let clientID: String = row["client_id"]
@@ -139,7 +141,7 @@ public final class SQLiteCollectionPersistence: LocalCollectionPersistence, Snap
                     batch: batch.map { UInt64($0) }))
             }
             let outbox = Outbox(clientID: clientID, entries: entries, nextSequence: UInt64(nextSequence))
-            return LocalCollectionState(documents: documents, outbox: outbox, resumeVersion: resume.map { Version(UInt64($0)) })
+            return LocalCollectionState(documents: documents, outbox: outbox, resumeVersion: resume.map { Version(UInt64($0)) }, resumeQuery: row["resume_query"])
         }
     }
 
@@ -252,7 +254,7 @@ public final class SQLiteCollectionPersistence: LocalCollectionPersistence, Snap
             try db.execute(sql: "UPDATE engine_state SET next_sequence = max(next_sequence, ?) WHERE manager_key = ?", arguments: [Int64(next), managerKey])
         }
         if let resume = change.resumeVersion {
-            try db.execute(sql: "UPDATE engine_state SET resume_version = ? WHERE manager_key = ?", arguments: [Int64(resume.rawValue), managerKey])
+            try db.execute(sql: "UPDATE engine_state SET resume_version = ?, resume_query = ? WHERE manager_key = ?", arguments: [Int64(resume.rawValue), change.resumeQuery, managerKey])
         }
     }
 

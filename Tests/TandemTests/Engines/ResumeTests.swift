@@ -1,0 +1,81 @@
+import Foundation
+import Synchronization
+import Testing
+import TandemCore
+import TandemTesting
+@testable import Tandem
+
+/// The listener's resume point belongs to the query that reached it: a relaunched engine listening
+/// to the same query resumes from it, and concurrent starts attach one listener.
+@Suite("Resume", .timeLimit(.minutes(1)))
+struct ResumeTests {
+    struct Item: SyncModel, Equatable {
+        var id: String
+        var n: Int
+    }
+
+    /// A remote that records every listen it is asked for, with its resume point.
+    final class CountingRemote: RemoteCollectionService {
+        let inner: MockRemoteCollectionService
+        let listens = Mutex<[Version?]>([])
+        init(_ inner: MockRemoteCollectionService) { self.inner = inner }
+        func collectionPath() throws -> CollectionPath { try inner.collectionPath() }
+        func getDocuments(query: Query) async throws -> [Document] { try await inner.getDocuments(query: query) }
+        func getDocument(id: String) async throws -> Document? { try await inner.getDocument(id: id) }
+        func listen(query: Query, resumeFrom: Version?) -> AsyncThrowingStream<RemoteChangeBatch, any Error> {
+            listens.withLock { $0.append(resumeFrom) }
+            return inner.listen(query: query, resumeFrom: resumeFrom)
+        }
+        func listenDocument(id: String, resumeFrom: Version?) -> AsyncThrowingStream<RemoteChangeBatch, any Error> {
+            inner.listenDocument(id: id, resumeFrom: resumeFrom)
+        }
+        func commit(_ mutations: [Mutation]) async throws -> [WriteAcknowledgement] { try await inner.commit(mutations) }
+        func commit(requests: [WriteRequest]) async -> [Result<[WriteAcknowledgement], any Error>] { await inner.commit(requests: requests) }
+        func observeConnection(_ handler: @escaping @Sendable (ConnectionEvent) -> Void) -> ConnectionObservation? { inner.observeConnection(handler) }
+    }
+
+    @Test("a relaunched collection engine listening to the same query resumes from its saved version; another query starts from a snapshot")
+    func relaunchResumes() async throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let server = MockServer()
+        let query: (Query) -> Query = { $0.whereField("n", isGreaterThan: 0) }
+        _ = try await server.client.commit([.set(try DocumentPath("items/a"), ["n": 1])])
+        do {
+            let remote = CountingRemote(MockRemoteCollectionService(collectionPath: { "items" }, store: server))
+            let engine = CollectionSyncEngine<Item>(remote: remote, managerKey: "items", persistence: try SQLiteCollectionPersistence(managerKey: "items", directory: directory.url))
+            await engine.startListening(buildQuery: query)
+            #expect(engine.currentCollection.map(\.id) == ["a"])
+            #expect(remote.listens.withLock { $0 } == [nil])
+            engine.core.flushCache()
+        }
+        let saved = try #require(try SQLiteCollectionPersistence(managerKey: "items", directory: directory.url).load()?.resumeVersion)
+        _ = try await server.client.commit([.set(try DocumentPath("items/b"), ["n": 2])])
+
+        let remote = CountingRemote(MockRemoteCollectionService(collectionPath: { "items" }, store: server))
+        let relaunched = CollectionSyncEngine<Item>(remote: remote, managerKey: "items", persistence: try SQLiteCollectionPersistence(managerKey: "items", directory: directory.url))
+        #expect(relaunched.currentCollection.map(\.id) == ["a"], "the cache shows at once")
+        await relaunched.startListening(buildQuery: query)
+        #expect(remote.listens.withLock { $0 } == [saved], "resumed from the saved version, not reloaded")
+        #expect(await relaunched.waitUntil { relaunched.currentCollection.map(\.id) == ["a", "b"] })
+        // Another query: the resume point is not its own.
+        await relaunched.startListening { $0.whereField("n", isGreaterThan: 1) }
+        #expect(remote.listens.withLock { $0.last } == .some(nil))
+    }
+
+    @Test("two starts at once with one query attach one listener, and both return once it has its first batch")
+    func concurrentStartsAttachOnce() async throws {
+        let server = MockServer()
+        _ = try await server.client.commit([.set(try DocumentPath("items/a"), ["n": 1])])
+        for round in 0..<40 {
+            let remote = CountingRemote(MockRemoteCollectionService(collectionPath: { "items" }, store: server))
+            let engine = CollectionSyncEngine<Item>(remote: remote, managerKey: "items-\(round)", persistence: nil)
+            async let first: Void = engine.startListening()
+            async let second: Void = engine.startListening()
+            _ = await (first, second)
+            #expect(engine.currentCollection.map(\.id) == ["a"])
+            #expect(remote.listens.withLock { $0.count } == 1, "round \(round): \(remote.listens.withLock { $0 })")
+            engine.stopListening()
+        }
+    }
+}
