@@ -51,6 +51,13 @@ public struct TandemError: Error, Sendable, Hashable, CustomStringConvertible {
         /// An error with no better code.
         public static let unknown = Code(rawValue: "unknown")
 
+        /// Every code Tandem uses, in one place: the protocol document's table of codes is
+        /// checked against it.
+        public static let all: [Code] = [
+            .invalidArgument, .notFound, .alreadyExists, .permissionDenied, .failedPrecondition, .aborted, .resourceExhausted,
+            .outOfRange, .unavailable, .unauthenticated, .cancelled, .deadlineExceeded, .unimplemented, .internal, .dataLoss, .unknown,
+        ]
+
         /// Lets `catch TandemError.Code.notFound` match a thrown ``TandemError``.
         public static func ~= (code: Code, error: any Error) -> Bool {
             (error as? TandemError)?.code == code
@@ -99,6 +106,9 @@ public struct TandemError: Error, Sendable, Hashable, CustomStringConvertible {
 extension TandemError {
     /// The ``reason`` of an `unauthenticated` error whose bearer token expired.
     public static let tokenExpired = "token-expired"
+
+    /// Every ``reason`` Tandem sends.
+    public static let allReasons = [tokenExpired]
 
     /// Shorthand for an `invalid-argument` error.
     package static func invalidArgument(_ message: String) -> TandemError {

@@ -64,7 +64,7 @@ public struct SyncServer: Service {
         let onListening = self.onListening
         // A frame may be as large as a request: one frame holding a whole batch is what most
         // WebSocket libraries send. A larger frame closes the connection with 1009.
-        let maximumFrame = configuration.limits.maximumRequestBytes + 1024
+        let maximumFrame = Self.maximumIncomingFrameBytes(configuration.limits)
         let timeouts = HTTPConnectionGuardStateMachine.Timeouts(idle: configuration.idleTimeout, head: configuration.requestHeadTimeout, body: configuration.requestBodyTimeout)
         let webSocket = HTTP1WebSocketUpgradeChannel.Configuration(ws: .init(maxFrameSize: maximumFrame, autoPing: .disabled, closeTimeout: .seconds(5)))
         let plain = HTTPServerBuilder { responder in
@@ -157,6 +157,11 @@ extension SyncServer {
     /// The largest frame the server sends: a longer message goes out in frames of this size, which
     /// every client takes (the server takes frames as large as a request).
     static let outgoingFrameBytes = 1 << 20
+
+    /// The largest frame the server takes: a request, with room for its envelope.
+    static func maximumIncomingFrameBytes(_ limits: ServerLimits) -> Int {
+        limits.maximumRequestBytes + 1024
+    }
 }
 
 extension Duration {
