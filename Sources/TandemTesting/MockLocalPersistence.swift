@@ -38,21 +38,12 @@ public final class MockLocalDocumentPersistence: LocalDocumentPersistence {
 
     public func clear() throws { state.withLock { $0 = nil } }
 
-    private let spaces = Mutex<[String: MockLocalDocumentPersistence]>([:])
-    private let shownUser = Mutex<String?>(nil)
+    private let spaces = MockSpaces<MockLocalDocumentPersistence> { MockLocalDocumentPersistence() }
 
     /// Each user's space, empty at first and kept for the life of this mock.
-    public func space(for user: String) throws -> any LocalDocumentPersistence {
-        spaces.withLock { spaces in
-            if let space = spaces[user] { return space }
-            let space = MockLocalDocumentPersistence()
-            spaces[user] = space
-            return space
-        }
-    }
-
-    public func lastUser() throws -> String? { shownUser.withLock { $0 } }
-    public func setLastUser(_ user: String?) throws { shownUser.withLock { $0 = user } }
+    public func space(for user: String) throws -> any LocalDocumentPersistence { spaces.space(for: user) }
+    public func lastUser() throws -> String? { spaces.lastUser }
+    public func setLastUser(_ user: String?) throws { spaces.lastUser = user }
 
     /// A writer id of its own for each mock seeded with documents: two mocks on one server never
     /// share one, so neither's writes are taken for the other's.
@@ -135,19 +126,35 @@ public final class MockLocalCollectionPersistence: LocalCollectionPersistence {
 
     public func clear() throws { state.withLock { $0 = nil } }
 
-    private let spaces = Mutex<[String: MockLocalCollectionPersistence]>([:])
-    private let shownUser = Mutex<String?>(nil)
+    private let spaces = MockSpaces<MockLocalCollectionPersistence> { MockLocalCollectionPersistence() }
 
     /// Each user's space, empty at first and kept for the life of this mock.
-    public func space(for user: String) throws -> any LocalCollectionPersistence {
-        spaces.withLock { spaces in
-            if let space = spaces[user] { return space }
-            let space = MockLocalCollectionPersistence()
-            spaces[user] = space
+    public func space(for user: String) throws -> any LocalCollectionPersistence { spaces.space(for: user) }
+    public func lastUser() throws -> String? { spaces.lastUser }
+    public func setLastUser(_ user: String?) throws { spaces.lastUser = user }
+}
+
+/// The users' spaces of a mock persistence, made empty on first use and kept for its life, and
+/// whose space was shown last.
+final class MockSpaces<Persistence: Sendable>: Sendable {
+    private let make: @Sendable () -> Persistence
+    private let state = Mutex<(spaces: [String: Persistence], lastUser: String?)>(([:], nil))
+
+    init(_ make: @escaping @Sendable () -> Persistence) {
+        self.make = make
+    }
+
+    func space(for user: String) -> Persistence {
+        state.withLock { state in
+            if let space = state.spaces[user] { return space }
+            let space = make()
+            state.spaces[user] = space
             return space
         }
     }
 
-    public func lastUser() throws -> String? { shownUser.withLock { $0 } }
-    public func setLastUser(_ user: String?) throws { shownUser.withLock { $0 = user } }
+    var lastUser: String? {
+        get { state.withLock { $0.lastUser } }
+        set { state.withLock { $0.lastUser = newValue } }
+    }
 }

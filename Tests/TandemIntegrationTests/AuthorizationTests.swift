@@ -48,10 +48,10 @@ struct AuthorizationTests {
         }
     }
 
-    func start() async throws -> (LiveServer, BearerTokens) {
+    func start(rules: String = Self.rules) async throws -> (LiveServer, BearerTokens) {
         let tokens = try await BearerTokens(secret: Self.secret)
         var configuration = SyncServerConfiguration()
-        configuration.access = AccessControl(tokens: tokens, rules: try AccessRules(parsing: Self.rules))
+        configuration.access = AccessControl(tokens: tokens, rules: try AccessRules(parsing: rules))
         return (try await LiveServer.start(configuration: configuration), tokens)
     }
 
@@ -251,9 +251,7 @@ struct AuthorizationTests {
 
     @Test("nothing of a document the caller may not read gets out: not in a write's answer, not in a failed write's error, not as a removal in a resumed listener")
     func nothingLeaks() async throws {
-        let tokens = try await BearerTokens(secret: Self.secret)
-        var configuration = SyncServerConfiguration()
-        configuration.access = AccessControl(tokens: tokens, rules: try AccessRules(parsing: """
+        let (server, tokens) = try await start(rules: """
         rules:
           - match: polls/{poll}
             get: resource.data.owner == auth.uid
@@ -262,8 +260,7 @@ struct AuthorizationTests {
           - match: rooms/{room}
             read: resource.data.owner == auth.uid
             write: request.data.owner == auth.uid
-        """))
-        let server = try await LiveServer.start(configuration: configuration)
+        """)
         let bob = try tokens.mint(subject: "bob")
         _ = try await server.store.commit([.set(path("polls/p1"), ["owner": "ada", "secret": "s", "votes": 0])])
 
@@ -300,17 +297,14 @@ struct AuthorizationTests {
 
     @Test("a refused write reads the same whatever the document's hidden state: there or not, any precondition, over HTTP and the WebSocket")
     func refusalsRevealNothing() async throws {
-        let tokens = try await BearerTokens(secret: Self.secret)
-        var configuration = SyncServerConfiguration()
-        configuration.access = AccessControl(tokens: tokens, rules: try AccessRules(parsing: """
+        let (server, tokens) = try await start(rules: """
         rules:
           - match: rooms/{room}
             read: resource.data.owner == auth.uid
             create: request.data.owner == auth.uid
             update: resource.data.owner == auth.uid
             delete: resource.data.owner == auth.uid
-        """))
-        let server = try await LiveServer.start(configuration: configuration)
+        """)
         let bob = try tokens.mint(subject: "bob")
         func refusal(_ method: String, _ query: String = "", body: String? = #"{"owner":"ada"}"#) async throws -> String {
             let (status, answer) = try await call(server, method, "/v1/documents/rooms/r\(query)", body: body, token: bob)
@@ -346,15 +340,12 @@ struct AuthorizationTests {
 
     @Test("a write after which its caller may not read the document is answered applied and concealed, never as a deletion")
     func handOverIsNotADeletion() async throws {
-        let tokens = try await BearerTokens(secret: Self.secret)
-        var configuration = SyncServerConfiguration()
-        configuration.access = AccessControl(tokens: tokens, rules: try AccessRules(parsing: """
+        let (server, tokens) = try await start(rules: """
         rules:
           - match: rooms/{room}
             read: resource.data.owner == auth.uid
             write: auth != null
-        """))
-        let server = try await LiveServer.start(configuration: configuration)
+        """)
         let ada = try tokens.mint(subject: "ada")
         var (status, body) = try await call(server, "PUT", "/v1/documents/rooms/r", body: #"{"owner":"ada"}"#, token: ada)
         #expect(status == 200 && body[field: "data"]?[field: "owner"] == "ada", "\(body)")
