@@ -1,4 +1,5 @@
 import Foundation
+import Logging
 import Synchronization
 import Testing
 import TandemCore
@@ -60,6 +61,33 @@ struct HTTPHardeningTests {
         #expect(response.headers["connection"] == "close", "\(name)")
         #expect(response.errorCode != nil, "\(name): \(response.body)")
         await connection.close()
+        await server.stop()
+    }
+
+    @Test("malformed requests and refused upgrades log nothing at error level: no peer can fill the log", .timeLimit(.minutes(1)))
+    func malformedRequestsStayQuiet() async throws {
+        let lines = Locked<[(Logger.Level, String)]>([])
+        var configuration = Self.configuration
+        configuration.logger = Logger(label: "quiet-test") { _ in RecordingLogHandler(lines: lines) }
+        let server = try await LiveServer.start(store: MemoryServerStore(clock: ManualClock()), configuration: configuration)
+        let requests = Self.malformed.map(\.1) + [
+            Array("GET /health HTTP/1.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n".utf8),
+            Array("GET /v1/stream HTTP/1.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 8\r\n\r\n".utf8),
+        ]
+        for bytes in requests {
+            let connection = try await RawConnection.open(port: server.port)
+            try await connection.send(bytes)
+            _ = try await connection.readUntilClosed()
+            await connection.close()
+        }
+        // A request served after them: everything logged before it has been logged.
+        let connection = try await RawConnection.open(port: server.port)
+        try await connection.send("GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        #expect(RawResponse(try await connection.readResponse())?.status == 200)
+        await connection.close()
+        // Taken before the server stops: stopping cancels connections, which it may log.
+        let loud = lines.withLock { $0 }.filter { $0.0 >= .error }
+        #expect(loud.isEmpty, "\(loud.prefix(3).map(\.1))")
         await server.stop()
     }
 
@@ -229,4 +257,22 @@ final class Flag: Sendable {
     private let value = Mutex(false)
     func set() { value.withLock { $0 = true } }
     var isSet: Bool { value.withLock { $0 } }
+}
+
+/// Keeps every line logged, with its level.
+struct RecordingLogHandler: LogHandler {
+    let lines: Locked<[(Logger.Level, String)]>
+    var metadata: Logger.Metadata = [:]
+    /// Always everything: a test server quiets its logger, and this one is to hear it all.
+    var logLevel: Logger.Level {
+        get { .trace }
+        set {}
+    }
+    subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+        get { metadata[key] }
+        set { metadata[key] = newValue }
+    }
+    func log(event: LogEvent) {
+        lines.withLock { $0.append((event.level, "\(event.message) \(event.metadata ?? [:])")) }
+    }
 }

@@ -38,8 +38,12 @@ final class HTTPConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler {
     /// A 101 was written: step aside once it is flushed.
     private var stepAsideAfterFlush = false
 
-    init(timeouts: HTTPConnectionGuardStateMachine.Timeouts, maximumBodyBytes: Int = .max, clock: ServerClock) {
+    /// Told when this guard answers and closes the connection itself.
+    private let closed: GuardedHTTPChannel.ClosedByGuard?
+
+    init(timeouts: HTTPConnectionGuardStateMachine.Timeouts, maximumBodyBytes: Int = .max, clock: ServerClock, closed: GuardedHTTPChannel.ClosedByGuard? = nil) {
         self.clock = clock
+        self.closed = closed
         machine = HTTPConnectionGuardStateMachine(timeouts: timeouts, maximumBodyBytes: maximumBodyBytes, now: clock.now())
     }
 
@@ -161,6 +165,7 @@ final class HTTPConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler {
             arm(deadline, context: context)
         case .refuse(let status, let error, let extraHeaders):
             closing = true
+            closed?.value.store(true, ordering: .relaxed)
             timer?.cancel()
             var body = context.channel.allocator.buffer(capacity: 128)
             body.writeString(JSONText.encode(.object(["error": .object(["code": .string(error.code.rawValue), "message": .string(error.message)])])))
@@ -176,6 +181,7 @@ final class HTTPConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler {
             context.writeAndFlush(wrapOutboundOut(.end(nil))).whenComplete { _ in channel.close(promise: nil) }
         case .close:
             closing = true
+            closed?.value.store(true, ordering: .relaxed)
             timer?.cancel()
             context.close(promise: nil)
         case .stepAside:
