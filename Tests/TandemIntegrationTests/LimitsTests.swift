@@ -75,6 +75,29 @@ struct LimitsTests {
         await server.stop()
     }
 
+    @Test("an anonymous caller past the write rate over HTTP gets 429 too, counted by its address: anonymity is no way around the limit")
+    func anonymousWriteRate() async throws {
+        var configuration = SyncServerConfiguration()
+        configuration.limits.maximumWritesPerSecondPerUser = 3
+        configuration.clock = ManualClock()
+        let server = try await LiveServer.start(store: MemoryServerStore(clock: ManualClock()), configuration: configuration)
+        func commit(_ ids: Range<Int>) async throws -> (HTTPURLResponse, JSONValue) {
+            var request = URLRequest(url: URL(string: "\(server.url.absoluteString)/v1/commit")!)
+            request.httpMethod = "POST"
+            let writes = ids.map { #"{"op":"set","path":"notes/\#($0)","data":{}}"# }.joined(separator: ",")
+            request.httpBody = Data(#"{"writes":[\#(writes)]}"#.utf8)
+            let (data, response) = try await URLSession.shared.data(for: request)
+            return (response as! HTTPURLResponse, (try? JSONText.parse(bytes: data)) ?? .null)
+        }
+        #expect(try await commit(0..<2).0.statusCode == 200)
+        #expect(try await commit(2..<3).0.statusCode == 200)
+        let (refused, body) = try await commit(3..<4)
+        #expect(refused.statusCode == 429 && refused.value(forHTTPHeaderField: "Retry-After") == "1", "\(body)")
+        #expect(body[field: "error"]?[field: "code"] == "resource-exhausted" && body[field: "error"]?[field: "message"]?.stringValue?.contains("address") == true)
+        #expect(try await server.store.document(at: documentPath("notes/3")) == nil)
+        await server.stop()
+    }
+
     @Test("a user's connections past the limit are refused at hello with resource-exhausted; another user's are welcome")
     func connectionsPerUser() async throws {
         let (server, tokens) = try await server { $0.limits.maximumConnectionsPerUser = 2 }

@@ -6,7 +6,7 @@ import TandemCore
 /// method is 404 or 405 with `not-found` or `unimplemented`, and `OPTIONS` says which methods a
 /// path takes.
 struct JSONErrorMiddleware: RouterMiddleware {
-    typealias Context = BasicRequestContext
+    typealias Context = CallerRequestContext
 
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
         let path = request.uri.path

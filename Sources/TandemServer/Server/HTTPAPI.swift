@@ -10,13 +10,13 @@ struct HTTPAPI: Sendable {
     let service: SyncService
     var limits: ServerLimits { service.limits }
 
-    /// Who sends `request`, from its bearer token. HTTP requests stand alone: no connection's
-    /// client id binds their mutation ids.
-    private func caller(_ request: Request) throws(TandemError) -> Principal {
-        Principal(identity: try service.authenticate(authorization: request.headers[.authorization]))
+    /// Who sends `request`, from its bearer token and the address it came from. HTTP requests
+    /// stand alone: no device binds their mutation ids.
+    private func caller(_ request: Request, _ context: CallerRequestContext) throws(TandemError) -> Principal {
+        Principal(identity: try service.authenticate(authorization: request.headers[.authorization]), address: context.remoteAddress?.ipAddress)
     }
 
-    func register(on router: Router<BasicRequestContext>) {
+    func register(on router: Router<CallerRequestContext>) {
         router.get("/health") { _, _ in
             Self.json(.object(["status": "ok", "version": .string(TandemVersion.current), "protocol": .int(TandemVersion.wireProtocol)]))
         }
@@ -43,7 +43,7 @@ struct HTTPAPI: Sendable {
         }
         router.get("/v1/documents/**") { request, context in
             try await handle {
-                let asker = try self.caller(request)
+                let asker = try self.caller(request, context)
                 let path = try Self.documentPath(context)
                 guard let document = try await service.get(path, context: asker).documents.first else {
                     throw TandemError(.notFound, "No document at \(path).")
@@ -53,7 +53,7 @@ struct HTTPAPI: Sendable {
         }
         router.put("/v1/documents/**") { request, context in
             try await handle {
-                let asker = try self.caller(request)
+                let asker = try self.caller(request, context)
                 let path = try Self.documentPath(context)
                 let body = try await Self.body(request, limits: limits)
                 let merge = request.uri.queryParameters.get("merge") == "true"
@@ -63,7 +63,7 @@ struct HTTPAPI: Sendable {
         }
         router.patch("/v1/documents/**") { request, context in
             try await handle {
-                let asker = try self.caller(request)
+                let asker = try self.caller(request, context)
                 let path = try Self.documentPath(context)
                 let body = try await Self.body(request, limits: limits)
                 let mutation = try Mutation(wire: .object(["op": "update", "path": .string(path.description), "fields": body]), context: "the request body")
@@ -72,22 +72,22 @@ struct HTTPAPI: Sendable {
         }
         router.delete("/v1/documents/**") { request, context in
             try await handle {
-                let asker = try self.caller(request)
+                let asker = try self.caller(request, context)
                 let path = try Self.documentPath(context)
                 return try await commitOne(Mutation.delete(path).requiring(Self.precondition(request)), as: asker)
             }
         }
-        router.post("/v1/query") { request, _ in
+        router.post("/v1/query") { request, context in
             try await handle {
-                let asker = try self.caller(request)
+                let asker = try self.caller(request, context)
                 let target = try ListenTarget(wire: try await Self.body(request, limits: limits))
                 let snapshot = try await service.query(target, context: asker)
                 return .object(["documents": .array(snapshot.documents.map(\.wireValue)), "version": .int(Int(clamping: snapshot.version.rawValue))])
             }
         }
-        router.post("/v1/commit") { request, _ in
+        router.post("/v1/commit") { request, context in
             try await handle {
-                let asker = try self.caller(request)
+                let asker = try self.caller(request, context)
                 let body = try WireObject(try await Self.body(request, limits: limits), context: "the commit body")
                 var mutations: [Mutation] = []
                 for (index, entry) in try body.array("writes").enumerated() {
@@ -99,9 +99,9 @@ struct HTTPAPI: Sendable {
                 return .object(object)
             }
         }
-        router.get("/v1/changes") { request, _ in
+        router.get("/v1/changes") { request, context in
             try await handle {
-                let asker = try self.caller(request)
+                let asker = try self.caller(request, context)
                 let parameters = request.uri.queryParameters
                 let since = try Self.integer(parameters.get("since"), name: "since") ?? 0
                 let limit = try Self.integer(parameters.get("limit"), name: "limit") ?? 1000
@@ -120,7 +120,7 @@ struct HTTPAPI: Sendable {
 
     /// Commits one request; a refusal is thrown, to be answered with its status and error.
     private func commit(_ mutations: [Mutation], as context: Principal) async throws -> CommitResult {
-        if case .user(let user) = context.identity, let refusal = service.quotas.admitWrites(max(1, mutations.count), for: user.uid) {
+        if let caller = context.writeQuota, let refusal = service.quotas.admitWrites(max(1, mutations.count), for: caller) {
             throw refusal
         }
         let result = try await service.commit([mutations], context: context)[0].get()
@@ -152,7 +152,7 @@ struct HTTPAPI: Sendable {
 
     // MARK: Parsing
 
-    static func documentPath(_ context: BasicRequestContext) throws -> DocumentPath {
+    static func documentPath(_ context: CallerRequestContext) throws -> DocumentPath {
         let segments = context.parameters.getCatchAll().map { String($0).removingPercentEncoding ?? String($0) }
         return try DocumentPath(segments: segments)
     }

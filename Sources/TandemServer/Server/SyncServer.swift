@@ -42,7 +42,7 @@ public struct SyncServer: Service {
         store.observeCommits { hub.receive($0) }
         let service = SyncService(store: store, hub: hub, limits: configuration.limits, access: configuration.access, now: clock.now)
         // HEAD is answered like GET without the body.
-        let router = Router(context: BasicRequestContext.self, options: .autoGenerateHeadEndpoints)
+        let router = Router(context: CallerRequestContext.self, options: .autoGenerateHeadEndpoints)
         router.add(middleware: JSONErrorMiddleware())
         HTTPAPI(service: service).register(on: router)
         let sessions = Atomic<Int>(0)

@@ -5,7 +5,7 @@
 /// derived from it, never kept apart:
 /// - what access control reads (``identity``);
 /// - who owns the writer ids a write uses (``writerOwner``);
-/// - which quota a connection and its writes count against (``quotaUser``).
+/// - which quota a connection and its writes count against (``quotaUser``, ``writeQuota``).
 ///
 /// A client id grants nothing by itself: the same id said by two users is two principals, and
 /// neither can write under the other's writer ids.
@@ -22,10 +22,13 @@ struct Principal: Sendable, Hashable {
     var identity: Identity
     /// The client id a WebSocket connection said `hello` with; nil over HTTP.
     var device: String?
+    /// The address an HTTP request came from; nil on a WebSocket connection.
+    var address: String?
 
-    init(identity: Identity = .anonymous, device: String? = nil) {
+    init(identity: Identity = .anonymous, device: String? = nil, address: String? = nil) {
         self.identity = identity
         self.device = device
+        self.address = address
     }
 
     /// Who owns the writer ids this principal writes under: a writer id belongs to the owner of
@@ -40,6 +43,15 @@ struct Principal: Sendable, Hashable {
         }
     }
 
-    /// The user whose quotas this principal counts against; nil for an anonymous caller.
+    /// The user whose connections count against their quota; nil for an anonymous caller.
     var quotaUser: String? { identity.user?.uid }
+
+    /// What this principal's writes count against, per second: the user, or an anonymous HTTP
+    /// caller's address. Nil for an anonymous WebSocket connection, whose writes the connection's
+    /// own rate bounds.
+    var writeQuota: UserQuotas.Caller? {
+        if let user = identity.user { return .user(user.uid) }
+        if let address { return .address(address) }
+        return nil
+    }
 }

@@ -3,12 +3,26 @@ import TandemCore
 
 /// What each signed-in user may use of the server at once, over all their connections and HTTP
 /// requests: open WebSocket connections (``ServerLimits/maximumConnectionsPerUser``) and writes a
-/// second (``ServerLimits/maximumWritesPerSecondPerUser``). Anonymous callers have no user to count
-/// against; their connections are bounded by the per-connection limits alone.
+/// second (``ServerLimits/maximumWritesPerSecondPerUser``). An anonymous HTTP caller's writes
+/// count against its address, at the same rate; an anonymous WebSocket connection is bounded by
+/// its own per-connection limits.
 final class UserQuotas: Sendable {
+    /// Who writes are counted against.
+    enum Caller: Hashable, Sendable, CustomStringConvertible {
+        case user(String)
+        case address(String)
+
+        var description: String {
+            switch self {
+            case .user(let uid): "The user \(uid)"
+            case .address(let address): "The address \(address)"
+            }
+        }
+    }
+
     private struct State {
         var connections: [String: Int] = [:]
-        var writes: [String: RateLimiter] = [:]
+        var writes: [Caller: RateLimiter] = [:]
     }
 
     private let limits: ServerLimits
@@ -45,19 +59,25 @@ final class UserQuotas: Sendable {
         }
     }
 
-    /// Takes `count` writes from the user's bucket; the refusal (with `retryAfter`) when there are
-    /// not enough.
+    /// Takes `count` writes from a signed-in user's bucket; the refusal (with `retryAfter`) when
+    /// there are not enough.
     func admitWrites(_ count: Int, for uid: String) -> TandemError? {
+        admitWrites(count, for: .user(uid))
+    }
+
+    /// Takes `count` writes from the caller's bucket; the refusal (with `retryAfter`) when there
+    /// are not enough.
+    func admitWrites(_ count: Int, for caller: Caller) -> TandemError? {
         let now = now()
         let limit = limits.maximumWritesPerSecondPerUser
         let wait = state.withLock { state -> Duration? in
-            if state.writes[uid] == nil, state.writes.count >= Self.maximumTrackedUsers { state.writes.removeAll() }
-            var bucket = state.writes[uid] ?? RateLimiter(perSecond: limit)
-            defer { state.writes[uid] = bucket }
+            if state.writes[caller] == nil, state.writes.count >= Self.maximumTrackedUsers { state.writes.removeAll() }
+            var bucket = state.writes[caller] ?? RateLimiter(perSecond: limit)
+            defer { state.writes[caller] = bucket }
             return bucket.admit(count, at: now) ? nil : bucket.wait(for: count)
         }
         guard let wait else { return nil }
-        return TandemError(.resourceExhausted, "The user \(uid) sent more than \(limit) writes a second; nothing was written. Wait \(wait.wholeMilliseconds) ms (retryAfter), then send it again.",
+        return TandemError(.resourceExhausted, "\(caller) sent more than \(limit) writes a second; nothing was written. Wait \(wait.wholeMilliseconds) ms (retryAfter), then send it again.",
                            retryAfter: wait)
     }
 }

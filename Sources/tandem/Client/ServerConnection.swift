@@ -31,7 +31,21 @@ struct ServerConnection: Sendable {
     let base: URL
     var token: String?
 
+    /// Sends a request; one refused over a write rate (`429`, nothing written) is sent again once
+    /// its `retryAfter` has passed, up to 16 times.
     func call(_ method: String, _ path: String, body: JSONValue? = nil) async throws -> JSONValue {
+        var retries = 0
+        while true {
+            do {
+                return try await callOnce(method, path, body: body)
+            } catch let error as TandemError where error.retryAfter != nil && retries < 16 {
+                retries += 1
+                try await Task.sleep(for: error.retryAfter!)
+            }
+        }
+    }
+
+    private func callOnce(_ method: String, _ path: String, body: JSONValue?) async throws -> JSONValue {
         let text = base.absoluteString.hasSuffix("/") ? String(base.absoluteString.dropLast()) : base.absoluteString
         guard let url = URL(string: text + path) else {
             throw TandemError.invalidArgument("Cannot make a URL from \(text)\(path).")
@@ -53,8 +67,14 @@ struct ServerConnection: Sendable {
         let status = (response as? HTTPURLResponse)?.statusCode ?? 0
         let value = (try? JSONText.parse(bytes: data)) ?? .null
         if status >= 400 {
-            if let code = value[field: "error.code"]?.stringValue, let message = value[field: "error.message"]?.stringValue {
-                throw TandemError(TandemError.Code(rawValue: code), message)
+            if let answer = value[field: "error"] {
+                let refusal: TandemError
+                do {
+                    refusal = try TandemError(wire: answer)
+                } catch {
+                    throw TandemError(.unknown, "The server answered HTTP \(status) with an error the CLI cannot read (\(error.message)): \(JSONText.encode(answer).prefix(200))")
+                }
+                throw refusal
             }
             throw TandemError(.unknown, "The server answered HTTP \(status).")
         }
