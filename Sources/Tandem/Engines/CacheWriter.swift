@@ -9,7 +9,7 @@ import Synchronization
 /// with the version it reached), and acknowledged writes still in the outbox are sent again and
 /// answered `replayed`. Those are queued with ``enqueue(_:)`` and written behind the caller's back.
 /// A local write must be durable before its call returns: ``run(_:)`` writes every queued change
-/// first, then it, on the caller's thread. Changes are queued inside the engine's `serial` lock, so
+/// first, then it, on the caller's thread. Changes are queued on the engine's executor (``EngineQueue``), so
 /// the queue's order is the order of the changes.
 final class CacheWriter: Sendable {
     private struct Queue {

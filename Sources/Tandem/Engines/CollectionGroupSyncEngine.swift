@@ -94,6 +94,8 @@ public final class CollectionGroupSyncEngine<T: SyncModel>: Sendable, RegistrarO
     }
 
     /// Stops the listener; with `clearCaches` (the default) the cache is dropped from memory and disk.
+    /// Returns at once: the cache is dropped on the engine's own executor, before any change asked
+    /// for after this call.
     public func stopListening(clearCaches: Bool = true) {
         core.stopListening(clearCaches: clearCaches)
     }

@@ -119,6 +119,10 @@ public final class CollectionSyncEngine<T: SyncModel>: Sendable, RegistrarObserv
 
     /// Stops the listener. With `clearCaches` (the default) the cached documents are dropped from
     /// memory and disk; pending writes are kept and still sent.
+    ///
+    /// Returns at once, whatever the engine is writing to disk (safe from `.onDisappear`): the
+    /// listener stops now, and the cache is dropped on the engine's own executor, before any
+    /// change asked for after this call; observers see `currentCollection` empty then.
     public func stopListening(clearCaches: Bool = true) {
         core.stopListening(clearCaches: clearCaches)
     }

@@ -94,7 +94,7 @@ public final class DocumentSyncEngine<T: SyncModel>: Sendable {
     /// state arrives, or at once with the cache if the server cannot be reached.
     public func startListening(documentId: String) async throws {
         _ = try remote.collectionPath().document(documentId)  // a valid path now, or a typed error
-        let switched = core.switchDocument(to: documentId)
+        let switched = await core.switchDocument(to: documentId)
         // The same id again: nothing to do while the listener is up; one waiting out a backoff
         // starts again at once. Another id replaces the listener.
         if !switched && core.isListenerUp { return }
@@ -104,7 +104,8 @@ public final class DocumentSyncEngine<T: SyncModel>: Sendable {
     }
 
     /// Stops the listener. With `clearCaches` (the default) the cached document and its id are
-    /// dropped from memory and disk; pending writes are kept and still sent.
+    /// dropped from memory and disk; pending writes are kept and still sent. Returns at once: the
+    /// cache is dropped on the engine's own executor, before any change asked for after this call.
     public func stopListening(clearCaches: Bool = true) {
         core.stopListener()
         core.log("listener_stopped")

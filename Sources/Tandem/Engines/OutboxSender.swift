@@ -308,3 +308,8 @@ struct OutboxSender<Waiter> {
         return requests
     }
 }
+
+/// A window's answers cross from the task that sent it to the engine's executor and back.
+extension OutboxSender.Settlement: Sendable where Waiter: Sendable {}
+extension OutboxSender.Action: Sendable {}
+extension OutboxSender.Decision: Sendable {}

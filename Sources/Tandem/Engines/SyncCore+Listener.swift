@@ -55,16 +55,16 @@ extension SyncCore {
     /// clock): it never hangs.
     func startListener(replacing: Bool = false, _ listen: @escaping Listen) async {
         await withCheckedContinuation { (started: CheckedContinuation<Void, Never>) in
-            // Under `serial`: a batch of the stream being replaced is applied before, or not at all.
-            let effects = serial.withLock { _ in
-                state.withLock { state -> ListenerEffects in
+            // On `queue`: a batch of the stream being replaced is applied before, or not at all.
+            queue.enqueue { [self] in
+                let effects = state.withLock { state -> ListenerEffects in
                     guard !state.tasks.isShutDown else { return ListenerEffects(resume: [started]) }
                     state.tasks.source = ListenSource(listen)
                     state.tasks.starts.append(started)
                     return Self.take(replacing ? state.listener.restart() : state.listener.start(), in: &state)
                 }
+                perform(effects)
             }
-            perform(effects)
         }
     }
 
@@ -111,10 +111,13 @@ extension SyncCore {
             self?.reachabilityChanged { $0.connected = event == .resumed }
         }
         let auth = remote.observeAuthState { [weak self] auth in
-            // Another user's sign-in switches spaces first: the listener and the sender then come
-            // up in that user's space (see `switchSpace(to:)`).
-            if case .signedIn(let uid) = auth { self?.switchSpace(to: uid) }
-            self?.reachabilityChanged { $0.signedIn = auth != .signedOut }
+            // On the engine's executor, in the order told, since a switch reads the disk: the
+            // connection's reader goes on at once. Another user's sign-in switches spaces first:
+            // the listener and the sender then come up in that user's space (see `switchSpace(to:)`).
+            self?.queue.enqueue { [weak self] in
+                if case .signedIn(let uid) = auth { self?.switchSpace(to: uid) }
+                self?.reachabilityChanged { $0.signedIn = auth != .signedOut }
+            }
         }
         let kept = state.withLock { state -> Bool in
             guard !state.tasks.isShutDown else { return false }
@@ -256,7 +259,7 @@ extension SyncCore {
             var prepared: PreparedBatch?
             do {
                 for try await piece in stream {
-                    guard let self, self.receive(piece, attempt: attempt, pieces: &pieces, prepared: &prepared) else { return }
+                    guard let self, await self.receive(piece, attempt: attempt, pieces: &pieces, prepared: &prepared) else { return }
                 }
                 throw TandemError(.unavailable, "The listener's stream ended.")
             } catch {
@@ -272,7 +275,7 @@ extension SyncCore {
     }
 
     /// Takes one element of an attempt's stream; false once the attempt is no longer attached.
-    private func receive(_ piece: RemoteChangeBatch, attempt: Int, pieces: inout BatchPieces, prepared: inout PreparedBatch?) -> Bool {
+    private func receive(_ piece: RemoteChangeBatch, attempt: Int, pieces: inout BatchPieces, prepared: inout PreparedBatch?) async -> Bool {
         guard !Task.isCancelled, state.withLock({ $0.listener.isCurrent(attempt) }) else { return false }
         if piece.continues || prepared != nil {
             // A batch arriving in pieces: decode its models (and stage a snapshot's documents)
@@ -282,7 +285,10 @@ extension SyncCore {
             prepared?.add(piece)
         }
         guard let batch = pieces.add(piece) else { return true }
-        guard apply(batch, prepared: prepared, attempt: attempt) else { return false }
+        // Applied on the engine's executor; this task waits suspended, the stream's next pieces
+        // gathering meanwhile.
+        let ready = prepared
+        guard await queue.run({ [self] in apply(batch, prepared: ready, attempt: attempt) }) else { return false }
         let effects = state.withLock { Self.take($0.listener.delivered(attempt: attempt), in: &$0) }
         if effects.up { log("listener_success", ["count": batch.changes.count]) }
         perform(effects)
@@ -330,9 +336,16 @@ extension SyncCore {
         })
     }
 
-    /// Applies a listener batch to the view, the models and the persistence, in one step.
-    package func apply(_ batch: RemoteChangeBatch) {
-        apply(batch, prepared: nil)
+    /// Applies a listener batch to the view, the models and the persistence, in one step on the
+    /// engine's executor, and returns once it is applied: for benchmarks and tests that drive one.
+    package func applyNow(_ batch: RemoteChangeBatch) {
+        applyNow(batch, prepared: nil)
+    }
+
+    /// As above, with what was prepared while its pieces arrived and the attempt it belongs to.
+    @discardableResult
+    func applyNow(_ batch: RemoteChangeBatch, prepared: PreparedBatch?, attempt: Int? = nil) -> Bool {
+        queue.sync { apply(batch, prepared: prepared, attempt: attempt) }
     }
 
     /// As above, with what was prepared while the batch's pieces arrived. The batch's models are
@@ -340,13 +353,13 @@ extension SyncCore {
     /// after the view's locked step.
     ///
     /// With `attempt`, the batch is applied only while that attempt is the listener's: a switch
-    /// to another query or document (which takes `serial` too) either comes before, and the
-    /// batch is dropped, or after. Returns false when it was dropped.
+    /// to another query or document (which runs on `queue` too) either comes before, and the
+    /// batch is dropped, or after. Returns false when it was dropped. Runs on `queue`.
     @discardableResult
     func apply(_ batch: RemoteChangeBatch, prepared: PreparedBatch?, attempt: Int? = nil) -> Bool {
         let models = prepared?.models ?? PreparedModels(batch.changes)
         var leftCache = false
-        let applied = serial.withLock { _ -> [DocumentPath]? in
+        let applied = { () -> [DocumentPath]? in
             if let attempt, !state.withLock({ $0.listener.isCurrent(attempt) }) { return nil }
             let (persistence, queryDigest) = state.withLock { ($0.persistence, $0.queryDigest) }
             if batch.changes.count > 64, case .collection(let store) = persistence {
@@ -401,7 +414,7 @@ extension SyncCore {
             storeLater(write)
             installModels(undecided)
             return changed
-        }
+        }()
         guard let changed = applied else { return false }
         for (path, error) in models.failures { logDecodeFailure(path, error) }
         if let logger, documentID != nil {

@@ -7,16 +7,16 @@ extension SyncCore {
     /// a snapshot, since a resume version belongs to the query that reached it. The first query of
     /// an engine resumes from the saved version when it is the query that reached it (a relaunch).
     ///
-    /// Decided and started in one step under `serial`: two calls at once with one query attach one
+    /// Decided and started in one step on `queue`: two calls at once with one query attach one
     /// listener, and both return once it has its first batch.
     func listen(to query: Query, _ listen: @escaping @Sendable (Query, Version?) -> AsyncThrowingStream<RemoteChangeBatch, any Error>) async {
         let digest = Self.digest(of: query)
         let source = ListenSource { resumeFrom in listen(query, resumeFrom) }
-        var fresh = false
         await withCheckedContinuation { (started: CheckedContinuation<Void, Never>) in
-            var reshown = false
-            let effects = serial.withLock { _ in
-                state.withLock { state -> ListenerEffects in
+            queue.enqueue { [self] in
+                var reshown = false
+                var fresh = false
+                let effects = state.withLock { state -> ListenerEffects in
                     guard !state.tasks.isShutDown else { return ListenerEffects(resume: [started]) }
                     let same = state.query == query || (state.query == nil && state.resumeQuery == digest)
                     fresh = !(same && state.listener.isUp)
@@ -31,10 +31,10 @@ extension SyncCore {
                     state.tasks.starts.append(started)
                     return Self.take(same ? state.listener.start() : state.listener.restart(), in: &state)
                 }
+                if reshown { notifyChanged([.documents]) }
+                if fresh { log("bulkLoad_start", ["filter_count": query.filterCount]) }
+                perform(effects)
             }
-            if reshown { notifyChanged([.documents]) }
-            if fresh { log("bulkLoad_start", ["filter_count": query.filterCount]) }
-            perform(effects)
         }
         triggerFlush()
     }

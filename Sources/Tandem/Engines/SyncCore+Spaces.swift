@@ -19,11 +19,12 @@ extension SyncCore {
     /// The user whose space the engine shows (nil: the signed-out space).
     var spaceUser: String? { state.withLock { $0.user } }
 
-    /// Shows `user`'s space (nil: the signed-out one), if it shows another now.
+    /// Shows `user`'s space (nil: the signed-out one), if it shows another now. Runs on `queue`
+    /// (the auth handler queues it), since it reads the new space from disk.
     func switchSpace(to user: String?) {
-        let switched = serial.withLock { _ -> (effects: ListenerEffects, waiters: [CheckedContinuation<WriteOutcome, Never>], retry: Task<Void, Never>?, from: String?, failure: (any Error)?)? in
+        let switched = { () -> (effects: ListenerEffects, waiters: [CheckedContinuation<WriteOutcome, Never>], retry: Task<Void, Never>?, from: String?, failure: (any Error)?)? in
             guard state.withLock({ $0.user != user && !$0.tasks.isShutDown }) else { return nil }
-            // The new space is read here, inside `serial`: no change of the old space's view can
+            // The new space is read here, on `queue`: no change of the old space's view can
             // come between, and none of the new one's before it is shown.
             var persistence = basePersistence
             var loaded: SpaceState
@@ -74,7 +75,7 @@ extension SyncCore {
                 logPersistFailure(error)
             }
             return (result.0, result.1, result.2, result.3, failure)
-        }
+        }()
         guard let switched else { return }
         switched.retry?.cancel()
         if let failure = switched.failure {

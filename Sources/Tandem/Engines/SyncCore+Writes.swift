@@ -20,48 +20,92 @@ extension SyncCore {
         }
         // The waiter is registered in the same locked step as the enqueue: a sender already running
         // could otherwise send and acknowledge the entry before anyone waits for its answer. The
-        // sender takes entries inside `serial`, so it never sees one that is not durable yet.
-        let path = mutation.path
+        // sender takes entries on `queue`, so it never sees one that is not durable yet.
         let outcome = await withCheckedContinuation { (continuation: CheckedContinuation<WriteOutcome, Never>) in
-            let enqueued = serial.withLock { _ -> Result<Int, any Error> in
-                // What the view will show, decoded before the locked step.
-                let now = Date()
-                let shown = LocalView.applyLocally(mutation, to: state.withLock { $0.view.documents[path] }, now: now)
-                let prepared = PreparedModels(showing: shown.map { [$0] } ?? [])
-                let (result, previousLast, write, undecided, pendingCount) = state.withLock { state in
-                    let previousLast = state.view.outbox.entries.last
-                    let result = state.view.enqueue(mutation, now: now)
-                    var change = LocalCollectionChange()
-                    change.outboxPuts = [result.entry]
-                    change.nextSequence = state.view.outbox.nextSequence
-                    let undecided = Self.refreshModels([path], in: &state, prepared: prepared)
-                    state.sender.wait(for: result.entry.id, continuation)
-                    let write = state.persistence.write(change, view: state.view, documentID: state.documentID, resumeVersion: state.listener.resumeVersion)
-                    return (result, previousLast, write, undecided, state.view.outbox.count)
-                }
-                for (path, error) in prepared.failures { logDecodeFailure(path, error) }
-                do {
-                    try cache.run(write)
-                } catch {
-                    // Not durable, so not accepted: undo it in memory too.
-                    let undone = state.withLock { state -> [Document] in
-                        _ = state.sender.stopWaiting(for: result.entry.id)
-                        switch result {
-                        case .appended(let entry): state.view.removeEntry(entry.id, now: now)
-                        case .merged: state.view.restoreLast(previousLast!, now: now)
-                        }
-                        return Self.refreshModels([path], in: &state)
-                    }
-                    installModels(undone)
-                    return .failure(error)
-                }
-                installModels(undecided)
-                return .success(pendingCount)
+            queue.enqueue { [self] in
+                announce(record(mutation, waiter: continuation), continuation, ["document_id": mutation.path.id])
             }
-            announce(enqueued, continuation, ["document_id": mutation.path.id])
         }
         try report(outcome, event: event, parameters)
         return outcome
+    }
+
+    /// Applies a write to the view and the outbox and makes it durable, on `queue`; registers its
+    /// waiter in the same locked step. Returns the outbox's size, or the error that kept the write
+    /// from disk (it is then undone in memory too).
+    private func record(_ mutation: Mutation, waiter continuation: CheckedContinuation<WriteOutcome, Never>) -> Result<Int, any Error> {
+        let path = mutation.path
+        // What the view will show, decoded before the locked step.
+        let now = Date()
+        let shown = LocalView.applyLocally(mutation, to: state.withLock { $0.view.documents[path] }, now: now)
+        let prepared = PreparedModels(showing: shown.map { [$0] } ?? [])
+        let (result, previousLast, write, undecided, pendingCount) = state.withLock { state in
+            let previousLast = state.view.outbox.entries.last
+            let result = state.view.enqueue(mutation, now: now)
+            var change = LocalCollectionChange()
+            change.outboxPuts = [result.entry]
+            change.nextSequence = state.view.outbox.nextSequence
+            let undecided = Self.refreshModels([path], in: &state, prepared: prepared)
+            state.sender.wait(for: result.entry.id, continuation)
+            let write = state.persistence.write(change, view: state.view, documentID: state.documentID, resumeVersion: state.listener.resumeVersion)
+            return (result, previousLast, write, undecided, state.view.outbox.count)
+        }
+        for (path, error) in prepared.failures { logDecodeFailure(path, error) }
+        do {
+            try cache.run(write)
+        } catch {
+            // Not durable, so not accepted: undo it in memory too.
+            let undone = state.withLock { state -> [Document] in
+                _ = state.sender.stopWaiting(for: result.entry.id)
+                switch result {
+                case .appended(let entry): state.view.removeEntry(entry.id, now: now)
+                case .merged: state.view.restoreLast(previousLast!, now: now)
+                }
+                return Self.refreshModels([path], in: &state)
+            }
+            installModels(undone)
+            return .failure(error)
+        }
+        installModels(undecided)
+        return .success(pendingCount)
+    }
+
+    /// As ``record(_:waiter:)`` for an atomic batch: every write of it, or none.
+    private func record(batch mutations: [Mutation], waiter continuation: CheckedContinuation<WriteOutcome, Never>) -> Result<Int, any Error> {
+        let paths = mutations.map(\.path)
+        // What the view will show of each document, decoded before the locked step.
+        let now = Date()
+        var shown = state.withLock { state in Dictionary(paths.map { ($0, state.view.documents[$0]) }) { first, _ in first } }
+        for mutation in mutations {
+            shown[mutation.path] = .some(LocalView.applyLocally(mutation, to: shown[mutation.path] ?? nil, now: now))
+        }
+        let prepared = PreparedModels(showing: shown.values.compactMap { $0 })
+        let (added, write, undecided, pendingCount) = state.withLock { state in
+            let added = state.view.enqueue(batch: mutations, now: now)
+            var change = LocalCollectionChange()
+            change.outboxPuts = added
+            change.nextSequence = state.view.outbox.nextSequence
+            let undecided = Self.refreshModels(paths, in: &state, prepared: prepared)
+            // Every write of the batch is answered together; its first one carries the waiter.
+            state.sender.wait(for: added[0].id, continuation)
+            let write = state.persistence.write(change, view: state.view, documentID: state.documentID, resumeVersion: state.listener.resumeVersion)
+            return (added, write, undecided, state.view.outbox.count)
+        }
+        for (path, error) in prepared.failures { logDecodeFailure(path, error) }
+        do {
+            try cache.run(write)
+        } catch {
+            // Not durable, so not accepted: none of it stays.
+            let undone = state.withLock { state -> [Document] in
+                _ = state.sender.stopWaiting(for: added[0].id)
+                for entry in added.reversed() { state.view.removeEntry(entry.id, now: now) }
+                return Self.refreshModels(paths, in: &state)
+            }
+            installModels(undone)
+            return .failure(error)
+        }
+        installModels(undecided)
+        return .success(pendingCount)
     }
 
     /// After a write's locked steps: answers one that could not be stored, or tells observers of
@@ -111,44 +155,10 @@ extension SyncCore {
             log("batch_fail", ["write_count": mutations.count, "error_description": error.message], severity: .severe)
             throw error
         }
-        let paths = mutations.map(\.path)
         let outcome = await withCheckedContinuation { (continuation: CheckedContinuation<WriteOutcome, Never>) in
-            let enqueued = serial.withLock { _ -> Result<Int, any Error> in
-                // What the view will show of each document, decoded before the locked step.
-                let now = Date()
-                var shown = state.withLock { state in Dictionary(paths.map { ($0, state.view.documents[$0]) }) { first, _ in first } }
-                for mutation in mutations {
-                    shown[mutation.path] = .some(LocalView.applyLocally(mutation, to: shown[mutation.path] ?? nil, now: now))
-                }
-                let prepared = PreparedModels(showing: shown.values.compactMap { $0 })
-                let (added, write, undecided, pendingCount) = state.withLock { state in
-                    let added = state.view.enqueue(batch: mutations, now: now)
-                    var change = LocalCollectionChange()
-                    change.outboxPuts = added
-                    change.nextSequence = state.view.outbox.nextSequence
-                    let undecided = Self.refreshModels(paths, in: &state, prepared: prepared)
-                    // Every write of the batch is answered together; its first one carries the waiter.
-                    state.sender.wait(for: added[0].id, continuation)
-                    let write = state.persistence.write(change, view: state.view, documentID: state.documentID, resumeVersion: state.listener.resumeVersion)
-                    return (added, write, undecided, state.view.outbox.count)
-                }
-                for (path, error) in prepared.failures { logDecodeFailure(path, error) }
-                do {
-                    try cache.run(write)
-                } catch {
-                    // Not durable, so not accepted: none of it stays.
-                    let undone = state.withLock { state -> [Document] in
-                        _ = state.sender.stopWaiting(for: added[0].id)
-                        for entry in added.reversed() { state.view.removeEntry(entry.id, now: now) }
-                        return Self.refreshModels(paths, in: &state)
-                    }
-                    installModels(undone)
-                    return .failure(error)
-                }
-                installModels(undecided)
-                return .success(pendingCount)
+            queue.enqueue { [self] in
+                announce(record(batch: mutations, waiter: continuation), continuation, ["write_count": mutations.count])
             }
-            announce(enqueued, continuation, ["write_count": mutations.count])
         }
         try report(outcome, event: "batch", ["write_count": mutations.count])
         return outcome
@@ -158,39 +168,43 @@ extension SyncCore {
     /// Any write, read or reconnect calls this. With `retryIfRunning` (a reconnection), a window
     /// in flight that then fails is sent again at once: it may have failed on the connection that
     /// was just replaced.
+    ///
+    /// Queued on `queue`, after every write recorded before it: the caller (the connection's
+    /// reader, a read) never waits for the disk.
     func triggerFlush(retryIfRunning: Bool = false) {
-        let (action, retry, released) = serial.withLock { _ in
-            state.withLock { state in
+        queue.enqueue { [self] in
+            let (action, retry, released) = state.withLock { state in
                 let (action, retry) = Self.take(state.sender.wake(outbox: state.view.outbox, reconnected: retryIfRunning), in: &state)
                 return (action, retry, state.sender.releaseWaitersIfHeld())
             }
+            // Signed out, nothing is sent: a write's caller hears it is queued.
+            released.forEach { $0.resume(returning: .queued) }
+            run(action, cancelling: retry)
         }
-        // Signed out, nothing is sent: a write's caller hears it is queued.
-        released.forEach { $0.resume(returning: .queued) }
-        run(action, cancelling: retry)
     }
 
     /// The remote's connection is back: the sender sends at once.
+    /// Queued on `queue`, as ``triggerFlush(retryIfRunning:)``.
     func resumeSender() {
-        let (action, retry) = serial.withLock { _ in
-            state.withLock { state in
+        queue.enqueue { [self] in
+            let (action, retry) = state.withLock { state in
                 Self.take(state.sender.resumed(outbox: state.view.outbox), in: &state)
             }
+            run(action, cancelling: retry)
         }
-        run(action, cancelling: retry)
     }
 
     /// The backoff's deadline came.
     private func retryDue() {
-        let (action, retry) = serial.withLock { _ in
-            state.withLock { state in
+        queue.enqueue { [self] in
+            let (action, retry) = state.withLock { state in
                 Self.take(state.sender.retryDue(outbox: state.view.outbox, now: elapsed()), in: &state)
             }
+            run(action, cancelling: retry)
         }
-        run(action, cancelling: retry)
     }
 
-    /// The in-memory part of a sender action, under the locks (inside `serial`, so every write it
+    /// The in-memory part of a sender action, under the locks (on `queue`, so every write it
     /// sends is durable): a window's writes are marked as sent, so none is merged with a later
     /// write, and a backoff sleep is taken out to be cancelled.
     private static func take(_ action: Sender.Action, in state: inout State) -> (Sender.Action, Task<Void, Never>?) {
@@ -233,7 +247,7 @@ extension SyncCore {
                 log("syncPendingWrites_badAnswer", ["request_count": window.count, "answer_count": answers.count], severity: .severe)
                 answers = window.map { _ in .failure(TandemError(.internal, "The remote answered \(answers.count) of \(window.count) write requests.")) }
             }
-            guard let (action, retry) = settle(answers, writer: window.first?.entries.first?.id.clientID) else {
+            guard let (action, retry) = await settle(answers, writer: window.first?.entries.first?.id.clientID) else {
                 // Sent from a space the engine has left: its writes stay queued there, and are
                 // sent (and answered `replayed` if they were applied) once it is shown again.
                 log("syncPendingWrites_otherSpace", ["request_count": window.count])
@@ -258,9 +272,9 @@ extension SyncCore {
     /// the waiters, and returns what the sender does next.
     /// Nil when the window was sent from another space than the one shown now (`writer` is its
     /// writer id): those answers are not this space's to settle.
-    private func settle(_ answers: [Result<[WriteAcknowledgement], any Error>], writer: String?) -> (Sender.Action, Task<Void, Never>?)? {
+    private func settle(_ answers: [Result<[WriteAcknowledgement], any Error>], writer: String?) async -> (Sender.Action, Task<Void, Never>?)? {
         let random = randomness.next()
-        let settled = serial.withLock { _ -> (Sender.Settlement, Sender.Action, Task<Void, Never>?, [(DocumentPath, Version)])? in
+        let settled = await queue.run { [self] () -> (Sender.Settlement, Sender.Action, Task<Void, Never>?, [(DocumentPath, Version)])? in
             guard state.withLock({ state in writer.map { $0 == state.view.outbox.clientID } ?? true }) else { return nil }
             let (settlement, write, undecided, action, retry, refetched) = state.withLock { state in
                 let settlement = state.sender.answered(answers)
@@ -357,7 +371,7 @@ extension SyncCore {
             for (path, answered) in documents {
                 do {
                     let document = try await refetch(path)
-                    self?.takeFetched(path, document, version: document?.version ?? answered)
+                    await self?.takeFetched(path, document, version: document?.version ?? answered)
                 } catch {
                     self?.log("refetch_fail", ["document_id": path.id, "error_description": "\(error)"], severity: .warning)
                 }
@@ -365,10 +379,11 @@ extension SyncCore {
         }
     }
 
-    private func takeFetched(_ path: DocumentPath, _ document: Document?, version: Version) {
+    private func takeFetched(_ path: DocumentPath, _ document: Document?, version: Version) async {
         var prepared = PreparedModels()
         if let document { prepared.add([RemoteChange(path: path, document: document, version: version)]) }
-        serial.withLock { _ in
+        let ready = prepared
+        await queue.run { [self] in
             let (write, undecided) = state.withLock { state -> (LocalWrite?, [Document]) in
                 let now = Date()
                 if let current = state.view.base[path], current.version > version { return (nil, []) }
@@ -376,7 +391,7 @@ extension SyncCore {
                 var change = LocalCollectionChange()
                 Self.keepInBase(path, version: version, in: &state, change: &change, now: now)
                 let write = state.persistence.write(change, view: state.view, documentID: state.documentID, resumeVersion: state.listener.resumeVersion)
-                return (write, Self.refreshModels([path], in: &state, prepared: prepared))
+                return (write, Self.refreshModels([path], in: &state, prepared: ready))
             }
             if let write { store(write) }
             installModels(undecided)

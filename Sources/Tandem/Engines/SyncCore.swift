@@ -5,16 +5,18 @@ import TandemCore
 /// The machinery the three engines share: the local view and its decoded models, the outbox and
 /// its single in-order sender, the listener with retry, persistence and analytics events.
 ///
-/// Three locks, each taken only inside the one before it:
-/// - `serial` orders every change of the view with its persistence, so the durable order of outbox
-///   entries is the in-memory order. Only changes take it; it is held across disk writes and decoding.
+/// One serial executor and two locks, each lock taken only inside the one before it:
+/// - `queue` (an ``EngineQueue``) runs every change of the view with its persistence, one at a
+///   time, so the durable order of outbox entries is the in-memory order. Disk writes and decoding
+///   run there, on a thread of the engine's own: the connection's reader and an app's synchronous
+///   calls only queue changes, and async callers are suspended while theirs runs, never blocked.
 /// - `state` guards the working state: the view, the models, the listener's and the sender's
 ///   machines. It is held for in-memory steps only; no reader takes it.
 /// - `published` holds what readers see: an immutable ``EngineSnapshot`` of the state, replaced
 ///   after each change. Readers hold it only to fetch the snapshot, so a UI reading
 ///   `currentCollection` waits on no disk write, decoding or merge.
 ///
-/// A change runs in up to two locked steps inside `serial`: the view (and every model whose decoded
+/// A change runs in up to two locked steps on `queue`: the view (and every model whose decoded
 /// form is at hand) first, then the models decoded outside the lock. Nothing else changes the
 /// view in between.
 @usableFromInline
@@ -90,8 +92,8 @@ package final class SyncCore<T: SyncModel>: Sendable {
         @usableFromInline var snapshot: EngineSnapshot<T>
         @usableFromInline var shown: [T]?
     }
-    /// Held by every change of the view, across its persistence and decoding; never by a reader.
-    let serial = Mutex<Void>(())
+    /// Runs every change of the view, with its persistence and decoding, in order; never a read.
+    let queue: EngineQueue
     /// The remote's connection as its events said, for pass-through listeners to wait on.
     let connection = ConnectionSignal()
     /// Writes changes to the persistence in order, the server's state behind the caller's back.
@@ -116,6 +118,7 @@ package final class SyncCore<T: SyncModel>: Sendable {
         self.refetch = refetch
         self.elapsed = Self.stopwatch(clock)
         self.didChange = didChange
+        queue = EngineQueue(label: "tandem.engine.\(managerKey)")
         let logger = logger
         cache = CacheWriter { error in
             logger?.trackEvent(DataSyncLogEvent(name: "\(managerKey)_persist_fail", parameters: ["error_description": "\(error)"], severity: .severe))
@@ -255,7 +258,7 @@ package final class SyncCore<T: SyncModel>: Sendable {
     }
 
     /// Decodes documents found by ``refreshModels(_:in:prepared:)`` outside the state's lock, then
-    /// puts their models in place. Called inside `serial`, so the view still shows them.
+    /// puts their models in place. Called on `queue`, so the view still shows them.
     func installModels(_ documents: [Document]) {
         guard !documents.isEmpty else { return }
         var fresh = DecodedModels()
@@ -267,7 +270,7 @@ package final class SyncCore<T: SyncModel>: Sendable {
             }
         }
         let placed = state.withLock { state -> Bool in
-            // Nothing changes the view outside `serial`; checked all the same, as it is cheap.
+            // Nothing changes the view outside `queue`; checked all the same, as it is cheap.
             guard documents.allSatisfy({ state.view.documents[$0.path] == $0 }) else { return false }
             Self.place(fresh, into: &state)
             return true
@@ -604,7 +607,7 @@ package final class SyncCore<T: SyncModel>: Sendable {
     }
 
     /// Runs a write to the engine's persistence now, after every change queued before it, outside
-    /// the state's lock (inside `serial`). A failure is logged as `persist_fail`: the in-memory
+    /// the state's lock (on `queue`). A failure is logged as `persist_fail`: the in-memory
     /// state goes on, and it is never dropped silently. Returns whether it was written.
     @discardableResult
     func store(_ write: LocalWrite) -> Bool {
@@ -618,7 +621,7 @@ package final class SyncCore<T: SyncModel>: Sendable {
     }
 
     /// Queues a write of the server's state, which no caller waits for (see ``CacheWriter``).
-    /// Called inside `serial`, so it is written in the order of the changes.
+    /// Called on `queue`, so it is written in the order of the changes.
     func storeLater(_ write: LocalWrite) {
         cache.enqueue(write)
     }
@@ -638,8 +641,10 @@ package final class SyncCore<T: SyncModel>: Sendable {
 
 extension SyncCore {
     /// Drops the cached documents (memory and disk); pending writes stay in the view and the outbox.
+    /// Queued on the engine's executor: the caller (an app's synchronous `stopListening()`) goes on
+    /// at once, and the cache is gone before any change asked for after it.
     func clearDocuments(forgetDocumentID: Bool = false) {
-        serial.withLock { _ in
+        queue.enqueue { [self] in
             let (write, undecided) = state.withLock { state -> (LocalWrite, [Document]) in
                 if forgetDocumentID { state.documentID = nil }
                 state.view.clearBase(now: Date())
@@ -652,8 +657,8 @@ extension SyncCore {
             }
             store(write)
             installModels(undecided)
+            notifyChanged([.documents, .isFromCache])
         }
-        notifyChanged([.documents, .isFromCache])
     }
 
     /// After the base was dropped, in a locked step: the models of documents that went go too.
@@ -679,8 +684,8 @@ extension SyncCore {
 
     /// Points a document engine at another document: the old cached document goes, its pending
     /// writes stay. Returns whether the id changed.
-    func switchDocument(to id: String) -> Bool {
-        let switched = serial.withLock { _ -> Bool in
+    func switchDocument(to id: String) async -> Bool {
+        await queue.run { [self] in
             let change = state.withLock { state -> (LocalWrite, [Document])? in
                 guard state.documentID != id else { return nil }
                 state.documentID = id
@@ -693,10 +698,9 @@ extension SyncCore {
             guard let (write, undecided) = change else { return false }
             store(write)
             installModels(undecided)
+            notifyChanged([.documents, .isFromCache])
             return true
         }
-        if switched { notifyChanged([.documents, .isFromCache]) }
-        return switched
     }
 }
 

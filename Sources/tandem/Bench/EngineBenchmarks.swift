@@ -78,7 +78,7 @@ enum EngineBenchmarks {
             let document = Document(path: try CollectionPath("items").document(changed.id), data: try JSONValueEncoder().encodeObject(changed),
                                     version: Version(UInt64(10 + step)))
             let batch = RemoteChangeBatch(isSnapshot: false, changes: [.upsert(document)], version: Version(UInt64(10 + step)))
-            samples.append(clock.measure { engine.core.apply(batch) })
+            samples.append(clock.measure { engine.core.applyNow(batch) })
         }
         precondition(engine.currentCollection.count == shown)
         engine.stopListening()

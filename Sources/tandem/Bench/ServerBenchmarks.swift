@@ -187,7 +187,7 @@ enum ServerBenchmarks {
             remote: TandemRemoteCollectionService(client: tandemClient, collection: collection), managerKey: "catalog-apply",
             persistence: try SQLiteCollectionPersistence(managerKey: "catalog-apply", directory: directory.appendingPathComponent("sync-apply")))
         let snapshot = RemoteChangeBatch(isSnapshot: true, changes: fetched.map(RemoteChange.upsert), version: 1)
-        let apply = clock.measure { offline.core.apply(snapshot) }
+        let apply = clock.measure { offline.core.applyNow(snapshot) }
         report.notes.append("server: where the time goes: the store writing the \(count) documents as snapshot frames takes \(BenchReport.time(encodedRead.doubleSeconds)) (reading them as values, as a filtered query does, \(BenchReport.time(storeRead.doubleSeconds))); a one-off query of them through the client (read, encode, loopback, parse) \(BenchReport.time(wireRead.doubleSeconds)); applying them to an engine with a SQLite cache as one snapshot already in memory \(BenchReport.time(apply.doubleSeconds)). A listener's snapshot instead arrives in frames the engine decodes and stages in its cache as they come, so all of this overlaps.")
         var synced = 0
         let ours = try await clock.measure {

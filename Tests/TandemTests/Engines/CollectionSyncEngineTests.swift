@@ -88,7 +88,7 @@ struct CollectionSyncEngineTests {
         func id(_ prefix: String, _ index: Int) -> String { prefix + String(1000 + index).dropFirst() }
 
         // A first snapshot, then a pending write the remote has not seen.
-        engine.core.apply(RemoteChangeBatch(isSnapshot: true, changes: (0..<200).map { .upsert(document(id("p", $0), price: 1, version: 1)) }, version: 1))
+        engine.core.applyNow(RemoteChangeBatch(isSnapshot: true, changes: (0..<200).map { .upsert(document(id("p", $0), price: 1, version: 1)) }, version: 1))
         #expect(engine.currentCollection.map(\.id) == (0..<200).map { id("p", $0) })
         remote.store.goOffline()
         try await engine.saveDocument(Product(id: "p010", name: "mine", price: 99, stock: 5))
@@ -98,7 +98,7 @@ struct CollectionSyncEngineTests {
         var changes: [RemoteChange] = (0..<50).map { .upsert(document(id("p", $0), price: 2, version: 2)) }
         changes += (0..<50).map { .upsert(document(id("q", $0), price: 3, version: 2)) }
         changes += (150..<170).map { .removal(try! DocumentPath("products/\(id("p", $0))"), version: 2) }
-        engine.core.apply(RemoteChangeBatch(isSnapshot: false, changes: changes.shuffled(), version: 2))
+        engine.core.applyNow(RemoteChangeBatch(isSnapshot: false, changes: changes.shuffled(), version: 2))
         let expected = ((0..<150).map { id("p", $0) } + (170..<200).map { id("p", $0) } + (0..<50).map { id("q", $0) }).sorted()
         #expect(engine.currentCollection.map(\.id) == expected)
         #expect(engine.getDocument(id: "p020")?.price == 2)
@@ -108,7 +108,7 @@ struct CollectionSyncEngineTests {
         #expect(engine.metadata(id: "p010").hasPendingWrites)
 
         // A snapshot again: what it lacks goes, the pending write stays.
-        engine.core.apply(RemoteChangeBatch(isSnapshot: true, changes: (0..<100).map { .upsert(document(id("p", $0), price: 4, version: 3)) }, version: 3))
+        engine.core.applyNow(RemoteChangeBatch(isSnapshot: true, changes: (0..<100).map { .upsert(document(id("p", $0), price: 4, version: 3)) }, version: 3))
         #expect(engine.currentCollection.map(\.id) == (0..<100).map { id("p", $0) })
         #expect(engine.getDocument(id: "p011")?.price == 4)
         #expect(engine.getDocument(id: "p010")?.name == "mine")

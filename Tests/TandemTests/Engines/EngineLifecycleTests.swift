@@ -89,11 +89,11 @@ struct ListenerSwitchTests {
         let version = engine.core.state.withLock { $0.listener.resumeVersion }
         let rug = Document(path: try DocumentPath("products/rug"), data: ["id": "rug", "name": "Rug", "price": 500, "stock": 1], version: 99)
         let stale = RemoteChangeBatch(isSnapshot: false, changes: [.upsert(rug)], version: 99)
-        #expect(!engine.core.apply(stale, prepared: nil, attempt: old))
+        #expect(!engine.core.applyNow(stale, prepared: nil, attempt: old))
         #expect(engine.getDocument(id: "rug") == nil)
         #expect(engine.core.state.withLock { $0.listener.resumeVersion } == version)
         let current = try #require(engine.core.state.withLock { $0.listener.attached })
-        #expect(engine.core.apply(stale, prepared: nil, attempt: current))
+        #expect(engine.core.applyNow(stale, prepared: nil, attempt: current))
         #expect(engine.getDocument(id: "rug")?.price == 500)
     }
 }

@@ -103,7 +103,7 @@ struct SnapshotPiecesTests {
         prepared.add(first)
         persistence.stage([.upsert(document(999, price: 9, version: 1))], snapshot: SnapshotIDs.next(), startsSnapshot: true)
         prepared.add(last)
-        engine.core.apply(RemoteChangeBatch(isSnapshot: true, changes: first.changes + last.changes, version: 1), prepared: prepared)
+        engine.core.applyNow(RemoteChangeBatch(isSnapshot: true, changes: first.changes + last.changes, version: 1), prepared: prepared)
 
         #expect(engine.currentCollection.count == 150)
         let loaded = try #require(try persistence.load())
