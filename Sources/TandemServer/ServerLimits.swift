@@ -17,7 +17,8 @@ public struct ServerLimits: Sendable, Hashable {
     /// Default 5,000.
     public var maximumWritesPerSecond = 5_000
     /// The most writes one signed-in user may send per second over all their connections and HTTP
-    /// requests, answered as above. Default 10,000.
+    /// requests, answered as above; anonymous callers' writes count against their address, at the
+    /// same rate. Default 10,000.
     public var maximumWritesPerSecondPerUser = 10_000
     /// The most messages (of any kind) one WebSocket connection may send per second, on average;
     /// past it a message is answered `resource-exhausted` with `retryAfter`, and not acted on.
@@ -26,6 +27,10 @@ public struct ServerLimits: Sendable, Hashable {
     /// The most WebSocket connections one signed-in user may have open at once; past it `hello` is
     /// refused with `resource-exhausted`. Default 100.
     public var maximumConnectionsPerUser = 100
+    /// The most anonymous WebSocket connections one address may have open at once (an anonymous
+    /// caller has no user to count them by); past it `hello` is refused with `resource-exhausted`.
+    /// Higher than the per-user limit, since many devices may share an address. Default 1,000.
+    public var maximumConnectionsPerAddress = 1_000
     /// How deep arrays and objects may nest in a request or message, the envelope included; deeper
     /// is refused with `invalid-argument` before anything of it is used. Default 64; at most
     /// ``JSONText/maximumDepth`` (256), which the parser never exceeds.

@@ -98,6 +98,39 @@ struct LimitsTests {
         await server.stop()
     }
 
+    @Test("anonymous WebSocket connections count against their address: past the limit hello is refused, whatever client id each says, and their writes share one bucket with the address's HTTP writes")
+    func anonymousConnectionsPerAddress() async throws {
+        var configuration = SyncServerConfiguration()
+        configuration.limits.maximumConnectionsPerAddress = 2
+        configuration.limits.maximumWritesPerSecondPerUser = 3
+        configuration.clock = ManualClock()
+        let server = try await LiveServer.start(store: MemoryServerStore(clock: ManualClock()), configuration: configuration)
+        let streams = (0..<3).map { _ in RawStream(port: server.port) }
+        guard case .welcome? = await hello(streams[0], "first", token: nil),
+              case .welcome? = await hello(streams[1], "second", token: nil) else { Issue.record("expected welcome"); return }
+        guard case .error(nil, let refused)? = await hello(streams[2], "third", token: nil) else { Issue.record("expected the third refused"); return }
+        #expect(refused.code == .resourceExhausted && refused.message.contains("address") && refused.message.contains("2 connections"), "\(refused)")
+
+        func write(_ stream: RawStream, id: Int, _ range: Range<Int>, client: String) async -> ServerMessage? {
+            stream.send(.write(id: id, mutations: range.map { Mutation(path: documentPath("notes/\($0)"), kind: .set(["n": .int($0)]), id: MutationID(clientID: client, sequence: UInt64($0 + 1))) }))
+            return await stream.next()
+        }
+        guard case .ack(1, _)? = await write(streams[0], id: 1, 0..<2, client: "w0"),
+              case .ack(1, _)? = await write(streams[1], id: 1, 2..<3, client: "w1") else { Issue.record("expected three writes applied"); return }
+        guard case .error(2, let overRate)? = await write(streams[1], id: 2, 3..<4, client: "w1") else { Issue.record("expected the fourth write refused"); return }
+        #expect(overRate.code == .resourceExhausted && overRate.retryAfter != nil && overRate.message.contains("address"), "\(overRate)")
+        var request = URLRequest(url: URL(string: "\(server.url.absoluteString)/v1/commit")!)
+        request.httpMethod = "POST"
+        request.httpBody = Data(#"{"writes":[{"op":"set","path":"notes/9","data":{}}]}"#.utf8)
+        let (_, response) = try await URLSession.shared.data(for: request)
+        #expect((response as? HTTPURLResponse)?.statusCode == 429, "the address's HTTP writes share the bucket")
+        #expect(try await server.store.document(at: documentPath("notes/2")) != nil)
+        #expect(try await server.store.document(at: documentPath("notes/3")) == nil)
+        #expect(try await server.store.document(at: documentPath("notes/9")) == nil)
+        for stream in streams { await stream.close() }
+        await server.stop()
+    }
+
     @Test("a user's connections past the limit are refused at hello with resource-exhausted; another user's are welcome")
     func connectionsPerUser() async throws {
         let (server, tokens) = try await server { $0.limits.maximumConnectionsPerUser = 2 }

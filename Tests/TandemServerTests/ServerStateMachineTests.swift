@@ -143,24 +143,71 @@ struct ServerStateMachineTests {
         #expect(sequencer.blockedFrom(writer: "c") == nil && !sequencer.isBlocked)
     }
 
-    @Test("user quotas: connections counted per user and given back on close; a write bucket per user, refilled on the clock")
-    func userQuotas() throws {
+    @Test("admission: connections counted per user and per anonymous address, given back on release; a write bucket per user and per anonymous address, refilled on the clock")
+    func admissionQuotas() throws {
         var limits = ServerLimits()
         limits.maximumConnectionsPerUser = 1
+        limits.maximumConnectionsPerAddress = 2
         limits.maximumWritesPerSecondPerUser = 2
         let time = Mutex(Duration.zero)
-        let quotas = UserQuotas(limits: limits, now: { time.withLock { $0 } })
-        try quotas.open(for: "ada")
-        #expect(throws: TandemError.self) { try quotas.open(for: "ada") }
-        try quotas.open(for: "bob")
-        quotas.close(for: "ada")
-        try quotas.open(for: "ada")
-        #expect(quotas.admitWrites(2, for: "ada") == nil)
-        let refusal = quotas.admitWrites(1, for: "ada")
+        let admission = Admission(limits: limits, now: { time.withLock { $0 } })
+        let ada = Principal(identity: .user(AuthenticatedUser(uid: "ada")), device: "phone", address: "10.0.0.1")
+        let bob = Principal(identity: .user(AuthenticatedUser(uid: "bob")), device: "phone", address: "10.0.0.1")
+        let stranger = Principal(device: "a", address: "10.0.0.1")
+        let anotherStranger = Principal(device: "b", address: "10.0.0.1")
+        let seat = try #require(try admission.seat(ada))
+        #expect(throws: TandemError.self) { try admission.seat(ada) }
+        _ = try admission.seat(bob)
+        admission.release(seat)
+        _ = try admission.seat(ada)
+        // Anonymous connections count against their address, whatever device they say.
+        _ = try admission.seat(stranger)
+        _ = try admission.seat(anotherStranger)
+        #expect(throws: TandemError.self) { try admission.seat(Principal(device: "c", address: "10.0.0.1")) }
+        _ = try admission.seat(Principal(device: "c", address: "10.0.0.2"))
+        #expect(admission.openConnections(of: .address("10.0.0.1")) == 2)
+        #expect(try admission.seat(Principal(device: "in-process")) == nil, "no one to count it against")
+
+        #expect(admission.admitWrites(2, from: ada) == nil)
+        let refusal = admission.admitWrites(1, from: ada)
         #expect(refusal?.code == .resourceExhausted && refusal?.retryAfter == .milliseconds(500))
-        #expect(quotas.admitWrites(2, for: "bob") == nil)
+        #expect(admission.admitWrites(2, from: bob) == nil)
+        #expect(admission.admitWrites(2, from: stranger) == nil)
+        #expect(admission.admitWrites(1, from: anotherStranger)?.code == .resourceExhausted, "one bucket per anonymous address")
         time.withLock { $0 = .milliseconds(500) }
-        #expect(quotas.admitWrites(1, for: "ada") == nil)
+        #expect(admission.admitWrites(1, from: ada) == nil)
+    }
+
+    @Test("admission of a WebSocket message and write: size and rate on the bytes before parsing; a write refused by its caller's rate holds back its writer's later writes")
+    func admissionOnAConnection() {
+        var limits = ServerLimits()
+        limits.maximumRequestBytes = 100
+        limits.maximumMessagesPerSecond = 2
+        limits.maximumWritesPerSecondPerUser = 1
+        limits.maximumBatchWrites = 2
+        let time = Mutex(Duration.zero)
+        let admission = Admission(limits: limits, now: { time.withLock { $0 } })
+        var connection = Admission.ConnectionCounters(limits: limits)
+        #expect(admission.admitMessage(bytes: 101, on: &connection)?.code == .resourceExhausted)
+        #expect(admission.admitMessage(bytes: 10, on: &connection) == nil)
+        #expect(admission.admitMessage(bytes: 10, on: &connection) == nil)
+        #expect(admission.admitMessage(bytes: 10, on: &connection)?.retryAfter == .milliseconds(500))
+
+        let ada = Principal(identity: .user(AuthenticatedUser(uid: "ada")), device: "phone")
+        #expect(admission.admitWrites(write(1), each: false, from: ada, on: &connection) == .proceed)
+        guard case .refuse(let refusal) = admission.admitWrites(write(2), each: false, from: ada, on: &connection) else {
+            Issue.record("the user's second write in a second is refused")
+            return
+        }
+        #expect(refusal.code == .resourceExhausted && refusal.retryAfter != nil)
+        time.withLock { $0 = .seconds(5) }
+        guard case .refuse(let held) = admission.admitWrites(write(3), each: false, from: ada, on: &connection) else {
+            Issue.record("a later write of the same writer waits for the refused one")
+            return
+        }
+        #expect(held.code == .aborted)
+        #expect(admission.admitWrites(write(2, 3), each: false, from: ada, on: &connection) == .proceed, "sent again in order")
+        #expect(admission.admitWrites(write(4, 5, 6), each: true, from: ada, on: &connection) != .proceed, "more mutations than a request may hold")
     }
 
     @Test("a store failure blocks the writes queued after it at their turn; the rate limit refuses on the clock")

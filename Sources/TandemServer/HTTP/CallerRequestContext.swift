@@ -2,7 +2,7 @@ import Hummingbird
 import NIOCore
 
 /// Each HTTP request's context: the framework's, and the address the request came from, which an
-/// anonymous caller's quotas count against (it has no user to count them by).
+/// anonymous caller's quotas count against in ``Admission`` (it has no user to count them by).
 struct CallerRequestContext: RequestContext, RemoteAddressRequestContext {
     var coreContext: CoreRequestContextStorage
     let remoteAddress: SocketAddress?

@@ -120,7 +120,7 @@ struct HTTPAPI: Sendable {
 
     /// Commits one request; a refusal is thrown, to be answered with its status and error.
     private func commit(_ mutations: [Mutation], as context: Principal) async throws -> CommitResult {
-        if let caller = context.writeQuota, let refusal = service.quotas.admitWrites(max(1, mutations.count), for: caller) {
+        if let refusal = service.admission.admitWrites(max(1, mutations.count), from: context) {
             throw refusal
         }
         let result = try await service.commit([mutations], context: context)[0].get()

@@ -14,6 +14,9 @@ final class StreamSession: Sendable {
     let clock: ServerClock
     /// Tells the session when its token expires, on the server's clock; nil in process.
     let watchdog: SessionWatchdog?
+    /// The address the connection came from (an anonymous caller's quotas count against it);
+    /// nil in process.
+    let address: String?
 
     private struct State {
         /// Who said hello (its token and client id); nil until then.
@@ -23,11 +26,10 @@ final class StreamSession: Sendable {
         var expiresAt: Date?
         /// The protocol agreed in `hello`.
         var protocolVersion = TandemVersion.wireProtocol
-        var sequencer: WriteSequencer
-        /// The connection's message rate.
-        var messages: RateLimiter
-        /// The signed-in user this connection counts against (``UserQuotas``), once welcomed.
-        var countedUser: String?
+        /// The connection's message rate and the order, queue and rate of its writes.
+        var counters: Admission.ConnectionCounters
+        /// The caller this connection counts against in ``Admission``, once welcomed.
+        var seat: Admission.Seat?
         /// Write requests admitted and waiting for `runWrites`, in the order they came.
         var queue: [QueuedWrite] = []
     }
@@ -72,15 +74,15 @@ final class StreamSession: Sendable {
     /// The most write requests committed together in one call to the store.
     static let writesPerCommit = 64
 
-    init(id: Int, service: SyncService, configuration: SyncServerConfiguration, clock: ServerClock, watchdog: SessionWatchdog? = nil) {
+    init(id: Int, service: SyncService, configuration: SyncServerConfiguration, clock: ServerClock, watchdog: SessionWatchdog? = nil, address: String? = nil) {
         self.id = id
         self.watchdog = watchdog
+        self.address = address
         self.service = service
         self.configuration = configuration
         self.clock = clock
         outbox = SessionOutbox(budget: configuration.maximumQueuedBytesPerConnection)
-        state = Mutex(State(sequencer: WriteSequencer(limits: configuration.limits),
-                            messages: RateLimiter(perSecond: configuration.limits.maximumMessagesPerSecond)))
+        state = Mutex(State(counters: Admission.ConnectionCounters(limits: configuration.limits)))
         (wake, wakeContinuation) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
     }
 
@@ -94,20 +96,8 @@ final class StreamSession: Sendable {
     func handle(_ bytes: UnsafeRawBufferPointer, tasks: inout DiscardingTaskGroup) {
         // The cheap checks first, before the message is parsed: its size and the connection's
         // message rate. A refusal answers the id its first bytes name.
-        do throws(TandemError) {
-            try service.checkRequestSize(bytes.count)
-        } catch {
-            outbox.send(.error(id: ClientMessage.requestID(prefix: bytes), error))
-            return
-        }
-        let now = clock.now()
-        let wait = state.withLock { state -> Duration? in
-            state.messages.admit(1, at: now) ? nil : state.messages.wait(for: 1)
-        }
-        if let wait {
-            let limit = configuration.limits.maximumMessagesPerSecond
-            outbox.send(.error(id: ClientMessage.requestID(prefix: bytes), TandemError(.resourceExhausted, "This connection sent more than \(limit) messages a second; this one was not acted on. Wait \(wait.wholeMilliseconds) ms (retryAfter), then send it again.",
-                                                                                    retryAfter: wait)))
+        if let refusal = state.withLock({ service.admission.admitMessage(bytes: bytes.count, on: &$0.counters) }) {
+            outbox.send(.error(id: ClientMessage.requestID(prefix: bytes), refusal))
             return
         }
         let value: JSONValue
@@ -161,16 +151,9 @@ final class StreamSession: Sendable {
         case .write(let requestID, let mutations), .writeEach(let requestID, let mutations):
             let each: Bool
             if case .writeEach = message { each = true } else { each = false }
-            if each, mutations.count > configuration.limits.maximumBatchWrites {
-                outbox.send(.error(id: requestID, TandemError(.resourceExhausted, "The write has \(mutations.count) mutations; at most \(configuration.limits.maximumBatchWrites) are allowed in one request. Send them in several.")))
-                return
-            }
+            let principal = self.context
             let decision = state.withLock { state -> WriteSequencer.Decision in
-                var decision = state.sequencer.arrive(mutations, at: now)
-                if decision == .proceed, let user = state.countedUser, let refusal = service.quotas.admitWrites(max(1, mutations.count), for: user) {
-                    state.sequencer.withdraw(mutations)
-                    decision = .refuse(refusal)
-                }
+                let decision = service.admission.admitWrites(mutations, each: each, from: principal, on: &state.counters)
                 if decision == .proceed { state.queue.append(QueuedWrite(id: requestID, mutations: mutations, each: each)) }
                 return decision
             }
@@ -213,25 +196,25 @@ final class StreamSession: Sendable {
             return
         }
         let principal: Principal
+        let seat: Admission.Seat?
         do throws(TandemError) {
-            principal = Principal(identity: try service.authenticate(token: token), device: clientID)
-            if let user = principal.quotaUser { try service.quotas.open(for: user) }
+            principal = Principal(identity: try service.authenticate(token: token), device: clientID, address: address)
+            seat = try service.admission.seat(principal)
         } catch {
             outbox.send(.error(id: nil, error))
             return
         }
         let identity = principal.identity
-        let user = principal.quotaUser
         let first = state.withLock { state -> Bool in
             guard state.principal == nil else { return false }
             state.principal = principal
             state.protocolVersion = protocolVersion
-            state.countedUser = user
+            state.seat = seat
             if case .user(let user) = identity { state.expiresAt = user.expiresAt }
             return true
         }
         guard first else {
-            if let user { service.quotas.close(for: user) }
+            if let seat { service.admission.release(seat) }
             outbox.send(.error(id: nil, TandemError(.failedPrecondition, "This connection already said hello; a connection keeps the client id it said hello with. Open a new connection to speak as another client.")))
             return
         }
@@ -242,7 +225,7 @@ final class StreamSession: Sendable {
             watchdog.expire(id, at: clock.now() + remaining) { [weak self] in self?.expire(at: expiresAt) }
         }
         let seconds = Int(configuration.heartbeatInterval.components.seconds)
-        outbox.send(.welcome(protocolVersion: protocolVersion, serverVersion: TandemVersion.current, heartbeatSeconds: max(1, seconds), user: user))
+        outbox.send(.welcome(protocolVersion: protocolVersion, serverVersion: TandemVersion.current, heartbeatSeconds: max(1, seconds), user: identity.user?.uid))
     }
 
     /// Commits the session's writes in the order they came, until the session ends: the requests
@@ -258,12 +241,12 @@ final class StreamSession: Sendable {
                     var requests = 0
                     while requests < Self.writesPerCommit, !state.queue.isEmpty {
                         let entry = state.queue.removeFirst()
-                        switch state.sequencer.turn(entry.mutations) {
+                        switch state.counters.writes.turn(entry.mutations) {
                         case .proceed:
                             group.append(entry)
                             requests += entry.each ? entry.mutations.count : 1
                         case .refuse(let error):
-                            state.sequencer.answered(entry.mutations, forGood: false)
+                            state.counters.writes.answered(entry.mutations, forGood: false)
                             refused.append((entry.id, error))
                         }
                     }
@@ -284,11 +267,11 @@ final class StreamSession: Sendable {
                     var failed = false
                     for (entry, result) in zip(group, results) {
                         if case .failure(let error) = result, !error.isPermanent {
-                            state.sequencer.failed(entry.mutations)
-                            state.sequencer.answered(entry.mutations, forGood: false)
+                            state.counters.writes.failed(entry.mutations)
+                            state.counters.writes.answered(entry.mutations, forGood: false)
                             failed = true
                         } else {
-                            state.sequencer.answered(entry.mutations, forGood: true)
+                            state.counters.writes.answered(entry.mutations, forGood: true)
                         }
                     }
                     // Under the same lock: the queued writes of a writer that just failed are
@@ -297,8 +280,8 @@ final class StreamSession: Sendable {
                     var aborted: [(Int, TandemError)] = []
                     if failed {
                         state.queue.removeAll { entry in
-                            guard case .refuse(let error) = state.sequencer.turn(entry.mutations) else { return false }
-                            state.sequencer.answered(entry.mutations, forGood: false)
+                            guard case .refuse(let error) = state.counters.writes.turn(entry.mutations) else { return false }
+                            state.counters.writes.answered(entry.mutations, forGood: false)
                             aborted.append((entry.id, error))
                             return true
                         }
@@ -339,11 +322,11 @@ final class StreamSession: Sendable {
     /// Ends the session. The outbox closes first: a listener registered meanwhile either is
     /// removed here or finds it closed (see ``FanOutHub/register(_:target:outbox:limit:readGuard:restricted:)``).
     func close() {
-        if let user = state.withLock({ state -> String? in
-            defer { state.countedUser = nil }
-            return state.countedUser
+        if let seat = state.withLock({ state -> Admission.Seat? in
+            defer { state.seat = nil }
+            return state.seat
         }) {
-            service.quotas.close(for: user)
+            service.admission.release(seat)
         }
         wakeContinuation.finish()
         outbox.finish()

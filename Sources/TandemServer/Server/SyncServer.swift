@@ -53,7 +53,8 @@ public struct SyncServer: Service {
         let stream = { @Sendable (channel: any Channel) -> WebSocketDataHandler<HTTP1WebSocketUpgradeChannel.Context> in
             { inbound, outbound, _ in
                 let id = sessions.add(1, ordering: .relaxed).newValue
-                let session = StreamSession(id: id, service: service, configuration: configuration, clock: clock, watchdog: watchdog)
+                let session = StreamSession(id: id, service: service, configuration: configuration, clock: clock, watchdog: watchdog,
+                                            address: channel.remoteAddress?.ipAddress)
                 service.streamSessions.add(1, ordering: .relaxed)
                 await Self.serve(session, channel: channel, inbound: inbound, configuration: configuration, clock: clock, watchdog: watchdog)
                 service.streamSessions.subtract(1, ordering: .relaxed)

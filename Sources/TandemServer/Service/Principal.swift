@@ -5,7 +5,7 @@
 /// derived from it, never kept apart:
 /// - what access control reads (``identity``);
 /// - who owns the writer ids a write uses (``writerOwner``);
-/// - which quota a connection and its writes count against (``quotaUser``, ``writeQuota``).
+/// - whom a connection and its writes count against in ``Admission`` (``caller``).
 ///
 /// A client id grants nothing by itself: the same id said by two users is two principals, and
 /// neither can write under the other's writer ids.
@@ -22,7 +22,7 @@ struct Principal: Sendable, Hashable {
     var identity: Identity
     /// The client id a WebSocket connection said `hello` with; nil over HTTP.
     var device: String?
-    /// The address an HTTP request came from; nil on a WebSocket connection.
+    /// The address the connection or request came from; nil in process.
     var address: String?
 
     init(identity: Identity = .anonymous, device: String? = nil, address: String? = nil) {
@@ -43,13 +43,10 @@ struct Principal: Sendable, Hashable {
         }
     }
 
-    /// The user whose connections count against their quota; nil for an anonymous caller.
-    var quotaUser: String? { identity.user?.uid }
-
-    /// What this principal's writes count against, per second: the user, or an anonymous HTTP
-    /// caller's address. Nil for an anonymous WebSocket connection, whose writes the connection's
-    /// own rate bounds.
-    var writeQuota: UserQuotas.Caller? {
+    /// Whom this principal's connections and writes count against: its user, or an anonymous
+    /// caller's address. Nil for an anonymous caller with no address (in process), which only the
+    /// per-connection limits bound.
+    var caller: Admission.Caller? {
         if let user = identity.user { return .user(user.uid) }
         if let address { return .address(address) }
         return nil

@@ -14,7 +14,8 @@ final class SyncService: Sendable {
     /// WebSocket sessions open now, for `/metrics`.
     let streamSessions = Atomic<Int>(0)
     /// Connections and writes a second, per signed-in user.
-    let quotas: UserQuotas
+    /// Every limit and quota a request passes before it is acted on.
+    let admission: Admission
 
     /// - Parameter now: the server's clock, for the per-user write rate.
     init(store: any ServerStore, hub: FanOutHub, limits: ServerLimits, access: AccessControl? = nil, now: @escaping @Sendable () -> Duration) {
@@ -22,7 +23,7 @@ final class SyncService: Sendable {
         self.hub = hub
         self.limits = limits
         self.access = access
-        quotas = UserQuotas(limits: limits, now: now)
+        admission = Admission(limits: limits, now: now)
     }
 
     // MARK: Identity
@@ -88,7 +89,7 @@ final class SyncService: Sendable {
         } catch {
             return .failure(.refused(Self.tandemError(error)))
         }
-        return hub.register(key, target: target, outbox: outbox, limit: limits.maximumListenersPerConnection, readGuard: readGuard, restricted: access != nil)
+        return hub.register(key, target: target, outbox: outbox, limit: admission.listenersPerConnection, readGuard: readGuard, restricted: access != nil)
     }
 
     /// Loads a registered listener; a failure is sent as an error frame answering the listen.
@@ -112,7 +113,7 @@ final class SyncService: Sendable {
         var early: [Int: TandemError] = [:]
         for (index, mutations) in requests.enumerated() {
             do throws(TandemError) {
-                try limits.checkBatch(mutations)
+                try admission.checkBatch(mutations)
                 admitted.append(mutations)
             } catch {
                 early[index] = error
@@ -141,13 +142,6 @@ final class SyncService: Sendable {
     }
 
     // MARK: Checks
-
-    /// The size of a message or body before it is parsed.
-    func checkRequestSize(_ bytes: Int) throws(TandemError) {
-        if bytes > limits.maximumRequestBytes {
-            throw TandemError(.resourceExhausted, "The request is \(bytes) bytes; at most \(limits.maximumRequestBytes) are allowed. Send smaller batches.")
-        }
-    }
 
     private func check(_ target: ListenTarget) throws {
         switch target {
