@@ -37,6 +37,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-certificates.git", from: "1.21.1"),
         .package(url: "https://github.com/apple/swift-crypto.git", "4.0.0"..<"6.0.0"),
         .package(url: "https://github.com/apple/swift-asn1.git", from: "1.7.4"),
+        // Synced state's collection value (`IdentifiedArrayOf`).
+        .package(url: "https://github.com/pointfreeco/swift-identified-collections.git", from: "1.1.1"),
     ],
     targets: [
         // Values, paths, queries, patches, mutations, wire messages, errors. No I/O.
@@ -56,6 +58,7 @@ let package = Package(
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "IdentifiedCollections", package: "swift-identified-collections"),
             ],
             swiftSettings: swiftSettings
         ),

@@ -34,6 +34,15 @@ extension DocumentSyncEngine {
     }
 }
 
+extension SyncedCollection {
+    /// Returns true once `condition` holds: checked now and after each change of the handle's
+    /// state (its value, pending writes, errors).
+    @discardableResult
+    public func waitUntil(_ condition: () -> Bool) async -> Bool {
+        await waitForChanges(changeSignals(), condition)
+    }
+}
+
 private func waitForChanges<Changes: AsyncSequence>(_ changes: Changes, _ condition: () -> Bool) async -> Bool {
     if condition() { return true }
     do {

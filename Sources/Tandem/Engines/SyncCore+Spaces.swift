@@ -22,7 +22,7 @@ extension SyncCore {
     /// Shows `user`'s space (nil: the signed-out one), if it shows another now. Runs on `queue`
     /// (the auth handler queues it), since it reads the new space from disk.
     func switchSpace(to user: String?) {
-        let switched = { () -> (effects: ListenerEffects, waiters: [CheckedContinuation<WriteOutcome, Never>], retry: Task<Void, Never>?, from: String?, failure: (any Error)?)? in
+        let switched = { () -> (effects: ListenerEffects, waiters: [WriteWaiter], retry: Task<Void, Never>?, from: String?, failure: (any Error)?)? in
             guard state.withLock({ $0.user != user && !$0.tasks.isShutDown }) else { return nil }
             // The new space is read here, on `queue`: no change of the old space's view can
             // come between, and none of the new one's before it is shown.
@@ -37,7 +37,7 @@ extension SyncCore {
                 loaded = SpaceState(outbox: Outbox(clientID: Self.newClientID(managerKey)))
             }
             let now = Date()
-            let result = state.withLock { state -> (ListenerEffects, [CheckedContinuation<WriteOutcome, Never>], Task<Void, Never>?, String?) in
+            let result = state.withLock { state -> (ListenerEffects, [WriteWaiter], Task<Void, Never>?, String?) in
                 let from = state.user
                 if case .memory = state.persistence {
                     // Nothing on disk: the space left is kept in memory, to come back to.

@@ -23,7 +23,7 @@ extension SyncCore {
         // sender takes entries on `queue`, so it never sees one that is not durable yet.
         let outcome = await withCheckedContinuation { (continuation: CheckedContinuation<WriteOutcome, Never>) in
             queue.enqueue { [self] in
-                announce(record(mutation, waiter: continuation), continuation, ["document_id": mutation.path.id])
+                announce(record(mutation, waiter: .continuation(continuation)), .continuation(continuation), ["document_id": mutation.path.id])
             }
         }
         try report(outcome, event: event, parameters)
@@ -33,7 +33,7 @@ extension SyncCore {
     /// Applies a write to the view and the outbox and makes it durable, on `queue`; registers its
     /// waiter in the same locked step. Returns the outbox's size, or the error that kept the write
     /// from disk (it is then undone in memory too).
-    private func record(_ mutation: Mutation, waiter continuation: CheckedContinuation<WriteOutcome, Never>) -> Result<Int, any Error> {
+    private func record(_ mutation: Mutation, waiter continuation: WriteWaiter) -> Result<Int, any Error> {
         let path = mutation.path
         // What the view will show, decoded before the locked step.
         let now = Date()
@@ -71,7 +71,7 @@ extension SyncCore {
     }
 
     /// As ``record(_:waiter:)`` for an atomic batch: every write of it, or none.
-    private func record(batch mutations: [Mutation], waiter continuation: CheckedContinuation<WriteOutcome, Never>) -> Result<Int, any Error> {
+    private func record(batch mutations: [Mutation], waiter continuation: WriteWaiter) -> Result<Int, any Error> {
         let paths = mutations.map(\.path)
         // What the view will show of each document, decoded before the locked step.
         let now = Date()
@@ -110,7 +110,7 @@ extension SyncCore {
 
     /// After a write's locked steps: answers one that could not be stored, or tells observers of
     /// the queued one and starts the sender.
-    private func announce(_ enqueued: Result<Int, any Error>, _ continuation: CheckedContinuation<WriteOutcome, Never>, _ parameters: [String: any Sendable]) {
+    private func announce(_ enqueued: Result<Int, any Error>, _ continuation: WriteWaiter, _ parameters: [String: any Sendable]) {
         switch enqueued {
         case .failure(let error):
             // Rolled back: a snapshot published while the write was on its way to disk showed it.
@@ -157,11 +157,38 @@ extension SyncCore {
         }
         let outcome = await withCheckedContinuation { (continuation: CheckedContinuation<WriteOutcome, Never>) in
             queue.enqueue { [self] in
-                announce(record(batch: mutations, waiter: continuation), continuation, ["write_count": mutations.count])
+                announce(record(batch: mutations, waiter: .continuation(continuation)), .continuation(continuation), ["write_count": mutations.count])
             }
         }
         try report(outcome, event: "batch", ["write_count": mutations.count])
         return outcome
+    }
+
+    /// Queues an atomic batch of writes on the engine's executor now, in the caller's order, without
+    /// waiting: for callers that cannot await (synced state's `withLock`). It is taken into the
+    /// view and the outbox, durably, after every change queued before it, then sent as
+    /// ``writeBatch(_:maximumWrites:)`` sends it. Throws at once when a write is invalid; the
+    /// ticket tells when it is recorded and what became of it; `recorded` is called once it is (on
+    /// the engine's executor, after observers heard of it).
+    func enqueueBatch(_ mutations: [Mutation], maximumWrites: Int = 500, recorded: (@Sendable () -> Void)? = nil) throws(TandemError) -> WriteTicket {
+        guard !mutations.isEmpty else {
+            throw TandemError.invalidArgument("A batch holds at least one write.")
+        }
+        guard mutations.count <= maximumWrites else {
+            throw TandemError.invalidArgument("A batch holds at most \(maximumWrites) writes and this one has \(mutations.count); split it into several batches.")
+        }
+        for mutation in mutations { try mutation.validate() }
+        let ticket = WriteTicket()
+        log("batch_start", ["write_count": mutations.count])
+        queue.enqueue { [self] in
+            let result = record(batch: mutations, waiter: .ticket(ticket))
+            announce(result, .ticket(ticket), ["write_count": mutations.count])
+            // After the announcement published it: whoever sees the ticket recorded finds the
+            // write in the engine's snapshot.
+            ticket.markRecorded()
+            recorded?()
+        }
+        return ticket
     }
 
     /// Wakes the sender: it sends the front of the outbox at once unless a window is in flight.

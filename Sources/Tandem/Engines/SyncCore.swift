@@ -21,7 +21,7 @@ import TandemCore
 /// view in between.
 @usableFromInline
 package final class SyncCore<T: SyncModel>: Sendable {
-    typealias Sender = OutboxSender<CheckedContinuation<WriteOutcome, Never>>
+    typealias Sender = OutboxSender<WriteWaiter>
 
     @usableFromInline
     struct State {

@@ -1,0 +1,73 @@
+import TandemCore
+
+/// How an edit of synced state becomes writes, as pure functions: the value before and after the
+/// edit are compared element by element, by `clientId`, never against a read of the server.
+///
+/// - An element that is new becomes a `set` of its fields (it has its `documentId` by then).
+/// - An element that changed becomes a merge of exactly the field paths that changed: a nested map
+///   is compared key by key, any other value (arrays included) whole; a field that went is removed.
+/// - An element that went becomes a delete. Nothing else is ever deleted: a document another client
+///   added, which this value never held, is never touched.
+/// - An element moved, and nothing else, writes nothing.
+enum SyncedEdits {
+    /// One element of a value, as the diff reads it.
+    struct Element: Sendable {
+        var documentId: String
+        var body: JSONObject
+    }
+
+    /// The writes that turn `before` into `after`, both keyed by `clientId` in their order, in
+    /// `collection`. Elements present on both sides are compared only when listed in `changed`
+    /// (the others are equal, as the caller found without encoding them).
+    static func writes<Key: Hashable>(before: [(Key, Element)], after: [(Key, Element)], changed: Set<Key>,
+                                      in collection: CollectionPath) throws(TandemError) -> [Mutation] {
+        let old = Dictionary(before, uniquingKeysWith: { first, _ in first })
+        let kept = Set(after.map(\.0))
+        var writes: [Mutation] = []
+        for (key, new) in after {
+            let path = try collection.document(new.documentId)
+            guard let previous = old[key], previous.documentId == new.documentId else {
+                if let previous = old[key] {
+                    // Given another document id: the old document goes, the new one is made.
+                    writes.append(.delete(try collection.document(previous.documentId)))
+                }
+                writes.append(.set(path, new.body))
+                continue
+            }
+            guard changed.contains(key) else { continue }
+            let paths = changedPaths(previous.body, new.body)
+            guard !paths.isEmpty else { continue }
+            var fields: [FieldPath] = []
+            for segments in paths {
+                guard let field = try? FieldPath(segments) else {
+                    // A key no field path can name (an empty one): the body is written whole.
+                    fields = []
+                    break
+                }
+                fields.append(field)
+            }
+            writes.append(fields.isEmpty ? .set(path, new.body) : .merge(path, new.body, fields: fields))
+        }
+        for (key, previous) in before where !kept.contains(key) {
+            writes.append(.delete(try collection.document(previous.documentId)))
+        }
+        return writes
+    }
+
+    /// The field paths whose values differ between two bodies, in key order: a map present on both
+    /// sides is gone into; any other difference (a value added, removed or changed) is its path.
+    static func changedPaths(_ old: JSONObject, _ new: JSONObject, prefix: [String] = []) -> [[String]] {
+        var paths: [[String]] = []
+        for key in Set(old.keys).union(new.keys).sorted() {
+            let before = old[key]
+            let after = new[key]
+            if before == after { continue }
+            if case .object(let a)? = before, case .object(let b)? = after {
+                paths += changedPaths(a, b, prefix: prefix + [key])
+            } else {
+                paths.append(prefix + [key])
+            }
+        }
+        return paths
+    }
+}

@@ -1,0 +1,60 @@
+import Foundation
+import IdentifiedCollections
+import Testing
+import Tandem
+import TandemCore
+import TandemServer
+import TandemTesting
+
+struct Chore: DocumentIdentifiable {
+    var clientId = UUID()
+    var documentId: String?
+    var title: String
+    var done = false
+}
+
+/// Synced state against the real server on 127.0.0.1, two clients on one collection.
+@Suite("Synced state against the real server", .timeLimit(.minutes(1)))
+struct SyncedStateTests {
+    @Test("two handles in two clients converge after concurrent inserts, edits and deletes, one offline in between; neither deletes what the other added")
+    func twoClientsConverge() async throws {
+        let server = try await LiveServer.start(store: MemoryServerStore(clock: ManualClock()))
+        let ada = RunningClient(server, id: "ada-device")
+        let bob = RunningClient(server, id: "bob-device")
+        let configuration = CollectionConfiguration<Chore>(collectionPath: "chores", orderBy: ("title", true))
+        let mine = SyncedCollection(configuration, client: ada.client)
+        let theirs = SyncedCollection(configuration, client: bob.client)
+        await mine.load()
+        await theirs.load()
+
+        mine.withLock { $0.append(Chore(title: "dishes")) }
+        #expect(await theirs.waitUntil { theirs.value.map(\.title) == ["dishes"] })
+        // Bob goes offline and edits; Ada adds and edits meanwhile.
+        bob.client.setOnline(false)
+        theirs.withLock {
+            $0[0].done = true
+            $0.append(Chore(title: "bins"))
+        }
+        mine.withLock {
+            $0.append(Chore(title: "laundry"))
+            $0[0].title = "dishes, all of them"
+        }
+        #expect(await mine.waitUntil { !mine.hasPendingWrites })
+        bob.client.setOnline(true)
+        let expected = [("bins", false), ("dishes, all of them", true), ("laundry", false)]
+        for handle in [mine, theirs] {
+            #expect(await handle.waitUntil { !handle.hasPendingWrites && handle.value.map { ($0.title, $0.done) }.elementsEqual(expected, by: ==) },
+                    "\(handle.value.map { ($0.title, $0.done) })")
+        }
+        // A delete on one side is a delete on the other; nothing else goes.
+        let bins = try #require(mine.value.first { $0.title == "bins" })
+        mine.withLock { _ = $0.remove(id: bins.clientId) }
+        #expect(await theirs.waitUntil { theirs.value.map(\.title) == ["dishes, all of them", "laundry"] })
+        let stored = try await server.store.read(.collection(collectionPath("chores"), Query())).documents
+        #expect(Set(stored.compactMap { $0.data["title"]?.stringValue }) == ["dishes, all of them", "laundry"])
+        #expect(Set(stored.map(\.path.id)) == Set(mine.value.compactMap(\.documentId)))
+        await ada.stop()
+        await bob.stop()
+        await server.stop()
+    }
+}

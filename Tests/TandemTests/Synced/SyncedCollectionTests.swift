@@ -1,0 +1,158 @@
+import Foundation
+import IdentifiedCollections
+import Testing
+@testable import Tandem
+import TandemCore
+import TandemTesting
+
+struct Todo: DocumentIdentifiable {
+    var clientId = UUID()
+    var documentId: String?
+    var memo: String
+    var completed = false
+    var rank = 0
+    var tags: [String: String] = [:]
+}
+
+/// Synced state over the mock server (the real server's semantics, in process): each edit becomes
+/// exactly the writes it makes, through the engine's outbox.
+@Suite("Synced collection", .timeLimit(.minutes(1)))
+struct SyncedCollectionTests {
+    func handle(_ remote: MockRemoteCollectionService, orderBy: (String, Bool)? = ("rank", true)) -> SyncedCollection<Todo> {
+        SyncedCollection(CollectionConfiguration<Todo>(collectionPath: "todos", orderBy: orderBy), remote: remote)
+    }
+
+    func stored(_ remote: MockRemoteCollectionService) -> [String: JSONObject] {
+        Dictionary(uniqueKeysWithValues: remote.store.documents.values.filter { $0.path.parent.description == "todos" }.map { ($0.path.id, $0.data) })
+    }
+
+    @Test("a new element gets its documentId at once, written back; a second edit before the server answers updates that document: one document, never two")
+    func newElementGetsItsIDAtOnce() async throws {
+        let remote = MockRemoteCollectionService(collectionPath: { "todos" })
+        let todos = handle(remote)
+        await todos.load()
+        remote.store.goOffline()
+        todos.withLock { $0.append(Todo(memo: "milk")) }
+        let id = try #require(todos.value.first?.documentId)
+        todos.withLock { $0[0].memo = "oat milk" }
+        #expect(todos.value.map(\.documentId) == [id] && todos.value[0].memo == "oat milk")
+        remote.store.goOnline()
+        #expect(await todos.waitUntil { !todos.hasPendingWrites })
+        #expect(stored(remote) == [id: ["memo": "oat milk", "completed": false, "rank": 0, "tags": [:]]])
+        #expect(todos.value.map(\.memo) == ["oat milk"])
+    }
+
+    @Test("a one-field edit writes exactly that field path, a nested one its dotted path; removing an element deletes its document alone; a reorder writes nothing")
+    func editsWriteWhatChanged() async throws {
+        let remote = MockRemoteCollectionService(collectionPath: { "todos" })
+        let todos = handle(remote)
+        await todos.load()
+        todos.withLock {
+            $0.append(Todo(memo: "a", rank: 1))
+            $0.append(Todo(memo: "b", rank: 2))
+        }
+        #expect(await todos.waitUntil { !todos.hasPendingWrites })
+        let engine = todos.engine
+        remote.store.goOffline()
+        todos.withLock { $0[0].completed = true }
+        todos.withLock { $0[1].tags["color"] = "red" }
+        try await todos.save()
+        let kinds = engine.pendingWrites.map(\.mutation.kind)
+        guard kinds.count == 2, case .merge(_, let first?) = kinds[0], case .merge(_, let second?) = kinds[1] else {
+            Issue.record("expected two merges with field masks: \(kinds)")
+            return
+        }
+        #expect(first == ["completed"])
+        #expect(second == [try FieldPath(["tags", "color"])])
+        // Moving elements about changes nothing on the server.
+        let before = engine.pendingWrites.count
+        todos.withLock { $0.swapAt(0, 1) }
+        try await todos.save()
+        #expect(engine.pendingWrites.count == before)
+        #expect(todos.value.map(\.memo) == ["a", "b"], "kept in the configuration's order")
+        let gone = todos.value[0]
+        todos.withLock { _ = $0.remove(id: gone.clientId) }
+        try await todos.save()
+        guard case .delete? = engine.pendingWrites.last?.mutation.kind, engine.pendingWrites.last?.path.id == gone.documentId else {
+            Issue.record("expected a delete of \(gone.documentId ?? "")")
+            return
+        }
+        remote.store.goOnline()
+        #expect(await todos.waitUntil { !todos.hasPendingWrites })
+        #expect(stored(remote).values.map { $0["memo"] } == ["b"])
+        #expect(stored(remote).values.first?["tags"] == ["color": "red"])
+    }
+
+    @Test("a document another client added is never deleted by this handle's edits, made while it had not seen it")
+    func othersDocumentsSurvive() async throws {
+        let remote = MockRemoteCollectionService(collectionPath: { "todos" })
+        let todos = handle(remote)
+        await todos.load()
+        remote.store.goOffline()
+        // Another client adds a document this handle has not seen; this one edits meanwhile.
+        _ = try remote.store.commit([.set(try DocumentPath("todos/theirs"), ["memo": "theirs", "completed": false, "rank": 5, "tags": [:]])])
+        todos.withLock { $0.append(Todo(memo: "mine", rank: 1)) }
+        todos.withLock { $0[0].completed = true }
+        remote.store.goOnline()
+        #expect(await todos.waitUntil { !todos.hasPendingWrites && todos.value.count == 2 })
+        #expect(Set(stored(remote).keys).contains("theirs"))
+        #expect(todos.value.map(\.memo) == ["mine", "theirs"])
+    }
+
+    @Test("the server's changes flow in: elements keep their clientId, the value keeps its order, and a pending edit is never reverted by them")
+    func remoteChangesFlowIn() async throws {
+        let remote = MockRemoteCollectionService(collectionPath: { "todos" })
+        let todos = handle(remote)
+        await todos.load()
+        todos.withLock { $0.append(Todo(memo: "a", rank: 2)) }
+        #expect(await todos.waitUntil { !todos.hasPendingWrites })
+        let clientId = todos.value[0].clientId
+        let id = try #require(todos.value[0].documentId)
+        _ = try remote.store.commit([.set(try DocumentPath("todos/z"), ["memo": "z", "completed": false, "rank": 1, "tags": [:]])])
+        #expect(await todos.waitUntil { todos.value.count == 2 })
+        #expect(todos.value.map(\.memo) == ["z", "a"] && todos.value[id: clientId]?.documentId == id)
+        // Offline, an edit; meanwhile the server changes the same document's other field.
+        remote.store.goOffline()
+        todos.withLock { $0[id: clientId]?.memo = "a, edited" }
+        _ = try remote.store.commit([.merge(try DocumentPath("todos/\(id)"), ["rank": 3], fields: ["rank"])])
+        remote.store.goOnline()
+        #expect(await todos.waitUntil { !todos.hasPendingWrites && todos.value[id: clientId]?.rank == 3 })
+        #expect(todos.value[id: clientId]?.memo == "a, edited")
+        #expect(todos.value.map(\.memo) == ["z", "a, edited"])
+    }
+
+    @Test("an edit the server refuses for good is rolled back, and lastError says why")
+    func refusedEditRollsBack() async throws {
+        let remote = MockRemoteCollectionService(collectionPath: { "todos" })
+        let todos = handle(remote)
+        await todos.load()
+        todos.withLock { $0.append(Todo(memo: "fine")) }
+        #expect(await todos.waitUntil { !todos.hasPendingWrites })
+        todos.withLock { $0[0].memo = String(repeating: "x", count: 2 << 20) }
+        #expect(await todos.waitUntil { !todos.hasPendingWrites && todos.lastError != nil })
+        #expect((todos.lastError as? TandemError)?.code == .resourceExhausted)
+        #expect(todos.value.map(\.memo) == ["fine"])
+        #expect(stored(remote).values.map { $0["memo"] } == ["fine"])
+    }
+
+    @Test("not available (no collection path): loading says why and attaches nothing; an edit is refused at once, the value left as it was")
+    func notAvailable() async throws {
+        let remote = MockRemoteCollectionService(collectionPath: { nil })
+        let todos = SyncedCollection(CollectionConfiguration<Todo>(collectionPath: { nil }), remote: remote)
+        await todos.load()
+        #expect(todos.loadError != nil)
+        #expect(remote.store.listenerCount == 0)
+        todos.withLock { $0.append(Todo(memo: "nowhere")) }
+        #expect(todos.value.isEmpty)
+        #expect((todos.lastError as? TandemError)?.code == .unavailable)
+        #expect(!todos.hasPendingWrites)
+    }
+
+    @Test("the diff compares nested maps key by key and anything else whole")
+    func changedPaths() {
+        let old: JSONObject = ["a": 1, "m": ["x": 1, "y": ["deep": true]], "list": [1, 2], "gone": "g"]
+        let new: JSONObject = ["a": 1, "m": ["x": 2, "y": ["deep": true], "z": 0], "list": [1, 3], "new": "n"]
+        #expect(SyncedEdits.changedPaths(old, new) == [["gone"], ["list"], ["m", "x"], ["m", "z"], ["new"]])
+        #expect(SyncedEdits.changedPaths(old, old).isEmpty)
+    }
+}
