@@ -43,6 +43,22 @@ extension SyncedCollection {
     }
 }
 
+extension SyncedDocument {
+    /// Returns true once `condition` holds: checked now and after each change of the handle's state.
+    @discardableResult
+    public func waitUntil(_ condition: () -> Bool) async -> Bool {
+        await waitForChanges(changeSignals(), condition)
+    }
+}
+
+extension SyncedQuery {
+    /// Returns true once `condition` holds: checked now and after each change of the handle's state.
+    @discardableResult
+    public func waitUntil(_ condition: () -> Bool) async -> Bool {
+        await waitForChanges(changeSignals(), condition)
+    }
+}
+
 private func waitForChanges<Changes: AsyncSequence>(_ changes: Changes, _ condition: () -> Bool) async -> Bool {
     if condition() { return true }
     do {

@@ -3,7 +3,8 @@ import TandemCore
 /// How an edit of synced state becomes writes, as pure functions: the value before and after the
 /// edit are compared element by element, by `clientId`, never against a read of the server.
 ///
-/// - An element that is new becomes a `set` of its fields (it has its `documentId` by then).
+/// - An element that is new becomes a merge of its fields (it has its `documentId` by then): a
+///   document of that id made meanwhile elsewhere keeps the fields this value does not have.
 /// - An element that changed becomes a merge of exactly the field paths that changed: a nested map
 ///   is compared key by key, any other value (arrays included) whole; a field that went is removed.
 /// - An element that went becomes a delete. Nothing else is ever deleted: a document another client
@@ -31,7 +32,7 @@ enum SyncedEdits {
                     // Given another document id: the old document goes, the new one is made.
                     writes.append(.delete(try collection.document(previous.documentId)))
                 }
-                writes.append(.set(path, new.body))
+                writes.append(.merge(path, new.body))
                 continue
             }
             guard changed.contains(key) else { continue }

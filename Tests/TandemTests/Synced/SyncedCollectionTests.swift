@@ -156,3 +156,71 @@ struct SyncedCollectionTests {
         #expect(SyncedEdits.changedPaths(old, old).isEmpty)
     }
 }
+
+struct Settings: DocumentIdentifiable {
+    var clientId = UUID()
+    var documentId: String?
+    var darkMode = false
+    var fontSize = 12
+}
+
+@Suite("Synced document and query", .timeLimit(.minutes(1)))
+struct SyncedDocumentAndQueryTests {
+    @Test("a synced document shows its default until it exists; the first edit creates it, the next merges only the field it changed; the server's changes flow in; delete goes back to the default; one clientId throughout")
+    func document() async throws {
+        let remote = MockRemoteDocumentService(collectionPath: { "settings" })
+        let defaults = Settings()
+        let settings = SyncedDocument(DocumentConfiguration<Settings>(collectionPath: "settings", documentId: "me"), default: defaults, remote: remote)
+        await settings.load()
+        #expect(!settings.exists && settings.value.documentId == "me" && settings.value.fontSize == 12)
+        settings.withLock { $0.darkMode = true }
+        #expect(settings.exists && settings.value.darkMode)
+        #expect(await settings.waitUntil { !settings.hasPendingWrites })
+        #expect(remote.store.documents[try DocumentPath("settings/me")]?.data == ["darkMode": true, "fontSize": 12])
+        remote.store.goOffline()
+        settings.withLock { $0.fontSize = 14 }
+        try await settings.save()
+        guard case .merge(_, let fields?)? = settings.engine.pendingWrites.last?.mutation.kind else {
+            Issue.record("expected a merge with a field mask")
+            return
+        }
+        #expect(fields == ["fontSize"])
+        remote.store.goOnline()
+        _ = try remote.store.commit([.merge(try DocumentPath("settings/me"), ["darkMode": false], fields: ["darkMode"])])
+        #expect(await settings.waitUntil { !settings.hasPendingWrites && settings.value.darkMode == false && settings.value.fontSize == 14 })
+        #expect(settings.value.clientId == defaults.clientId)
+        settings.delete()
+        #expect(!settings.exists && settings.value.fontSize == 12)
+        #expect(await settings.waitUntil { !settings.hasPendingWrites })
+        #expect(remote.store.documents[try DocumentPath("settings/me")] == nil)
+    }
+
+    @Test("a synced query is live and read-only; loading another query swaps its one listener and the value follows it")
+    func query() async throws {
+        let remote = MockRemoteCollectionService(collectionPath: { "todos" })
+        _ = try remote.store.commit([
+            .set(try DocumentPath("todos/a"), ["memo": "a", "completed": false, "rank": 2, "tags": [:]]),
+            .set(try DocumentPath("todos/b"), ["memo": "b", "completed": true, "rank": 1, "tags": [:]]),
+        ])
+        let open = SyncedQuery<Todo>(collectionPath: { "todos" }, remote: remote) { $0.whereField("completed", isEqualTo: false) }
+        await open.load()
+        #expect(open.value.map(\.memo) == ["a"])
+        _ = try remote.store.commit([.set(try DocumentPath("todos/c"), ["memo": "c", "completed": false, "rank": 0, "tags": [:]])])
+        #expect(await open.waitUntil { open.value.map(\.memo) == ["a", "c"] })
+        await open.load { $0.order(by: "rank") }
+        #expect(open.value.map(\.memo) == ["c", "b", "a"])
+        #expect(await remote.store.waitForListeners(count: 1))
+    }
+
+    struct UserTodos: KeyCollectionRequest {
+        let userId: String
+        var configuration: CollectionConfiguration<Todo> { .init(collectionPath: "users/\(userId)/todos", orderBy: ("rank", true)) }
+    }
+
+    @Test("a reusable request names its configuration from its parameters")
+    func requests() {
+        let request = UserTodos(userId: "ada")
+        #expect(request.configuration.collectionPath() == "users/ada/todos")
+        #expect(request.configuration.listenedQuery == Query().order(by: "rank"))
+    }
+}

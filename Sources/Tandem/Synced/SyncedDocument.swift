@@ -1,0 +1,166 @@
+import Foundation
+import IdentifiedCollections
+import Observation
+import TandemCore
+
+/// What a ``SyncedDocument`` holds: which document, and what it shows in tests.
+public struct DocumentConfiguration<Value: DocumentIdentifiable>: Sendable {
+    /// The document's collection, read again each time the handle attaches; nil while there is
+    /// none (nobody signed in yet): the handle is then not available.
+    public var collectionPath: @Sendable () -> String?
+    public var documentId: String
+    /// The value shown by previews and tests, which make no connection.
+    public var testingValue: Value?
+
+    public init(collectionPath: String, documentId: String, testingValue: Value? = nil) {
+        self.init(collectionPath: { collectionPath }, documentId: documentId, testingValue: testingValue)
+    }
+
+    public init(collectionPath: @escaping @Sendable () -> String?, documentId: String, testingValue: Value? = nil) {
+        self.collectionPath = collectionPath
+        self.documentId = documentId
+        self.testingValue = testingValue
+    }
+}
+
+/// One document held as plain state, with a default value while it does not exist: edit `value`
+/// with ``withLock(_:)``, and the edit becomes a write through a document engine's durable outbox.
+///
+/// ```swift
+/// let settings = SyncedDocument(DocumentConfiguration<Settings>(collectionPath: "settings", documentId: "me"),
+///                               default: Settings(), client: client)
+/// await settings.load()
+/// settings.withLock { $0.darkMode = true }   // merges `darkMode` alone
+/// ```
+///
+/// The first edit of a document that does not exist yet creates it with the value's fields (merged,
+/// so fields written meanwhile elsewhere stay); later edits merge exactly the field paths they
+/// changed. As with ``SyncedCollection``, edits are queued in order, durable, sent exactly once; a
+/// refused one is rolled back and `lastError` says why.
+public final class SyncedDocument<Value: DocumentIdentifiable>: Observable, Sendable {
+    public let configuration: DocumentConfiguration<Value>
+    /// The engine underneath.
+    let engine: DocumentSyncEngine<SyncedRow>
+    let store: SyncedStore<Value>
+    /// The value while the document does not exist: the default, as this document.
+    private let fallback: Value
+    private let registrar = ObservationRegistrar()
+
+    /// - Parameters:
+    ///   - defaultValue: the value while the document does not exist (its `documentId` is the
+    ///     configuration's).
+    ///   - persistence: where the cached document and the outbox are kept (nil: memory only).
+    public init(_ configuration: DocumentConfiguration<Value>, default defaultValue: Value, remote: any RemoteDocumentService,
+                persistence: (any LocalDocumentPersistence)? = nil, managerKey: String? = nil, logger: (any DataSyncLogger)? = nil) {
+        self.configuration = configuration
+        var fallback = defaultValue
+        fallback.documentId = configuration.documentId
+        self.fallback = fallback
+        let key = managerKey ?? "synced-\(configuration.collectionPath() ?? "none")-\(configuration.documentId)"
+        engine = DocumentSyncEngine<SyncedRow>(remote: remote, managerKey: key, persistence: persistence, logger: logger)
+        // The document, when it comes, is the default's element: one identity throughout.
+        store = SyncedStore(core: engine.core, collectionPath: { try remote.collectionPath() }, order: nil,
+                            clientIds: [configuration.documentId: fallback.clientId])
+        store.onChange { [weak self] in self?.tell($0) }
+    }
+
+    /// A handle on a ``TandemClient``'s server.
+    public convenience init(_ configuration: DocumentConfiguration<Value>, default defaultValue: Value, client: TandemClient,
+                            persistence: (any LocalDocumentPersistence)? = nil, managerKey: String? = nil, logger: (any DataSyncLogger)? = nil) {
+        self.init(configuration, default: defaultValue, remote: TandemRemoteDocumentService(client: client, collectionPath: configuration.collectionPath),
+                  persistence: persistence, managerKey: managerKey, logger: logger)
+    }
+
+    /// A handle for a reusable request (``KeyDocumentRequest``).
+    public convenience init<Request: KeyDocumentRequest>(_ request: Request, default defaultValue: Value, client: TandemClient,
+                                                         persistence: (any LocalDocumentPersistence)? = nil) where Request.Value == Value {
+        self.init(request.configuration, default: defaultValue, client: client, persistence: persistence)
+    }
+
+    private func tell(_ changes: SyncedChanges) {
+        if changes.contains(.value) { registrar.withMutation(of: self, keyPath: \.value) {} }
+        if changes.contains(.hasPendingWrites) { registrar.withMutation(of: self, keyPath: \.hasPendingWrites) {} }
+        if changes.contains(.lastError) { registrar.withMutation(of: self, keyPath: \.lastError) {} }
+        if changes.contains(.loadError) { registrar.withMutation(of: self, keyPath: \.loadError) {} }
+        if changes.contains(.isLoading) { registrar.withMutation(of: self, keyPath: \.isLoading) {} }
+    }
+
+    // MARK: State
+
+    /// The document with every pending edit applied, or the default value while it does not exist.
+    public var value: Value {
+        registrar.access(self, keyPath: \.value)
+        return store.value.first ?? fallback
+    }
+
+    /// Whether the document exists (on the server, or by an edit on its way there).
+    public var exists: Bool {
+        registrar.access(self, keyPath: \.value)
+        return !store.value.isEmpty
+    }
+
+    public var hasPendingWrites: Bool {
+        registrar.access(self, keyPath: \.hasPendingWrites)
+        return store.hasPendingWrites
+    }
+
+    public var isLoading: Bool {
+        registrar.access(self, keyPath: \.isLoading)
+        return store.isLoading
+    }
+
+    public var loadError: (any Error)? {
+        registrar.access(self, keyPath: \.loadError)
+        return store.loadError
+    }
+
+    public var lastError: (any Error)? {
+        registrar.access(self, keyPath: \.lastError)
+        return store.lastError
+    }
+
+    // MARK: Loading and editing
+
+    /// Attaches the handle's listener and returns once the document's state is in (or at once
+    /// with the cache when the server cannot be reached). Not available: `loadError` says why.
+    public func load() async {
+        let id = configuration.documentId
+        await store.load {
+            do {
+                try await engine.startListening(documentId: id)
+                return nil
+            } catch {
+                return error
+            }
+        }
+    }
+
+    /// Returns once every edit made so far is durable in the engine's outbox.
+    public func save() async throws {
+        try await store.save()
+    }
+
+    /// Edits the value; the changed field paths become one write (a create while the document does
+    /// not exist). Do not read or edit this handle inside the closure.
+    @discardableResult
+    public func withLock<Result>(_ edit: (inout Value) throws -> Result) rethrows -> Result {
+        let fallback = self.fallback
+        return try store.edit { elements in
+            var document = elements.first ?? fallback
+            let result = try edit(&document)
+            // The identity is the handle's, whatever the closure did with it.
+            document.documentId = fallback.documentId
+            document.clientId = elements.first?.clientId ?? fallback.clientId
+            elements = IdentifiedArray(uniqueElements: [document])
+            return result
+        }
+    }
+
+    /// Deletes the document; the value goes back to the default.
+    public func delete() {
+        store.edit { $0 = [] }
+    }
+
+    /// A signal after each change of the handle's state, for tests that await one.
+    package func changeSignals() -> AsyncStream<Void> { store.changeSignals() }
+}

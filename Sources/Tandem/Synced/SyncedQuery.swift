@@ -1,0 +1,85 @@
+import Foundation
+import IdentifiedCollections
+import Observation
+import Synchronization
+import TandemCore
+
+/// A live, read-only query held as plain state: the documents of a collection that match a query,
+/// in its order, decoded into the app's values, updated as the server changes.
+///
+/// ```swift
+/// let open = SyncedQuery<Todo>(collectionPath: "todos", client: client) {
+///     $0.whereField("completed", isEqualTo: false).order(by: "memo")
+/// }
+/// await open.load()
+/// await open.load { $0.whereField("completed", isEqualTo: true) }   // swaps the live query
+/// ```
+///
+/// One listener at any time: `load(_:)` with another query replaces it, and the value follows the
+/// new query's answer.
+public final class SyncedQuery<Value: DocumentIdentifiable>: Observable, Sendable {
+    /// The engine underneath (memory only by default: a query is a view, it has nothing to send).
+    let engine: CollectionSyncEngine<SyncedRow>
+    let store: SyncedStore<Value>
+    private let registrar = ObservationRegistrar()
+    private let query: Mutex<Query>
+
+    public init(collectionPath: @escaping @Sendable () -> String?, remote: any RemoteCollectionService,
+                persistence: (any LocalCollectionPersistence)? = nil, managerKey: String? = nil, logger: (any DataSyncLogger)? = nil,
+                query build: (Query) -> Query = { $0 }) {
+        let query = build(Query())
+        self.query = Mutex(query)
+        let key = managerKey ?? "synced-query-\(collectionPath() ?? "none")"
+        engine = CollectionSyncEngine<SyncedRow>(remote: remote, managerKey: key, persistence: persistence, logger: logger)
+        store = SyncedStore(core: engine.core, collectionPath: { try remote.collectionPath() }, order: query)
+        store.onChange { [weak self] in self?.tell($0) }
+    }
+
+    /// A query of a collection on a ``TandemClient``'s server.
+    public convenience init(collectionPath: String, client: TandemClient, query build: (Query) -> Query = { $0 }) {
+        self.init(collectionPath: { collectionPath }, remote: TandemRemoteCollectionService(client: client, collectionPath: { collectionPath }), query: build)
+    }
+
+    private func tell(_ changes: SyncedChanges) {
+        if changes.contains(.value) { registrar.withMutation(of: self, keyPath: \.value) {} }
+        if changes.contains(.loadError) { registrar.withMutation(of: self, keyPath: \.loadError) {} }
+        if changes.contains(.isLoading) { registrar.withMutation(of: self, keyPath: \.isLoading) {} }
+    }
+
+    /// The query's answer, in its order.
+    public var value: IdentifiedArrayOf<Value> {
+        registrar.access(self, keyPath: \.value)
+        return store.value
+    }
+
+    public var isLoading: Bool {
+        registrar.access(self, keyPath: \.isLoading)
+        return store.isLoading
+    }
+
+    public var loadError: (any Error)? {
+        registrar.access(self, keyPath: \.loadError)
+        return store.loadError
+    }
+
+    /// Attaches the listener for the current query and returns once its first answer is in.
+    public func load() async {
+        let query = self.query.withLock { $0 }
+        await store.load {
+            await engine.startListening { _ in query }
+            return nil
+        }
+    }
+
+    /// Swaps the live query for another (built from an empty one) and returns once its first
+    /// answer is in: the old listener goes, the value follows the new query.
+    public func load(_ build: (Query) -> Query) async {
+        let query = build(Query())
+        self.query.withLock { $0 = query }
+        store.setOrder(query)
+        await load()
+    }
+
+    /// A signal after each change of the handle's state, for tests that await one.
+    package func changeSignals() -> AsyncStream<Void> { store.changeSignals() }
+}

@@ -1,0 +1,316 @@
+import Foundation
+import IdentifiedCollections
+import Synchronization
+import TandemCore
+
+/// What a change of synced state touched, so each handle tells the observers of those properties.
+struct SyncedChanges: OptionSet, Sendable {
+    let rawValue: Int
+    static let value = SyncedChanges(rawValue: 1)
+    static let hasPendingWrites = SyncedChanges(rawValue: 2)
+    static let lastError = SyncedChanges(rawValue: 4)
+    static let loadError = SyncedChanges(rawValue: 8)
+    static let isLoading = SyncedChanges(rawValue: 16)
+}
+
+/// The machinery the synced handles share (``SyncedCollection``, ``SyncedDocument``,
+/// ``SyncedQuery``): their elements over an engine's view, each edit turned into writes queued on the
+/// engine's executor in the order made, and the engine's changes taken back in.
+final class SyncedStore<Value: DocumentIdentifiable>: Sendable {
+    /// What the store knows of one element: the document it is, and the value last decoded from
+    /// its fields (or last written), with the order values taken from them.
+    struct Known: Sendable {
+        var path: DocumentPath
+        var fields: JSONObject?
+        var orderValues: [JSONValue?]
+        var value: Value
+    }
+
+    struct State {
+        var value: IdentifiedArrayOf<Value>
+        var known: [UUID: Known] = [:]
+        /// The app's identity of each document, kept for as long as the store lives.
+        var clientIds: [String: UUID] = [:]
+        /// Edits queued and not yet in the engine's view: until they are, the engine's view would
+        /// show the value without them, so it is not taken.
+        var unrecorded: [WriteTicket] = []
+        /// Edits queued so far.
+        var submitted = 0
+        var lastError: (any Error)?
+        var loadError: (any Error)?
+        var isLoading = false
+        /// How many of the engine's rejected writes were reported.
+        var rejectedSeen = 0
+        /// The listened query, compiled, for the value's order.
+        var order: CompiledQuery?
+    }
+
+    /// A closure in a class box: kept directly in a `Mutex`, it would be re-wrapped on every access.
+    final class Listener: Sendable {
+        let call: @Sendable (SyncedChanges) -> Void
+        init(_ call: @escaping @Sendable (SyncedChanges) -> Void) { self.call = call }
+    }
+
+    let core: SyncCore<SyncedRow>
+    /// The collection the documents are in now, or the error that says why there is none.
+    let collectionPath: @Sendable () throws -> CollectionPath
+    let state: Mutex<State>
+    private let listener = Mutex<Listener?>(nil)
+    private let observer = Mutex<Int?>(nil)
+    /// Who awaits the handle's changes (``changeSignals()``).
+    private let signals = Mutex<(next: Int, continuations: [Int: AsyncStream<Void>.Continuation])>((0, [:]))
+
+    init(core: SyncCore<SyncedRow>, collectionPath: @escaping @Sendable () throws -> CollectionPath, order: Query?, clientIds: [String: UUID] = [:]) {
+        self.core = core
+        self.collectionPath = collectionPath
+        var initial = State(value: IdentifiedArray(uniqueElements: []))
+        initial.order = order.flatMap { try? CompiledQuery($0) }
+        initial.clientIds = clientIds
+        state = Mutex(initial)
+        let token = core.addObserver { [weak self] in self?.engineChanged() }
+        observer.withLock { $0 = token }
+        refresh()
+    }
+
+    deinit {
+        if let token = observer.withLock({ $0 }) { core.removeObserver(token) }
+    }
+
+    /// Who is told of each change (the handle, which tells its observers).
+    func onChange(_ call: @escaping @Sendable (SyncedChanges) -> Void) {
+        listener.withLock { $0 = Listener(call) }
+    }
+
+    // MARK: State
+
+    var value: IdentifiedArrayOf<Value> { state.withLock { $0.value } }
+    var hasPendingWrites: Bool { state.withLock { !$0.unrecorded.isEmpty } || core.pendingWriteCount > 0 }
+    var isLoading: Bool { state.withLock { $0.isLoading } }
+    var loadError: (any Error)? { state.withLock { $0.loadError } }
+    var lastError: (any Error)? { state.withLock { $0.lastError } }
+
+    /// Changes the state in a locked step, then tells whoever listens.
+    func set(_ changes: SyncedChanges, _ change: (inout State) -> Void) {
+        state.withLock { change(&$0) }
+        changed(changes)
+    }
+
+    func changed(_ changes: SyncedChanges) {
+        guard !changes.isEmpty else { return }
+        listener.withLock { $0 }?.call(changes)
+        for continuation in signals.withLock({ Array($0.continuations.values) }) { continuation.yield() }
+    }
+
+    /// A signal after each change, for tests that await one (`waitUntil` in `TandemTesting`).
+    func changeSignals() -> AsyncStream<Void> {
+        let (stream, continuation) = AsyncStream<Void>.makeStream(bufferingPolicy: .bufferingNewest(1))
+        let token = signals.withLock { signals -> Int in
+            signals.next += 1
+            signals.continuations[signals.next] = continuation
+            return signals.next
+        }
+        continuation.onTermination = { [weak self] _ in
+            _ = self?.signals.withLock { $0.continuations.removeValue(forKey: token) }
+        }
+        return stream
+    }
+
+    /// The order of the value from now on (a query swapped for another).
+    func setOrder(_ query: Query) {
+        state.withLock { $0.order = try? CompiledQuery(query) }
+    }
+
+    // MARK: Loading
+
+    /// Attaches the listener through `listen` and returns once the first state is in. Not
+    /// available (no collection): `loadError` says why, and nothing is attached. `listen` returns
+    /// the error that kept it from attaching, if one did.
+    func load(_ listen: () async -> (any Error)?) async {
+        do {
+            _ = try collectionPath()
+        } catch {
+            set(.loadError) { $0.loadError = error }
+            return
+        }
+        set(.isLoading) { $0.isLoading = true }
+        let error = await listen()
+        set([.isLoading, .loadError]) {
+            $0.isLoading = false
+            $0.loadError = error
+        }
+    }
+
+    /// Returns once every edit made so far is in the engine's outbox, durably.
+    func save() async throws {
+        let tickets = state.withLock { $0.unrecorded }
+        for ticket in tickets {
+            if let error = await ticket.recorded() { throw error }
+        }
+    }
+
+    // MARK: Editing
+
+    /// Runs `edit` on the value in the store's locked step, then turns what it changed into writes
+    /// and queues them. An edit that cannot be written leaves the value as it was and sets
+    /// `lastError`.
+    func edit<Result>(_ edit: (inout IdentifiedArrayOf<Value>) throws -> Result) rethrows -> Result {
+        var failure: (any Error)?
+        var tickets: [WriteTicket] = []
+        let result = try state.withLock { state -> Result in
+            var value = state.value
+            let result = try edit(&value)
+            do {
+                tickets = try apply(value, to: &state)
+            } catch {
+                failure = error
+                state.lastError = error
+            }
+            return result
+        }
+        if failure != nil {
+            changed(.lastError)
+        } else {
+            changed(tickets.isEmpty ? .value : [.value, .hasPendingWrites])
+        }
+        for ticket in tickets { watch(ticket) }
+        return result
+    }
+
+    /// Turns the edited value into writes, queues them, and takes the value (in order), in the
+    /// store's locked step. Throws, changing nothing, when the edit cannot be written.
+    private func apply(_ edited: IdentifiedArrayOf<Value>, to state: inout State) throws -> [WriteTicket] {
+        let collection = try collectionPath()
+        var value = edited
+        var before: [(UUID, SyncedEdits.Element)] = []
+        for element in state.value {
+            guard let known = state.known[element.clientId] else { continue }
+            before.append((element.clientId, SyncedEdits.Element(documentId: known.path.id, body: [:])))
+        }
+        var after: [(UUID, SyncedEdits.Element)] = []
+        var changed: Set<UUID> = []
+        var known: [UUID: Known] = [:]
+        for index in value.indices {
+            var element = value[index]
+            if element.documentId == nil {
+                // Its id now, written back: a second edit before the server answers updates it.
+                element.documentId = SyncedKeys.newDocumentID()
+                value[id: element.clientId] = element
+            }
+            let documentId = element.documentId!
+            if let previous = state.known[element.clientId], previous.path.id == documentId, previous.value == element {
+                after.append((element.clientId, SyncedEdits.Element(documentId: documentId, body: [:])))
+                continue
+            }
+            let body = try SyncedKeys.body(of: element)
+            let path = try collection.document(documentId)
+            changed.insert(element.clientId)
+            after.append((element.clientId, SyncedEdits.Element(documentId: documentId, body: body)))
+            known[element.clientId] = Known(path: path, fields: body, orderValues: state.order?.orderValues(body) ?? [], value: element)
+        }
+        // The old bodies of the changed elements alone: the others are equal, and not encoded.
+        for index in before.indices where changed.contains(before[index].0) {
+            if let previous = state.known[before[index].0] { before[index].1.body = try SyncedKeys.body(of: previous.value) }
+        }
+        let writes = try SyncedEdits.writes(before: before, after: after, changed: changed, in: collection)
+        var tickets: [WriteTicket] = []
+        // One atomic batch per edit, in pieces of the most a batch may hold.
+        var start = 0
+        while start < writes.count {
+            let piece = Array(writes[start..<min(start + 500, writes.count)])
+            tickets.append(try core.enqueueBatch(piece) { [weak self] in self?.engineChanged() })
+            start += piece.count
+        }
+        let kept = Set(value.ids)
+        for (clientId, element) in known {
+            state.known[clientId] = element
+            state.clientIds[element.path.id] = clientId
+        }
+        for id in state.known.keys where !kept.contains(id) { state.known.removeValue(forKey: id) }
+        state.value = Self.ordered(value, known: state.known, order: state.order)
+        state.unrecorded += tickets
+        state.submitted += tickets.count
+        return tickets
+    }
+
+    /// Reports a queued edit that could not be stored (the engine rolled it back) as `lastError`.
+    /// Refusals by the server, which may come long after (an edit made offline), are taken from
+    /// the engine's rejected writes as they come.
+    private func watch(_ ticket: WriteTicket) {
+        Task { [weak self] in
+            guard let error = await ticket.recorded(), let self else { return }
+            self.set(.lastError) { $0.lastError = error }
+        }
+    }
+
+    // MARK: The engine's view
+
+    private func engineChanged() {
+        var changes = refresh() ? SyncedChanges.value : []
+        changes.insert(.hasPendingWrites)
+        // A refusal for good: the engine rolled the edit back; the store says why.
+        let rejected = core.rejectedWrites
+        let reported = state.withLock { state -> Bool in
+            defer { state.rejectedSeen = rejected.count }
+            guard rejected.count > state.rejectedSeen, let last = rejected.last else { return false }
+            state.lastError = last.error
+            return true
+        }
+        if reported { changes.insert(.lastError) }
+        changed(changes)
+    }
+
+    /// Takes the engine's view as the value, unless an edit is queued and not in it yet (the edit's
+    /// own recording refreshes again). Elements keep their `clientId`; documents whose fields did
+    /// not change are not decoded again. Returns whether it took it.
+    @discardableResult
+    func refresh() -> Bool {
+        let snapshot = state.withLock { state -> (submitted: Int, known: [UUID: Known], clientIds: [String: UUID], order: CompiledQuery?)? in
+            state.unrecorded.removeAll { $0.isRecorded }
+            return state.unrecorded.isEmpty ? (state.submitted, state.known, state.clientIds, state.order) : nil
+        }
+        guard let snapshot else { return false }
+        let documents = core.shownDocuments
+        var values: [Value] = []
+        values.reserveCapacity(documents.count)
+        var known: [UUID: Known] = [:]
+        var clientIds = snapshot.clientIds
+        for (path, row) in documents {
+            let clientId = clientIds[path.id] ?? UUID()
+            clientIds[path.id] = clientId
+            if let previous = snapshot.known[clientId], previous.path == path, previous.fields == row.fields {
+                values.append(previous.value)
+                known[clientId] = previous
+                continue
+            }
+            do {
+                let value = try SyncedKeys.value(Value.self, from: row.fields, clientId: clientId, documentId: path.id)
+                values.append(value)
+                known[clientId] = Known(path: path, fields: row.fields, orderValues: snapshot.order?.orderValues(row.fields) ?? [], value: value)
+            } catch {
+                core.logDecodeFailure(path, error)
+            }
+        }
+        let taken = state.withLock { state -> Bool in
+            guard state.submitted == snapshot.submitted, state.unrecorded.isEmpty else { return false }
+            state.value = IdentifiedArray(uniqueElements: values)
+            state.known = known
+            state.clientIds = clientIds
+            return true
+        }
+        return taken
+    }
+
+    /// The value in the order (its order fields, then the document path), sorted only when it is
+    /// not already.
+    static func ordered(_ value: IdentifiedArrayOf<Value>, known: [UUID: Known], order: CompiledQuery?) -> IdentifiedArrayOf<Value> {
+        func precedes(_ a: Value, _ b: Value) -> Bool {
+            guard let x = known[a.clientId], let y = known[b.clientId] else { return known[a.clientId] != nil }
+            if let order { return order.sortsBefore(x.orderValues, x.path, y.orderValues, y.path) }
+            return x.path < y.path
+        }
+        if zip(value, value.dropFirst()).allSatisfy({ !precedes($1, $0) }) { return value }
+        var sorted = value
+        sorted.sort(by: precedes)
+        return sorted
+    }
+}
