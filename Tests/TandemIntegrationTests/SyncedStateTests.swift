@@ -16,6 +16,22 @@ struct Chore: DocumentIdentifiable {
 /// Synced state against the real server on 127.0.0.1, two clients on one collection.
 @Suite("Synced state against the real server", .timeLimit(.minutes(1)))
 struct SyncedStateTests {
+    @Test("a one-field edit writes exactly that field path: a field the app's type does not know, written by another client, survives it on the server")
+    func oneFieldEditOnTheServer() async throws {
+        let server = try await LiveServer.start(store: MemoryServerStore(clock: ManualClock()))
+        _ = try await server.store.commit([.set(documentPath("chores/c1"), ["title": "sweep", "done": false, "note": "by the door"])])
+        let running = RunningClient(server, id: "one-field")
+        let chores = SyncedCollection(CollectionConfiguration<Chore>(collectionPath: "chores"), client: running.client)
+        await chores.load()
+        #expect(chores.value.map(\.title) == ["sweep"])
+        chores.withLock { $0[0].done = true }
+        #expect(await chores.waitUntil { !chores.hasPendingWrites })
+        let stored = try await server.store.document(at: documentPath("chores/c1"))
+        #expect(stored?.data == ["title": "sweep", "done": true, "note": "by the door"])
+        await running.stop()
+        await server.stop()
+    }
+
     @Test("two handles in two clients converge after concurrent inserts, edits and deletes, one offline in between; neither deletes what the other added")
     func twoClientsConverge() async throws {
         let server = try await LiveServer.start(store: MemoryServerStore(clock: ManualClock()))
