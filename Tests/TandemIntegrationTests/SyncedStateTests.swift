@@ -23,7 +23,8 @@ struct SyncedStateTests {
         let running = RunningClient(server, id: "one-field")
         let chores = SyncedCollection(CollectionConfiguration<Chore>(collectionPath: "chores"), client: running.client)
         await chores.load()
-        #expect(chores.value.map(\.title) == ["sweep"])
+        // A load before the client is connected returns at once with the cache: the state follows.
+        #expect(await chores.waitUntil { chores.value.map(\.title) == ["sweep"] })
         chores.withLock { $0[0].done = true }
         #expect(await chores.waitUntil { !chores.hasPendingWrites })
         let stored = try await server.store.document(at: documentPath("chores/c1"))
