@@ -88,6 +88,10 @@ struct ConnectionStateMachine: Sendable {
         return false
     }
 
+    /// Whether the client means to be connected: it runs, is online, and has not stopped or given
+    /// up (it is connected, or on its way there).
+    var wantsConnection: Bool { online && running && !isStopped }
+
     /// Whether an attempt is under way (a socket opening, or open and waiting for welcome) and the
     /// client is to stay online: a request now can wait for its outcome.
     var isConnecting: Bool {

@@ -91,3 +91,25 @@ extension TandemClient {
         if tell { tellConnectionEvents() }
     }
 }
+
+/// A ``TandemClient``'s state as a view shows it: the connection, and who is signed in.
+public struct ClientStatus: Sendable, Hashable, CustomStringConvertible {
+    public enum Connection: Sendable, Hashable {
+        /// Not connected, and on its way: an attempt under way, or waiting out the reconnect backoff.
+        case connecting
+        /// Connected, and welcomed by the server.
+        case connected
+        /// Not trying: taken offline (`setOnline(false)`), not running yet, or stopped.
+        case offline
+    }
+
+    public var connection: Connection
+    public var auth: AuthState
+
+    public init(connection: Connection, auth: AuthState) {
+        self.connection = connection
+        self.auth = auth
+    }
+
+    public var description: String { "\(connection), \(auth)" }
+}

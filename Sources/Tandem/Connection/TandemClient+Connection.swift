@@ -1,3 +1,4 @@
+import Observation
 import Foundation
 import Synchronization
 import Logging
@@ -215,8 +216,12 @@ extension TandemClient {
             }
             switch next {
             case nil: return
-            case .connection(let event, let observers)?: observers.forEach { $0.call(event) }
-            case .auth(let event, let observers)?: observers.forEach { $0.call(event) }
+            case .connection(let event, let observers)?:
+                registrar.withMutation(of: self, keyPath: \.status) {}
+                observers.forEach { $0.call(event) }
+            case .auth(let event, let observers)?:
+                registrar.withMutation(of: self, keyPath: \.status) {}
+                observers.forEach { $0.call(event) }
             }
         }
     }

@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import Observation
 import ServiceLifecycle
 import Synchronization
 import TandemCore
@@ -25,7 +26,7 @@ import TandemCore
 ///     try await todos.saveDocument(Todo(id: "1", title: "Write the docs"))
 /// }
 /// ```
-public final class TandemClient: Service, Sendable {
+public final class TandemClient: Service, Sendable, Observable {
     /// The server's base URL, such as `http://127.0.0.1:8080`.
     public let url: URL
     public let configuration: TandemClientConfiguration
@@ -114,6 +115,8 @@ public final class TandemClient: Service, Sendable {
     let elapsed: @Sendable () -> Duration
     /// The reconnect delays' jitter.
     let randomness: RetryRandomness
+    /// Tells observers of ``status`` (SwiftUI, `withObservationTracking`) when it changes.
+    let registrar = ObservationRegistrar()
 
     /// - Parameter url: the server's base URL (`http://` or `ws://`, with host and port).
     public convenience init(url: URL, configuration: TandemClientConfiguration = TandemClientConfiguration()) {
@@ -162,6 +165,17 @@ public final class TandemClient: Service, Sendable {
     }
 
     // MARK: Status
+
+    /// Where the connection is, and who is signed in, in one value a view can show without
+    /// callbacks: observable, it changes as the connection goes and comes back and as users sign
+    /// in and out (announced on the thread that learnt it).
+    public var status: ClientStatus {
+        registrar.access(self, keyPath: \.status)
+        return state.withLock { state in
+            let connection: ClientStatus.Connection = state.machine.isConnected ? .connected : state.machine.wantsConnection ? .connecting : .offline
+            return ClientStatus(connection: connection, auth: state.authState)
+        }
+    }
 
     /// Whether the client is connected and the server has said welcome.
     public var isConnected: Bool { state.withLock { $0.machine.isConnected } }

@@ -29,7 +29,7 @@ public final class CollectionGroupSyncEngine<T: SyncModel>: Sendable, RegistrarO
 
     /// - Parameters:
     ///   - enableLocalPersistence: keep the cache in SQLite across launches (default).
-    public convenience init(remote: any RemoteCollectionGroupService, managerKey: String, enableLocalPersistence: Bool = true, logger: (any DataSyncLogger)? = nil, changeDelivery: ChangeDelivery = .immediate) {
+    public convenience init(remote: any RemoteCollectionGroupService, managerKey: String, enableLocalPersistence: Bool = true, logger: (any DataSyncLogger)? = nil, changeDelivery: ChangeDelivery = .automatic) {
         var persistence: (any LocalCollectionPersistence)?
         var openError: (any Error)?
         if enableLocalPersistence {
@@ -50,7 +50,7 @@ public final class CollectionGroupSyncEngine<T: SyncModel>: Sendable, RegistrarO
     public init(
         remote: any RemoteCollectionGroupService, managerKey: String, persistence: (any LocalCollectionPersistence)?,
         logger: (any DataSyncLogger)? = nil, clock: any Clock<Duration> = ContinuousClock(), retryPolicy: RetryPolicy = .default,
-        random: any RandomNumberGenerator & Sendable = SystemRandomNumberGenerator(), changeDelivery: ChangeDelivery = .immediate
+        random: any RandomNumberGenerator & Sendable = SystemRandomNumberGenerator(), changeDelivery: ChangeDelivery = .automatic
     ) {
         self.remote = remote
         let base = persistence.map { EnginePersistence.collection($0) } ?? .memory
@@ -108,12 +108,6 @@ public final class CollectionGroupSyncEngine<T: SyncModel>: Sendable, RegistrarO
         return core.shown
     }
 
-    /// The cached documents with their full paths, for telling equal ids apart.
-    public var currentDocuments: [(path: DocumentPath, model: T)] {
-        access(keyPath: keys.currentCollection)
-        return core.shownDocuments
-    }
-
     public func getCollection() -> [T] { currentCollection }
 
     public func getDocuments(where predicate: (T) -> Bool) -> [T] { currentCollection.filter(predicate) }
@@ -121,6 +115,14 @@ public final class CollectionGroupSyncEngine<T: SyncModel>: Sendable, RegistrarO
     public var isFromCache: Bool {
         access(keyPath: keys.isFromCache)
         return core.isFromCache
+    }
+
+    /// What ``currentCollection`` shows, each model with its document's full path as its identity:
+    /// two documents with the same id under different parents are two elements (`ForEach`,
+    /// `IdentifiedArray`), where the models' own ids would collide.
+    public var currentDocuments: [GroupDocument<T>] {
+        access(keyPath: keys.currentCollection)
+        return core.shownDocuments.map { GroupDocument(path: $0.path, model: $0.model) }
     }
 
     /// The documents matching a query across the group, always from the server.
@@ -131,7 +133,7 @@ public final class CollectionGroupSyncEngine<T: SyncModel>: Sendable, RegistrarO
 
     /// What ``currentCollection`` shows, with its changes and metadata, after each change: see
     /// ``CollectionSyncEngine/snapshots()``.
-    public func snapshots() -> SyncStream<CollectionSnapshot<T>> {
+    public func snapshots() -> SnapshotSequence<CollectionSnapshot<T>> {
         core.viewSnapshots()
     }
 
@@ -151,3 +153,13 @@ public final class CollectionGroupSyncEngine<T: SyncModel>: Sendable, RegistrarO
         return core.updatesAndDeletions { resumeFrom in remote.listen(query: query, resumeFrom: resumeFrom) }
     }
 }
+
+/// A document of a collection group, identified by its full path.
+public struct GroupDocument<T: SyncModel>: Identifiable, Sendable {
+    public let path: DocumentPath
+    public let model: T
+    public var id: DocumentPath { path }
+}
+
+extension GroupDocument: Equatable where T: Equatable {}
+extension GroupDocument: Hashable where T: Hashable {}

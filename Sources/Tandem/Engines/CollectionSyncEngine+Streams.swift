@@ -12,7 +12,7 @@ extension CollectionSyncEngine {
     ///     render(snapshot.documents, saving: snapshot.metadata.hasPendingWrites)
     /// }
     /// ```
-    public func snapshots() -> SyncStream<CollectionSnapshot<T>> {
+    public func snapshots() -> SnapshotSequence<CollectionSnapshot<T>> {
         core.viewSnapshots()
     }
 

@@ -15,8 +15,8 @@ import TandemCore
 /// ```
 ///
 /// `@Observable`: views reading `currentCollection` (or any state property) update when it changes.
-/// Changes are announced on the thread that made them, or on the main actor with
-/// `changeDelivery: .mainActor` (see ``ChangeDelivery``). Every method is safe from the main actor
+/// Changes are announced on the main actor on platforms with SwiftUI, and on the thread that made
+/// them elsewhere (`changeDelivery: .automatic`, the default; see ``ChangeDelivery``). Every method is safe from the main actor
 /// and from any task.
 public final class CollectionSyncEngine<T: SyncModel>: Sendable, RegistrarObservable {
     @usableFromInline package let core: SyncCore<T>
@@ -41,7 +41,7 @@ public final class CollectionSyncEngine<T: SyncModel>: Sendable, RegistrarObserv
     ///   - enableLocalPersistence: keep the cache and outbox in SQLite across launches (default); when
     ///     false they live in memory only.
     ///   - logger: receives `{managerKey}_{event}` analytics events.
-    public convenience init(remote: any RemoteCollectionService, managerKey: String, enableLocalPersistence: Bool = true, logger: (any DataSyncLogger)? = nil, changeDelivery: ChangeDelivery = .immediate) {
+    public convenience init(remote: any RemoteCollectionService, managerKey: String, enableLocalPersistence: Bool = true, logger: (any DataSyncLogger)? = nil, changeDelivery: ChangeDelivery = .automatic) {
         var persistence: (any LocalCollectionPersistence)?
         var openError: (any Error)?
         if enableLocalPersistence {
@@ -63,7 +63,7 @@ public final class CollectionSyncEngine<T: SyncModel>: Sendable, RegistrarObserv
     public init(
         remote: any RemoteCollectionService, managerKey: String, persistence: (any LocalCollectionPersistence)?,
         logger: (any DataSyncLogger)? = nil, clock: any Clock<Duration> = ContinuousClock(), retryPolicy: RetryPolicy = .default,
-        random: any RandomNumberGenerator & Sendable = SystemRandomNumberGenerator(), changeDelivery: ChangeDelivery = .immediate
+        random: any RandomNumberGenerator & Sendable = SystemRandomNumberGenerator(), changeDelivery: ChangeDelivery = .automatic
     ) {
         self.remote = remote
         let base = persistence.map { EnginePersistence.collection($0) } ?? .memory
@@ -179,6 +179,22 @@ public final class CollectionSyncEngine<T: SyncModel>: Sendable, RegistrarObserv
         access(keyPath: keys.rejectedWrites)
         return core.rejectedWrites
     }
+
+    /// Forgets one rejected write the app has dealt with: it leaves ``rejectedWrites``.
+    public func dismissRejectedWrite(_ write: RejectedWrite) {
+        var first = true
+        core.dismissRejected { rejected in
+            guard first, rejected == write else { return false }
+            first = false
+            return true
+        }
+    }
+
+    /// Forgets every rejected write: ``rejectedWrites`` is empty after.
+    public func clearRejectedWrites() {
+        core.dismissRejected { _ in true }
+    }
+
     /// True until the server's first batch arrives in this session.
     public var isFromCache: Bool {
         access(keyPath: keys.isFromCache)
@@ -261,13 +277,38 @@ public final class CollectionSyncEngine<T: SyncModel>: Sendable, RegistrarObserv
 /// Where an engine tells observers of its properties (`withObservationTracking`, SwiftUI) that
 /// they changed.
 public enum ChangeDelivery: Sendable, Hashable {
-    /// On the thread that made the change: the listener's task for server changes, the writer's
-    /// for local writes. Reads made after the notice see the change. The default.
+    /// On the main actor where an app's main actor always runs (platforms with SwiftUI), as a UI
+    /// expects; on the thread that made the change elsewhere (Linux, where a server or a tool may
+    /// never run its main actor, and a notice waiting for it would never come). The default.
+    case automatic
+    /// On the thread that made the change: the engine's executor for its changes, the listener's
+    /// task for server changes. Reads made after the notice see the change.
     case immediate
     /// On the main actor, in the order the changes were made, for UI code that must only touch
     /// its state there. Needs a main actor that runs (an app's main run loop, `dispatchMain()`,
     /// or an `async` main); the properties already hold the new values when the notice comes.
     case mainActor
+}
+
+extension ChangeDelivery {
+    /// Runs a notice where this delivery says: now, or on the main actor in the order given.
+    func deliver(_ notice: @escaping @Sendable () -> Void) {
+        if resolved == .mainActor {
+            MainActorQueue.shared.enqueue(notice)
+        } else {
+            notice()
+        }
+    }
+
+    /// What ``automatic`` means on this platform.
+    var resolved: ChangeDelivery {
+        guard self == .automatic else { return self }
+        #if canImport(SwiftUI)
+        return .mainActor
+        #else
+        return .immediate
+        #endif
+    }
 }
 
 /// Forwards the core's change signal to the engine, which exists only after the core does.
@@ -291,8 +332,8 @@ final class ChangeRelay: Sendable {
 
     func fire(_ changes: EngineChanges) {
         guard let handler = handler.withLock({ $0 }) else { return }
-        switch handler.delivery {
-        case .immediate:
+        switch handler.delivery.resolved {
+        case .immediate, .automatic:
             handler.call(changes)
         case .mainActor:
             MainActorQueue.shared.enqueue { handler.call(changes) }

@@ -34,7 +34,7 @@ public final class DocumentSyncEngine<T: SyncModel>: Sendable {
     ///   - managerKey: names this engine's saved state and analytics events.
     ///   - enableLocalPersistence: keep the document, its id and the outbox in a file across launches
     ///     (default); when false they live in memory only.
-    public convenience init(remote: any RemoteDocumentService, managerKey: String, enableLocalPersistence: Bool = true, logger: (any DataSyncLogger)? = nil, changeDelivery: ChangeDelivery = .immediate) {
+    public convenience init(remote: any RemoteDocumentService, managerKey: String, enableLocalPersistence: Bool = true, logger: (any DataSyncLogger)? = nil, changeDelivery: ChangeDelivery = .automatic) {
         self.init(remote: remote, managerKey: managerKey,
                   persistence: enableLocalPersistence ? FileDocumentPersistence(managerKey: managerKey) : nil, logger: logger,
                   changeDelivery: changeDelivery)
@@ -45,7 +45,7 @@ public final class DocumentSyncEngine<T: SyncModel>: Sendable {
     public init(
         remote: any RemoteDocumentService, managerKey: String, persistence: (any LocalDocumentPersistence)?,
         logger: (any DataSyncLogger)? = nil, clock: any Clock<Duration> = ContinuousClock(), retryPolicy: RetryPolicy = .default,
-        random: any RandomNumberGenerator & Sendable = SystemRandomNumberGenerator(), changeDelivery: ChangeDelivery = .immediate
+        random: any RandomNumberGenerator & Sendable = SystemRandomNumberGenerator(), changeDelivery: ChangeDelivery = .automatic
     ) {
         self.remote = remote
         let base = persistence.map { EnginePersistence.document($0) } ?? .memory
@@ -141,7 +141,7 @@ public final class DocumentSyncEngine<T: SyncModel>: Sendable {
     ///     show(snapshot.document, saving: snapshot.metadata.hasPendingWrites)
     /// }
     /// ```
-    public func snapshots() -> SyncStream<DocumentSnapshot<T>> {
+    public func snapshots() -> SnapshotSequence<DocumentSnapshot<T>> {
         let remote = self.remote
         return core.documentSnapshots { id in try? remote.collectionPath().document(id) }
     }
@@ -188,6 +188,22 @@ public final class DocumentSyncEngine<T: SyncModel>: Sendable {
         access(keyPath: keys.rejectedWrites)
         return core.rejectedWrites
     }
+
+    /// Forgets one rejected write the app has dealt with: it leaves ``rejectedWrites``.
+    public func dismissRejectedWrite(_ write: RejectedWrite) {
+        var first = true
+        core.dismissRejected { rejected in
+            guard first, rejected == write else { return false }
+            first = false
+            return true
+        }
+    }
+
+    /// Forgets every rejected write: ``rejectedWrites`` is empty after.
+    public func clearRejectedWrites() {
+        core.dismissRejected { _ in true }
+    }
+
     /// True until the server's first state of the document arrives in this session.
     public var isFromCache: Bool {
         access(keyPath: keys.isFromCache)

@@ -242,8 +242,8 @@ extension SyncCore {
     /// Snapshots of what the engine shows: the state when iterated, then after each change of
     /// its documents or their metadata, read when the consumer asks (a slow one skips states). It
     /// ends when the engine goes.
-    func viewSnapshots() -> SyncStream<CollectionSnapshot<T>> {
-        SyncStream { [self] in
+    func viewSnapshots() -> SnapshotSequence<CollectionSnapshot<T>> {
+        SnapshotSequence { [self] in
             var differ = SnapshotDiffer<T>()
             return ObservationSource(observe: { changed in
                 let token = self.addObserver(changed)
@@ -257,8 +257,8 @@ extension SyncCore {
 
     /// A document engine's document, when iterated and after each change of it, of its metadata
     /// or of the id listened to. It ends when the engine goes.
-    func documentSnapshots(path: @escaping @Sendable (String) -> DocumentPath?) -> SyncStream<DocumentSnapshot<T>> {
-        SyncStream { [self] in
+    func documentSnapshots(path: @escaping @Sendable (String) -> DocumentPath?) -> SnapshotSequence<DocumentSnapshot<T>> {
+        SnapshotSequence { [self] in
             var previous: (id: String?, revision: UInt64?, metadata: DocumentMetadata)?
             return ObservationSource(observe: { changed in
                 let token = self.addObserver(changed)

@@ -566,6 +566,17 @@ package final class SyncCore<T: SyncModel>: Sendable {
     func metadata(at path: DocumentPath) -> DocumentMetadata { snapshot.metadata(at: path) }
 
     var pendingWriteCount: Int { snapshot.pendingWrites.count }
+
+    /// Forgets rejected writes the app has dealt with (shown the user, say): they leave
+    /// `rejectedWrites`. Only the list changes; the writes were rolled back when refused.
+    func dismissRejected(where dealtWith: (RejectedWrite) -> Bool) {
+        let dismissed = state.withLock { state -> Bool in
+            let before = state.rejected.count
+            state.rejected.removeAll(where: dealtWith)
+            return state.rejected.count != before
+        }
+        if dismissed { notifyChanged([.rejectedWrites]) }
+    }
     var pendingWrites: [PendingWrite] { snapshot.pendingWrites.array }
     var rejectedWrites: [RejectedWrite] { snapshot.rejectedWrites }
     var isFromCache: Bool { snapshot.isFromCache }

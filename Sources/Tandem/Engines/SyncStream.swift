@@ -104,3 +104,31 @@ final class ObservationSource<Element>: SyncStreamSource {
         return nil
     }
 }
+
+/// An engine's states, one after each change, as a sequence that never fails:
+/// `for await snapshot in engine.snapshots()` works as it is in a SwiftUI `.task`. Nothing runs
+/// until it is iterated; each iteration observes the engine from then on, reads its state at once,
+/// and ends when the engine goes or the task is cancelled. A slow reader skips states rather than
+/// piling them up.
+public struct SnapshotSequence<Element: Sendable>: AsyncSequence, Sendable {
+    public typealias Failure = Never
+
+    private let start: @Sendable () -> ObservationSource<Element>
+
+    init(_ start: @escaping @Sendable () -> ObservationSource<Element>) {
+        self.start = start
+    }
+
+    public func makeAsyncIterator() -> Iterator {
+        Iterator(source: start())
+    }
+
+    /// Owns its observation: dropping the iterator ends it.
+    public struct Iterator: AsyncIteratorProtocol {
+        let source: ObservationSource<Element>
+
+        public mutating func next() async -> Element? {
+            await source.next()
+        }
+    }
+}

@@ -42,18 +42,18 @@ extension CollectionSyncEngine {
 
 /// Reconciles each snapshot whose documents changed (the first one always).
 final class ReconcileSource<T: SyncModel>: SyncStreamSource {
-    private var snapshots: SyncStream<CollectionSnapshot<T>>.Iterator
+    private var snapshots: SnapshotSequence<CollectionSnapshot<T>>.Iterator
     private var first = true
     private let run: @Sendable ([T], Bool) async throws -> ReconcileSummary
 
     /// `run` takes the documents, and whether they come from the server (not the cache).
-    init(_ snapshots: SyncStream<CollectionSnapshot<T>>.Iterator, run: @escaping @Sendable ([T], Bool) async throws -> ReconcileSummary) {
+    init(_ snapshots: SnapshotSequence<CollectionSnapshot<T>>.Iterator, run: @escaping @Sendable ([T], Bool) async throws -> ReconcileSummary) {
         self.snapshots = snapshots
         self.run = run
     }
 
     func next() async throws -> ReconcileSummary? {
-        while let snapshot = try await snapshots.next() {
+        while let snapshot = await snapshots.next() {
             // A change of metadata alone (an acknowledgement) leaves the documents as they were.
             if !first, snapshot.documentChanges.isEmpty { continue }
             first = false

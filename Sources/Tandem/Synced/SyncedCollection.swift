@@ -75,13 +75,16 @@ public final class SyncedCollection<Value: DocumentIdentifiable>: Observable, Se
     ///   - managerKey: names the engine's cache, outbox and analytics events. Default: from the path
     ///     and query, so handles of other collections never share a cache.
     public init(_ configuration: CollectionConfiguration<Value>, remote: any RemoteCollectionService,
-                persistence: (any LocalCollectionPersistence)? = nil, managerKey: String? = nil, logger: (any DataSyncLogger)? = nil) {
+                persistence: (any LocalCollectionPersistence)? = nil, managerKey: String? = nil, logger: (any DataSyncLogger)? = nil,
+                changeDelivery: ChangeDelivery = .automatic) {
         self.configuration = configuration
         let query = configuration.listenedQuery
         let key = managerKey ?? "synced-\(configuration.collectionPath() ?? "none")-\(SyncCore<SyncedRow>.digest(of: query))"
         engine = CollectionSyncEngine<SyncedRow>(remote: remote, managerKey: key, persistence: persistence, logger: logger)
         store = SyncedStore(core: engine.core, collectionPath: { try remote.collectionPath() }, order: query)
-        store.onChange { [weak self] in self?.tell($0) }
+        store.onChange { [weak self] changes in
+            changeDelivery.deliver { [weak self] in self?.tell(changes) }
+        }
     }
 
     /// A handle on a ``TandemClient``'s server.

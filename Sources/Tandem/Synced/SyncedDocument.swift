@@ -51,7 +51,8 @@ public final class SyncedDocument<Value: DocumentIdentifiable>: Observable, Send
     ///     configuration's).
     ///   - persistence: where the cached document and the outbox are kept (nil: memory only).
     public init(_ configuration: DocumentConfiguration<Value>, default defaultValue: Value, remote: any RemoteDocumentService,
-                persistence: (any LocalDocumentPersistence)? = nil, managerKey: String? = nil, logger: (any DataSyncLogger)? = nil) {
+                persistence: (any LocalDocumentPersistence)? = nil, managerKey: String? = nil, logger: (any DataSyncLogger)? = nil,
+                changeDelivery: ChangeDelivery = .automatic) {
         self.configuration = configuration
         var fallback = defaultValue
         fallback.documentId = configuration.documentId
@@ -61,7 +62,9 @@ public final class SyncedDocument<Value: DocumentIdentifiable>: Observable, Send
         // The document, when it comes, is the default's element: one identity throughout.
         store = SyncedStore(core: engine.core, collectionPath: { try remote.collectionPath() }, order: nil,
                             clientIds: [configuration.documentId: fallback.clientId])
-        store.onChange { [weak self] in self?.tell($0) }
+        store.onChange { [weak self] changes in
+            changeDelivery.deliver { [weak self] in self?.tell(changes) }
+        }
     }
 
     /// A handle on a ``TandemClient``'s server.

@@ -26,13 +26,15 @@ public final class SyncedQuery<Value: DocumentIdentifiable>: Observable, Sendabl
 
     public init(collectionPath: @escaping @Sendable () -> String?, remote: any RemoteCollectionService,
                 persistence: (any LocalCollectionPersistence)? = nil, managerKey: String? = nil, logger: (any DataSyncLogger)? = nil,
-                query build: (Query) -> Query = { $0 }) {
+                changeDelivery: ChangeDelivery = .automatic, query build: (Query) -> Query = { $0 }) {
         let query = build(Query())
         self.query = Mutex(query)
         let key = managerKey ?? "synced-query-\(collectionPath() ?? "none")"
         engine = CollectionSyncEngine<SyncedRow>(remote: remote, managerKey: key, persistence: persistence, logger: logger)
         store = SyncedStore(core: engine.core, collectionPath: { try remote.collectionPath() }, order: query)
-        store.onChange { [weak self] in self?.tell($0) }
+        store.onChange { [weak self] changes in
+            changeDelivery.deliver { [weak self] in self?.tell(changes) }
+        }
     }
 
     /// A query of a collection on a ``TandemClient``'s server.
