@@ -33,6 +33,47 @@ struct SyncedStateTests {
         await server.stop()
     }
 
+    @Test("a handle whose path follows the user: signed out it is not available (loadError, no listener); once Ada signs in one listener attaches; signing out hides her elements and detaches it; Bob then sees only his")
+    func followsTheUser() async throws {
+        let now = AuthenticationTests.WallClock()
+        let (server, tokens) = try await AuthenticationTests.server(now: now)
+        _ = try await server.store.commit([
+            .set(documentPath("users/ada/chores/a1"), ["title": "ada's", "done": false]),
+            .set(documentPath("users/bob/chores/b1"), ["title": "bob's", "done": false]),
+        ])
+        let provider = ClientSignInTests.Provider(tokens, now: now)
+        provider.user.withLock { $0 = nil }
+        let running = RunningClient(server, id: "device") { $0.tokenProvider = provider.provide }
+        await running.client.waitUntilConnected()
+        let chores = SyncedCollection(CollectionConfiguration<Chore>(collectionPath: { provider.user.withLock { $0 }.map { "users/\($0)/chores" } }),
+                                      client: running.client)
+        await chores.load()
+        #expect((chores.loadError as? TandemError)?.code == .unavailable)
+        chores.withLock { $0.append(Chore(title: "nobody's")) }
+        #expect(chores.value.isEmpty && (chores.lastError as? TandemError)?.code == .unavailable)
+
+        provider.user.withLock { $0 = "ada" }
+        running.client.refreshToken()
+        #expect(await chores.waitUntil { chores.value.map(\.title) == ["ada's"] && chores.loadError == nil })
+        await server.waitForListeners(count: 1)
+
+        provider.user.withLock { $0 = nil }
+        running.client.refreshToken()
+        #expect(await chores.waitUntil { chores.value.isEmpty }, "signed out, Ada's elements are not shown")
+        await server.waitForListeners(count: 0)
+
+        provider.user.withLock { $0 = "bob" }
+        running.client.refreshToken()
+        #expect(await chores.waitUntil { chores.value.map(\.title) == ["bob's"] })
+        await server.waitForListeners(count: 1)
+        chores.withLock { $0[0].done = true }
+        #expect(await chores.waitUntil { !chores.hasPendingWrites })
+        #expect(try await server.store.document(at: documentPath("users/bob/chores/b1"))?.data["done"] == true)
+        #expect(try await server.store.document(at: documentPath("users/ada/chores/a1"))?.data["done"] == false)
+        await running.stop()
+        await server.stop()
+    }
+
     @Test("two handles in two clients converge after concurrent inserts, edits and deletes, one offline in between; neither deletes what the other added")
     func twoClientsConverge() async throws {
         let server = try await LiveServer.start(store: MemoryServerStore(clock: ManualClock()))

@@ -67,6 +67,9 @@ public final class SyncedCollection<Value: DocumentIdentifiable>: Observable, Se
     let engine: CollectionSyncEngine<SyncedRow>
     let store: SyncedStore<Value>
     private let registrar = ObservationRegistrar()
+    private let listener = Mutex<Int?>(nil)
+    /// What this handle shares with others of its configuration: held, so the registry keeps it.
+    private let shared: any AnyObject & Sendable
 
     /// - Parameters:
     ///   - configuration: the collection, its order and its testing value.
@@ -79,12 +82,30 @@ public final class SyncedCollection<Value: DocumentIdentifiable>: Observable, Se
                 changeDelivery: ChangeDelivery = .automatic) {
         self.configuration = configuration
         let query = configuration.listenedQuery
-        let key = managerKey ?? "synced-\(configuration.collectionPath() ?? "none")-\(SyncCore<SyncedRow>.digest(of: query))"
-        engine = CollectionSyncEngine<SyncedRow>(remote: remote, managerKey: key, persistence: persistence, logger: logger)
-        store = SyncedStore(core: engine.core, collectionPath: { try remote.collectionPath() }, order: query)
-        store.onChange { [weak self] changes in
+        let path = configuration.collectionPath()
+        let shared = SyncedRegistry.shared.shared(SyncedRegistry.key(remote: remote, kind: "collection", value: Value.self, path: path, query: query)) {
+            let key = managerKey ?? "synced-\(path ?? "none")-\(SyncCore<SyncedRow>.digest(of: query))"
+            let engine = CollectionSyncEngine<SyncedRow>(remote: remote, managerKey: key, persistence: persistence, logger: logger, changeDelivery: .immediate)
+            let store = SyncedStore<Value>(core: engine.core, collectionPath: { try remote.collectionPath() }, order: query,
+                                           testingValue: configuration.testingValue)
+            // Weakly: the store keeps this closure, and must not keep itself or its engine alive.
+            store.follow(remote) { [weak store, weak engine] in
+                guard let store, let engine else { return }
+                await store.load { await engine.startListening { _ in query }; return nil }
+            }
+            return SyncedShared(engine: engine, store: store)
+        }
+        engine = shared.engine
+        store = shared.store
+        self.shared = shared
+        let token = store.addListener { [weak self] changes in
             changeDelivery.deliver { [weak self] in self?.tell(changes) }
         }
+        listener.withLock { $0 = token }
+    }
+
+    deinit {
+        if let token = listener.withLock({ $0 }) { store.removeListener(token) }
     }
 
     /// A handle on a ``TandemClient``'s server.

@@ -1,6 +1,7 @@
 import Foundation
 import IdentifiedCollections
 import Observation
+import Synchronization
 import TandemCore
 
 /// What a ``SyncedDocument`` holds: which document, and what it shows in tests.
@@ -45,6 +46,9 @@ public final class SyncedDocument<Value: DocumentIdentifiable>: Observable, Send
     /// The value while the document does not exist: the default, as this document.
     private let fallback: Value
     private let registrar = ObservationRegistrar()
+    private let listener = Mutex<Int?>(nil)
+    /// What this handle shares with others of its configuration: held, so the registry keeps it.
+    private let shared: any AnyObject & Sendable
 
     /// - Parameters:
     ///   - defaultValue: the value while the document does not exist (its `documentId` is the
@@ -57,14 +61,41 @@ public final class SyncedDocument<Value: DocumentIdentifiable>: Observable, Send
         var fallback = defaultValue
         fallback.documentId = configuration.documentId
         self.fallback = fallback
-        let key = managerKey ?? "synced-\(configuration.collectionPath() ?? "none")-\(configuration.documentId)"
-        engine = DocumentSyncEngine<SyncedRow>(remote: remote, managerKey: key, persistence: persistence, logger: logger)
-        // The document, when it comes, is the default's element: one identity throughout.
-        store = SyncedStore(core: engine.core, collectionPath: { try remote.collectionPath() }, order: nil,
-                            clientIds: [configuration.documentId: fallback.clientId])
-        store.onChange { [weak self] changes in
+        let path = configuration.collectionPath()
+        let id = configuration.documentId
+        let shared = SyncedRegistry.shared.shared(SyncedRegistry.key(remote: remote, kind: "document:\(id)", value: Value.self, path: path, query: nil)) {
+            let key = managerKey ?? "synced-\(path ?? "none")-\(id)"
+            let engine = DocumentSyncEngine<SyncedRow>(remote: remote, managerKey: key, persistence: persistence, logger: logger, changeDelivery: .immediate)
+            // The document, when it comes, is the default's element: one identity throughout.
+            var testing = configuration.testingValue
+            testing?.documentId = id
+            let store = SyncedStore<Value>(core: engine.core, collectionPath: { try remote.collectionPath() }, order: nil,
+                                           clientIds: [id: testing?.clientId ?? fallback.clientId], testingValue: testing.map { [$0] })
+            // Weakly: the store keeps this closure, and must not keep itself or its engine alive.
+            store.follow(remote) { [weak store, weak engine] in
+                guard let store, let engine else { return }
+                await store.load {
+                    do {
+                        try await engine.startListening(documentId: id)
+                        return nil
+                    } catch {
+                        return error
+                    }
+                }
+            }
+            return SyncedShared(engine: engine, store: store)
+        }
+        engine = shared.engine
+        store = shared.store
+        self.shared = shared
+        let token = store.addListener { [weak self] changes in
             changeDelivery.deliver { [weak self] in self?.tell(changes) }
         }
+        listener.withLock { $0 = token }
+    }
+
+    deinit {
+        if let token = listener.withLock({ $0 }) { store.removeListener(token) }
     }
 
     /// A handle on a ``TandemClient``'s server.

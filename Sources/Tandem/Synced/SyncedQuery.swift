@@ -23,6 +23,7 @@ public final class SyncedQuery<Value: DocumentIdentifiable>: Observable, Sendabl
     let store: SyncedStore<Value>
     private let registrar = ObservationRegistrar()
     private let query: Mutex<Query>
+    private let listener = Mutex<Int?>(nil)
 
     public init(collectionPath: @escaping @Sendable () -> String?, remote: any RemoteCollectionService,
                 persistence: (any LocalCollectionPersistence)? = nil, managerKey: String? = nil, logger: (any DataSyncLogger)? = nil,
@@ -32,9 +33,15 @@ public final class SyncedQuery<Value: DocumentIdentifiable>: Observable, Sendabl
         let key = managerKey ?? "synced-query-\(collectionPath() ?? "none")"
         engine = CollectionSyncEngine<SyncedRow>(remote: remote, managerKey: key, persistence: persistence, logger: logger)
         store = SyncedStore(core: engine.core, collectionPath: { try remote.collectionPath() }, order: query)
-        store.onChange { [weak self] changes in
+        let token = store.addListener { [weak self] changes in
             changeDelivery.deliver { [weak self] in self?.tell(changes) }
         }
+        listener.withLock { $0 = token }
+        store.follow(remote) { [weak self] in await self?.load() }
+    }
+
+    deinit {
+        if let token = listener.withLock({ $0 }) { store.removeListener(token) }
     }
 
     /// A query of a collection on a ``TandemClient``'s server.

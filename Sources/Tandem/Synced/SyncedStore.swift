@@ -3,6 +3,24 @@ import IdentifiedCollections
 import Synchronization
 import TandemCore
 
+/// Where synced state runs: against its server, or under tests, where each handle shows its
+/// configuration's testing value, edits change only that value, and no connection is made.
+///
+/// ```swift
+/// try await SyncedStateContext.$current.withValue(.test) {
+///     let todos = SyncedCollection(configuration, client: client)   // shows configuration.testingValue
+///     todos.withLock { $0.append(Todo(memo: "a")) }                  // changes the value; writes nothing
+/// }
+/// ```
+public enum SyncedStateContext: Sendable, Hashable {
+    case live
+    case test
+
+    /// The context handles made now run in: `.live` unless a test set `.test` (for its task and
+    /// the tasks it starts).
+    @TaskLocal public static var current: SyncedStateContext = .live
+}
+
 /// What a change of synced state touched, so each handle tells the observers of those properties.
 struct SyncedChanges: OptionSet, Sendable {
     let rawValue: Int
@@ -43,6 +61,19 @@ final class SyncedStore<Value: DocumentIdentifiable>: Sendable {
         var rejectedSeen = 0
         /// The listened query, compiled, for the value's order.
         var order: CompiledQuery?
+        /// Who the remote says is signed in, when it has a sign-in to follow, and whether anyone
+        /// was signed in since the store was made.
+        var auth: AuthState?
+        var heardSignedIn = false
+
+        /// Whether the value is hidden: someone signed out, or another user signed in and the
+        /// engine does not show their space yet. A relaunch before any sign-in is confirmed shows
+        /// the cache (the last user's, as the engine does).
+        func hidden(spaceUser: String?) -> Bool {
+            guard let auth, heardSignedIn else { return false }
+            guard let uid = auth.uid else { return true }
+            return uid != spaceUser
+        }
     }
 
     /// A closure in a class box: kept directly in a `Mutex`, it would be re-wrapped on every access.
@@ -54,19 +85,37 @@ final class SyncedStore<Value: DocumentIdentifiable>: Sendable {
     let core: SyncCore<SyncedRow>
     /// The collection the documents are in now, or the error that says why there is none.
     let collectionPath: @Sendable () throws -> CollectionPath
+    /// Under a testing context: the value is the testing value, edits change it alone, and
+    /// nothing is listened to or written.
+    let isTesting: Bool
     let state: Mutex<State>
-    private let listener = Mutex<Listener?>(nil)
+    /// The handles sharing this store, told of each change.
+    private let listeners = Mutex<(next: Int, all: [Int: Listener])>((0, [:]))
     private let observer = Mutex<Int?>(nil)
+    /// Set once a handle asked to listen: a sign-in that makes the collection available attaches
+    /// then, through `attach`.
+    private let following = Mutex<(wanted: Bool, observation: ConnectionObservation?, attach: Attach?)>((false, nil, nil))
+
+    final class Attach: Sendable {
+        let run: @Sendable () async -> Void
+        init(_ run: @escaping @Sendable () async -> Void) { self.run = run }
+    }
     /// Who awaits the handle's changes (``changeSignals()``).
     private let signals = Mutex<(next: Int, continuations: [Int: AsyncStream<Void>.Continuation])>((0, [:]))
 
-    init(core: SyncCore<SyncedRow>, collectionPath: @escaping @Sendable () throws -> CollectionPath, order: Query?, clientIds: [String: UUID] = [:]) {
+    init(core: SyncCore<SyncedRow>, collectionPath: @escaping @Sendable () throws -> CollectionPath, order: Query?, clientIds: [String: UUID] = [:],
+         testingValue: [Value]? = nil) {
         self.core = core
         self.collectionPath = collectionPath
+        isTesting = SyncedStateContext.current == .test
         var initial = State(value: IdentifiedArray(uniqueElements: []))
         initial.order = order.flatMap { try? CompiledQuery($0) }
         initial.clientIds = clientIds
+        if isTesting {
+            initial.value = IdentifiedArray(testingValue ?? [], uniquingIDsWith: { first, _ in first })
+        }
         state = Mutex(initial)
+        guard !isTesting else { return }
         let token = core.addObserver { [weak self] in self?.engineChanged() }
         observer.withLock { $0 = token }
         refresh()
@@ -76,9 +125,40 @@ final class SyncedStore<Value: DocumentIdentifiable>: Sendable {
         if let token = observer.withLock({ $0 }) { core.removeObserver(token) }
     }
 
-    /// Who is told of each change (the handle, which tells its observers).
-    func onChange(_ call: @escaping @Sendable (SyncedChanges) -> Void) {
-        listener.withLock { $0 = Listener(call) }
+    /// Tells `call` of each change (a handle, which tells its observers), until removed.
+    func addListener(_ call: @escaping @Sendable (SyncedChanges) -> Void) -> Int {
+        listeners.withLock { listeners in
+            listeners.next += 1
+            listeners.all[listeners.next] = Listener(call)
+            return listeners.next
+        }
+    }
+
+    func removeListener(_ token: Int) {
+        _ = listeners.withLock { $0.all.removeValue(forKey: token) }
+    }
+
+    /// Attaches through `attach` whenever `remote` says a user signed in, once a handle asked to
+    /// listen: a collection whose path follows the user becomes available then.
+    ///
+    /// Signed out, or while the engine has not switched to the user who just signed in, the value
+    /// is hidden (empty) and edits are refused: no one sees another user's elements.
+    func follow(_ remote: any ReachabilityReporting, attach: @escaping @Sendable () async -> Void) {
+        let observation = remote.observeAuthState { [weak self] auth in
+            guard let self else { return }
+            self.state.withLock { state in
+                state.auth = auth
+                if case .signedIn = auth { state.heardSignedIn = true }
+            }
+            if self.refresh() { self.changed(.value) }
+            guard case .signedIn = auth else { return }
+            let attach = self.following.withLock { $0.wanted ? $0.attach : nil }
+            if let attach { Task { await attach.run() } }
+        }
+        following.withLock {
+            $0.observation = observation
+            $0.attach = Attach(attach)
+        }
     }
 
     // MARK: State
@@ -97,7 +177,7 @@ final class SyncedStore<Value: DocumentIdentifiable>: Sendable {
 
     func changed(_ changes: SyncedChanges) {
         guard !changes.isEmpty else { return }
-        listener.withLock { $0 }?.call(changes)
+        for listener in listeners.withLock({ Array($0.all.values) }) { listener.call(changes) }
         for continuation in signals.withLock({ Array($0.continuations.values) }) { continuation.yield() }
     }
 
@@ -126,6 +206,8 @@ final class SyncedStore<Value: DocumentIdentifiable>: Sendable {
     /// available (no collection): `loadError` says why, and nothing is attached. `listen` returns
     /// the error that kept it from attaching, if one did.
     func load(_ listen: () async -> (any Error)?) async {
+        guard !isTesting else { return }
+        following.withLock { $0.wanted = true }
         do {
             _ = try collectionPath()
         } catch {
@@ -159,6 +241,16 @@ final class SyncedStore<Value: DocumentIdentifiable>: Sendable {
         let result = try state.withLock { state -> Result in
             var value = state.value
             let result = try edit(&value)
+            if isTesting {
+                // Nothing is written: the edit is the value.
+                for index in value.indices where value[index].documentId == nil {
+                    var element = value[index]
+                    element.documentId = SyncedKeys.newDocumentID()
+                    value[id: element.clientId] = element
+                }
+                state.value = value
+                return result
+            }
             do {
                 tickets = try apply(value, to: &state)
             } catch {
@@ -179,6 +271,9 @@ final class SyncedStore<Value: DocumentIdentifiable>: Sendable {
     /// Turns the edited value into writes, queues them, and takes the value (in order), in the
     /// store's locked step. Throws, changing nothing, when the edit cannot be written.
     private func apply(_ edited: IdentifiedArrayOf<Value>, to state: inout State) throws -> [WriteTicket] {
+        if state.hidden(spaceUser: core.spaceUser) {
+            throw TandemError(.unavailable, "Nobody is signed in now (or the user who just signed in is not shown yet); the edit was not made.")
+        }
         let collection = try collectionPath()
         var value = edited
         var before: [(UUID, SyncedEdits.Element)] = []
@@ -264,6 +359,17 @@ final class SyncedStore<Value: DocumentIdentifiable>: Sendable {
     /// not change are not decoded again. Returns whether it took it.
     @discardableResult
     func refresh() -> Bool {
+        guard !isTesting else { return false }
+        let spaceUser = core.spaceUser
+        let hid = state.withLock { state -> Bool? in
+            guard state.hidden(spaceUser: spaceUser) else { return nil }
+            defer {
+                state.value = []
+                state.known = [:]
+            }
+            return !state.value.isEmpty
+        }
+        if let hid { return hid }
         let snapshot = state.withLock { state -> (submitted: Int, known: [UUID: Known], clientIds: [String: UUID], order: CompiledQuery?)? in
             state.unrecorded.removeAll { $0.isRecorded }
             return state.unrecorded.isEmpty ? (state.submitted, state.known, state.clientIds, state.order) : nil
@@ -291,7 +397,7 @@ final class SyncedStore<Value: DocumentIdentifiable>: Sendable {
             }
         }
         let taken = state.withLock { state -> Bool in
-            guard state.submitted == snapshot.submitted, state.unrecorded.isEmpty else { return false }
+            guard state.submitted == snapshot.submitted, state.unrecorded.isEmpty, !state.hidden(spaceUser: core.spaceUser) else { return false }
             state.value = IdentifiedArray(uniqueElements: values)
             state.known = known
             state.clientIds = clientIds

@@ -224,3 +224,48 @@ struct SyncedDocumentAndQueryTests {
         #expect(request.configuration.listenedQuery == Query().order(by: "rank"))
     }
 }
+
+@Suite("Synced handles: identity and testing", .timeLimit(.minutes(1)))
+struct SyncedIdentityTests {
+    @Test("two handles with equal configurations share one store and engine (an edit through one is the other's value at once); another order keeps them apart; when both go, their engine goes")
+    func equalConfigurationsShare() async throws {
+        let remote = MockRemoteCollectionService(collectionPath: { "todos" })
+        weak var engine: CollectionSyncEngine<SyncedRow>?
+        do {
+            let first = SyncedCollection(CollectionConfiguration<Todo>(collectionPath: "todos", orderBy: ("rank", true)), remote: remote)
+            let second = SyncedCollection(CollectionConfiguration<Todo>(collectionPath: "todos", orderBy: ("rank", true)), remote: remote)
+            let other = SyncedCollection(CollectionConfiguration<Todo>(collectionPath: "todos", orderBy: ("memo", true)), remote: remote)
+            #expect(first.store === second.store && first.engine === second.engine)
+            #expect(first.store !== other.store)
+            engine = first.engine
+            await first.load()
+            await second.load()
+            await other.load()
+            #expect(await remote.store.waitForListeners(count: 2), "one listener for the two that share, one for the other")
+            first.withLock { $0.append(Todo(memo: "shared", rank: 1)) }
+            #expect(second.value.map(\.memo) == ["shared"])
+            #expect(await second.waitUntil { !second.hasPendingWrites })
+            #expect(await other.waitUntil { other.value.map(\.memo) == ["shared"] })
+        }
+        #expect(engine == nil, "nothing keeps a shared engine alive once its handles go")
+    }
+
+    @Test("under a testing context a handle shows its testing value, edits change that value alone, and nothing is listened to or written")
+    func testingContext() async throws {
+        let remote = MockRemoteCollectionService(collectionPath: { "todos" })
+        try await SyncedStateContext.$current.withValue(.test) {
+            let todos = SyncedCollection(CollectionConfiguration<Todo>(collectionPath: "todos", testingValue: [Todo(memo: "test one")]), remote: remote)
+            await todos.load()
+            #expect(todos.value.map(\.memo) == ["test one"])
+            todos.withLock { $0.append(Todo(memo: "test two")) }
+            #expect(todos.value.map(\.memo) == ["test one", "test two"] && todos.value.allSatisfy { $0.documentId != nil })
+            #expect(!todos.hasPendingWrites)
+            try await todos.save()
+            let settings = SyncedDocument(DocumentConfiguration<Settings>(collectionPath: "settings", documentId: "me", testingValue: Settings(darkMode: true)),
+                                          default: Settings(), remote: MockRemoteDocumentService(collectionPath: { "settings" }, store: remote.store))
+            #expect(settings.value.darkMode && settings.value.documentId == "me")
+        }
+        #expect(remote.store.listenerCount == 0)
+        #expect(remote.store.documents.isEmpty)
+    }
+}
