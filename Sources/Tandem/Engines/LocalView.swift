@@ -20,6 +20,11 @@ struct LocalView: Sendable {
     /// id): the base includes them, so the view must not apply them again. They leave the outbox
     /// with their acknowledgement.
     private var confirmed: Set<MutationID> = []
+    /// The version at which a document left the base outside the listener (an acknowledged
+    /// delete, a read that found it gone): listener news older than that is not taken, or a
+    /// listener still catching up would bring the deleted document back until its delete arrived.
+    /// Cleared once the listener brings news of that version or later.
+    private var tombstones: [DocumentPath: Version] = [:]
 
     init(base: [Document], outbox: Outbox, now: Date) {
         self.outbox = outbox
@@ -79,7 +84,7 @@ struct LocalView: Sendable {
     /// Applies a listener batch to the base. Returns the paths whose view changed, each once, in
     /// the batch's order where it has them (a snapshot's is path order).
     mutating func applyRemote(_ batch: RemoteChangeBatch, now: Date) -> [DocumentPath] {
-        if batch.isSnapshot && base.isEmpty && documents.isEmpty && pending.isEmpty {
+        if batch.isSnapshot && base.isEmpty && documents.isEmpty && pending.isEmpty && tombstones.isEmpty {
             // A first snapshot with nothing pending: the view is the snapshot itself.
             base.reserveCapacity(batch.changes.count)
             // By index, so only each document is copied, not each change; each path is hashed
@@ -113,6 +118,10 @@ struct LocalView: Sendable {
         }
         var settled = Set<DocumentPath>()
         for change in batch.changes {
+            if let gone = tombstones[change.path] {
+                if change.version < gone { continue }  // older than the delete the view has
+                tombstones[change.path] = nil
+            }
             if let current = base[change.path] {
                 if current.version > change.version { continue }  // older news
                 // The echo of a commit the view already has, such as our own acknowledged write.
@@ -157,7 +166,9 @@ struct LocalView: Sendable {
     @discardableResult
     mutating func setBase(_ document: Document?, at path: DocumentPath, version: Version, now: Date) -> Bool {
         if let current = base[path], current.version > version { return recompute(path, now: now) }
+        if let gone = tombstones[path], gone > version { return recompute(path, now: now) }
         base[path] = document
+        tombstones[path] = document == nil ? version : nil
         return recompute(path, now: now)
     }
 
@@ -165,6 +176,7 @@ struct LocalView: Sendable {
     mutating func clearBase(now: Date) {
         let paths = Set(base.keys)
         base.removeAll()
+        tombstones.removeAll()
         for path in paths { recompute(path, now: now) }
     }
 
@@ -240,6 +252,7 @@ struct LocalView: Sendable {
             recompute(entry.path, now: now)
         } else {
             base[entry.path] = result
+            tombstones[entry.path] = result == nil ? version : nil
             if isFirstForPath, assumed?.data == result?.data {
                 // The view showed exactly this: with nothing after it, it now shows the server's
                 // document; otherwise it stays as it is. Its data is the same either way.
