@@ -150,13 +150,19 @@ extension SyncCore {
         connection.mark(event)
         switch event {
         case .disconnected:
-            let (effects, retry) = state.withLock { state -> (ListenerEffects, Task<Void, Never>?) in
-                let effects = Self.take(state.listener.disconnected(), in: &state)
-                guard state.sender.disconnected() else { return (effects, nil) }
-                defer { state.flushRetry = nil }
-                return (effects, state.flushRetry)
+            // The listener hears it at once (before its stream's failure, which it then takes for
+            // the connection's); the sender on the engine's executor, in order with `resumed`,
+            // which is queued there too: told out of order, it would take a connection that is
+            // down for up, and back off.
+            let effects = state.withLock { Self.take($0.listener.disconnected(), in: &$0) }
+            queue.enqueue { [self] in
+                let retry = state.withLock { state -> Task<Void, Never>? in
+                    guard state.sender.disconnected() else { return nil }
+                    defer { state.flushRetry = nil }
+                    return state.flushRetry
+                }
+                retry?.cancel()
             }
-            retry?.cancel()
             log("connection_lost")
             perform(effects)
         case .resumed:
