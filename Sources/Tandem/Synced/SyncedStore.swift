@@ -59,6 +59,9 @@ final class SyncedStore<Value: DocumentIdentifiable>: Sendable {
         var isLoading = false
         /// How many of the engine's rejected writes were reported.
         var rejectedSeen = 0
+        /// The generation of the engine's snapshot the value was last taken from: an older one,
+        /// read by a refresh that lost a race with a newer one, is never taken after it.
+        var generation: UInt64 = 0
         /// The listened query, compiled, for the value's order.
         var order: CompiledQuery?
         /// Who the remote says is signed in, when it has a sign-in to follow, and whether anyone
@@ -375,7 +378,8 @@ final class SyncedStore<Value: DocumentIdentifiable>: Sendable {
             return state.unrecorded.isEmpty ? (state.submitted, state.known, state.clientIds, state.order) : nil
         }
         guard let snapshot else { return false }
-        let documents = core.shownDocuments
+        let engineSnapshot = core.snapshot
+        let documents = engineSnapshot.shownDocuments
         var values: [Value] = []
         values.reserveCapacity(documents.count)
         var known: [UUID: Known] = [:]
@@ -397,7 +401,9 @@ final class SyncedStore<Value: DocumentIdentifiable>: Sendable {
             }
         }
         let taken = state.withLock { state -> Bool in
-            guard state.submitted == snapshot.submitted, state.unrecorded.isEmpty, !state.hidden(spaceUser: core.spaceUser) else { return false }
+            guard state.submitted == snapshot.submitted, state.unrecorded.isEmpty, !state.hidden(spaceUser: core.spaceUser),
+                  engineSnapshot.generation >= state.generation else { return false }
+            state.generation = engineSnapshot.generation
             state.value = IdentifiedArray(uniqueElements: values)
             state.known = known
             state.clientIds = clientIds
