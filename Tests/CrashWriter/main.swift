@@ -13,7 +13,38 @@ struct Counter: SyncModel {
     var n: Int
 }
 
+/// An element of synced state, for `CrashWriter synced DIRECTORY`.
+struct Chore: DocumentIdentifiable {
+    var clientId = UUID()
+    var documentId: String?
+    var title: String
+    var done = false
+}
+
 let arguments = CommandLine.arguments
+if arguments.count == 3, arguments[1] == "synced" {
+    // Edits a SyncedCollection offline, one at a time; after each edit is on disk (`save()`),
+    // prints "saved ID TITLE", so the test that kills it knows which edits were promised. Every
+    // second edit changes the element made before it, so the outbox holds creates and merges.
+    let directory = URL(fileURLWithPath: arguments[2], isDirectory: true)
+    let remote = MockRemoteCollectionService(collectionPath: { "chores" })
+    remote.store.goOffline()
+    let chores = SyncedCollection(CollectionConfiguration<Chore>(collectionPath: "chores"), remote: remote,
+                                  persistence: try SQLiteCollectionPersistence(managerKey: "synced-crash", directory: directory), managerKey: "synced-crash")
+    for index in 0..<100_000 {
+        if index % 2 == 1, let last = chores.value.last {
+            chores.withLock { $0[id: last.clientId]?.done = true }
+            try await chores.save()
+            FileHandle.standardOutput.write(Data("done \(last.documentId!)\n".utf8))
+        } else {
+            chores.withLock { $0.append(Chore(title: "chore \(index)")) }
+            try await chores.save()
+            let made = chores.value.first { $0.title == "chore \(index)" }!
+            FileHandle.standardOutput.write(Data("saved \(made.documentId!) chore \(index)\n".utf8))
+        }
+    }
+    exit(0)
+}
 guard arguments.count == 4, let first = Int(arguments[2]), let count = Int(arguments[3]) else {
     FileHandle.standardError.write(Data("usage: CrashWriter DIRECTORY FIRST COUNT\n".utf8))
     exit(2)

@@ -17,6 +17,13 @@ struct CrashTests {
         var n: Int
     }
 
+    struct Chore: DocumentIdentifiable {
+        var clientId = UUID()
+        var documentId: String?
+        var title: String
+        var done = false
+    }
+
     /// The CrashWriter executable, built beside the test bundle.
     static var writer: URL? {
         var directory = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
@@ -31,9 +38,51 @@ struct CrashTests {
     /// Runs the writer from `first`, kills it after `killAfter` returned writes, and gives the
     /// indices it reported as returned.
     func runAndKill(_ writer: URL, directory: URL, first: Int, killAfter: Int) async throws -> [Int] {
+        let lines = try await runAndKillLines(writer, arguments: [directory.path, String(first), "100000"], killAfter: killAfter)
+        return lines.compactMap { $0.hasPrefix("returned ") ? Int($0.dropFirst(9)) : nil }
+    }
+
+    @Test("synced state: an edit made offline and saved survives the app being killed, and lands once when a new process is online", arguments: [7, 8, 9] as [UInt64])
+    func killedSyncedEditor(seed: UInt64) async throws {
+        let writer = try #require(Self.writer, "CrashWriter is not built; run `swift build --build-tests` first")
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        var random = SeededRandomNumberGenerator(seed: seed)
+        let lines = try await runAndKillLines(writer, arguments: ["synced", directory.url.path], killAfter: Int.random(in: 1...30, using: &random))
+        var saved: [String: String] = [:]
+        var done: Set<String> = []
+        for line in lines {
+            let parts = line.split(separator: " ", maxSplits: 2).map(String.init)
+            if parts.count == 3, parts[0] == "saved" { saved[parts[1]] = parts[2] }
+            if parts.count == 2, parts[0] == "done" { done.insert(parts[1]) }
+        }
+        #expect(!saved.isEmpty)
+
+        // Another process, online: the same persistence, a server that has none of it yet.
+        let store = MockServer()
+        let remote = MockRemoteCollectionService(collectionPath: { "chores" }, store: store)
+        let chores = SyncedCollection(CollectionConfiguration<Chore>(collectionPath: "chores"), remote: remote,
+                                      persistence: try SQLiteCollectionPersistence(managerKey: "synced-crash", directory: directory.url), managerKey: "synced-crash")
+        for (id, title) in saved {
+            #expect(chores.value.contains { $0.documentId == id && $0.title == title }, "\(id) was saved, so the relaunch shows it before any network")
+        }
+        await chores.load()
+        #expect(await chores.waitUntil { !chores.hasPendingWrites })
+        let stored = store.documents.values.filter { $0.path.parent.description == "chores" }
+        for (id, title) in saved {
+            let document = stored.first { $0.path.id == id }
+            #expect(document?.data["title"] == .string(title), "\(id) landed")
+            if done.contains(id) { #expect(document?.data["done"] == true, "\(id)'s edit landed") }
+        }
+        #expect(stored.count >= saved.count && stored.count <= saved.count + 1, "each saved element once, and at most the one cut off")
+        #expect(Set(stored.map(\.path.id)).count == stored.count)
+    }
+
+    /// Runs the writer with `arguments`, kills it after `killAfter` lines, and gives the lines.
+    func runAndKillLines(_ writer: URL, arguments: [String], killAfter: Int) async throws -> [String] {
         let process = Process()
         process.executableURL = writer
-        process.arguments = [directory.path, String(first), "100000"]
+        process.arguments = arguments
         let output = Pipe()
         process.standardOutput = output
         try process.run()
@@ -46,7 +95,7 @@ struct CrashTests {
                 var killed = false
                 while true {
                     let chunk = handle.availableData
-                    if chunk.isEmpty { break }  // the child is gone
+                    if chunk.isEmpty { break }
                     buffer.append(chunk)
                     while let newline = buffer.firstIndex(of: 0x0A) {
                         lines.append(String(decoding: buffer[buffer.startIndex..<newline], as: UTF8.self))
@@ -62,7 +111,7 @@ struct CrashTests {
         }
         process.waitUntilExit()
         #expect(process.terminationReason == .uncaughtSignal, "the writer was killed, not finished")
-        return lines.compactMap { $0.hasPrefix("returned ") ? Int($0.dropFirst(9)) : nil }
+        return lines
     }
 
     @Test("no returned write is lost and none is recorded twice", arguments: [1, 2, 3, 4, 5] as [UInt64])
