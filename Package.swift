@@ -112,6 +112,7 @@ let package = Package(
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "IdentifiedCollections", package: "swift-identified-collections"),
                 .product(name: "HummingbirdWebSocket", package: "hummingbird-websocket"),
                 .product(name: "WSClient", package: "swift-websocket"),
                 .product(name: "NIOCore", package: "swift-nio"),
@@ -122,7 +123,7 @@ let package = Package(
         // A child process for the crash test: it writes through an engine and is killed mid-way.
         .executableTarget(
             name: "CrashWriter",
-            dependencies: ["Tandem", "TandemTesting"],
+            dependencies: ["Tandem", "TandemTesting", .product(name: "IdentifiedCollections", package: "swift-identified-collections")],
             path: "Tests/CrashWriter",
             swiftSettings: swiftSettings
         ),
@@ -145,6 +146,7 @@ let package = Package(
         .testTarget(
             name: "TandemIntegrationTests",
             dependencies: [
+                .product(name: "IdentifiedCollections", package: "swift-identified-collections"),
                 "Tandem",
                 "TandemServer",
                 "TandemTesting",
@@ -163,6 +165,7 @@ let package = Package(
         .testTarget(
             name: "TandemTests",
             dependencies: [
+                .product(name: "IdentifiedCollections", package: "swift-identified-collections"),
                 "Tandem",
                 "TandemTesting",
                 .product(name: "GRDB", package: "GRDB.swift"),

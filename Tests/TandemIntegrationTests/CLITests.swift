@@ -153,6 +153,17 @@ struct CLITests {
         await server.stop()
     }
 
+    @Test("bench synced runs at a small size and prints its figures beside the engine's")
+    func benchSynced() async throws {
+        // Timings here mean nothing (a debug build, a tiny size): only that every part runs and reports.
+        let result = try await CLIProcess.run(["bench", "synced", "--elements", "200", "--edits", "20", "--batch", "50"])
+        #expect(result.status == 0, "\(result.err)")
+        for figure in ["one edit of a 200-element SyncedCollection (diff and enqueue)", "beside CollectionSyncEngine.updateDocument of the same field",
+                       "until it is in the engine's outbox", "a remote batch of 50 changes applied to a 200-element SyncedCollection vs the engine applying it"] {
+            #expect(result.out.contains(figure), "missing: \(figure)")
+        }
+    }
+
     @Test("bench server runs each of its parts at a small size and prints each figure beside its baseline and target")
     func benchServer() async throws {
         // Timings here mean nothing (a debug build, a tiny size): only that every part runs and reports.

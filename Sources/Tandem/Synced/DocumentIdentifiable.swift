@@ -65,16 +65,16 @@ enum SyncedKeys {
 
 /// A document as the synced state's engine keeps it: its fields, undecoded. The handle decodes them
 /// into the app's values, with the identity it keeps for each.
-struct SyncedRow: SyncModel {
-    var id: String
-    var fields: JSONObject
+package struct SyncedRow: SyncModel {
+    package var id: String
+    package var fields: JSONObject
 
-    init(from decoder: any Decoder) throws {
+    package init(from decoder: any Decoder) throws {
         fields = try decoder.singleValueContainer().decode(JSONValue.self).objectValue ?? [:]
         id = fields["id"]?.stringValue ?? ""
     }
 
-    func encode(to encoder: any Encoder) throws {
+    package func encode(to encoder: any Encoder) throws {
         var container = encoder.singleValueContainer()
         try container.encode(JSONValue.object(fields))
     }

@@ -64,7 +64,7 @@ public struct CollectionConfiguration<Value: DocumentIdentifiable>: Sendable {
 public final class SyncedCollection<Value: DocumentIdentifiable>: Observable, Sendable {
     public let configuration: CollectionConfiguration<Value>
     /// The engine underneath: its cache, outbox and listener.
-    let engine: CollectionSyncEngine<SyncedRow>
+    package let engine: CollectionSyncEngine<SyncedRow>
     let store: SyncedStore<Value>
     private let registrar = ObservationRegistrar()
     private let listener = Mutex<Int?>(nil)

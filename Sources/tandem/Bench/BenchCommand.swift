@@ -6,7 +6,7 @@ struct BenchCommand: AsyncParsableCommand {
         commandName: "bench",
         abstract: "Run benchmarks; each figure is printed beside a baseline measured in the same run.",
         discussion: "Build in release mode for meaningful figures: swift run -c release tandem bench core",
-        subcommands: [CoreBench.self, EnginesBench.self, ServerBench.self, ReconcileBench.self]
+        subcommands: [CoreBench.self, EnginesBench.self, ServerBench.self, ReconcileBench.self, SyncedBench.self]
     )
 }
 
@@ -123,5 +123,31 @@ struct ReconcileBench: AsyncParsableCommand {
 
     func run() async throws {
         try await ReconcileBenchmarks.run(rows: rows, repetitions: repetitions).print()
+    }
+}
+
+struct SyncedBench: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "synced",
+        abstract: "Synced state: one edit of a large SyncedCollection, and a remote batch applied to it, beside the engine doing the same."
+    )
+
+    @Option(help: "Elements in the collection.")
+    var elements = 10_000
+
+    @Option(help: "Edits measured.")
+    var edits = 1_000
+
+    @Option(help: "Changes in the remote batch.")
+    var batch = 1_000
+
+    func validate() throws {
+        guard elements > 0, edits > 0, batch > 0, batch <= elements else {
+            throw ValidationError("--elements, --edits and --batch must be positive, and --batch at most --elements.")
+        }
+    }
+
+    func run() async throws {
+        try await SyncedBenchmarks.run(elements: elements, edits: edits, batch: batch).print()
     }
 }
