@@ -17,9 +17,10 @@ enum SyncedEdits {
         var body: JSONObject
     }
 
-    /// The writes that turn `before` into `after`, both keyed by `clientId` in their order, in
-    /// `collection`. Elements present on both sides are compared only when listed in `changed`
-    /// (the others are equal, as the caller found without encoding them).
+    /// The writes of one edit, in `collection`, keyed by `clientId`: `before` holds the old state
+    /// of the elements the edit changed or removed, `after` the new state of those it changed or
+    /// added (elements in neither are untouched, as the caller found without encoding them).
+    /// Elements on both sides are diffed when listed in `changed`.
     static func writes<Key: Hashable>(before: [(Key, Element)], after: [(Key, Element)], changed: Set<Key>,
                                       in collection: CollectionPath) throws(TandemError) -> [Mutation] {
         let old = Dictionary(before, uniquingKeysWith: { first, _ in first })

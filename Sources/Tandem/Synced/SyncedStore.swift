@@ -279,15 +279,36 @@ final class SyncedStore<Value: DocumentIdentifiable>: Sendable {
         }
         let collection = try collectionPath()
         var value = edited
-        var before: [(UUID, SyncedEdits.Element)] = []
-        for element in state.value {
-            guard let known = state.known[element.clientId] else { continue }
-            before.append((element.clientId, SyncedEdits.Element(documentId: known.path.id, body: [:])))
+        let old = state.value
+        // What the edit touched, found by comparing each element with its old self, without
+        // encoding anything: an edit of one element of many costs a pass of comparisons.
+        var touched: [Int] = []
+        var removed: [Value] = []
+        var moved = false
+        if old.count == value.count {
+            for index in value.indices {
+                let element = value[index]
+                let previous = old[index]
+                guard element.clientId == previous.clientId else {
+                    moved = true
+                    break
+                }
+                if element != previous { touched.append(index) }
+            }
+        } else {
+            moved = true
         }
+        if moved {
+            touched = []
+            removed = old.filter { value[id: $0.clientId] == nil }
+            for index in value.indices where old[id: value[index].clientId] != value[index] { touched.append(index) }
+        }
+        var before: [(UUID, SyncedEdits.Element)] = []
         var after: [(UUID, SyncedEdits.Element)] = []
         var changed: Set<UUID> = []
         var known: [UUID: Known] = [:]
-        for index in value.indices {
+        var reordered = moved
+        for index in touched {
             var element = value[index]
             if element.documentId == nil {
                 // Its id now, written back: a second edit before the server answers updates it.
@@ -295,19 +316,24 @@ final class SyncedStore<Value: DocumentIdentifiable>: Sendable {
                 value[id: element.clientId] = element
             }
             let documentId = element.documentId!
-            if let previous = state.known[element.clientId], previous.path.id == documentId, previous.value == element {
-                after.append((element.clientId, SyncedEdits.Element(documentId: documentId, body: [:])))
-                continue
-            }
             let body = try SyncedKeys.body(of: element)
             let path = try collection.document(documentId)
-            changed.insert(element.clientId)
+            let entry = Known(path: path, fields: body, orderValues: state.order?.orderValues(body) ?? [], value: element)
+            if let previous = state.known[element.clientId] {
+                // The old body of a changed element alone: the others are equal, and not encoded.
+                before.append((element.clientId, SyncedEdits.Element(documentId: previous.path.id, body: try SyncedKeys.body(of: previous.value))))
+                changed.insert(element.clientId)
+                if previous.path != path || !previous.orderValues.elementsEqual(entry.orderValues, by: ==) { reordered = true }
+            } else {
+                reordered = true
+            }
             after.append((element.clientId, SyncedEdits.Element(documentId: documentId, body: body)))
-            known[element.clientId] = Known(path: path, fields: body, orderValues: state.order?.orderValues(body) ?? [], value: element)
+            known[element.clientId] = entry
         }
-        // The old bodies of the changed elements alone: the others are equal, and not encoded.
-        for index in before.indices where changed.contains(before[index].0) {
-            if let previous = state.known[before[index].0] { before[index].1.body = try SyncedKeys.body(of: previous.value) }
+        for element in removed {
+            if let previous = state.known[element.clientId] {
+                before.append((element.clientId, SyncedEdits.Element(documentId: previous.path.id, body: [:])))
+            }
         }
         let writes = try SyncedEdits.writes(before: before, after: after, changed: changed, in: collection)
         var tickets: [WriteTicket] = []
@@ -318,13 +344,13 @@ final class SyncedStore<Value: DocumentIdentifiable>: Sendable {
             tickets.append(try core.enqueueBatch(piece) { [weak self] in self?.engineChanged() })
             start += piece.count
         }
-        let kept = Set(value.ids)
         for (clientId, element) in known {
             state.known[clientId] = element
             state.clientIds[element.path.id] = clientId
         }
-        for id in state.known.keys where !kept.contains(id) { state.known.removeValue(forKey: id) }
-        state.value = Self.ordered(value, known: state.known, order: state.order)
+        for element in removed { state.known.removeValue(forKey: element.clientId) }
+        // In order already unless something moved, came or changed an order field.
+        state.value = reordered ? Self.ordered(value, known: state.known, order: state.order) : value
         state.unrecorded += tickets
         state.submitted += tickets.count
         return tickets
