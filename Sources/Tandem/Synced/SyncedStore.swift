@@ -62,6 +62,12 @@ final class SyncedStore<Value: DocumentIdentifiable>: Sendable {
         /// The generation of the engine's snapshot the value was last taken from: an older one,
         /// read by a refresh that lost a race with a newer one, is never taken after it.
         var generation: UInt64 = 0
+        /// The paths of the value's elements in order, and the revision of each element's model,
+        /// as the engine showed them when the value was last taken whole: while an edit keeps them
+        /// (no element moved, came or went), a refresh decodes only the documents whose revision
+        /// changed. Nil when the value is not aligned with them.
+        var aligned: [DocumentPath]?
+        var revisions: [UInt64] = []
         /// The listened query, compiled, for the value's order.
         var order: CompiledQuery?
         /// Who the remote says is signed in, when it has a sign-in to follow, and whether anyone
@@ -351,6 +357,7 @@ final class SyncedStore<Value: DocumentIdentifiable>: Sendable {
         for element in removed { state.known.removeValue(forKey: element.clientId) }
         // In order already unless something moved, came or changed an order field.
         state.value = reordered ? Self.ordered(value, known: state.known, order: state.order) : value
+        if reordered { state.aligned = nil }
         state.unrecorded += tickets
         state.submitted += tickets.count
         return tickets
@@ -395,6 +402,7 @@ final class SyncedStore<Value: DocumentIdentifiable>: Sendable {
             defer {
                 state.value = []
                 state.known = [:]
+                state.aligned = nil
             }
             return !state.value.isEmpty
         }
@@ -405,12 +413,15 @@ final class SyncedStore<Value: DocumentIdentifiable>: Sendable {
         }
         guard let snapshot else { return false }
         let engineSnapshot = core.snapshot
-        let documents = engineSnapshot.shownDocuments
+        let shown = engineSnapshot.shownState
+        if let changed = refreshChanged(shown, generation: engineSnapshot.generation, submitted: snapshot.submitted, clientIds: snapshot.clientIds, order: snapshot.order) {
+            return changed
+        }
         var values: [Value] = []
-        values.reserveCapacity(documents.count)
+        values.reserveCapacity(shown.paths.count)
         var known: [UUID: Known] = [:]
         var clientIds = snapshot.clientIds
-        for (path, row) in documents {
+        for (path, row) in zip(shown.paths, shown.models) {
             let clientId = clientIds[path.id] ?? UUID()
             clientIds[path.id] = clientId
             if let previous = snapshot.known[clientId], previous.path == path, previous.fields == row.fields {
@@ -433,9 +444,52 @@ final class SyncedStore<Value: DocumentIdentifiable>: Sendable {
             state.value = IdentifiedArray(uniqueElements: values)
             state.known = known
             state.clientIds = clientIds
+            // Aligned when every shown document decoded.
+            state.aligned = values.count == shown.paths.count ? shown.paths : nil
+            state.revisions = shown.revisions
             return true
         }
         return taken
+    }
+
+    /// A refresh that decodes only the documents whose model's revision changed, when the value is
+    /// aligned with the shown documents (the same paths in the same order). Returns whether the
+    /// value changed; nil when it does not apply (the caller takes the view whole).
+    private func refreshChanged(_ shown: ShownState<SyncedRow>, generation: UInt64, submitted: Int,
+                                clientIds: [String: UUID], order: CompiledQuery?) -> Bool? {
+        let base = state.withLock { state -> (aligned: [DocumentPath], revisions: [UInt64])? in
+            state.aligned.map { ($0, state.revisions) }
+        }
+        guard let base, base.aligned.count == shown.paths.count, base.revisions.count == shown.revisions.count, base.aligned == shown.paths else { return nil }
+        var updates: [(index: Int, known: Known)] = []
+        for index in shown.revisions.indices where shown.revisions[index] != base.revisions[index] {
+            let path = shown.paths[index]
+            let row = shown.models[index]
+            guard let clientId = clientIds[path.id],
+                  let value = try? SyncedKeys.value(Value.self, from: row.fields, clientId: clientId, documentId: path.id) else { return nil }
+            updates.append((index, Known(path: path, fields: row.fields, orderValues: order?.orderValues(row.fields) ?? [], value: value)))
+        }
+        return state.withLock { state -> Bool? in
+            guard state.submitted == submitted, state.unrecorded.isEmpty, !state.hidden(spaceUser: core.spaceUser),
+                  generation >= state.generation else { return false }
+            guard state.aligned?.count == base.aligned.count,
+                  updates.allSatisfy({ $0.index < state.value.count && state.value[$0.index].clientId == $0.known.value.clientId }) else {
+                state.aligned = nil
+                return nil
+            }
+            state.generation = generation
+            state.revisions = shown.revisions
+            var changed = false
+            for update in updates {
+                let value = update.known.value
+                if state.value[update.index] != value {
+                    state.value[id: value.clientId] = value
+                    changed = true
+                }
+                state.known[value.clientId] = update.known
+            }
+            return changed
+        }
     }
 
     /// The value in the order (its order fields, then the document path), sorted only when it is
