@@ -181,19 +181,10 @@ public final class CollectionSyncEngine<T: SyncModel>: Sendable, RegistrarObserv
     }
 
     /// Forgets one rejected write the app has dealt with: it leaves ``rejectedWrites``.
-    public func dismissRejectedWrite(_ write: RejectedWrite) {
-        var first = true
-        core.dismissRejected { rejected in
-            guard first, rejected == write else { return false }
-            first = false
-            return true
-        }
-    }
+    public func dismissRejectedWrite(_ write: RejectedWrite) { core.dismissRejected(write) }
 
     /// Forgets every rejected write: ``rejectedWrites`` is empty after.
-    public func clearRejectedWrites() {
-        core.dismissRejected { _ in true }
-    }
+    public func clearRejectedWrites() { core.dismissRejected(nil) }
 
     /// True until the server's first batch arrives in this session.
     public var isFromCache: Bool {

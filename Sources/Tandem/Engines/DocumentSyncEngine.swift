@@ -190,19 +190,10 @@ public final class DocumentSyncEngine<T: SyncModel>: Sendable {
     }
 
     /// Forgets one rejected write the app has dealt with: it leaves ``rejectedWrites``.
-    public func dismissRejectedWrite(_ write: RejectedWrite) {
-        var first = true
-        core.dismissRejected { rejected in
-            guard first, rejected == write else { return false }
-            first = false
-            return true
-        }
-    }
+    public func dismissRejectedWrite(_ write: RejectedWrite) { core.dismissRejected(write) }
 
     /// Forgets every rejected write: ``rejectedWrites`` is empty after.
-    public func clearRejectedWrites() {
-        core.dismissRejected { _ in true }
-    }
+    public func clearRejectedWrites() { core.dismissRejected(nil) }
 
     /// True until the server's first state of the document arrives in this session.
     public var isFromCache: Bool {

@@ -179,7 +179,6 @@ extension SyncCore {
         }
         for mutation in mutations { try mutation.validate() }
         let ticket = WriteTicket()
-        log("batch_start", ["write_count": mutations.count])
         queue.enqueue { [self] in
             let result = record(batch: mutations, waiter: .ticket(ticket))
             announce(result, .ticket(ticket), ["write_count": mutations.count])

@@ -567,13 +567,18 @@ package final class SyncCore<T: SyncModel>: Sendable {
 
     var pendingWriteCount: Int { snapshot.pendingWrites.count }
 
-    /// Forgets rejected writes the app has dealt with (shown the user, say): they leave
-    /// `rejectedWrites`. Only the list changes; the writes were rolled back when refused.
-    func dismissRejected(where dealtWith: (RejectedWrite) -> Bool) {
+    /// Forgets a rejected write the app has dealt with (shown the user, say), or every one with
+    /// nil: they leave `rejectedWrites`. Only the list changes; the writes were rolled back when
+    /// refused.
+    func dismissRejected(_ write: RejectedWrite?) {
         let dismissed = state.withLock { state -> Bool in
-            let before = state.rejected.count
-            state.rejected.removeAll(where: dealtWith)
-            return state.rejected.count != before
+            guard let write else {
+                defer { state.rejected = [] }
+                return !state.rejected.isEmpty
+            }
+            guard let index = state.rejected.firstIndex(of: write) else { return false }
+            state.rejected.remove(at: index)
+            return true
         }
         if dismissed { notifyChanged([.rejectedWrites]) }
     }

@@ -88,10 +88,10 @@ public final class SyncedCollection<Value: DocumentIdentifiable>: Observable, Se
             let engine = CollectionSyncEngine<SyncedRow>(remote: remote, managerKey: key, persistence: persistence, logger: logger, changeDelivery: .immediate)
             let store = SyncedStore<Value>(core: engine.core, collectionPath: { try remote.collectionPath() }, order: query,
                                            testingValue: configuration.testingValue)
-            // Weakly: the store keeps this closure, and must not keep itself or its engine alive.
-            store.follow(remote) { [weak store, weak engine] in
-                guard let store, let engine else { return }
-                await store.load { await engine.startListening { _ in query }; return nil }
+            // Weakly: the store keeps this closure, and must not keep its engine alive.
+            store.follow(remote) { [weak engine] in
+                await engine?.startListening { _ in query }
+                return nil
             }
             return SyncedShared(engine: engine, store: store)
         }
@@ -169,11 +169,7 @@ public final class SyncedCollection<Value: DocumentIdentifiable>: Observable, Se
     /// state is in, or at once with the cache when the server cannot be reached. Not available (no
     /// path): `loadError` says why, and no listener runs.
     public func load() async {
-        let query = configuration.listenedQuery
-        await store.load {
-            await engine.startListening { _ in query }
-            return nil
-        }
+        await store.load()
     }
 
     /// Returns once every edit made so far is in the engine's outbox, durable (not once the server

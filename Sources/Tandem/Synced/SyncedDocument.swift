@@ -71,16 +71,13 @@ public final class SyncedDocument<Value: DocumentIdentifiable>: Observable, Send
             testing?.documentId = id
             let store = SyncedStore<Value>(core: engine.core, collectionPath: { try remote.collectionPath() }, order: nil,
                                            clientIds: [id: testing?.clientId ?? fallback.clientId], testingValue: testing.map { [$0] })
-            // Weakly: the store keeps this closure, and must not keep itself or its engine alive.
-            store.follow(remote) { [weak store, weak engine] in
-                guard let store, let engine else { return }
-                await store.load {
-                    do {
-                        try await engine.startListening(documentId: id)
-                        return nil
-                    } catch {
-                        return error
-                    }
+            // Weakly: the store keeps this closure, and must not keep its engine alive.
+            store.follow(remote) { [weak engine] in
+                do {
+                    try await engine?.startListening(documentId: id)
+                    return nil
+                } catch {
+                    return error
                 }
             }
             return SyncedShared(engine: engine, store: store)
@@ -158,15 +155,7 @@ public final class SyncedDocument<Value: DocumentIdentifiable>: Observable, Send
     /// Attaches the handle's listener and returns once the document's state is in (or at once
     /// with the cache when the server cannot be reached). Not available: `loadError` says why.
     public func load() async {
-        let id = configuration.documentId
-        await store.load {
-            do {
-                try await engine.startListening(documentId: id)
-                return nil
-            } catch {
-                return error
-            }
-        }
+        await store.load()
     }
 
     /// Returns once every edit made so far is durable in the engine's outbox.

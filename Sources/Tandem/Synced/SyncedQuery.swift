@@ -37,7 +37,12 @@ public final class SyncedQuery<Value: DocumentIdentifiable>: Observable, Sendabl
             changeDelivery.deliver { [weak self] in self?.tell(changes) }
         }
         listener.withLock { $0 = token }
-        store.follow(remote) { [weak self] in await self?.load() }
+        store.follow(remote) { [weak self] in
+            guard let self else { return nil }
+            let query = self.query.withLock { $0 }
+            await self.engine.startListening { _ in query }
+            return nil
+        }
     }
 
     deinit {
@@ -73,11 +78,7 @@ public final class SyncedQuery<Value: DocumentIdentifiable>: Observable, Sendabl
 
     /// Attaches the listener for the current query and returns once its first answer is in.
     public func load() async {
-        let query = self.query.withLock { $0 }
-        await store.load {
-            await engine.startListening { _ in query }
-            return nil
-        }
+        await store.load()
     }
 
     /// Swaps the live query for another (built from an empty one) and returns once its first

@@ -101,13 +101,14 @@ final class SyncedStore<Value: DocumentIdentifiable>: Sendable {
     /// The handles sharing this store, told of each change.
     private let listeners = Mutex<(next: Int, all: [Int: Listener])>((0, [:]))
     private let observer = Mutex<Int?>(nil)
-    /// Set once a handle asked to listen: a sign-in that makes the collection available attaches
-    /// then, through `attach`.
-    private let following = Mutex<(wanted: Bool, observation: ConnectionObservation?, attach: Attach?)>((false, nil, nil))
+    /// How the store's listener attaches (set by its handle with ``follow(_:listen:)``), and
+    /// whether a handle asked it to: a sign-in that makes the collection available attaches then.
+    private let following = Mutex<(wanted: Bool, observation: ConnectionObservation?, listen: Listen?)>((false, nil, nil))
 
-    final class Attach: Sendable {
-        let run: @Sendable () async -> Void
-        init(_ run: @escaping @Sendable () async -> Void) { self.run = run }
+    /// Attaches the engine's listener; the error that kept it from attaching, if one did.
+    final class Listen: Sendable {
+        let run: @Sendable () async -> (any Error)?
+        init(_ run: @escaping @Sendable () async -> (any Error)?) { self.run = run }
     }
     /// Who awaits the handle's changes (``changeSignals()``).
     private let signals = Mutex<(next: Int, continuations: [Int: AsyncStream<Void>.Continuation])>((0, [:]))
@@ -147,12 +148,13 @@ final class SyncedStore<Value: DocumentIdentifiable>: Sendable {
         _ = listeners.withLock { $0.all.removeValue(forKey: token) }
     }
 
-    /// Attaches through `attach` whenever `remote` says a user signed in, once a handle asked to
-    /// listen: a collection whose path follows the user becomes available then.
+    /// Attaches through `listen` when ``load()`` is called, and again whenever `remote` says a
+    /// user signed in once a handle asked to load: a collection whose path follows the user
+    /// becomes available then.
     ///
     /// Signed out, or while the engine has not switched to the user who just signed in, the value
     /// is hidden (empty) and edits are refused: no one sees another user's elements.
-    func follow(_ remote: any ReachabilityReporting, attach: @escaping @Sendable () async -> Void) {
+    func follow(_ remote: any ReachabilityReporting, listen: @escaping @Sendable () async -> (any Error)?) {
         let observation = remote.observeAuthState { [weak self] auth in
             guard let self else { return }
             self.state.withLock { state in
@@ -161,12 +163,12 @@ final class SyncedStore<Value: DocumentIdentifiable>: Sendable {
             }
             if self.refresh() { self.changed(.value) }
             guard case .signedIn = auth else { return }
-            let attach = self.following.withLock { $0.wanted ? $0.attach : nil }
-            if let attach { Task { await attach.run() } }
+            guard self.following.withLock({ $0.wanted }) else { return }
+            Task { [weak self] in await self?.load() }
         }
         following.withLock {
             $0.observation = observation
-            $0.attach = Attach(attach)
+            $0.listen = Listen(listen)
         }
     }
 
@@ -211,12 +213,14 @@ final class SyncedStore<Value: DocumentIdentifiable>: Sendable {
 
     // MARK: Loading
 
-    /// Attaches the listener through `listen` and returns once the first state is in. Not
-    /// available (no collection): `loadError` says why, and nothing is attached. `listen` returns
-    /// the error that kept it from attaching, if one did.
-    func load(_ listen: () async -> (any Error)?) async {
+    /// Attaches the listener (see ``follow(_:listen:)``) and returns once the first state is in.
+    /// Not available (no collection): `loadError` says why, and nothing is attached.
+    func load() async {
         guard !isTesting else { return }
-        following.withLock { $0.wanted = true }
+        guard let listen = following.withLock({ state -> Listen? in
+            state.wanted = true
+            return state.listen
+        }) else { return }
         do {
             _ = try collectionPath()
         } catch {
@@ -224,7 +228,7 @@ final class SyncedStore<Value: DocumentIdentifiable>: Sendable {
             return
         }
         set(.isLoading) { $0.isLoading = true }
-        let error = await listen()
+        let error = await listen.run()
         set([.isLoading, .loadError]) {
             $0.isLoading = false
             $0.loadError = error
