@@ -153,6 +153,29 @@ struct ChunkedList<Element> {
         }
     }
 
+    /// The indices at which this list and `older` hold elements that `differ`, or nil when they
+    /// hold different counts. Chunks at the same place that share storage hold the same elements
+    /// and are skipped: between two versions of a list a few changes apart, this costs a pass over
+    /// the chunks and over the elements of the chunks that changed.
+    func differingIndices(from older: ChunkedList, where differ: (Element, Element) -> Bool) -> [Int]? {
+        guard count == older.count else { return nil }
+        var indices: [Int] = []
+        guard ends == older.ends else {
+            // Cut differently (one of them adopted whole, or a chunk split): element by element.
+            for (index, (mine, theirs)) in zip(self, older).enumerated() where differ(mine, theirs) { indices.append(index) }
+            return indices
+        }
+        var start = 0
+        for (mine, theirs) in zip(chunks, older.chunks) {
+            let shared = mine.withUnsafeBufferPointer { a in theirs.withUnsafeBufferPointer { b in a.baseAddress == b.baseAddress } }
+            if !shared {
+                for offset in mine.indices where differ(mine[offset], theirs[offset]) { indices.append(start + offset) }
+            }
+            start += mine.count
+        }
+        return indices
+    }
+
     mutating func removeAll() {
         chunks.removeAll()
         ends.removeAll()

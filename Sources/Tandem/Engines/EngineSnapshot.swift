@@ -18,9 +18,9 @@ final class EngineSnapshot<T: SyncModel>: Sendable {
     let models: ChunkedList<T>
     /// Each model's revision: a new one each time it is decoded from a changed document.
     let revisions: ChunkedList<UInt64>
-    /// The listened query's members (keys and models, in query order) and the window of them
-    /// shown; nil when every model is shown in path order.
-    let query: (keys: ChunkedList<QueryView<T>.Key>, models: ChunkedList<T>, window: Range<Int>)?
+    /// The listened query's members (keys, models and revisions, in query order) and the window
+    /// of them shown; nil when every model is shown in path order.
+    let query: (keys: ChunkedList<QueryView<T>.Key>, models: ChunkedList<T>, revisions: ChunkedList<UInt64>, window: Range<Int>)?
     let pendingWrites: ChunkedList<PendingWrite>
     let rejectedWrites: [RejectedWrite]
     let isFromCache: Bool
@@ -40,7 +40,7 @@ final class EngineSnapshot<T: SyncModel>: Sendable {
         self.paths = paths
         self.models = models
         self.revisions = revisions
-        self.query = query.map { ($0.keys, $0.models, $0.window) }
+        self.query = query.map { ($0.keys, $0.models, $0.revisions, $0.window) }
         self.pendingWrites = pendingWrites
         self.rejectedWrites = rejectedWrites
         self.isFromCache = isFromCache
@@ -115,8 +115,39 @@ final class EngineSnapshot<T: SyncModel>: Sendable {
             return ShownState(paths: paths.array, models: shown, revisions: revisions.array, metadata: metadata)
         }
         let order = query.keys.elements(in: query.window).map(\.path)
-        let revisions = order.map { path in index(of: path).map { self.revisions[$0] } ?? 0 }
-        return ShownState(paths: order, models: shown, revisions: revisions, metadata: metadata)
+        return ShownState(paths: order, models: shown, revisions: query.revisions.elements(in: query.window), metadata: metadata)
+    }
+
+    /// The shown document at `position` (in the shown order): its path and model.
+    func shownDocument(at position: Int) -> (path: DocumentPath, model: T) {
+        guard let query else { return (paths[position], models[position]) }
+        return (query.keys[query.window.lowerBound + position].path, query.models[query.window.lowerBound + position])
+    }
+
+    /// The positions among the shown documents whose model is newer than in `older`, when both
+    /// show the same documents in the same order; nil when they do not (a document came, went or
+    /// moved), and the reader takes the shown documents whole. Lists that share a chunk hold the
+    /// same elements in it, so a change of a few documents costs a pass over the chunks and over
+    /// the elements of those that changed, not over every document.
+    func changedShownPositions(since older: EngineSnapshot) -> [Int]? {
+        let changed: [Int]
+        let window: Range<Int>
+        switch (query, older.query) {
+        case (nil, nil):
+            guard let moved = paths.differingIndices(from: older.paths, where: !=), moved.isEmpty,
+                  let revised = revisions.differingIndices(from: older.revisions, where: !=) else { return nil }
+            changed = revised
+            window = 0..<paths.count
+        case (let mine?, let theirs?):
+            guard mine.window == theirs.window,
+                  let moved = mine.keys.differingIndices(from: theirs.keys, where: { $0.path != $1.path }), moved.isEmpty,
+                  let revised = mine.revisions.differingIndices(from: theirs.revisions, where: !=) else { return nil }
+            changed = revised
+            window = mine.window
+        default:
+            return nil
+        }
+        return changed.filter { window.contains($0) }.map { $0 - window.lowerBound }
     }
 
     /// The shown model at `path`, or nil.

@@ -20,6 +20,9 @@ struct QueryView<T> {
     /// readers costs a change little (see `ChunkedList`).
     private(set) var keys = ChunkedList<Key>()
     private(set) var models = ChunkedList<T>()
+    /// Each member's revision (see the engine's `revisions`), in the same order: a reader finds
+    /// which shown members changed without searching for each in path order.
+    private(set) var revisions = ChunkedList<UInt64>()
     /// Each member's order values, to find its place when it changes.
     private var members: [DocumentPath: [JSONValue?]] = [:]
     /// The limit's window of `models`: what is shown.
@@ -55,7 +58,7 @@ struct QueryView<T> {
     var shownPaths: [DocumentPath] { keys[window].map(\.path) }
 
     /// Builds the view anew from every model (in path order) and the documents they stand for.
-    mutating func rebuild(documents: [DocumentPath: Document], paths: ChunkedList<DocumentPath>, models all: ChunkedList<T>) {
+    mutating func rebuild(documents: [DocumentPath: Document], paths: ChunkedList<DocumentPath>, models all: ChunkedList<T>, revisions allRevisions: ChunkedList<UInt64>) {
         var keys: [Key] = []
         var indices: [Int] = []
         for (index, path) in paths.enumerated() {
@@ -81,22 +84,27 @@ struct QueryView<T> {
             var wanted = indices.makeIterator()
             var next = wanted.next()
             var chosen: [T] = []
+            var chosenRevisions: [UInt64] = []
             chosen.reserveCapacity(indices.count)
-            for (index, model) in all.enumerated() where index == next {
+            chosenRevisions.reserveCapacity(indices.count)
+            for ((index, model), revision) in zip(all.enumerated(), allRevisions) where index == next {
                 chosen.append(model)
+                chosenRevisions.append(revision)
                 next = wanted.next()
             }
             models = ChunkedList(adopting: chosen)
+            revisions = ChunkedList(adopting: chosenRevisions)
         } else {
             models = ChunkedList(adopting: indices.map { all[$0] })
+            revisions = ChunkedList(adopting: indices.map { allRevisions[$0] })
         }
         members = Dictionary(uniqueKeysWithValues: keys.map { ($0.path, $0.values) })
         reshow()
     }
 
     /// Moves the documents at `changed` to their new places: out if gone, undecodable or no longer
-    /// passing, in with their model (`model(path)`) otherwise.
-    mutating func update(_ changed: [DocumentPath], documents: [DocumentPath: Document], model: (DocumentPath) -> T?) {
+    /// passing, in with their model and its revision (`model(path)`) otherwise.
+    mutating func update(_ changed: [DocumentPath], documents: [DocumentPath: Document], model: (DocumentPath) -> (T, UInt64)?) {
         for path in changed {
             var old: Int?
             if let values = members.removeValue(forKey: path) {
@@ -108,27 +116,31 @@ struct QueryView<T> {
                     old = keys.firstIndex { $0.path == path }
                 }
             }
-            var new: (key: Key, model: T)?
+            var new: (key: Key, model: T, revision: UInt64)?
             if let document = documents[path], query.matchesFilters(document.data), let member = model(path) {
                 let values = query.orderValues(document.data)
-                if query.passesCursors(values) { new = (Key(values: values, path: path), member) }
+                if query.passesCursors(values) { new = (Key(values: values, path: path), member.0, member.1) }
             }
             switch (old, new) {
             case (let old?, let new?):
                 // Still a member: out of its old place, into its new one.
                 keys.remove(at: old)
                 models.remove(at: old)
+                revisions.remove(at: old)
                 let index = position(of: new.key)
                 keys.insert(new.key, at: index)
                 models.insert(new.model, at: index)
+                revisions.insert(new.revision, at: index)
                 members[path] = new.key.values
             case (let old?, nil):
                 keys.remove(at: old)
                 models.remove(at: old)
+                revisions.remove(at: old)
             case (nil, let new?):
                 let index = position(of: new.key)
                 keys.insert(new.key, at: index)
                 models.insert(new.model, at: index)
+                revisions.insert(new.revision, at: index)
                 members[path] = new.key.values
             case (nil, nil):
                 break

@@ -407,16 +407,17 @@ package final class SyncCore<T: SyncModel>: Sendable {
         // view is changed in place, so its arrays are not copied.
         let paths = state.orderedPaths
         let models = state.ordered
+        let revisions = state.revisions
         let documents = state.view.documents
         // A few paths, or a small share of them all, move one by one (a search and a splice each);
         // more are cheaper in one pass over every model.
         guard let changed, Self.placesOneByOne(changed.count, of: paths.count) else {
-            state.queryView!.rebuild(documents: documents, paths: paths, models: models)
+            state.queryView!.rebuild(documents: documents, paths: paths, models: models, revisions: revisions)
             return
         }
         state.queryView!.update(changed, documents: documents) { path in
             let index = binarySearch(paths, path)
-            return index < paths.count && paths[index] == path ? models[index] : nil
+            return index < paths.count && paths[index] == path ? (models[index], revisions[index]) : nil
         }
     }
 

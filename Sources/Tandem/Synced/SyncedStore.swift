@@ -49,9 +49,10 @@ final class SyncedStore<Value: DocumentIdentifiable>: Sendable {
         var known: [UUID: Known] = [:]
         /// The app's identity of each document, kept for as long as the store lives.
         var clientIds: [String: UUID] = [:]
-        /// Edits queued and not yet in the engine's view: until they are, the engine's view would
-        /// show the value without them, so it is not taken.
-        var unrecorded: [WriteTicket] = []
+        /// Edits queued and not yet known to be in the engine's view, with the elements each
+        /// touched: until an edit is, the engine's view would show those elements without it, so
+        /// they are not taken from it (and nothing is, when the view is taken whole).
+        var pending: [PendingEdit] = []
         /// Edits queued so far.
         var submitted = 0
         var lastError: (any Error)?
@@ -62,12 +63,11 @@ final class SyncedStore<Value: DocumentIdentifiable>: Sendable {
         /// The generation of the engine's snapshot the value was last taken from: an older one,
         /// read by a refresh that lost a race with a newer one, is never taken after it.
         var generation: UInt64 = 0
-        /// The paths of the value's elements in order, and the revision of each element's model,
-        /// as the engine showed them when the value was last taken whole: while an edit keeps them
-        /// (no element moved, came or went), a refresh decodes only the documents whose revision
-        /// changed. Nil when the value is not aligned with them.
-        var aligned: [DocumentPath]?
-        var revisions: [UInt64] = []
+        /// The engine's snapshot the value was last taken from, while the value is aligned with it
+        /// (its elements are the snapshot's shown documents, in that order): a refresh then decodes
+        /// only the documents whose model changed since. Nil when the value is not aligned (an
+        /// edit moved, added or removed an element; a document did not decode).
+        var aligned: EngineSnapshot<SyncedRow>?
         /// The listened query, compiled, for the value's order.
         var order: CompiledQuery?
         /// Who the remote says is signed in, when it has a sign-in to follow, and whether anyone
@@ -83,6 +83,12 @@ final class SyncedStore<Value: DocumentIdentifiable>: Sendable {
             guard let uid = auth.uid else { return true }
             return uid != spaceUser
         }
+    }
+
+    /// One queued edit: its ticket, and the elements it touched.
+    struct PendingEdit: Sendable {
+        let ticket: WriteTicket
+        let touched: Set<UUID>
     }
 
     /// A closure in a class box: kept directly in a `Mutex`, it would be re-wrapped on every access.
@@ -175,7 +181,7 @@ final class SyncedStore<Value: DocumentIdentifiable>: Sendable {
     // MARK: State
 
     var value: IdentifiedArrayOf<Value> { state.withLock { $0.value } }
-    var hasPendingWrites: Bool { state.withLock { !$0.unrecorded.isEmpty } || core.pendingWriteCount > 0 }
+    var hasPendingWrites: Bool { state.withLock { $0.pending.contains { !$0.ticket.isRecorded } } || core.pendingWriteCount > 0 }
     var isLoading: Bool { state.withLock { $0.isLoading } }
     var loadError: (any Error)? { state.withLock { $0.loadError } }
     var lastError: (any Error)? { state.withLock { $0.lastError } }
@@ -237,7 +243,7 @@ final class SyncedStore<Value: DocumentIdentifiable>: Sendable {
 
     /// Returns once every edit made so far is in the engine's outbox, durably.
     func save() async throws {
-        let tickets = state.withLock { $0.unrecorded }
+        let tickets = state.withLock { $0.pending.map(\.ticket) }
         for ticket in tickets {
             if let error = await ticket.recorded() { throw error }
         }
@@ -356,13 +362,14 @@ final class SyncedStore<Value: DocumentIdentifiable>: Sendable {
         }
         for (clientId, element) in known {
             state.known[clientId] = element
-            state.clientIds[element.path.id] = clientId
+            if state.clientIds[element.path.id] != clientId { state.clientIds[element.path.id] = clientId }
         }
         for element in removed { state.known.removeValue(forKey: element.clientId) }
         // In order already unless something moved, came or changed an order field.
         state.value = reordered ? Self.ordered(value, known: state.known, order: state.order) : value
         if reordered { state.aligned = nil }
-        state.unrecorded += tickets
+        let touchedIds = Set(known.keys).union(removed.map(\.clientId))
+        state.pending += tickets.map { PendingEdit(ticket: $0, touched: touchedIds) }
         state.submitted += tickets.count
         return tickets
     }
@@ -395,8 +402,9 @@ final class SyncedStore<Value: DocumentIdentifiable>: Sendable {
     }
 
     /// Takes the engine's view as the value, unless an edit is queued and not in it yet (the edit's
-    /// own recording refreshes again). Elements keep their `clientId`; documents whose fields did
-    /// not change are not decoded again. Returns whether it took it.
+    /// own recording refreshes again). Elements keep their `clientId`; while the value is aligned
+    /// with the engine's shown documents only those whose model changed are decoded, otherwise
+    /// those whose fields changed. Returns whether it took it.
     @discardableResult
     func refresh() -> Bool {
         guard !isTesting else { return false }
@@ -411,24 +419,31 @@ final class SyncedStore<Value: DocumentIdentifiable>: Sendable {
             return !state.value.isEmpty
         }
         if let hid { return hid }
-        let snapshot = state.withLock { state -> (submitted: Int, known: [UUID: Known], clientIds: [String: UUID], order: CompiledQuery?)? in
-            state.unrecorded.removeAll { $0.isRecorded }
-            return state.unrecorded.isEmpty ? (state.submitted, state.known, state.clientIds, state.order) : nil
+        // Nothing of the state is held while the engine's view is read: an edit meanwhile would
+        // copy whatever a refresh holds a reference to.
+        // The edits recorded by now are in the snapshot read next (a ticket is marked recorded
+        // after the engine published the write).
+        let ready = state.withLock { state in
+            (submitted: state.submitted, aligned: state.aligned, order: state.order,
+             recorded: Set(state.pending.lazy.filter(\.ticket.isRecorded).map { ObjectIdentifier($0.ticket) }), pending: state.pending.count)
         }
-        guard let snapshot else { return false }
         let engineSnapshot = core.snapshot
-        let shown = engineSnapshot.shownState
-        if let changed = refreshChanged(shown, generation: engineSnapshot.generation, submitted: snapshot.submitted, clientIds: snapshot.clientIds, order: snapshot.order) {
+        if let aligned = ready.aligned, let positions = engineSnapshot.changedShownPositions(since: aligned),
+           let changed = refreshChanged(positions, of: engineSnapshot, base: aligned, recorded: ready.recorded, order: ready.order) {
             return changed
         }
+        // Taken whole only when no edit is left out of it.
+        guard ready.recorded.count == ready.pending else { return false }
+        let shown = engineSnapshot.shownState
+        let (previousKnown, previousClientIds) = state.withLock { ($0.known, $0.clientIds) }
         var values: [Value] = []
         values.reserveCapacity(shown.paths.count)
         var known: [UUID: Known] = [:]
-        var clientIds = snapshot.clientIds
+        var clientIds = previousClientIds
         for (path, row) in zip(shown.paths, shown.models) {
             let clientId = clientIds[path.id] ?? UUID()
             clientIds[path.id] = clientId
-            if let previous = snapshot.known[clientId], previous.path == path, previous.fields == row.fields {
+            if let previous = previousKnown[clientId], previous.path == path, previous.fields == row.fields {
                 values.append(previous.value)
                 known[clientId] = previous
                 continue
@@ -436,55 +451,55 @@ final class SyncedStore<Value: DocumentIdentifiable>: Sendable {
             do {
                 let value = try SyncedKeys.value(Value.self, from: row.fields, clientId: clientId, documentId: path.id)
                 values.append(value)
-                known[clientId] = Known(path: path, fields: row.fields, orderValues: snapshot.order?.orderValues(row.fields) ?? [], value: value)
+                known[clientId] = Known(path: path, fields: row.fields, orderValues: ready.order?.orderValues(row.fields) ?? [], value: value)
             } catch {
                 core.logDecodeFailure(path, error)
             }
         }
         let taken = state.withLock { state -> Bool in
-            guard state.submitted == snapshot.submitted, state.unrecorded.isEmpty, !state.hidden(spaceUser: core.spaceUser),
+            guard state.submitted == ready.submitted, !state.hidden(spaceUser: core.spaceUser),
                   engineSnapshot.generation >= state.generation else { return false }
+            state.pending.removeAll { ready.recorded.contains(ObjectIdentifier($0.ticket)) }
+            guard state.pending.isEmpty else { return false }
             state.generation = engineSnapshot.generation
             state.value = IdentifiedArray(uniqueElements: values)
             state.known = known
             state.clientIds = clientIds
             // Aligned when every shown document decoded.
-            state.aligned = values.count == shown.paths.count ? shown.paths : nil
-            state.revisions = shown.revisions
+            state.aligned = values.count == shown.paths.count ? engineSnapshot : nil
             return true
         }
         return taken
     }
 
-    /// A refresh that decodes only the documents whose model's revision changed, when the value is
-    /// aligned with the shown documents (the same paths in the same order). Returns whether the
+    /// A refresh that decodes only the shown documents at `positions` (those whose model changed
+    /// since `base`, the snapshot the value is aligned with). Elements touched by an edit not in
+    /// `snapshot` (not among the `recorded` when it was read) keep their value: once that edit is
+    /// recorded their documents change again, and a later refresh takes them. Returns whether the
     /// value changed; nil when it does not apply (the caller takes the view whole).
-    private func refreshChanged(_ shown: ShownState<SyncedRow>, generation: UInt64, submitted: Int,
-                                clientIds: [String: UUID], order: CompiledQuery?) -> Bool? {
-        let base = state.withLock { state -> (aligned: [DocumentPath], revisions: [UInt64])? in
-            state.aligned.map { ($0, state.revisions) }
-        }
-        guard let base, base.aligned.count == shown.paths.count, base.revisions.count == shown.revisions.count, base.aligned == shown.paths else { return nil }
+    private func refreshChanged(_ positions: [Int], of snapshot: EngineSnapshot<SyncedRow>, base: EngineSnapshot<SyncedRow>,
+                                recorded: Set<ObjectIdentifier>, order: CompiledQuery?) -> Bool? {
+        let documents = positions.map { snapshot.shownDocument(at: $0) }
+        let clientIds = state.withLock { state in documents.map { state.clientIds[$0.path.id] } }
         var updates: [(index: Int, known: Known)] = []
-        for index in shown.revisions.indices where shown.revisions[index] != base.revisions[index] {
-            let path = shown.paths[index]
-            let row = shown.models[index]
-            guard let clientId = clientIds[path.id],
-                  let value = try? SyncedKeys.value(Value.self, from: row.fields, clientId: clientId, documentId: path.id) else { return nil }
-            updates.append((index, Known(path: path, fields: row.fields, orderValues: order?.orderValues(row.fields) ?? [], value: value)))
+        for (index, (document, clientId)) in zip(positions, zip(documents, clientIds)) {
+            guard let clientId,
+                  let value = try? SyncedKeys.value(Value.self, from: document.model.fields, clientId: clientId, documentId: document.path.id) else { return nil }
+            updates.append((index, Known(path: document.path, fields: document.model.fields, orderValues: order?.orderValues(document.model.fields) ?? [], value: value)))
         }
         return state.withLock { state -> Bool? in
-            guard state.submitted == submitted, state.unrecorded.isEmpty, !state.hidden(spaceUser: core.spaceUser),
-                  generation >= state.generation else { return false }
-            guard state.aligned?.count == base.aligned.count,
+            guard !state.hidden(spaceUser: core.spaceUser), snapshot.generation >= state.generation else { return false }
+            guard state.aligned === base,
                   updates.allSatisfy({ $0.index < state.value.count && state.value[$0.index].clientId == $0.known.value.clientId }) else {
                 state.aligned = nil
                 return nil
             }
-            state.generation = generation
-            state.revisions = shown.revisions
+            state.pending.removeAll { recorded.contains(ObjectIdentifier($0.ticket)) }
+            let kept = state.pending.reduce(into: Set<UUID>()) { $0.formUnion($1.touched) }
+            state.generation = snapshot.generation
+            state.aligned = snapshot
             var changed = false
-            for update in updates {
+            for update in updates where !kept.contains(update.known.value.clientId) {
                 let value = update.known.value
                 if state.value[update.index] != value {
                     state.value[id: value.clientId] = value

@@ -175,6 +175,60 @@ struct ChunkedListTests {
         }
         #expect(shared.count == list.chunks.count - 1)
     }
+
+    @Test("two versions of a list tell where they differ, looking into changed chunks alone; lists of other counts are not compared")
+    func differingIndices() {
+        var list = ChunkedList(0..<10_000)
+        let copy = list
+        #expect(list.differingIndices(from: copy, where: !=) == [])
+        list[5_000] = -1
+        list[9_999] = -2
+        // Chunks that share storage are skipped without a look: a comparison that says every
+        // element differs finds only the two changed chunks' elements.
+        #expect(list.differingIndices(from: copy, where: !=) == [5_000, 9_999])
+        let looked = list.differingIndices(from: copy, where: { _, _ in true }) ?? []
+        #expect(looked.contains(5_000) && looked.contains(9_999) && looked.count < 2 * 2 * ChunkedList<Int>.chunkSize)
+        // Cut differently (an adopted array against chunks): element by element.
+        let adopted = ChunkedList(adopting: Array(0..<10_000))
+        #expect(adopted.differingIndices(from: list, where: !=) == [5_000, 9_999])
+        list.insert(7, at: 3)
+        #expect(list.differingIndices(from: copy, where: !=) == nil)
+    }
+}
+
+@Suite("What changed between two snapshots")
+struct ChangedShownPositionsTests {
+    @Test("a query view's shown positions whose model changed since an older snapshot; nil once a document came, went or moved")
+    func changedPositions() async throws {
+        let products = (0..<2_000).map { Product(id: String(format: "p%04d", $0), name: "n", price: Double($0), stock: 1) }
+        let remote = MockRemoteCollectionService(collection: products, collectionPath: { "products" })
+        let engine = CollectionSyncEngine<Product>(remote: remote, managerKey: "changed-positions", persistence: nil, clock: ManualClock())
+        await engine.startListening { $0.whereField("price", isGreaterThanOrEqualTo: 100).order(by: "price", descending: true).limit(to: 1_000) }
+        remote.store.goOffline()
+        let base = engine.core.snapshot
+        #expect(engine.core.snapshot.changedShownPositions(since: base) == [])
+        // The shown order is by price, descending, from 1999: p1500 is at position 499.
+        try await engine.updateDocument(id: "p1500", data: ["name": .value("renamed")])
+        try await engine.updateDocument(id: "p1998", data: ["stock": .value(2)])
+        let after = engine.core.snapshot
+        #expect(after.changedShownPositions(since: base) == [1, 499])
+        #expect(after.shownDocument(at: 499).model.name == "renamed" && after.shownDocument(at: 499).path.id == "p1500")
+        // A change outside the window is not a shown position.
+        try await engine.updateDocument(id: "p0500", data: ["name": .value("unseen")])
+        #expect(engine.core.snapshot.changedShownPositions(since: after) == [])
+        // A move (an order field changed) is not told position by position.
+        try await engine.updateDocument(id: "p1200", data: ["price": .value(5_000)])
+        #expect(engine.core.snapshot.changedShownPositions(since: after) == nil)
+        // Without a query: path order.
+        let plain = CollectionSyncEngine<Product>(remote: MockRemoteCollectionService(collection: products, collectionPath: { "products" }), managerKey: "changed-plain",
+                                                  persistence: nil, clock: ManualClock())
+        await plain.startListening()
+        let first = plain.core.snapshot
+        try await plain.updateDocument(id: "p0007", data: ["name": .value("seven")])
+        #expect(plain.core.snapshot.changedShownPositions(since: first) == [7])
+        try await plain.deleteDocument(id: "p0001")
+        #expect(plain.core.snapshot.changedShownPositions(since: first) == nil)
+    }
 }
 
 @Suite("The local view's list of pending writes")

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import IdentifiedCollections
 import Testing
 @testable import Tandem
@@ -267,5 +268,64 @@ struct SyncedIdentityTests {
         }
         #expect(remote.store.listenerCount == 0)
         #expect(remote.store.documents.isEmpty)
+    }
+
+    /// An element that counts how often it is decoded.
+    struct Counted: DocumentIdentifiable {
+        static let decodes = Atomic<Int>(0)
+        var clientId = UUID()
+        var documentId: String?
+        var memo: String
+        var rank: Int
+
+        enum CodingKeys: String, CodingKey { case clientId, documentId, memo, rank }
+
+        init(memo: String, rank: Int) {
+            self.memo = memo
+            self.rank = rank
+        }
+
+        init(from decoder: any Decoder) throws {
+            Self.decodes.add(1, ordering: .relaxed)
+            let container = try decoder.container(keyedBy: CodingKeys.self)
+            clientId = try container.decodeIfPresent(UUID.self, forKey: .clientId) ?? UUID()
+            documentId = try container.decodeIfPresent(String.self, forKey: .documentId)
+            memo = try container.decode(String.self, forKey: .memo)
+            rank = try container.decode(Int.self, forKey: .rank)
+        }
+    }
+
+    @Test("edits made as fast as the engine records them: each engine change decodes only the documents it changed, no edit is reverted, and a remote change of another element comes in beside an edit")
+    func refreshDecodesOnlyWhatChanged() async throws {
+        let documents = try (0..<2_000).map { index in
+            Document(path: try DocumentPath(String(format: "counted/c%04d", index)), data: ["memo": .string("m\(index)"), "rank": .int(index)], version: 1)
+        }
+        let remote = MockRemoteCollectionService(collectionPath: { "counted" }, store: MockServer(documents: documents))
+        let handle = SyncedCollection(CollectionConfiguration<Counted>(collectionPath: "counted", orderBy: ("rank", true)), remote: remote)
+        await handle.load()
+        #expect(handle.value.count == 2_000)
+        remote.store.goOffline()
+        let before = Counted.decodes.load(ordering: .relaxed)
+        // Each edit is made as soon as the one before is recorded, while the engine's change for
+        // that one is still being taken: a refresh that lost that race still moves its base on.
+        for step in 0..<100 {
+            handle.withLock { $0[(step * 37) % 2_000].memo = "edited \(step)" }
+            try await handle.save()
+        }
+        #expect(await handle.waitUntil { handle.value[(99 * 37) % 2_000].memo == "edited 99" })
+        #expect((0..<100).allSatisfy { step in handle.value[(step * 37) % 2_000].memo == "edited \(step)" })
+        #expect(handle.engine.pendingWrites.count == 100)
+        let decoded = Counted.decodes.load(ordering: .relaxed) - before
+        #expect(decoded <= 200, "100 one-element edits decoded \(decoded) documents")
+
+        // An edit keeps its element while another element's remote change comes in.
+        let edited = handle.value[0].clientId
+        handle.withLock { $0[0].memo = "local" }
+        let other = try #require(handle.value[1].documentId)
+        handle.engine.core.applyNow(RemoteChangeBatch(isSnapshot: false, changes: [
+            .upsert(Document(path: try DocumentPath("counted/\(other)"), data: ["memo": "remote", "rank": 1], version: 2)),
+        ], version: 2))
+        #expect(await handle.waitUntil { handle.value[1].memo == "remote" })
+        #expect(handle.value[id: edited]?.memo == "local")
     }
 }
