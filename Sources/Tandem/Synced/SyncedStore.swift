@@ -47,6 +47,9 @@ final class SyncedStore<Value: DocumentIdentifiable>: Sendable {
     struct State {
         var value: IdentifiedArrayOf<Value>
         var known: [UUID: Known] = [:]
+        /// The bytes of the value's elements before an edit (see ``SyncedStore/edit(_:)``), kept
+        /// from one edit to the next so the copy reuses its memory.
+        var bytes: [UInt8] = []
         /// The app's identity of each document, kept for as long as the store lives.
         var clientIds: [String: UUID] = [:]
         /// Edits queued and not yet known to be in the engine's view, with the elements each
@@ -254,13 +257,20 @@ final class SyncedStore<Value: DocumentIdentifiable>: Sendable {
     /// Runs `edit` on the value in the store's locked step, then turns what it changed into writes
     /// and queues them. An edit that cannot be written leaves the value as it was and sets
     /// `lastError`.
+    ///
+    /// The closure changes the value in place (an edit of one element of many copies nothing
+    /// else). What it touched is found by comparing each element's bytes with a copy of them taken
+    /// before: an element whose bytes are the same holds the same references and values, so it is
+    /// unchanged, and only the others are compared as values. The old value of an element is the
+    /// one the store knows it by (`known`), which holds its references, so no freed storage can
+    /// come back at an old address and pass for it.
     func edit<Result>(_ edit: (inout IdentifiedArrayOf<Value>) throws -> Result) rethrows -> Result {
         var failure: (any Error)?
         var tickets: [WriteTicket] = []
         let result = try state.withLock { state -> Result in
-            var value = state.value
-            let result = try edit(&value)
             if isTesting {
+                var value = state.value
+                let result = try edit(&value)
                 // Nothing is written: the edit is the value.
                 for index in value.indices where value[index].documentId == nil {
                     var element = value[index]
@@ -270,11 +280,23 @@ final class SyncedStore<Value: DocumentIdentifiable>: Sendable {
                 state.value = value
                 return result
             }
+            // The value, uniquely referenced, so the closure changes it in place.
+            var value = state.value
+            state.value = []
+            let old = Self.fingerprint(value, into: &state.bytes)
+            let result: Result
             do {
-                tickets = try apply(value, to: &state)
+                result = try edit(&value)
+            } catch {
+                state.value = restored(value, old: old, state: state)
+                throw error
+            }
+            do {
+                tickets = try apply(&value, old: old, to: &state)
             } catch {
                 failure = error
                 state.lastError = error
+                state.value = restored(value, old: old, state: state)
             }
             return result
         }
@@ -287,37 +309,67 @@ final class SyncedStore<Value: DocumentIdentifiable>: Sendable {
         return result
     }
 
+    /// The value before an edit: its elements' ids, in order, and (in `bytes`) their bytes.
+    struct Fingerprint {
+        var ids: [UUID]
+    }
+
+    static func fingerprint(_ value: IdentifiedArrayOf<Value>, into bytes: inout [UInt8]) -> Fingerprint {
+        value.elements.withUnsafeBufferPointer { elements in
+            let raw = UnsafeRawBufferPointer(elements)
+            if bytes.count < raw.count { bytes = [UInt8](repeating: 0, count: raw.count) }
+            bytes.withUnsafeMutableBytes { $0.copyMemory(from: raw) }
+        }
+        return Fingerprint(ids: value.ids.elements)
+    }
+
+    /// The indices of `value` whose element is not bytewise the one at that index before the edit,
+    /// or nil when an element came, went or moved.
+    static func differing(_ value: IdentifiedArrayOf<Value>, old: Fingerprint, bytes: [UInt8]) -> [Int]? {
+        guard value.count == old.ids.count else { return nil }
+        let size = MemoryLayout<Value>.size
+        let stride = MemoryLayout<Value>.stride
+        var differing: [Int] = []
+        var moved = false
+        bytes.withUnsafeBytes { before in
+            value.elements.withUnsafeBufferPointer { elements in
+                guard let now = elements.baseAddress, let was = before.baseAddress else { return }
+                for index in elements.indices where memcmp(was + index * stride, now + index, size) != 0 {
+                    guard elements[index].clientId == old.ids[index] else {
+                        moved = true
+                        return
+                    }
+                    differing.append(index)
+                }
+            }
+        }
+        return moved ? nil : differing
+    }
+
+    /// The value as it was before an edit that cannot be written: each element the store knows by
+    /// its id, in the old order.
+    private func restored(_ value: IdentifiedArrayOf<Value>, old: Fingerprint, state: State) -> IdentifiedArrayOf<Value> {
+        IdentifiedArray(uniqueElements: old.ids.compactMap { state.known[$0]?.value })
+    }
+
     /// Turns the edited value into writes, queues them, and takes the value (in order), in the
     /// store's locked step. Throws, changing nothing, when the edit cannot be written.
-    private func apply(_ edited: IdentifiedArrayOf<Value>, to state: inout State) throws -> [WriteTicket] {
+    private func apply(_ value: inout IdentifiedArrayOf<Value>, old: Fingerprint, to state: inout State) throws -> [WriteTicket] {
         if state.hidden(spaceUser: core.spaceUser) {
             throw TandemError(.unavailable, "Nobody is signed in now (or the user who just signed in is not shown yet); the edit was not made.")
         }
         let collection = try collectionPath()
-        var value = edited
-        let old = state.value
-        // What the edit touched, found by comparing each element with its old self, without
-        // encoding anything: an edit of one element of many costs a pass of comparisons.
+        // What the edit touched: elements whose bytes changed, compared as values with what the
+        // store knew of them.
         var touched: [Int] = []
-        var removed: [Value] = []
+        var removed: [UUID] = []
         var moved = false
-        if old.count == value.count {
-            for index in value.indices {
-                let element = value[index]
-                let previous = old[index]
-                guard element.clientId == previous.clientId else {
-                    moved = true
-                    break
-                }
-                if element != previous { touched.append(index) }
-            }
+        if let differing = Self.differing(value, old: old, bytes: state.bytes) {
+            touched = differing.filter { value[$0] != state.known[value[$0].clientId]?.value }
         } else {
             moved = true
-        }
-        if moved {
-            touched = []
-            removed = old.filter { value[id: $0.clientId] == nil }
-            for index in value.indices where old[id: value[index].clientId] != value[index] { touched.append(index) }
+            removed = old.ids.filter { value[id: $0] == nil }
+            touched = value.indices.filter { value[$0] != state.known[value[$0].clientId]?.value }
         }
         var before: [(UUID, SyncedEdits.Element)] = []
         var after: [(UUID, SyncedEdits.Element)] = []
@@ -346,9 +398,9 @@ final class SyncedStore<Value: DocumentIdentifiable>: Sendable {
             after.append((element.clientId, SyncedEdits.Element(documentId: documentId, body: body)))
             known[element.clientId] = entry
         }
-        for element in removed {
-            if let previous = state.known[element.clientId] {
-                before.append((element.clientId, SyncedEdits.Element(documentId: previous.path.id, body: [:])))
+        for clientId in removed {
+            if let previous = state.known[clientId] {
+                before.append((clientId, SyncedEdits.Element(documentId: previous.path.id, body: [:])))
             }
         }
         let writes = try SyncedEdits.writes(before: before, after: after, changed: changed, in: collection)
@@ -364,11 +416,11 @@ final class SyncedStore<Value: DocumentIdentifiable>: Sendable {
             state.known[clientId] = element
             if state.clientIds[element.path.id] != clientId { state.clientIds[element.path.id] = clientId }
         }
-        for element in removed { state.known.removeValue(forKey: element.clientId) }
+        for clientId in removed { state.known.removeValue(forKey: clientId) }
         // In order already unless something moved, came or changed an order field.
         state.value = reordered ? Self.ordered(value, known: state.known, order: state.order) : value
         if reordered { state.aligned = nil }
-        let touchedIds = Set(known.keys).union(removed.map(\.clientId))
+        let touchedIds = Set(known.keys).union(removed)
         state.pending += tickets.map { PendingEdit(ticket: $0, touched: touchedIds) }
         state.submitted += tickets.count
         return tickets

@@ -23,8 +23,8 @@ struct SyncedCollectionTests {
         SyncedCollection(CollectionConfiguration<Todo>(collectionPath: "todos", orderBy: orderBy), remote: remote)
     }
 
-    func stored(_ remote: MockRemoteCollectionService) -> [String: JSONObject] {
-        Dictionary(uniqueKeysWithValues: remote.store.documents.values.filter { $0.path.parent.description == "todos" }.map { ($0.path.id, $0.data) })
+    func stored(_ remote: MockRemoteCollectionService, in collection: String = "todos") -> [String: JSONObject] {
+        Dictionary(uniqueKeysWithValues: remote.store.documents.values.filter { $0.path.parent.description == collection }.map { ($0.path.id, $0.data) })
     }
 
     @Test("a new element gets its documentId at once, written back; a second edit before the server answers updates that document: one document, never two")
@@ -147,6 +147,47 @@ struct SyncedCollectionTests {
         #expect(todos.value.isEmpty)
         #expect((todos.lastError as? TandemError)?.code == .unavailable)
         #expect(!todos.hasPendingWrites)
+    }
+
+    struct Scored: DocumentIdentifiable {
+        var clientId = UUID()
+        var documentId: String?
+        var memo: String
+        var score = 0.0
+    }
+
+    struct Refused: Error {}
+
+    @Test("an edit whose closure throws, or that holds a value no write can carry, leaves every element as it was and writes nothing")
+    func failedEditChangesNothing() async throws {
+        let remote = MockRemoteCollectionService(collectionPath: { "scored" })
+        let scored = SyncedCollection(CollectionConfiguration<Scored>(collectionPath: "scored", orderBy: ("memo", true)), remote: remote)
+        await scored.load()
+        scored.withLock { $0.append(contentsOf: [Scored(memo: "a"), Scored(memo: "b"), Scored(memo: "c")]) }
+        #expect(await scored.waitUntil { !scored.hasPendingWrites })
+        let before = scored.value
+        let commits = remote.store.commitCount
+        // The closure changes an element in place, adds one, then throws.
+        #expect(throws: Refused.self) {
+            try scored.withLock { value in
+                value[1].memo = "b, changed"
+                value.append(Scored(memo: "d"))
+                throw Refused()
+            }
+        }
+        #expect(scored.value == before)
+        // A number JSON cannot hold, beside a good change: neither is made.
+        scored.withLock { value in
+            value[0].score = .nan
+            value[2].memo = "c, changed"
+        }
+        #expect(scored.value == before)
+        #expect((scored.lastError as? TandemError)?.code == .invalidArgument)
+        #expect(!scored.hasPendingWrites && remote.store.commitCount == commits)
+        // The next edit diffs against the value as it is.
+        scored.withLock { $0[2].memo = "c, then" }
+        #expect(await scored.waitUntil { !scored.hasPendingWrites })
+        #expect(stored(remote, in: "scored").values.compactMap { $0["memo"]?.stringValue }.sorted() == ["a", "b", "c, then"])
     }
 
     @Test("the diff compares nested maps key by key and anything else whole")
