@@ -3,6 +3,9 @@ import IdentifiedCollections
 import Observation
 import Synchronization
 import TandemCore
+#if canImport(SwiftUI)
+import SwiftUI
+#endif
 
 /// What a ``SyncedCollection`` holds: which collection, in which order, and what it shows in tests.
 public struct CollectionConfiguration<Value: DocumentIdentifiable>: Sendable {
@@ -15,6 +18,11 @@ public struct CollectionConfiguration<Value: DocumentIdentifiable>: Sendable {
     public var query: Query?
     /// The value shown by previews and tests, which make no connection.
     public var testingValue: [Value]?
+    #if canImport(SwiftUI)
+    /// Apple platforms: the animation a SwiftUI view shows the value's changes with (delivered on
+    /// the main actor, as ``ChangeDelivery/automatic`` does there); nil for none.
+    public var animation: Animation?
+    #endif
 
     public init(collectionPath: String, orderBy: (String, Bool)? = nil, query: Query? = nil, testingValue: [Value]? = nil) {
         self.init(collectionPath: { collectionPath }, orderBy: orderBy, query: query, testingValue: testingValue)
@@ -122,11 +130,13 @@ public final class SyncedCollection<Value: DocumentIdentifiable>: Observable, Se
     }
 
     private func tell(_ changes: SyncedChanges) {
-        if changes.contains(.value) { registrar.withMutation(of: self, keyPath: \.value) {} }
-        if changes.contains(.hasPendingWrites) { registrar.withMutation(of: self, keyPath: \.hasPendingWrites) {} }
-        if changes.contains(.lastError) { registrar.withMutation(of: self, keyPath: \.lastError) {} }
-        if changes.contains(.loadError) { registrar.withMutation(of: self, keyPath: \.loadError) {} }
-        if changes.contains(.isLoading) { registrar.withMutation(of: self, keyPath: \.isLoading) {} }
+        configuration.synced.perform(changes) { [self] in
+            if changes.contains(.value) { registrar.withMutation(of: self, keyPath: \.value) {} }
+            if changes.contains(.hasPendingWrites) { registrar.withMutation(of: self, keyPath: \.hasPendingWrites) {} }
+            if changes.contains(.lastError) { registrar.withMutation(of: self, keyPath: \.lastError) {} }
+            if changes.contains(.loadError) { registrar.withMutation(of: self, keyPath: \.loadError) {} }
+            if changes.contains(.isLoading) { registrar.withMutation(of: self, keyPath: \.isLoading) {} }
+        }
     }
 
     // MARK: State

@@ -3,6 +3,9 @@ import IdentifiedCollections
 import Observation
 import Synchronization
 import TandemCore
+#if canImport(SwiftUI)
+import SwiftUI
+#endif
 
 /// What a ``SyncedDocument`` holds: which document, and what it shows in tests.
 public struct DocumentConfiguration<Value: DocumentIdentifiable>: Sendable {
@@ -12,6 +15,11 @@ public struct DocumentConfiguration<Value: DocumentIdentifiable>: Sendable {
     public var documentId: String
     /// The value shown by previews and tests, which make no connection.
     public var testingValue: Value?
+    #if canImport(SwiftUI)
+    /// Apple platforms: the animation a SwiftUI view shows the value's changes with (delivered on
+    /// the main actor, as ``ChangeDelivery/automatic`` does there); nil for none.
+    public var animation: Animation?
+    #endif
 
     public init(collectionPath: String, documentId: String, testingValue: Value? = nil) {
         self.init(collectionPath: { collectionPath }, documentId: documentId, testingValue: testingValue)
@@ -109,11 +117,13 @@ public final class SyncedDocument<Value: DocumentIdentifiable>: Observable, Send
     }
 
     private func tell(_ changes: SyncedChanges) {
-        if changes.contains(.value) { registrar.withMutation(of: self, keyPath: \.value) {} }
-        if changes.contains(.hasPendingWrites) { registrar.withMutation(of: self, keyPath: \.hasPendingWrites) {} }
-        if changes.contains(.lastError) { registrar.withMutation(of: self, keyPath: \.lastError) {} }
-        if changes.contains(.loadError) { registrar.withMutation(of: self, keyPath: \.loadError) {} }
-        if changes.contains(.isLoading) { registrar.withMutation(of: self, keyPath: \.isLoading) {} }
+        configuration.synced.perform(changes) { [self] in
+            if changes.contains(.value) { registrar.withMutation(of: self, keyPath: \.value) {} }
+            if changes.contains(.hasPendingWrites) { registrar.withMutation(of: self, keyPath: \.hasPendingWrites) {} }
+            if changes.contains(.lastError) { registrar.withMutation(of: self, keyPath: \.lastError) {} }
+            if changes.contains(.loadError) { registrar.withMutation(of: self, keyPath: \.loadError) {} }
+            if changes.contains(.isLoading) { registrar.withMutation(of: self, keyPath: \.isLoading) {} }
+        }
     }
 
     // MARK: State

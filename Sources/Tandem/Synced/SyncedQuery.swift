@@ -24,10 +24,18 @@ public final class SyncedQuery<Value: DocumentIdentifiable>: Observable, Sendabl
     private let registrar = ObservationRegistrar()
     private let query: Mutex<Query>
     private let listener = Mutex<Int?>(nil)
+    private let animated: SyncedAnimation
 
-    public init(collectionPath: @escaping @Sendable () -> String?, remote: any RemoteCollectionService,
-                persistence: (any LocalCollectionPersistence)? = nil, managerKey: String? = nil, logger: (any DataSyncLogger)? = nil,
-                changeDelivery: ChangeDelivery = .automatic, query build: (Query) -> Query = { $0 }) {
+    public convenience init(collectionPath: @escaping @Sendable () -> String?, remote: any RemoteCollectionService,
+                            persistence: (any LocalCollectionPersistence)? = nil, managerKey: String? = nil, logger: (any DataSyncLogger)? = nil,
+                            changeDelivery: ChangeDelivery = .automatic, query build: (Query) -> Query = { $0 }) {
+        self.init(collectionPath: collectionPath, remote: remote, persistence: persistence, managerKey: managerKey, logger: logger,
+                  changeDelivery: changeDelivery, animated: .none, query: build)
+    }
+
+    init(collectionPath: @escaping @Sendable () -> String?, remote: any RemoteCollectionService, persistence: (any LocalCollectionPersistence)?,
+         managerKey: String?, logger: (any DataSyncLogger)?, changeDelivery: ChangeDelivery, animated: SyncedAnimation, query build: (Query) -> Query) {
+        self.animated = animated
         let query = build(Query())
         self.query = Mutex(query)
         let key = managerKey ?? "synced-query-\(collectionPath() ?? "none")"
@@ -55,9 +63,11 @@ public final class SyncedQuery<Value: DocumentIdentifiable>: Observable, Sendabl
     }
 
     private func tell(_ changes: SyncedChanges) {
-        if changes.contains(.value) { registrar.withMutation(of: self, keyPath: \.value) {} }
-        if changes.contains(.loadError) { registrar.withMutation(of: self, keyPath: \.loadError) {} }
-        if changes.contains(.isLoading) { registrar.withMutation(of: self, keyPath: \.isLoading) {} }
+        animated.perform(changes) { [self] in
+            if changes.contains(.value) { registrar.withMutation(of: self, keyPath: \.value) {} }
+            if changes.contains(.loadError) { registrar.withMutation(of: self, keyPath: \.loadError) {} }
+            if changes.contains(.isLoading) { registrar.withMutation(of: self, keyPath: \.isLoading) {} }
+        }
     }
 
     /// The query's answer, in its order.
