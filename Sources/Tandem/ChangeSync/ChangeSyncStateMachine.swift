@@ -1,0 +1,433 @@
+import TandemCore
+
+/// A point in a zone's change feed: everything up to this version was fetched. Opaque to the app,
+/// which stores it with the data it fetched and hands it back to ``ChangeSyncEngine/fetchChanges(token:)``.
+public struct ChangeToken: Sendable, Hashable, Codable, CustomStringConvertible {
+    public let version: Version
+
+    public init(_ version: Version) { self.version = version }
+
+    public var description: String { "token@\(version.rawValue)" }
+}
+
+/// The change-sync engine's decisions as a pure state machine: which operation runs next, when,
+/// how a failure is retried, split or halts, and how a fetch follows the feed. Events in, actions
+/// out; it does no I/O and reads no clock: each event carries the time elapsed on the engine's
+/// clock.
+///
+/// Operations run one at a time, from four queues in priority order: create the zone, subscribe
+/// to it (a live listener), send pending changes, fetch changes since a token. Nothing runs until
+/// the engine is started and someone is signed in; sends and fetches wait until the zone exists and
+/// the subscription is up. Within a queue, first in, first out.
+///
+/// ```
+///  stopped ──start (signed in)──▶ running ──non-retryable error, or maxRetries──▶ halted
+///     ▲                              │                                              │
+///     └────────────stop──────────────┘◀───────────────────start─────────────────────┘
+/// ```
+struct ChangeSyncStateMachine: Sendable {
+    /// The limits the machine runs under.
+    struct Limits: Sendable, Hashable {
+        /// Retries of one operation in a row before the engine halts.
+        var maxRetries = 5
+        /// Records in one send.
+        var maxRecordsPerBatch = 400
+        /// Bytes of records in one send (a single larger record goes alone).
+        var maxBytesPerBatch = 2 << 20
+        /// The first wait after a failure without a `retryAfter`; each next one doubles.
+        var backoffBase: Duration = .seconds(1)
+        /// The longest wait after a failure, and the widest spacing of operations.
+        var maxDelay: Duration = .seconds(64)
+        /// The spacing a rate limit starts the throttle at (it doubles with each one after).
+        var throttleStep: Duration = .seconds(1)
+    }
+
+    /// The queues, in the order they run.
+    enum Queue: String, Sendable, Hashable, CaseIterable, Codable {
+        case createZone, subscribe, send, fetch
+    }
+
+    /// One pending change of a record: saved (its current fields) or deleted, and its size.
+    struct PendingChange: Sendable, Hashable, Codable {
+        var recordID: String
+        var isDeletion: Bool
+        var bytes: Int
+    }
+
+    /// An operation for the shell to run.
+    enum Operation: Sendable, Hashable {
+        case createZone
+        case subscribe
+        /// Sends `changes` as the batch `batch` (its id, carried by every result of it).
+        case send(batch: Int, changes: [PendingChange])
+        /// Fetches the changes after `token` (nil: from the beginning).
+        case fetch(token: ChangeToken?)
+
+        var queue: Queue {
+            switch self {
+            case .createZone: .createZone
+            case .subscribe: .subscribe
+            case .send: .send
+            case .fetch: .fetch
+            }
+        }
+    }
+
+    /// How an operation failed, as the shell classified the server's answer.
+    enum Failure: Sendable, Hashable {
+        /// Worth retrying (the connection went, the server was busy); after `retryAfter` when the
+        /// server said.
+        case transient(TandemError, retryAfter: Duration?)
+        /// Refused for the rate of requests: retried after `retryAfter` (or a backoff), and the
+        /// throttle widens.
+        case rateLimited(TandemError, retryAfter: Duration?)
+        /// The batch is too large for one request: halved and sent again.
+        case tooLarge(TandemError)
+        /// The token is older than the server keeps: the fetch starts over from the beginning.
+        case tokenExpired
+        /// The zone is gone (or was never made): made again, then subscribed again.
+        case zoneMissing
+        /// Nothing retrying would change: the engine halts.
+        case fatal(TandemError)
+    }
+
+    /// What the shell is told to do.
+    enum Action: Sendable, Hashable {
+        /// Run `operation` as `attempt`, then send ``Event/succeeded(_:attempt:now:)`` or
+        /// ``Event/failed(_:attempt:now:)`` with that attempt (an answer for another attempt, which a
+        /// stop or an account change left behind, changes nothing).
+        case run(Operation, attempt: Int)
+        /// Send ``Event/tick(now:)`` at `at` (elapsed time): an operation may run then.
+        case wake(at: Duration)
+        /// The token was reset (it expired): the app drops the one it stored.
+        case tokenReset
+        /// The engine halted with `error`; only a start resumes it.
+        case halted(TandemError)
+        /// The pending changes of a send the server answered for each record: they leave the
+        /// queue (results, conflicts and per-record failures are the shell's to tell).
+        case settled(batch: Int)
+        /// The pending queue or the engine's state changed: the shell stores it.
+        case persist
+    }
+
+    /// What happened.
+    enum Event: Sendable, Hashable {
+        case start(now: Duration)
+        case stop
+        /// Who is signed in (nil: nobody). Another user is another account: the shell gives that
+        /// account's pending changes and token.
+        case account(String?, pending: [PendingChange], token: ChangeToken?, zoneReady: Bool, now: Duration)
+        /// The app queued changes (saved and deleted records).
+        case enqueue([PendingChange], now: Duration)
+        /// The app (or a push) asks for the changes after `token`.
+        case fetch(ChangeToken?, now: Duration)
+        /// The subscription saw a change: fetch after the latest token.
+        case pushed(now: Duration)
+        /// The subscription ended (the connection went): subscribed again before any send or fetch.
+        case unsubscribed(now: Duration)
+        case succeeded(Outcome, attempt: Int, now: Duration)
+        case failed(Failure, attempt: Int, now: Duration)
+        /// Conflicting records were resolved: the chosen ones are sent next, before anything else.
+        case resolved([PendingChange], now: Duration)
+        /// A conflict was left unresolved: the engine halts.
+        case unresolved(TandemError)
+        case tick(now: Duration)
+    }
+
+    /// How an operation succeeded.
+    enum Outcome: Sendable, Hashable {
+        case zoneCreated
+        case subscribed
+        /// The server answered the batch for each of its records.
+        case sent(batch: Int)
+        /// A page of the feed came, up to `token`; `hasMore` when the feed goes on after it.
+        case fetched(token: ChangeToken, hasMore: Bool)
+    }
+
+    let limits: Limits
+    private(set) var isRunning = false
+    private(set) var haltError: TandemError?
+    private(set) var account: String?
+    private(set) var zoneReady = false
+    private(set) var subscribed = false
+    /// Changes waiting to be sent, in order; each record once.
+    private(set) var pending: [PendingChange] = []
+    /// Tokens to fetch after, in order; each once.
+    private(set) var fetches: [ChangeToken?] = []
+    /// The latest token: where a push's fetch starts.
+    private(set) var token: ChangeToken?
+    /// The operation running now.
+    private(set) var current: Operation?
+    /// The attempt the running operation is (each run is a new one).
+    private(set) var attempt = 0
+    /// Failures of the current queue's front operation in a row.
+    private(set) var retryCount = 0
+    /// The spacing between two operations: widened by rate limits, narrowed by successes.
+    private(set) var throttle: Duration = .zero
+    /// The most records the next send takes: halved by a "too large" answer, back to the limit
+    /// once the queue is empty.
+    private(set) var batchLimit: Int
+    /// No operation starts before this (a backoff, or the throttle after the last one).
+    private(set) var notBefore: Duration = .zero
+    private var nextBatch = 0
+    /// A wake asked for and not yet come: asked again only for an earlier time.
+    private var wakeAt: Duration?
+
+    init(limits: Limits = Limits()) {
+        self.limits = limits
+        batchLimit = limits.maxRecordsPerBatch
+    }
+
+    var isHalted: Bool { haltError != nil }
+
+    /// Operations waiting or running, counted while stopped too: pending changes count one each.
+    var pendingCount: Int {
+        var count = pending.count + fetches.count
+        if case .send(_, let changes)? = current { count += changes.count }
+        if case .fetch? = current { count += 1 }
+        return count
+    }
+
+    /// The queue of the operation running now.
+    var currentQueue: Queue? { current?.queue }
+
+    mutating func handle(_ event: Event) -> [Action] {
+        switch event {
+        case .start(let now):
+            isRunning = true
+            haltError = nil
+            retryCount = 0
+            notBefore = min(notBefore, now)
+            return next(now: now)
+        case .stop:
+            isRunning = false
+            wakeAt = nil
+            return requeueCurrent()
+        case .account(let uid, let pending, let token, let zoneReady, let now):
+            guard uid != account else { return next(now: now) }
+            account = uid
+            // Another account: its own queue, token and zone; what ran for the last one is dropped
+            // (its changes are still in the last account's stored queue).
+            current = nil
+            self.pending = pending
+            self.token = token
+            self.zoneReady = zoneReady
+            fetches = []
+            subscribed = false
+            retryCount = 0
+            batchLimit = limits.maxRecordsPerBatch
+            wakeAt = nil
+            return next(now: now)
+        case .enqueue(let changes, let now):
+            for change in changes { add(change) }
+            return [.persist] + next(now: now)
+        case .fetch(let token, let now):
+            queueFetch(token)
+            return next(now: now)
+        case .pushed(let now):
+            guard subscribed else { return [] }
+            queueFetch(token)
+            return next(now: now)
+        case .unsubscribed(let now):
+            subscribed = false
+            return next(now: now)
+        case .succeeded(let outcome, let attempt, let now):
+            guard current != nil, attempt == self.attempt else { return next(now: now) }
+            return succeeded(outcome, now: now)
+        case .failed(let failure, let attempt, let now):
+            guard current != nil, attempt == self.attempt else { return next(now: now) }
+            return failed(failure, now: now)
+        case .resolved(let changes, let now):
+            // Sent next, before anything else queued; a record the app changed again meanwhile
+            // keeps its newer change (which meets the conflict again, and is resolved again).
+            let resolved = changes.filter { change in !pending.contains { $0.recordID == change.recordID } }
+            pending.insert(contentsOf: resolved, at: 0)
+            return [.persist] + next(now: now)
+        case .unresolved(let error):
+            return halt(error)
+        case .tick(let now):
+            if let wakeAt, wakeAt <= now { self.wakeAt = nil }
+            return next(now: now)
+        }
+    }
+
+    // MARK: Queues
+
+    /// A change of a record already waiting replaces it there; otherwise it joins the end. A
+    /// record in the batch being sent waits for it, so it is sent again after.
+    private mutating func add(_ change: PendingChange) {
+        if let index = pending.firstIndex(where: { $0.recordID == change.recordID }) {
+            pending[index] = change
+        } else {
+            pending.append(change)
+        }
+    }
+
+    /// A fetch after a token already queued (or running) is not queued twice.
+    private mutating func queueFetch(_ token: ChangeToken?) {
+        if fetches.contains(token) { return }
+        if case .fetch(let running)? = current, running == token { return }
+        fetches.append(token)
+    }
+
+    /// The operation that runs next, if one may: the first queue in priority order with work.
+    private func runnable() -> Operation? {
+        guard isRunning, !isHalted, account != nil else { return nil }
+        if !zoneReady { return .createZone }
+        if !subscribed { return .subscribe }
+        if !pending.isEmpty { return .send(batch: nextBatch, changes: batch()) }
+        if let token = fetches.first { return .fetch(token: token) }
+        return nil
+    }
+
+    /// The front of the pending changes that one send takes: at most `batchLimit` records and
+    /// `maxBytesPerBatch` bytes (one record at least).
+    private func batch() -> [PendingChange] {
+        var taken: [PendingChange] = []
+        var bytes = 0
+        for change in pending {
+            guard taken.count < batchLimit else { break }
+            if !taken.isEmpty && bytes + change.bytes > limits.maxBytesPerBatch { break }
+            taken.append(change)
+            bytes += change.bytes
+        }
+        return taken
+    }
+
+    private mutating func next(now: Duration) -> [Action] {
+        guard current == nil, let operation = runnable() else { return [] }
+        guard now >= notBefore else {
+            if let wakeAt, wakeAt <= notBefore { return [] }
+            wakeAt = notBefore
+            return [.wake(at: notBefore)]
+        }
+        current = operation
+        attempt += 1
+        switch operation {
+        case .send(_, let changes):
+            pending.removeFirst(changes.count)
+            nextBatch += 1
+        case .fetch:
+            fetches.removeFirst()
+        case .createZone, .subscribe:
+            break
+        }
+        return [.run(operation, attempt: attempt)]
+    }
+
+    /// The running operation's work goes back to the front of its queue (a stop, a retry).
+    private mutating func requeueCurrent() -> [Action] {
+        defer { current = nil }
+        switch current {
+        case .send(_, let changes)?:
+            // Changes queued meanwhile for the same records are newer: they stay, and the old go.
+            let newer = changes.filter { change in !pending.contains { $0.recordID == change.recordID } }
+            pending.insert(contentsOf: newer, at: 0)
+        case .fetch(let token)?:
+            fetches.removeAll { $0 == token }
+            fetches.insert(token, at: 0)
+        case .createZone?, .subscribe?, nil:
+            break
+        }
+        return []
+    }
+
+    // MARK: Outcomes
+
+    private mutating func succeeded(_ outcome: Outcome, now: Duration) -> [Action] {
+        guard let operation = current, operation.queue == outcome.queue else { return next(now: now) }
+        if case .send(let running, _) = operation, case .sent(let batch) = outcome, running != batch { return next(now: now) }
+        current = nil
+        retryCount = 0
+        // Halved, down to none below an eighth of the backoff's base.
+        throttle = throttle / 2 < limits.backoffBase / 8 ? .zero : throttle / 2
+        notBefore = now + throttle
+        var actions: [Action] = []
+        switch outcome {
+        case .zoneCreated:
+            zoneReady = true
+            actions.append(.persist)
+        case .subscribed:
+            subscribed = true
+        case .sent(let batch):
+            actions.append(.settled(batch: batch))
+            if pending.isEmpty { batchLimit = limits.maxRecordsPerBatch }
+            actions.append(.persist)
+        case .fetched(let token, let hasMore):
+            self.token = token
+            // The feed goes on: its next page before anything else fetched.
+            if hasMore {
+                fetches.removeAll { $0 == token }
+                fetches.insert(token, at: 0)
+            }
+            actions.append(.persist)
+        }
+        return actions + next(now: now)
+    }
+
+    private mutating func failed(_ failure: Failure, now: Duration) -> [Action] {
+        guard let operation = current else { return next(now: now) }
+        switch failure {
+        case .transient(let error, let retryAfter):
+            return retry(error, after: retryAfter, now: now)
+        case .rateLimited(let error, let retryAfter):
+            throttle = min(limits.maxDelay, max(limits.throttleStep, throttle * 2))
+            return retry(error, after: retryAfter, now: now)
+        case .tooLarge(let error):
+            guard case .send(_, let changes) = operation, changes.count > 1 else { return halt(error) }
+            // Replaced by its halves: a new operation, with no failure counted.
+            batchLimit = max(1, changes.count / 2)
+            retryCount = 0
+            _ = requeueCurrent()
+            return next(now: now)
+        case .tokenExpired:
+            guard case .fetch = operation else { return halt(TandemError(.internal, "A send was answered as an expired token.")) }
+            // From the beginning, in place of the expired token.
+            current = nil
+            token = nil
+            retryCount = 0
+            fetches.removeAll { $0 == nil }
+            fetches.insert(nil, at: 0)
+            return [.tokenReset, .persist] + next(now: now)
+        case .zoneMissing:
+            _ = requeueCurrent()
+            zoneReady = false
+            subscribed = false
+            retryCount = 0
+            return [.persist] + next(now: now)
+        case .fatal(let error):
+            _ = requeueCurrent()
+            return halt(error)
+        }
+    }
+
+    /// The operation waits and runs again, unless it failed too often.
+    private mutating func retry(_ error: TandemError, after retryAfter: Duration?, now: Duration) -> [Action] {
+        _ = requeueCurrent()
+        retryCount += 1
+        guard retryCount <= limits.maxRetries else { return halt(error) }
+        let backoff = min(limits.maxDelay, limits.backoffBase * (1 << min(retryCount - 1, 30)))
+        let wait = max(retryAfter ?? backoff, throttle, .milliseconds(1))
+        notBefore = now + wait
+        return next(now: now)
+    }
+
+    private mutating func halt(_ error: TandemError) -> [Action] {
+        _ = requeueCurrent()
+        haltError = error
+        isRunning = false
+        wakeAt = nil
+        return [.halted(error)]
+    }
+}
+
+extension ChangeSyncStateMachine.Outcome {
+    var queue: ChangeSyncStateMachine.Queue {
+        switch self {
+        case .zoneCreated: .createZone
+        case .subscribed: .subscribe
+        case .sent: .send
+        case .fetched: .fetch
+        }
+    }
+}
