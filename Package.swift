@@ -59,6 +59,8 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "IdentifiedCollections", package: "swift-identified-collections"),
+                // Encrypted record properties (`ChangeSyncEngine`): AES-GCM.
+                .product(name: "Crypto", package: "swift-crypto"),
             ],
             swiftSettings: swiftSettings
         ),
