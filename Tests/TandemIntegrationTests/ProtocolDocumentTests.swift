@@ -87,6 +87,7 @@ struct ProtocolDocumentTests {
             "a frame the server sends": Self.bytes(SyncServer.outgoingFrameBytes),
             "silence on a WebSocket": "three heartbeat intervals (\(Self.format(configuration.heartbeatInterval * 3)))",
             "a request's head (request line and headers)": "\(Self.bytes(decoder.maxHeaderListSize)), \(Self.count(decoder.maxHeaderFieldCount)) headers",
+            "changes in one page of a change feed (a `fetch`'s or `/v1/changes`' `limit`)": Self.count(SyncService.maximumChangesPerPage),
         ]
         var named: Set<String> = []
         for row in rows {

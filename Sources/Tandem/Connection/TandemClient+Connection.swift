@@ -343,7 +343,7 @@ extension TandemClient {
             connectionEvent { $0.welcomed(attempt: attempt) }
         case .heartbeat:
             break
-        case .ack(let id, _), .documents(let id, _, _):
+        case .ack(let id, _), .documents(let id, _, _), .page(let id, _):
             let (reply, drop) = state.withLock { state -> (PendingReply?, Bool) in
                 if case .ack = message, let before = state.acknowledgementsBeforeDrop {
                     if before == 0 {

@@ -1,5 +1,5 @@
 /// A message from a client to the server over the `/v1/stream` WebSocket, one JSON text frame each:
-/// `{"type": "hello" | "listen" | "unlisten" | "write" | "get" | "query" | "heartbeat", …}`.
+/// `{"type": "hello" | "listen" | "unlisten" | "write" | "get" | "query" | "fetch" | "heartbeat", …}`.
 ///
 /// Requests carry an `id` chosen by the client; the server's answer (or error) carries the same id.
 /// A listener is named by the id of its `listen` request.
@@ -21,6 +21,9 @@ package enum ClientMessage: Sendable, Hashable {
     case get(id: Int, path: DocumentPath)
     /// Runs a query once.
     case query(id: Int, target: ListenTarget)
+    /// Reads one page of a target's change feed: what changed after `since`, at most about
+    /// `limit` changes (a commit is never cut), answered with a `page`.
+    case fetch(id: Int, target: ListenTarget, since: Version, limit: Int)
     /// Keeps the connection alive; the server answers with a heartbeat.
     case heartbeat
 
@@ -28,7 +31,7 @@ package enum ClientMessage: Sendable, Hashable {
     package var requestID: Int? {
         switch self {
         case .hello, .heartbeat: return nil
-        case .listen(let id, _, _), .unlisten(let id), .write(let id, _), .writeEach(let id, _), .get(let id, _), .query(let id, _): return id
+        case .listen(let id, _, _), .unlisten(let id), .write(let id, _), .writeEach(let id, _), .get(let id, _), .query(let id, _), .fetch(let id, _, _, _): return id
         }
     }
 
@@ -52,6 +55,8 @@ package enum ClientMessage: Sendable, Hashable {
             return .object(["type": "get", "id": .int(id), "path": .string(path.description)])
         case .query(let id, let target):
             return .object(["type": "query", "id": .int(id), "target": target.wireValue])
+        case .fetch(let id, let target, let since, let limit):
+            return .object(["type": "fetch", "id": .int(id), "target": target.wireValue, "since": .int(Int(clamping: since.rawValue)), "limit": .int(limit)])
         case .heartbeat:
             return ["type": "heartbeat"]
         }
@@ -87,10 +92,17 @@ package enum ClientMessage: Sendable, Hashable {
             self = .get(id: try object.int("id"), path: try object.documentPath("path"))
         case "query":
             self = .query(id: try object.int("id"), target: try ListenTarget(wire: try object.value("target")))
+        case "fetch":
+            let since = try object.version("since")
+            let limit = try object.optionalInt("limit") ?? 1_000
+            guard limit > 0 else {
+                throw TandemError.invalidArgument("A fetch's limit is more than 0 (it is \(limit)).")
+            }
+            self = .fetch(id: try object.int("id"), target: try ListenTarget(wire: try object.value("target")), since: since, limit: limit)
         case "heartbeat":
             self = .heartbeat
         default:
-            throw TandemError.invalidArgument("Unknown message type '\(type)'; this server speaks protocol \(TandemVersion.wireProtocol): hello, listen, unlisten, write, get, query, heartbeat.")
+            throw TandemError.invalidArgument("Unknown message type '\(type)'; this server speaks protocol \(TandemVersion.wireProtocol): hello, listen, unlisten, write, get, query, fetch, heartbeat.")
         }
     }
 

@@ -1,5 +1,5 @@
 /// A message from the server to a client over `/v1/stream`, one JSON text frame each:
-/// `{"type": "welcome" | "ack" | "snapshot" | "changes" | "documents" | "error" | "heartbeat", …}`.
+/// `{"type": "welcome" | "ack" | "snapshot" | "changes" | "documents" | "page" | "error" | "heartbeat", …}`.
 package enum ServerMessage: Sendable, Hashable {
     /// The answer to `hello`: the protocol and server version, and how often the client should send
     /// heartbeats (the server closes a connection silent for three intervals), and the user the
@@ -16,6 +16,8 @@ package enum ServerMessage: Sendable, Hashable {
     case sharedBatch(targets: [Int], batch: RemoteChangeBatch)
     /// The answer to `get` and `query`: the documents, and the version they were read at.
     case documents(id: Int, documents: [Document], version: Version)
+    /// The answer to `fetch`: one page of the change feed.
+    case page(id: Int, ChangePage)
     /// A request failed, or (without an id) the connection is in trouble. For a listener, `id` is
     /// the listen id and the listener is gone.
     case error(id: Int?, TandemError)
@@ -49,6 +51,9 @@ package enum ServerMessage: Sendable, Hashable {
             ])
         case .documents(let id, let documents, let version):
             return .object(["type": "documents", "id": .int(id), "documents": .array(documents.map(\.wireValue)), "version": .int(Int(clamping: version.rawValue))])
+        case .page(let id, let page):
+            return .object(["type": "page", "id": .int(id), "changes": .array(page.changes.map(\.wireValue)),
+                            "version": .int(Int(clamping: page.version.rawValue)), "hasMore": .bool(page.hasMore)])
         case .error(let id, let error):
             var object: JSONObject = ["type": "error", "code": .string(error.code.rawValue), "message": .string(error.message)]
             if let reason = error.reason { object["reason"] = .string(reason) }
@@ -89,6 +94,10 @@ package enum ServerMessage: Sendable, Hashable {
             var documents: [Document] = []
             for entry in try object.array("documents") { documents.append(try Document(wire: entry)) }
             self = .documents(id: try object.int("id"), documents: documents, version: try object.version("version"))
+        case "page":
+            var changes: [RemoteChange] = []
+            for entry in try object.array("changes") { changes.append(try RemoteChange(wire: entry)) }
+            self = .page(id: try object.int("id"), ChangePage(changes: changes, version: try object.version("version"), hasMore: try object.bool("hasMore", default: false)))
         case "error":
             self = .error(id: try object.optionalInt("id"), try TandemError(wire: value))
         case "heartbeat":

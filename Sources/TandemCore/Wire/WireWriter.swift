@@ -214,6 +214,17 @@ extension ServerMessage {
             writer.int(Int(clamping: version.rawValue))
             writer.raw("}")
             return writer.text
+        case .page(let id, let page):
+            let changes = WireWriter.changes(page.changes)
+            var writer = WireWriter(capacity: changes.count + 96)
+            writer.raw(#"{"changes":"#)
+            writer.raw(changes)
+            writer.raw(page.hasMore ? #","hasMore":true,"id":"# : #","hasMore":false,"id":"#)
+            writer.int(id)
+            writer.raw(#","type":"page","version":"#)
+            writer.int(Int(clamping: page.version.rawValue))
+            writer.raw("}")
+            return writer.text
         case .ack(let id, let acknowledgements):
             var writer = WireWriter(capacity: 48 + acknowledgements.count * 200)
             writer.raw(#"{"id":"#)

@@ -108,7 +108,9 @@ struct HTTPAPI: Sendable {
                 guard since >= 0, limit > 0 else {
                     throw TandemError.invalidArgument("since must be 0 or more and limit more than 0.")
                 }
-                let page = try await service.changes(since: Version(UInt64(since)), in: nil, limit: min(limit, 10_000), context: asker)
+                // One collection's feed (`collection=users/ada/notes`), or the whole database's.
+                let target = try parameters.get("collection").map { ListenTarget.collection(try CollectionPath($0), Query()) }
+                let page = try await service.changes(since: Version(UInt64(since)), in: target, limit: min(limit, SyncService.maximumChangesPerPage), context: asker)
                 return .object([
                     "changes": .array(page.changes.map(\.wireValue)),
                     "version": .int(Int(clamping: page.version.rawValue)),

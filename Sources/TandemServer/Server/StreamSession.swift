@@ -181,6 +181,16 @@ final class StreamSession: Sendable {
                     self.outbox.send(.error(id: requestID, SyncService.tandemError(error)))
                 }
             }
+        case .fetch(let requestID, let target, let since, let limit):
+            let context = self.context
+            tasks.addTask {
+                do {
+                    let page = try await self.service.changes(since: since, in: target, limit: min(limit, SyncService.maximumChangesPerPage), context: context)
+                    self.outbox.send(.page(id: requestID, page))
+                } catch {
+                    self.outbox.send(.error(id: requestID, SyncService.tandemError(error)))
+                }
+            }
         }
     }
 

@@ -65,6 +65,10 @@ final class SyncService: Sendable {
     }
 
     /// A page of the change feed after `version`, over everything (`target` nil) or one target.
+    /// The most changes one page of a change feed holds (a `fetch`'s or `/v1/changes`' `limit` above
+    /// it is lowered to it).
+    static let maximumChangesPerPage = 10_000
+
     func changes(since version: Version, in target: ListenTarget?, limit: Int, context: Principal) async throws -> ChangePage {
         var readGuard: ReadGuard?
         if let target {

@@ -1,5 +1,3 @@
-import TandemCore
-
 /// One page of a change feed.
 public struct ChangePage: Sendable, Hashable {
     public var changes: [RemoteChange]

@@ -1,0 +1,68 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import Testing
+import Tandem
+import TandemCore
+import TandemServer
+import TandemTesting
+
+/// One collection's change feed, page by page: the `fetch` request over the WebSocket and
+/// `/v1/changes?collection=` over HTTP, on the real server.
+@Suite("Change feed pages", .timeLimit(.minutes(1)))
+struct ChangeFeedTests {
+    @Test("a collection's feed comes in pages of whole commits, oldest first, its own documents alone; each page's version is the next page's since; past the newest version is out of range")
+    func pages() async throws {
+        let server = try await LiveServer.start()
+        let running = RunningClient(server, id: "feed")
+        await running.client.waitUntilConnected()
+        // Five commits of five records, each beside a document of another collection.
+        for commit in 0..<5 {
+            var writes: [Mutation] = (0..<5).map { .set(documentPath("zones/z/records/r\(commit * 5 + $0)"), ["n": .int(commit * 5 + $0)]) }
+            writes.append(.set(documentPath("elsewhere/e\(commit)"), ["n": .int(commit)]))
+            _ = try await running.client.commit(writes)
+        }
+        _ = try await running.client.commit([.delete(documentPath("zones/z/records/r3"))])
+        let target = ListenTarget.collection(try CollectionPath("zones/z/records"), Query())
+        var since = Version(0)
+        var pages: [ChangePage] = []
+        while true {
+            let page = try await running.client.changes(target, since: since, limit: 7)
+            pages.append(page)
+            since = page.version
+            if !page.hasMore { break }
+        }
+        // The feed holds each document's latest state: r3 only as its deletion, at the end. 7 asked
+        // for: the first commit's 4 and the second commit whole, 9; then 10; then the last 5 and
+        // the deletion.
+        #expect(pages.map(\.changes.count) == [9, 10, 6])
+        #expect(pages.map(\.hasMore) == [true, true, false])
+        let changes = pages.flatMap(\.changes)
+        #expect(changes.allSatisfy { $0.path.parent.description == "zones/z/records" })
+        #expect(zip(changes, changes.dropFirst()).allSatisfy { $0.version <= $1.version })
+        #expect(changes.last?.path.id == "r3" && changes.last?.document == nil, "the deletion comes last, as a removal")
+        // A page with nothing new; a since past the newest version.
+        let empty = try await running.client.changes(target, since: since)
+        #expect(empty.changes.isEmpty && !empty.hasMore && empty.version >= since)
+        await #expect(throws: TandemError.self) { try await running.client.changes(target, since: Version(since.rawValue + 1_000)) }
+        do {
+            _ = try await running.client.changes(target, since: Version(since.rawValue + 1_000))
+        } catch let error as TandemError {
+            #expect(error.code == .outOfRange)
+        }
+
+        // Over HTTP, the same feed.
+        var request = URLRequest(url: URL(string: "\(server.url.absoluteString)/v1/changes?since=0&limit=100&collection=zones/z/records")!)
+        request.httpMethod = "GET"
+        let (data, _) = try await URLSession.shared.data(for: request)
+        let body = try JSONText.parse(bytes: data)
+        guard case .array(let all)? = body[field: "changes"] else {
+            Issue.record("no changes in \(body)")
+            return
+        }
+        #expect(all.count == 25 && body[field: "hasMore"] == false)
+        await running.stop()
+        await server.stop()
+    }
+}
