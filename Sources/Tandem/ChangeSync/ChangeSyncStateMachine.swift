@@ -48,10 +48,20 @@ struct ChangeSyncStateMachine: Sendable {
     }
 
     /// One pending change of a record: saved (its current fields) or deleted, and its size.
+    /// Once sent it is never replaced: it goes again as it went, with the same mutation id, until
+    /// the server answers it (a newer change of the record waits behind it).
     struct PendingChange: Sendable, Hashable, Codable {
         var recordID: String
         var isDeletion: Bool
         var bytes: Int
+        var isSent = false
+
+        init(recordID: String, isDeletion: Bool, bytes: Int, isSent: Bool = false) {
+            self.recordID = recordID
+            self.isDeletion = isDeletion
+            self.bytes = bytes
+            self.isSent = isSent
+        }
     }
 
     /// An operation for the shell to run.
@@ -240,7 +250,7 @@ struct ChangeSyncStateMachine: Sendable {
         case .resolved(let changes, let now):
             // Sent next, before anything else queued; a record the app changed again meanwhile
             // keeps its newer change (which meets the conflict again, and is resolved again).
-            let resolved = changes.filter { change in !pending.contains { $0.recordID == change.recordID } }
+            let resolved = changes.filter { change in !pending.contains { $0.recordID == change.recordID && !$0.isSent } }
             pending.insert(contentsOf: resolved, at: 0)
             return [.persist] + next(now: now)
         case .unresolved(let error):
@@ -253,10 +263,11 @@ struct ChangeSyncStateMachine: Sendable {
 
     // MARK: Queues
 
-    /// A change of a record already waiting replaces it there; otherwise it joins the end. A
-    /// record in the batch being sent waits for it, so it is sent again after.
+    /// A change of a record already waiting, and not yet sent, replaces it there; otherwise it
+    /// joins the end. A record in the batch being sent (or sent before and not yet answered) waits
+    /// for it, so it is sent again after.
     private mutating func add(_ change: PendingChange) {
-        if let index = pending.firstIndex(where: { $0.recordID == change.recordID }) {
+        if let index = pending.firstIndex(where: { $0.recordID == change.recordID && !$0.isSent }) {
             pending[index] = change
         } else {
             pending.append(change)
@@ -295,23 +306,30 @@ struct ChangeSyncStateMachine: Sendable {
     }
 
     private mutating func next(now: Duration) -> [Action] {
-        guard current == nil, let operation = runnable() else { return [] }
+        guard current == nil, let next = runnable() else { return [] }
         guard now >= notBefore else {
             if let wakeAt, wakeAt <= notBefore { return [] }
             wakeAt = notBefore
             return [.wake(at: notBefore)]
         }
-        current = operation
-        attempt += 1
+        var operation = next
         switch operation {
-        case .send(_, let changes):
+        case .send(let batch, let changes):
             pending.removeFirst(changes.count)
             nextBatch += 1
+            // Sent from now on: never replaced, and sent again as they are.
+            operation = .send(batch: batch, changes: changes.map { change in
+                var change = change
+                change.isSent = true
+                return change
+            })
         case .fetch:
             fetches.removeFirst()
         case .createZone, .subscribe:
             break
         }
+        current = operation
+        attempt += 1
         return [.run(operation, attempt: attempt)]
     }
 
@@ -320,9 +338,9 @@ struct ChangeSyncStateMachine: Sendable {
         defer { current = nil }
         switch current {
         case .send(_, let changes)?:
-            // Changes queued meanwhile for the same records are newer: they stay, and the old go.
-            let newer = changes.filter { change in !pending.contains { $0.recordID == change.recordID } }
-            pending.insert(contentsOf: newer, at: 0)
+            // Back in front, as they were sent; changes queued meanwhile for the same records are
+            // newer, and go after them.
+            pending.insert(contentsOf: changes, at: 0)
         case .fetch(let token)?:
             fetches.removeAll { $0 == token }
             fetches.insert(token, at: 0)
