@@ -55,12 +55,15 @@ struct ChangeSyncStateMachine: Sendable {
         var isDeletion: Bool
         var bytes: Int
         var isSent = false
+        /// Its row in the engine's stored queue.
+        var rowID: Int64 = 0
 
-        init(recordID: String, isDeletion: Bool, bytes: Int, isSent: Bool = false) {
+        init(recordID: String, isDeletion: Bool, bytes: Int, isSent: Bool = false, rowID: Int64 = 0) {
             self.recordID = recordID
             self.isDeletion = isDeletion
             self.bytes = bytes
             self.isSent = isSent
+            self.rowID = rowID
         }
     }
 

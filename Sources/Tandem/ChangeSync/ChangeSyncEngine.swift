@@ -1,0 +1,635 @@
+import Foundation
+import Observation
+import Synchronization
+import TandemCore
+
+/// A change-token sync engine for an app that keeps its own store (a GRDB table, files): the server
+/// is a mailbox of changes. Send the records you changed; fetch everything since your token; the
+/// engine resolves conflicts, retries, and keeps what is pending on disk.
+///
+/// ```swift
+/// let engine = try ChangeSyncEngine(client: client, configuration: .init(zoneName: "notes"), state: savedState)
+/// engine.delegate = self                       // didFetchModifications, didSendModifications, …
+/// engine.start()
+/// try engine.sendChanges(modify: [note], delete: [])   // on disk before it returns
+/// engine.fetchChanges(token: savedState?.token)
+/// ```
+///
+/// - Account: the client's signed-in user. Nothing runs while nobody is; another user is another
+///   account, with its own queue and token.
+/// - Zone: the user's records at `users/{uid}/zones/{zone}/records/{id}`; made when the engine
+///   first runs. Subscription: a live listener on it; each change it sees schedules a fetch.
+/// - Token: a version of the zone's change feed. Change tag: each record's version, which a
+///   modification is sent against (a record changed meanwhile on the server is a conflict).
+///
+/// Operations run one at a time (``ChangeSyncStateMachine`` decides which, and when): make the
+/// zone, subscribe, send (batches of at most 400 records and 2 MB), fetch (pages, following
+/// `hasMore`). Failures that may pass are retried with a backoff (or after the server's
+/// `retryAfter`); after `maxRetries`, or an error no retry changes, the engine halts and tells its
+/// delegate; ``start()`` resumes it. It never changes the app's data on its own: every result, and
+/// every failure, is the app's to apply.
+public final class ChangeSyncEngine: Observable, Sendable {
+    public struct Configuration: Sendable {
+        /// The zone: the scope of the user's records.
+        public var zoneName: String
+        public var maxRetries = 5
+        public var maxRecordsPerBatch = 400
+        public var maxBytesPerBatch = 2 << 20
+        /// Changes asked for per fetched page.
+        public var fetchPageSize = 1_000
+        /// Decides conflicts the delegate does not.
+        public var resolver: ConflictResolver = .fieldLevelLastWriterWins
+        /// The keys `.encryptedValue` properties are sealed with; nil when records have none.
+        public var encryption: RecordEncryption?
+        /// Where the engine keeps its queue (`changes-<zone>.sqlite`). Default: the client's
+        /// storage directory.
+        public var directory: URL?
+        /// This device's wall clock, in milliseconds, for the stamps of property changes.
+        public var wallClock: @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970 * 1_000) }
+
+        public init(zoneName: String = "default") {
+            self.zoneName = zoneName
+        }
+    }
+
+    /// The engine's state for the app to store with the data it fetched (opaque; `Codable`), and
+    /// give back to the next engine it makes.
+    public struct State: Sendable, Hashable, Codable {
+        public internal(set) var account: String?
+        public internal(set) var token: ChangeToken?
+        var zoneReady = false
+
+        public init() {}
+    }
+
+    /// What the engine is doing, as one value (``states()``).
+    public struct Status: Sendable, Hashable {
+        public var account: String?
+        public var isRunning: Bool
+        public var isHalted: Bool
+        /// Operations waiting or running; each pending record counts one.
+        public var pendingCount: Int
+        public var currentQueue: String?
+        public var retryCount: Int
+        public var token: ChangeToken?
+    }
+
+    private struct Core {
+        var machine: ChangeSyncStateMachine
+        var state: State
+        var clock: HybridLogicalClock
+        var subscription: Task<Void, Never>?
+        var wake: Task<Void, Never>?
+        var lastError: (any Error)?
+        var delegate: WeakDelegate?
+        var observers: [Int: AsyncStream<ChangeSyncEvent>.Continuation] = [:]
+        var statusObservers: [Int: AsyncStream<Status>.Continuation] = [:]
+        var nextObserver = 0
+        var status: Status?
+    }
+
+    private final class WeakDelegate: Sendable {
+        // Only read and written under the core's lock.
+        nonisolated(unsafe) weak var value: (any ChangeSyncEngineDelegate)?
+        init(_ value: any ChangeSyncEngineDelegate) { self.value = value }
+    }
+
+    public let configuration: Configuration
+    let client: TandemClient
+    let store: ChangeQueueStore
+    private let core: Mutex<Core>
+    private let registrar = ObservationRegistrar()
+    private let started = ContinuousClock.now
+    private let authTask = Mutex<Task<Void, Never>?>(nil)
+
+    /// - Parameters:
+    ///   - state: what the app stored of the last engine's ``state`` (nil the first time).
+    public init(client: TandemClient, configuration: Configuration = Configuration(), state: State? = nil) throws {
+        guard RecordFields.isValidID(configuration.zoneName) else {
+            throw TandemError.invalidArgument("'\(configuration.zoneName)' cannot name a zone: a document id, with no '/'.")
+        }
+        self.configuration = configuration
+        self.client = client
+        let directory = configuration.directory ?? client.configuration.storageDirectory
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        store = try ChangeQueueStore(path: directory.appendingPathComponent("changes-\(LocalStorageLocation.fileName(for: configuration.zoneName)).sqlite").path)
+        var limits = ChangeSyncStateMachine.Limits()
+        limits.maxRetries = configuration.maxRetries
+        limits.maxRecordsPerBatch = max(1, configuration.maxRecordsPerBatch)
+        limits.maxBytesPerBatch = max(1, configuration.maxBytesPerBatch)
+        core = Mutex(Core(machine: ChangeSyncStateMachine(limits: limits), state: state ?? State(), clock: HybridLogicalClock(node: client.clientID)))
+        let stream = client.authStates()
+        authTask.withLock { task in
+            task = Task { [weak self] in
+                for await auth in stream {
+                    guard let self else { return }
+                    self.accountChanged(auth.uid)
+                }
+            }
+        }
+        accountChanged(client.authState.uid)
+    }
+
+    deinit {
+        authTask.withLock { $0?.cancel() }
+        core.withLock { core in
+            core.subscription?.cancel()
+            core.wake?.cancel()
+            core.observers.values.forEach { $0.finish() }
+            core.statusObservers.values.forEach { $0.finish() }
+        }
+    }
+
+    /// Told of every result; held weakly.
+    public var delegate: (any ChangeSyncEngineDelegate)? {
+        get { core.withLock { $0.delegate?.value } }
+        set { core.withLock { $0.delegate = newValue.map(WeakDelegate.init) } }
+    }
+
+    // MARK: Observable state
+
+    /// What the app stores (its token, its account).
+    public var state: State {
+        registrar.access(self, keyPath: \.state)
+        return core.withLock { $0.state }
+    }
+
+    public var status: Status {
+        registrar.access(self, keyPath: \.status)
+        return core.withLock { Self.status(of: $0) }
+    }
+
+    public var isRunning: Bool { status.isRunning }
+    public var pendingCount: Int { status.pendingCount }
+    public var token: ChangeToken? { status.token }
+
+    /// The error the engine last halted with, or the last failure it met.
+    public var lastError: (any Error)? {
+        registrar.access(self, keyPath: \.lastError)
+        return core.withLock { $0.lastError }
+    }
+
+    private static func status(of core: Core) -> Status {
+        Status(account: core.machine.account, isRunning: core.machine.isRunning, isHalted: core.machine.isHalted,
+               pendingCount: core.machine.pendingCount, currentQueue: core.machine.currentQueue?.rawValue,
+               retryCount: core.machine.retryCount, token: core.state.token)
+    }
+
+    /// Every event, from now on, to this subscriber (each subscriber gets each event).
+    public func events() -> AsyncStream<ChangeSyncEvent> {
+        let (stream, continuation) = AsyncStream.makeStream(of: ChangeSyncEvent.self)
+        let token = core.withLock { core -> Int in
+            core.nextObserver += 1
+            core.observers[core.nextObserver] = continuation
+            return core.nextObserver
+        }
+        continuation.onTermination = { [weak self] _ in _ = self?.core.withLock { $0.observers.removeValue(forKey: token) } }
+        return stream
+    }
+
+    /// The engine's status now, then each time it changes.
+    public func states() -> AsyncStream<Status> {
+        let (stream, continuation) = AsyncStream.makeStream(of: Status.self)
+        let token = core.withLock { core -> Int in
+            core.nextObserver += 1
+            core.statusObservers[core.nextObserver] = continuation
+            continuation.yield(Self.status(of: core))
+            return core.nextObserver
+        }
+        continuation.onTermination = { [weak self] _ in _ = self?.core.withLock { $0.statusObservers.removeValue(forKey: token) } }
+        return stream
+    }
+
+    // MARK: The app's calls
+
+    /// Runs the engine (again, after a halt: with no failure counted).
+    public func start() {
+        accountChanged(client.authState.uid)
+        handle(.start(now: now))
+    }
+
+    /// Stops the engine: nothing runs until ``start()``; everything queued stays queued (on disk),
+    /// the operation running included, and an answer to it is not taken.
+    public func stop() {
+        let subscription = core.withLock { core -> Task<Void, Never>? in
+            defer { core.subscription = nil }
+            core.wake?.cancel()
+            core.wake = nil
+            return core.subscription
+        }
+        subscription?.cancel()
+        handle(.stop)
+        handle(.unsubscribed(now: now))
+    }
+
+    /// Queues records to save and records to delete, durably: they are in the engine's file when
+    /// this returns, and are sent while the engine runs, in order, each exactly once. A record
+    /// queued again before it is sent is sent once, as it is last. Throws, queueing nothing, when
+    /// nobody is signed in, or a record cannot be stored (its id, a property's name, an encrypted
+    /// property with no keys).
+    public func sendChanges<Record: SyncableRecord>(modify records: [Record], delete deletedIDs: [String]) throws {
+        try sendChanges(modify: records.map(SyncedRecord.init), delete: deletedIDs.map { RecordDeletion(recordID: $0, recordType: Record.recordType) })
+    }
+
+    /// As above, for records of any types.
+    public func sendChanges(modify records: [SyncedRecord], delete deletions: [RecordDeletion]) throws {
+        // Who the client says is signed in now, even before its stream of sign-ins told the engine.
+        accountChanged(client.authState.uid)
+        guard let account = core.withLock({ $0.machine.account }) else {
+            throw TandemError(.unauthenticated, "Nobody is signed in: a change belongs to a user's account. Sign in, then send it.")
+        }
+        for record in records { _ = try RecordCoding.fields(of: record, encryption: configuration.encryption) }
+        for deletion in deletions where !RecordFields.isValidID(deletion.recordID) {
+            throw TandemError.invalidArgument("'\(deletion.recordID)' cannot name a record: ids are not empty, hold no '/', and are not '.' or '..'.")
+        }
+        // Each property the app changed since the server's state gets a new stamp; the others keep theirs.
+        let bases = try store.bases(account: account, ids: records.map(\.id))
+        let wall = configuration.wallClock()
+        let stamped = core.withLock { core in
+            records.map { record -> SyncedRecord in
+                var record = record
+                let base = bases[record.id]
+                var stamps = base?.metadata.stamps ?? [:]
+                for name in Set(record.properties.keys).union(base?.properties.keys ?? [:].keys) where record.properties[name] != base?.properties[name] {
+                    stamps[name] = core.clock.stamp(wall: wall)
+                }
+                record.metadata.stamps = stamps
+                return record
+            }
+        }
+        let rows = try store.enqueue(account: account, saves: stamped, deletions: deletions.map { ($0.recordID, $0.recordType) })
+        handle(.enqueue(rows.map(\.change), now: now))
+    }
+
+    /// Fetches the changes after `token` (nil: every record), page by page. A fetch for a token
+    /// already queued is not queued twice.
+    public func fetchChanges(token: ChangeToken?) {
+        handle(.fetch(token, now: now))
+    }
+
+    // MARK: The shell
+
+    private var now: Duration { ContinuousClock.now - started }
+
+    private func recordsPath(_ account: String) throws -> CollectionPath {
+        try CollectionPath("users/\(account)/zones/\(configuration.zoneName)/records")
+    }
+
+    private func accountChanged(_ uid: String?) {
+        let changed = core.withLock { $0.machine.account != uid }
+        guard changed else { return }
+        var rows: [ChangeQueueStore.Row] = []
+        if let uid {
+            do {
+                rows = try store.pending(account: uid)
+            } catch {
+                // The account's queue cannot be read: nothing of it is sent; the app hears why.
+                core.withLock { $0.lastError = error }
+            }
+        }
+        let subscription = core.withLock { core -> Task<Void, Never>? in
+            defer { core.subscription = nil }
+            if core.state.account != uid {
+                core.state = State()
+                core.state.account = uid
+            }
+            return core.subscription
+        }
+        subscription?.cancel()
+        let state = core.withLock { $0.state }
+        handle(.account(uid, pending: rows.map(\.change), token: state.token, zoneReady: state.zoneReady, now: now))
+        emit(.accountChanged(uid)) { $0.syncEngine(self, didChangeAccount: uid) }
+    }
+
+    private func handle(_ event: ChangeSyncStateMachine.Event) {
+        let (actions, changedState) = core.withLock { core -> ([ChangeSyncStateMachine.Action], Bool) in
+            let actions = core.machine.handle(event)
+            let before = core.state
+            if core.machine.account == core.state.account {
+                core.state.token = core.machine.token
+                core.state.zoneReady = core.machine.zoneReady
+            }
+            return (actions, before != core.state)
+        }
+        for action in actions { perform(action) }
+        publishStatus(stateChanged: changedState)
+    }
+
+    private func publishStatus(stateChanged: Bool) {
+        let (status, observers, changed) = core.withLock { core -> (Status, [AsyncStream<Status>.Continuation], Bool) in
+            let status = Self.status(of: core)
+            defer { core.status = status }
+            return (status, Array(core.statusObservers.values), core.status != status)
+        }
+        if changed {
+            registrar.withMutation(of: self, keyPath: \.status) {}
+            observers.forEach { $0.yield(status) }
+        }
+        if stateChanged { registrar.withMutation(of: self, keyPath: \.state) {} }
+    }
+
+    private func perform(_ action: ChangeSyncStateMachine.Action) {
+        switch action {
+        case .run(let operation, let attempt):
+            Task { await self.run(operation, attempt: attempt) }
+        case .wake(let at):
+            let task = Task { [weak self] in
+                guard let self else { return }
+                try? await Task.sleep(until: self.started + at, clock: .continuous)
+                guard !Task.isCancelled else { return }
+                self.handle(.tick(now: self.now))
+            }
+            core.withLock { core in
+                core.wake?.cancel()
+                core.wake = task
+            }
+        case .tokenReset:
+            emit(.tokenUpdated(nil)) { $0.syncEngine(self, didUpdateChangeToken: nil) }
+        case .halted(let error):
+            core.withLock { $0.lastError = error }
+            registrar.withMutation(of: self, keyPath: \.lastError) {}
+            emit(.stopped(error)) { $0.syncEngine(self, didStopWithError: error) }
+        case .settled, .persist:
+            break
+        }
+    }
+
+    /// Tells the delegate, then the event stream's subscribers (who then find the delegate's
+    /// store up to date).
+    private func emit(_ event: ChangeSyncEvent, _ call: (any ChangeSyncEngineDelegate) -> Void) {
+        let (observers, delegate) = core.withLock { (Array($0.observers.values), $0.delegate?.value) }
+        if let delegate { call(delegate) }
+        for observer in observers { observer.yield(event) }
+    }
+
+    private func run(_ operation: ChangeSyncStateMachine.Operation, attempt: Int) async {
+        guard let account = core.withLock({ $0.machine.account }) else { return }
+        switch operation {
+        case .createZone:
+            await createZone(account, attempt: attempt)
+        case .subscribe:
+            await subscribe(account, attempt: attempt)
+        case .send(let batch, let changes):
+            await send(batch, changes, account: account, attempt: attempt)
+        case .fetch(let token):
+            await fetch(after: token, account: account, attempt: attempt)
+        }
+    }
+
+    private func createZone(_ account: String, attempt: Int) async {
+        do {
+            let zone = try DocumentPath("users/\(account)/zones/\(configuration.zoneName)")
+            _ = try await client.commit([.merge(zone, ["name": .string(configuration.zoneName)], fields: [FieldPath("name")])])
+            handle(.succeeded(.zoneCreated, attempt: attempt, now: now))
+        } catch {
+            handle(.failed(Self.classify(error), attempt: attempt, now: now))
+        }
+    }
+
+    /// A listener on the zone's records from the server's version now: its first batch says it is
+    /// up; each later one is a push. It resumes by itself across reconnects.
+    private func subscribe(_ account: String, attempt: Int) async {
+        let target: ListenTarget
+        let version: Version
+        do {
+            target = .collection(try recordsPath(account), Query())
+            let zone = try DocumentPath("users/\(account)/zones/\(configuration.zoneName)")
+            guard case .documents(_, _, let read) = try await client.request({ .get(id: $0, path: zone) }) else {
+                throw TandemError(.internal, "The server answered a get with the wrong message.")
+            }
+            version = core.withLock { $0.state.token?.version } ?? read
+        } catch {
+            handle(.failed(Self.classify(error), attempt: attempt, now: now))
+            return
+        }
+        let stream = client.listen(target, resumeFrom: version)
+        let task = Task { [weak self] in
+            var first = true
+            do {
+                for try await _ in stream {
+                    guard let self else { return }
+                    if first {
+                        first = false
+                        self.handle(.succeeded(.subscribed, attempt: attempt, now: self.now))
+                    }
+                    self.handle(.pushed(now: self.now))
+                }
+            } catch {
+                guard let self, !Task.isCancelled else { return }
+                if first {
+                    self.handle(.failed(Self.classify(error), attempt: attempt, now: self.now))
+                    return
+                }
+                self.core.withLock { $0.lastError = error }
+            }
+            guard let self, !Task.isCancelled else { return }
+            self.handle(.unsubscribed(now: self.now))
+        }
+        let old = core.withLock { core -> Task<Void, Never>? in
+            defer { core.subscription = task }
+            return core.subscription
+        }
+        old?.cancel()
+    }
+
+    private func send(_ batch: Int, _ changes: [ChangeSyncStateMachine.PendingChange], account: String, attempt: Int) async {
+        let rows: [ChangeQueueStore.Row]
+        do {
+            let records = try recordsPath(account)
+            rows = try store.prepare(account: account, rowIDs: changes.map(\.rowID)) { row, id in
+                let path = try records.document(row.recordID)
+                guard let record = row.record, !row.isDeletion else { return Mutation(path: path, kind: .delete, id: id) }
+                let fields = try RecordCoding.fields(of: record, encryption: configuration.encryption)
+                let precondition: Mutation.Precondition = record.metadata.version.rawValue > 0 ? .version(record.metadata.version) : .exists(false)
+                return Mutation(path: path, kind: .set(fields), precondition: precondition, id: id)
+            }
+        } catch {
+            handle(.failed(.fatal(Self.tandemError(error)), attempt: attempt, now: now))
+            return
+        }
+        guard !rows.isEmpty else {
+            handle(.succeeded(.sent(batch: batch), attempt: attempt, now: now))
+            return
+        }
+        let answer = await client.commit(requests: [WriteRequest(rows.map { $0.mutation! }, isAtomic: false)])[0]
+        let acknowledgements: [WriteAcknowledgement]
+        switch answer {
+        case .failure(let error as TandemError) where rows.count == 1 && Self.isRefusalOfOne(error):
+            // One change goes as a plain write, whose refusal is the request's error: that
+            // change's answer.
+            acknowledgements = [.refused(rows[0].mutation?.id, error, at: Version(0))]
+        case .failure(let error):
+            handle(.failed(Self.classify(error), attempt: attempt, now: now))
+            return
+        case .success(let answered):
+            acknowledgements = answered
+        }
+        var saved: [SentRecord] = []
+        var deleted: [SentDeletion] = []
+        var failed: [FailedRecord] = []
+        var conflicts: [(row: ChangeQueueStore.Row, server: SyncedRecord?)] = []
+        var bases: [String: SyncedRecord?] = [:]
+        for (row, acknowledgement) in zip(rows, acknowledgements) {
+            let id = row.mutation!.id!
+            switch acknowledgement.status {
+            case .applied, .replayed:
+                if row.isDeletion {
+                    deleted.append(SentDeletion(recordID: row.recordID, recordType: row.recordType, mutationID: id))
+                    bases.updateValue(nil, forKey: row.recordID)
+                } else if var record = row.record {
+                    record.metadata.version = acknowledgement.version
+                    saved.append(SentRecord(record: record, mutationID: id))
+                    bases.updateValue(record, forKey: row.recordID)
+                }
+            case .refused where acknowledgement.error?.code == .failedPrecondition && !row.isDeletion:
+                // Changed on the server since the version it was based on: the server's record now.
+                let server: SyncedRecord?
+                do {
+                    server = try await client.document(at: row.mutation!.path).map {
+                        try RecordCoding.record(id: row.recordID, fields: $0.data, version: $0.version, encryption: configuration.encryption)
+                    }
+                } catch {
+                    failed.append(FailedRecord(recordID: row.recordID, mutationID: id, error: error))
+                    continue
+                }
+                conflicts.append((row, server))
+            case .refused, .unknown:
+                failed.append(FailedRecord(recordID: row.recordID, mutationID: id,
+                                           error: acknowledgement.error ?? TandemError(.unknown, "The server no longer knows whether this change of '\(row.recordID)' applied; read the record.")))
+            }
+        }
+        // Conflicts: the chosen record goes next; a record the server no longer has is reported.
+        var resolved: [SyncedRecord] = []
+        var unresolved: [(RecordConflict, SyncedRecord)] = []
+        var resolutions: [(RecordConflict, SyncedRecord)] = []
+        let delegate = core.withLock { $0.delegate?.value }
+        let baseRecords = (try? store.bases(account: account, ids: conflicts.map(\.row.recordID))) ?? [:]
+        var conflictList: [RecordConflict] = []
+        for (row, server) in conflicts {
+            guard let client = row.record else { continue }
+            guard let server else {
+                failed.append(FailedRecord(recordID: row.recordID, mutationID: row.mutation?.id,
+                                           error: TandemError(.notFound, "Record '\(row.recordID)' is no longer on the server: it was deleted there after the version this change was based on. Nothing was changed on this device; save it again as a new record, or delete it.")))
+                bases.updateValue(nil, forKey: row.recordID)
+                continue
+            }
+            let conflict = RecordConflict(base: baseRecords[row.recordID], client: client, server: server)
+            conflictList.append(conflict)
+            bases.updateValue(server, forKey: row.recordID)
+            let choice = delegate.map { $0.syncEngine(self, shouldResolveConflict: conflict) } ?? configuration.resolver.resolve(conflict)
+            if var choice {
+                choice.id = client.id
+                choice.metadata.version = server.metadata.version
+                resolved.append(choice)
+                resolutions.append((conflict, choice))
+            } else {
+                // Queued again as it was: after a start, it meets the conflict again.
+                unresolved.append((conflict, client))
+            }
+        }
+        do {
+            try store.settle(account: account, rowIDs: rows.map(\.rowID), bases: bases)
+            let requeued = try store.enqueue(account: account, saves: resolved + unresolved.map(\.1), deletions: [])
+            if !requeued.isEmpty { handle(.resolved(requeued.map(\.change), now: now)) }
+        } catch {
+            handle(.failed(.fatal(Self.tandemError(error)), attempt: attempt, now: now))
+            return
+        }
+        let results = SendResults(batch: batch, saved: saved, deleted: deleted, conflicts: conflictList, failed: failed)
+        emit(.sent(results)) { delegate in
+            if !saved.isEmpty { delegate.syncEngine(self, didSendModifications: saved, batch: batch) }
+            if !deleted.isEmpty { delegate.syncEngine(self, didSendDeletions: deleted, batch: batch) }
+        }
+        for (conflict, choice) in resolutions { emit(.conflictResolved(conflict, choice)) { _ in } }
+        if !failed.isEmpty {
+            emit(.sendFailed(batch: batch, failed)) { $0.syncEngine(self, sendDidFailFor: failed, batch: batch) }
+        }
+        handle(.succeeded(.sent(batch: batch), attempt: attempt, now: now))
+        if let (conflict, _) = unresolved.first {
+            handle(.unresolved(TandemError(.aborted, "The conflict on record '\(conflict.client.id)' (server version \(conflict.server.metadata.version)) was left unresolved; the change stays queued. Resolve it (delegate or resolver), then start the engine.")))
+        }
+    }
+
+    private func fetch(after token: ChangeToken?, account: String, attempt: Int) async {
+        let page: ChangePage
+        do {
+            page = try await client.changes(.collection(try recordsPath(account), Query()), since: token?.version ?? Version(0), limit: configuration.fetchPageSize)
+        } catch {
+            handle(.failed(Self.classify(error, fetching: true), attempt: attempt, now: now))
+            return
+        }
+        var modifications: [SyncedRecord] = []
+        var deletions: [RecordDeletion] = []
+        var failures: [FailedRecord] = []
+        var bases: [String: SyncedRecord?] = [:]
+        let known = (try? store.bases(account: account, ids: page.changes.filter { $0.document == nil }.map(\.path.id))) ?? [:]
+        for change in page.changes {
+            let id = change.path.id
+            guard let document = change.document else {
+                deletions.append(RecordDeletion(recordID: id, recordType: known[id]?.type ?? ""))
+                bases.updateValue(nil, forKey: id)
+                continue
+            }
+            do {
+                let record = try RecordCoding.record(id: id, fields: document.data, version: document.version, encryption: configuration.encryption)
+                modifications.append(record)
+                bases.updateValue(record, forKey: id)
+            } catch {
+                failures.append(FailedRecord(recordID: id, mutationID: nil, error: error))
+            }
+        }
+        do {
+            try store.storeBases(account: account, bases)
+        } catch {
+            handle(.failed(.fatal(Self.tandemError(error)), attempt: attempt, now: now))
+            return
+        }
+        // Stamps seen from other devices: this one's next stamps come after them.
+        let wall = configuration.wallClock()
+        core.withLock { core in
+            for stamp in modifications.compactMap({ $0.metadata.stamps.values.max() }) { core.clock.observe(stamp, wall: wall) }
+        }
+        if !deletions.isEmpty { emit(.fetchedDeletions(deletions)) { $0.syncEngine(self, didFetchDeletions: deletions) } }
+        var start = 0
+        while start < modifications.count {
+            let chunk = Array(modifications[start..<min(start + configuration.maxRecordsPerBatch, modifications.count)])
+            emit(.fetchedModifications(chunk)) { $0.syncEngine(self, didFetchModifications: chunk) }
+            start += chunk.count
+        }
+        if !failures.isEmpty { emit(.fetchFailed(failures)) { $0.syncEngine(self, fetchDidFailFor: failures) } }
+        // The checkpoint only after every record before it was delivered.
+        let next = ChangeToken(page.version)
+        handle(.succeeded(.fetched(token: next, hasMore: page.hasMore), attempt: attempt, now: now))
+        emit(.tokenUpdated(next)) { $0.syncEngine(self, didUpdateChangeToken: next) }
+    }
+
+    /// How a failure is retried, split, restarted or ends the engine.
+    static func classify(_ error: any Error, fetching: Bool = false) -> ChangeSyncStateMachine.Failure {
+        guard let error = error as? TandemError else { return .transient(tandemError(error), retryAfter: nil) }
+        switch error.code {
+        case .unavailable, .aborted, .deadlineExceeded, .cancelled, .internal, .unknown:
+            return .transient(error, retryAfter: error.retryAfter)
+        case .resourceExhausted:
+            return error.retryAfter != nil ? .rateLimited(error, retryAfter: error.retryAfter) : .tooLarge(error)
+        case .outOfRange where fetching:
+            return .tokenExpired
+        default:
+            return .fatal(error)
+        }
+    }
+
+    /// Whether a write's error is a refusal of its change for good (not of the request: its size,
+    /// its rate, the connection).
+    static func isRefusalOfOne(_ error: TandemError) -> Bool {
+        switch error.code {
+        case .failedPrecondition, .permissionDenied, .invalidArgument, .notFound, .alreadyExists: true
+        default: false
+        }
+    }
+
+    static func tandemError(_ error: any Error) -> TandemError {
+        if let error = error as? TandemError { return error }
+        if let error = error as? RecordEncryptionError { return TandemError.invalidArgument(error.description) }
+        return TandemError(.internal, "\(error)")
+    }
+}

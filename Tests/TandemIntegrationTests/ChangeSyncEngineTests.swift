@@ -1,0 +1,198 @@
+import Crypto
+import Foundation
+import Synchronization
+import Testing
+@testable import Tandem
+import TandemCore
+import TandemServer
+import TandemTesting
+
+/// The change-sync engine end to end, on the real server with signed-in users: devices that each
+/// keep their own records converge through it.
+@Suite("Change sync engine", .timeLimit(.minutes(2)))
+struct ChangeSyncEngineTests {
+    let now = AuthenticationTests.WallClock()
+    static let key = SymmetricKey(size: .bits256)
+
+    /// An app's own store of records, kept by the engine's callbacks.
+    final class Notebook: ChangeSyncEngineDelegate {
+        let records = Mutex<[String: SyncedRecord]>([:])
+        let tokens = Mutex<[ChangeToken?]>([])
+
+        func syncEngine(_ engine: ChangeSyncEngine, didFetchModifications records: [SyncedRecord]) {
+            self.records.withLock { stored in for record in records { stored[record.id] = record } }
+        }
+
+        func syncEngine(_ engine: ChangeSyncEngine, didFetchDeletions deletions: [RecordDeletion]) {
+            records.withLock { stored in for deletion in deletions { stored.removeValue(forKey: deletion.recordID) } }
+        }
+
+        func syncEngine(_ engine: ChangeSyncEngine, didSendModifications records: [SentRecord], batch: Int) {
+            self.records.withLock { stored in for sent in records { stored[sent.record.id] = sent.record } }
+        }
+
+        func syncEngine(_ engine: ChangeSyncEngine, didUpdateChangeToken token: ChangeToken?) {
+            tokens.withLock { $0.append(token) }
+        }
+
+        subscript(id: String) -> SyncedRecord? { records.withLock { $0[id] } }
+
+        /// Changes a record in the store, as the app would, and returns it to send.
+        func edit(_ id: String, _ change: (inout SyncedRecord) -> Void) -> SyncedRecord {
+            records.withLock { stored in
+                var record = stored[id] ?? SyncedRecord(id: id, type: "Note", properties: [:], metadata: RecordMetadata(version: Version(0)))
+                change(&record)
+                stored[id] = record
+                return record
+            }
+        }
+    }
+
+    /// A device: its client, signed in through `provider`, its engine and its store.
+    struct Device {
+        let running: RunningClient
+        let engine: ChangeSyncEngine
+        let notebook: Notebook
+        let directory: TemporaryDirectory
+
+        init(_ server: LiveServer, _ provider: ClientSignInTests.Provider, id: String, skew: Int64 = 0, resolver: ConflictResolver = .fieldLevelLastWriterWins) throws {
+            directory = TemporaryDirectory()
+            running = RunningClient(server, id: id) { [directory] in
+                $0.tokenProvider = provider.provide
+                $0.storageDirectory = directory.url
+            }
+            var configuration = ChangeSyncEngine.Configuration(zoneName: "notes")
+            configuration.encryption = try RecordEncryption(keyID: "k1", key: ChangeSyncEngineTests.key)
+            configuration.wallClock = { Int64(Date().timeIntervalSince1970 * 1_000) + skew }
+            configuration.resolver = resolver
+            engine = try ChangeSyncEngine(client: running.client, configuration: configuration)
+            notebook = Notebook()
+            engine.delegate = notebook
+        }
+
+        /// Waits until `condition` holds, checking it after each of the engine's status changes and events.
+        func until(_ condition: @escaping @Sendable () -> Bool) async -> Bool {
+            if condition() { return true }
+            return await withTaskGroup(of: Bool.self) { group in
+                let states = engine.states()
+                let events = engine.events()
+                group.addTask { for await _ in states where condition() { return true }; return false }
+                group.addTask { for await _ in events where condition() { return true }; return false }
+                let met = await group.next() ?? false
+                group.cancelAll()
+                return met
+            }
+        }
+
+        /// Sends records from the notebook.
+        func send(_ records: [SyncedRecord], delete: [String] = []) throws {
+            try engine.sendChanges(modify: records, delete: delete.map { RecordDeletion(recordID: $0, recordType: "Note") })
+        }
+    }
+
+    func signedIn(_ client: TandemClient, as uid: String) async {
+        for await state in client.authStates() where state.uid == uid { return }
+    }
+
+    @Test("two devices of one user: records one sends reach the other (sealed properties opened with the shared key); the server holds ciphertext only; deletions reach it too")
+    func twoDevices() async throws {
+        let (server, tokens) = try await AuthenticationTests.server(now: now)
+        let phone = try Device(server, ClientSignInTests.Provider(tokens, now: now), id: "phone")
+        let laptop = try Device(server, ClientSignInTests.Provider(tokens, now: now), id: "laptop")
+        await signedIn(phone.running.client, as: "ada")
+        await signedIn(laptop.running.client, as: "ada")
+        phone.engine.start()
+        laptop.engine.start()
+        let groceries = phone.notebook.edit("n1") {
+            $0.properties = ["title": .value("Groceries"), "body": .encryptedValue("eggs and a secret cheese")]
+        }
+        let plans = phone.notebook.edit("n2") { $0.properties = ["title": .value("Plans")] }
+        try phone.send([groceries, plans])
+        #expect(await phone.until { phone.engine.pendingCount == 0 && phone.notebook["n1"]?.metadata.version.rawValue ?? 0 > 0 })
+        #expect(await laptop.until { laptop.notebook["n1"] != nil && laptop.notebook["n2"] != nil })
+        #expect(laptop.notebook["n1"]?["body"] == "eggs and a secret cheese" && laptop.notebook["n1"]?.properties["body"]?.isEncrypted == true)
+        #expect(laptop.notebook["n1"]?.metadata.version == phone.notebook["n1"]?.metadata.version)
+
+        // The server's files hold the sealed body, never its text.
+        let stored = try await server.store.document(at: documentPath("users/ada/zones/notes/records/n1"))
+        #expect(stored?.data["title"] == "Groceries" && stored?.data["body"] == nil && stored?.data["_sealed"] != nil)
+        var bytes = Data()
+        for file in try FileManager.default.contentsOfDirectory(at: server.directory, includingPropertiesForKeys: nil) {
+            bytes.append((try? Data(contentsOf: file)) ?? Data())
+        }
+        #expect(bytes.range(of: Data("Groceries".utf8)) != nil, "the files were read")
+        #expect(bytes.range(of: Data("secret cheese".utf8)) == nil, "no plaintext of a sealed property on the server")
+
+        try laptop.send([], delete: ["n2"])
+        #expect(await phone.until { phone.notebook["n2"] == nil })
+        #expect(phone.notebook["n1"] != nil)
+        await phone.running.stop()
+        await laptop.running.stop()
+        await server.stop()
+    }
+
+    @Test("concurrent edits of one record on two devices, one stopped meanwhile, under ten minutes of clock skew each way: the conflict is resolved field by field, and both devices end with the same record")
+    func conflictConverges() async throws {
+        let (server, tokens) = try await AuthenticationTests.server(now: now)
+        let phone = try Device(server, ClientSignInTests.Provider(tokens, now: now), id: "phone", skew: 600_000)
+        let laptop = try Device(server, ClientSignInTests.Provider(tokens, now: now), id: "laptop", skew: -600_000)
+        await signedIn(phone.running.client, as: "ada")
+        await signedIn(laptop.running.client, as: "ada")
+        phone.engine.start()
+        laptop.engine.start()
+        try phone.send([phone.notebook.edit("n1") { $0.properties = ["title": .value("Draft"), "body": .encryptedValue("first")] }])
+        #expect(await laptop.until { laptop.notebook["n1"]?["title"] == "Draft" })
+
+        // The laptop stops; both edit n1, each another property.
+        laptop.engine.stop()
+        try phone.send([phone.notebook.edit("n1") { $0.properties["title"] = .value("Final title") }])
+        #expect(await phone.until { phone.engine.pendingCount == 0 && phone.notebook["n1"]?.metadata.version.rawValue ?? 0 > 1 })
+        try laptop.send([laptop.notebook.edit("n1") { $0.properties["body"] = .encryptedValue("second, from the laptop") }])
+        laptop.engine.start()
+        // The laptop's change meets the phone's: merged, sent on top of it, and fetched by both.
+        #expect(await laptop.until { laptop.notebook["n1"]?["title"] == "Final title" && laptop.notebook["n1"]?["body"] == "second, from the laptop" && laptop.engine.pendingCount == 0 })
+        #expect(await phone.until { phone.notebook["n1"]?["body"] == "second, from the laptop" })
+        #expect(phone.notebook["n1"]?.properties == laptop.notebook["n1"]?.properties)
+        #expect(phone.notebook["n1"]?.metadata.version == laptop.notebook["n1"]?.metadata.version)
+        await phone.running.stop()
+        await laptop.running.stop()
+        await server.stop()
+    }
+
+    @Test("a user switch: the second user's engine sees none of the first user's records, and the first user's change queued offline is never sent as the second")
+    func userSwitch() async throws {
+        let (server, tokens) = try await AuthenticationTests.server(now: now)
+        let provider = ClientSignInTests.Provider(tokens, now: now)
+        let device = try Device(server, provider, id: "shared")
+        await signedIn(device.running.client, as: "ada")
+        device.engine.start()
+        try device.send([device.notebook.edit("a1") { $0.properties = ["title": .value("Ada's")] }])
+        #expect(await device.until { device.engine.pendingCount == 0 && device.notebook["a1"]?.metadata.version.rawValue ?? 0 > 0 })
+        device.running.client.setOnline(false)
+        try device.send([device.notebook.edit("a2") { $0.properties = ["title": .value("Ada's, offline")] }])
+        #expect(device.engine.pendingCount == 1)
+
+        provider.user.withLock { $0 = "bob" }
+        let bobsBook = Notebook()
+        device.engine.delegate = bobsBook
+        device.running.client.setOnline(true)
+        await signedIn(device.running.client, as: "bob")
+        #expect(await device.until { device.engine.status.account == "bob" && device.engine.pendingCount == 0 && device.engine.token != nil })
+        #expect(bobsBook.records.withLock { $0.isEmpty }, "Bob fetched none of Ada's records")
+        try device.engine.sendChanges(modify: [SyncedRecord(id: "b1", type: "Note", properties: ["title": .value("Bob's")], metadata: RecordMetadata(version: Version(0)))], delete: [])
+        #expect(await device.until { device.engine.pendingCount == 0 && bobsBook["b1"] != nil })
+        #expect(try await server.store.document(at: documentPath("users/bob/zones/notes/records/a2")) == nil)
+        #expect(try await server.store.document(at: documentPath("users/ada/zones/notes/records/a2")) == nil, "not sent while Bob is signed in")
+
+        // Ada again: her queued change lands.
+        device.engine.delegate = device.notebook
+        provider.user.withLock { $0 = "ada" }
+        device.running.client.setOnline(false)
+        device.running.client.setOnline(true)
+        await signedIn(device.running.client, as: "ada")
+        #expect(await device.until { device.engine.status.account == "ada" && device.engine.pendingCount == 0 })
+        #expect(try await server.store.document(at: documentPath("users/ada/zones/notes/records/a2"))?.data["title"] == "Ada's, offline")
+        await device.running.stop()
+        await server.stop()
+    }
+}
