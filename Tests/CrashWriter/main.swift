@@ -4,6 +4,7 @@
 //
 // Usage: CrashWriter DIRECTORY FIRST COUNT
 import Foundation
+import Synchronization
 import Tandem
 import TandemCore
 import TandemTesting
@@ -42,6 +43,49 @@ if arguments.count == 3, arguments[1] == "synced" {
             let made = chores.value.first { $0.title == "chore \(index)" }!
             FileHandle.standardOutput.write(Data("saved \(made.documentId!) chore \(index)\n".utf8))
         }
+    }
+    exit(0)
+}
+if arguments.count == 6, arguments[1] == "changes", let first = Int(arguments[5]) {
+    // Sends records through a ChangeSyncEngine to a live server, signed in with TOKEN; after each
+    // sendChanges returns (the change is on disk), prints "queued ID TITLE", so the test that
+    // kills it knows which changes were promised. Every third change modifies a record the server
+    // already saved (a version precondition), the others make new ones.
+    //
+    // Usage: CrashWriter changes DIRECTORY URL TOKEN FIRST
+    final class Saved: ChangeSyncEngineDelegate {
+        let records = Mutex<[SyncedRecord]>([])
+        func syncEngine(_ engine: ChangeSyncEngine, didSendModifications records: [SentRecord], batch: Int) {
+            self.records.withLock { $0.append(contentsOf: records.map(\.record)) }
+        }
+    }
+    let directory = URL(fileURLWithPath: arguments[2], isDirectory: true)
+    var configuration = TandemClientConfiguration()
+    configuration.clientID = "crash-device"
+    configuration.storageDirectory = directory
+    configuration.token = arguments[4]
+    configuration.logger.logLevel = .critical
+    let client = TandemClient(url: URL(string: arguments[3])!, configuration: configuration)
+    Task { try await client.run() }
+    await client.waitUntilConnected()
+    for await state in client.authStates() where state.uid != nil { break }
+    let engine = try ChangeSyncEngine(client: client, configuration: ChangeSyncEngine.Configuration(zoneName: "crash"))
+    let saved = Saved()
+    engine.delegate = saved
+    engine.start()
+    // Each saved record is edited at most once, on top of the version the server gave it: any
+    // conflict would mean a change applied twice.
+    var edited: Set<String> = []
+    for index in first..<(first + 100_000) {
+        var record = SyncedRecord(id: "r\(index)", type: "Item", properties: ["title": .value(.string("item \(index)"))], metadata: RecordMetadata(version: Version(0)))
+        if index % 3 == 2, let earlier = saved.records.withLock({ records in records.last { !edited.contains($0.id) } }) {
+            record = earlier
+            record.properties["title"] = .value(.string("item \(index), edited"))
+            edited.insert(record.id)
+        }
+        try engine.sendChanges(modify: [record], delete: [])
+        FileHandle.standardOutput.write(Data("queued \(record.id) \(record["title"]!.stringValue!)\n".utf8))
+        if index % 4 == 0 { try await Task.sleep(for: .milliseconds(2)) }
     }
     exit(0)
 }

@@ -25,15 +25,7 @@ struct CrashTests {
     }
 
     /// The CrashWriter executable, built beside the test bundle.
-    static var writer: URL? {
-        var directory = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
-        for _ in 0..<4 {
-            let candidate = directory.appendingPathComponent("CrashWriter")
-            if FileManager.default.isExecutableFile(atPath: candidate.path) { return candidate }
-            directory = directory.deletingLastPathComponent()
-        }
-        return nil
-    }
+    static var writer: URL? { ChildProcess.built("CrashWriter") }
 
     /// Runs the writer from `first`, kills it after `killAfter` returned writes, and gives the
     /// indices it reported as returned.
@@ -80,37 +72,8 @@ struct CrashTests {
 
     /// Runs the writer with `arguments`, kills it after `killAfter` lines, and gives the lines.
     func runAndKillLines(_ writer: URL, arguments: [String], killAfter: Int) async throws -> [String] {
-        let process = Process()
-        process.executableURL = writer
-        process.arguments = arguments
-        let output = Pipe()
-        process.standardOutput = output
-        try process.run()
-        let pid = process.processIdentifier
-        let lines: [String] = await withCheckedContinuation { continuation in
-            DispatchQueue.global().async {
-                var lines: [String] = []
-                var buffer = Data()
-                let handle = output.fileHandleForReading
-                var killed = false
-                while true {
-                    let chunk = handle.availableData
-                    if chunk.isEmpty { break }
-                    buffer.append(chunk)
-                    while let newline = buffer.firstIndex(of: 0x0A) {
-                        lines.append(String(decoding: buffer[buffer.startIndex..<newline], as: UTF8.self))
-                        buffer.removeSubrange(buffer.startIndex...newline)
-                    }
-                    if !killed && lines.count >= killAfter {
-                        kill(pid, SIGKILL)
-                        killed = true
-                    }
-                }
-                continuation.resume(returning: lines)
-            }
-        }
-        process.waitUntilExit()
-        #expect(process.terminationReason == .uncaughtSignal, "the writer was killed, not finished")
+        let (lines, killed) = try await ChildProcess.runAndKill(writer, arguments: arguments, afterLines: killAfter)
+        #expect(killed, "the writer was killed, not finished")
         return lines
     }
 
