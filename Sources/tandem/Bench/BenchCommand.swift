@@ -1,3 +1,4 @@
+import Foundation
 import ArgumentParser
 
 /// `tandem bench …`: speed figures, each printed beside a baseline measured in the same run.
@@ -6,7 +7,7 @@ struct BenchCommand: AsyncParsableCommand {
         commandName: "bench",
         abstract: "Run benchmarks; each figure is printed beside a baseline measured in the same run.",
         discussion: "Build in release mode for meaningful figures: swift run -c release tandem bench core",
-        subcommands: [CoreBench.self, EnginesBench.self, ServerBench.self, ReconcileBench.self, SyncedBench.self]
+        subcommands: [CoreBench.self, EnginesBench.self, ServerBench.self, ReconcileBench.self, SyncedBench.self, ChangesBench.self]
     )
 }
 
@@ -149,5 +150,25 @@ struct SyncedBench: AsyncParsableCommand {
 
     func run() async throws {
         try await SyncedBenchmarks.run(elements: elements, edits: edits, batch: batch).print()
+    }
+}
+
+struct ChangesBench: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "changes",
+        abstract: "ChangeSyncEngine: records sent and fetched, plain and encrypted, beside the same records through POST /v1/commit and GET /v1/changes."
+    )
+
+    @Option(help: "Records sent and fetched each way.")
+    var records = 100_000
+
+    func validate() throws {
+        guard records > 0 else { throw ValidationError("--records must be positive.") }
+    }
+
+    func run() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("tandem-bench-changes-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: directory) }
+        try await ChangeSyncBenchmarks.run(records: records, directory: directory).print()
     }
 }
