@@ -53,6 +53,7 @@ final class ChangeQueueStore: Sendable {
                     mutation TEXT
                 );
                 CREATE INDEX pending_by_account ON pending (account, row_id);
+                CREATE INDEX pending_by_record ON pending (account, record_id);
                 CREATE TABLE base (
                     account TEXT NOT NULL,
                     record_id TEXT NOT NULL,
@@ -97,14 +98,19 @@ final class ChangeQueueStore: Sendable {
     }
 
     private static func put(_ db: Database, account: String, recordID: String, type: String, isDeletion: Bool, record: String?, bytes: Int) throws -> Row {
-        if let rowID = try Int64.fetchOne(db, sql: "SELECT row_id FROM pending WHERE account = ? AND record_id = ? AND mutation IS NULL", arguments: [account, recordID]) {
-            try db.execute(sql: "UPDATE pending SET record_type = ?, is_deletion = ?, record = ?, bytes = ? WHERE row_id = ?",
-                           arguments: [type, isDeletion, record, bytes, rowID])
-            return try Row.fetchOne(db, sql: "SELECT * FROM pending WHERE row_id = ?", arguments: [rowID])!
+        let unsent = try db.cachedStatement(sql: "SELECT row_id FROM pending WHERE account = ? AND record_id = ? AND mutation IS NULL")
+        let rowID: Int64
+        if let existing = try Int64.fetchOne(unsent, arguments: [account, recordID]) {
+            try db.cachedStatement(sql: "UPDATE pending SET record_type = ?, is_deletion = ?, record = ?, bytes = ? WHERE row_id = ?")
+                .execute(arguments: [type, isDeletion, record, bytes, existing])
+            rowID = existing
+        } else {
+            try db.cachedStatement(sql: "INSERT INTO pending (account, record_id, record_type, is_deletion, record, bytes) VALUES (?, ?, ?, ?, ?, ?)")
+                .execute(arguments: [account, recordID, type, isDeletion, record, bytes])
+            rowID = db.lastInsertedRowID
         }
-        try db.execute(sql: "INSERT INTO pending (account, record_id, record_type, is_deletion, record, bytes) VALUES (?, ?, ?, ?, ?, ?)",
-                       arguments: [account, recordID, type, isDeletion, record, bytes])
-        return try Row.fetchOne(db, sql: "SELECT * FROM pending WHERE row_id = ?", arguments: [db.lastInsertedRowID])!
+        return Row(rowID: rowID, recordID: recordID, recordType: type, isDeletion: isDeletion,
+                   record: record.flatMap { RecordText.decode($0, id: recordID) }, bytes: bytes, mutation: nil)
     }
 
     /// The rows of a batch about to be sent, each with its mutation: those sent before keep theirs;
@@ -115,12 +121,14 @@ final class ChangeQueueStore: Sendable {
             let writer = try Self.writer(db, account: account)
             var next = try UInt64(Self.meta(db, account: account, "next_sequence") ?? "1") ?? 1
             var rows: [Row] = []
+            let select = try db.cachedStatement(sql: "SELECT * FROM pending WHERE row_id = ? AND account = ?")
+            let update = try db.cachedStatement(sql: "UPDATE pending SET mutation = ? WHERE row_id = ?")
             for rowID in rowIDs {
-                guard var row = try Row.fetchOne(db, sql: "SELECT * FROM pending WHERE row_id = ? AND account = ?", arguments: [rowID, account]) else { continue }
+                guard var row = try Row.fetchOne(select, arguments: [rowID, account]) else { continue }
                 if row.mutation == nil {
                     let mutation = try make(row, MutationID(clientID: writer, sequence: next))
                     next += 1
-                    try db.execute(sql: "UPDATE pending SET mutation = ? WHERE row_id = ?", arguments: [JSONText.encode(mutation.wireValue), rowID])
+                    try update.execute(arguments: [JSONText.encode(mutation.wireValue), rowID])
                     row.mutation = mutation
                 }
                 rows.append(row)
@@ -133,9 +141,8 @@ final class ChangeQueueStore: Sendable {
     /// Removes answered changes, and stores the server's state of the records they left (nil: gone).
     func settle(account: String, rowIDs: [Int64], bases: [String: SyncedRecord?]) throws {
         try queue.write { db in
-            for rowID in rowIDs {
-                try db.execute(sql: "DELETE FROM pending WHERE row_id = ? AND account = ?", arguments: [rowID, account])
-            }
+            let delete = try db.cachedStatement(sql: "DELETE FROM pending WHERE row_id = ? AND account = ?")
+            for rowID in rowIDs { try delete.execute(arguments: [rowID, account]) }
             try Self.storeBases(db, account: account, bases)
         }
     }
@@ -146,8 +153,9 @@ final class ChangeQueueStore: Sendable {
     func bases(account: String, ids: [String]) throws -> [String: SyncedRecord] {
         try queue.read { db in
             var bases: [String: SyncedRecord] = [:]
+            let select = try db.cachedStatement(sql: "SELECT record FROM base WHERE account = ? AND record_id = ?")
             for id in ids {
-                if let text = try String.fetchOne(db, sql: "SELECT record FROM base WHERE account = ? AND record_id = ?", arguments: [account, id]),
+                if let text = try String.fetchOne(select, arguments: [account, id]),
                    let record = RecordText.decode(text, id: id) {
                     bases[id] = record
                 }
@@ -161,11 +169,13 @@ final class ChangeQueueStore: Sendable {
     }
 
     private static func storeBases(_ db: Database, account: String, _ bases: [String: SyncedRecord?]) throws {
+        let put = try db.cachedStatement(sql: "INSERT OR REPLACE INTO base (account, record_id, record) VALUES (?, ?, ?)")
+        let delete = try db.cachedStatement(sql: "DELETE FROM base WHERE account = ? AND record_id = ?")
         for (id, record) in bases {
             if let record {
-                try db.execute(sql: "INSERT OR REPLACE INTO base (account, record_id, record) VALUES (?, ?, ?)", arguments: [account, id, RecordText.encode(record)])
+                try put.execute(arguments: [account, id, RecordText.encode(record)])
             } else {
-                try db.execute(sql: "DELETE FROM base WHERE account = ? AND record_id = ?", arguments: [account, id])
+                try delete.execute(arguments: [account, id])
             }
         }
     }

@@ -163,8 +163,13 @@ struct ChangeSyncStateMachine: Sendable {
     private(set) var account: String?
     private(set) var zoneReady = false
     private(set) var subscribed = false
-    /// Changes waiting to be sent, in order; each record once.
-    private(set) var pending: [PendingChange] = []
+    /// Changes waiting to be sent, in order: a record's change not yet sent once, after its
+    /// change sent and not yet answered, if any.
+    private(set) var pending: [PendingChange] = [] {
+        didSet { if pending.isEmpty { unsent = [] } }
+    }
+    /// The records with a change in `pending` not yet sent: a change of one of them replaces it.
+    private var unsent: Set<String> = []
     /// Tokens to fetch after, in order; each once.
     private(set) var fetches: [ChangeToken?] = []
     /// The latest token: where a push's fetch starts.
@@ -223,6 +228,7 @@ struct ChangeSyncStateMachine: Sendable {
             // (its changes are still in the last account's stored queue).
             current = nil
             self.pending = pending
+            unsent = Set(pending.lazy.filter { !$0.isSent }.map(\.recordID))
             self.token = token
             self.zoneReady = zoneReady
             fetches = []
@@ -253,8 +259,9 @@ struct ChangeSyncStateMachine: Sendable {
         case .resolved(let changes, let now):
             // Sent next, before anything else queued; a record the app changed again meanwhile
             // keeps its newer change (which meets the conflict again, and is resolved again).
-            let resolved = changes.filter { change in !pending.contains { $0.recordID == change.recordID && !$0.isSent } }
+            let resolved = changes.filter { !unsent.contains($0.recordID) }
             pending.insert(contentsOf: resolved, at: 0)
+            unsent.formUnion(resolved.lazy.filter { !$0.isSent }.map(\.recordID))
             return [.persist] + next(now: now)
         case .unresolved(let error):
             return halt(error)
@@ -270,10 +277,11 @@ struct ChangeSyncStateMachine: Sendable {
     /// joins the end. A record in the batch being sent (or sent before and not yet answered) waits
     /// for it, so it is sent again after.
     private mutating func add(_ change: PendingChange) {
-        if let index = pending.firstIndex(where: { $0.recordID == change.recordID && !$0.isSent }) {
+        if unsent.contains(change.recordID), let index = pending.firstIndex(where: { $0.recordID == change.recordID && !$0.isSent }) {
             pending[index] = change
         } else {
             pending.append(change)
+            unsent.insert(change.recordID)
         }
     }
 
@@ -319,6 +327,7 @@ struct ChangeSyncStateMachine: Sendable {
         switch operation {
         case .send(let batch, let changes):
             pending.removeFirst(changes.count)
+            for change in changes where !change.isSent { unsent.remove(change.recordID) }
             nextBatch += 1
             // Sent from now on: never replaced, and sent again as they are.
             operation = .send(batch: batch, changes: changes.map { change in

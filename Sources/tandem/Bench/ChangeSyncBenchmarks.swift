@@ -3,7 +3,6 @@ import Foundation
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
-import Synchronization
 import Tandem
 import TandemCore
 import TandemServer
@@ -18,6 +17,10 @@ enum ChangeSyncBenchmarks {
         let tokens = try await BearerTokens(secret: String(repeating: "bench-secret-", count: 4))
         var configuration = SyncServerConfiguration()
         configuration.access = AccessControl(tokens: tokens)
+        // Both sides send as fast as they can: the per-user and per-connection write rates would
+        // pace them alike, and hide the difference measured.
+        configuration.limits.maximumWritesPerSecond = 10_000_000
+        configuration.limits.maximumWritesPerSecondPerUser = 10_000_000
         let server = try await LiveServer.start(directory: directory.appendingPathComponent("server"), configuration: configuration)
         let token = try tokens.mint(subject: "bench", lifetime: .seconds(86_400))
 
@@ -88,6 +91,9 @@ enum ChangeSyncBenchmarks {
         }
         let clock = ContinuousClock()
         let (_, senderTask, sender) = try await device("sender")
+        // Sent: every record answered by the server (the device fetching its own records back, as
+        // its subscription asks it to, is not counted).
+        let sentEvents = sender.events()
         let send = try await clock.measure {
             var start = 0
             while start < records {
@@ -99,24 +105,23 @@ enum ChangeSyncBenchmarks {
                 try sender.sendChanges(modify: chunk, delete: [])
                 start += chunk.count
             }
-            for await status in sender.states() where status.pendingCount == 0 && status.currentQueue == nil { break }
-        }
-        let last = try await server.store.changes(since: Version(0), in: nil, limit: 1).version
-        let (_, receiverTask, receiver) = try await device("receiver")
-        _ = last
-        let counted = Mutex(0)
-        let events = receiver.events()
-        let counter = Task {
-            for await event in events {
-                if case .fetchedModifications(let fetched) = event { counted.withLock { $0 += fetched.count } }
+            var answered = 0
+            for await event in sentEvents {
+                if case .sent(let results) = event { answered += results.saved.count + results.failed.count }
+                if answered >= records { break }
             }
         }
+        let (_, receiverTask, receiver) = try await device("receiver")
+        let events = receiver.events()
+        var fetched = 0
         let fetch = await clock.measure {
             receiver.fetchChanges(token: nil)
-            for await status in receiver.states() where status.pendingCount == 0 && status.currentQueue == nil && counted.withLock({ $0 }) >= records { break }
+            for await event in events {
+                if case .fetchedModifications(let records) = event { fetched += records.count }
+                if fetched >= records { break }
+            }
         }
-        counter.cancel()
-        precondition(counted.withLock { $0 } >= records, "bench: the engine fetched \(counted.withLock { $0 }) of \(records) records")
+        precondition(fetched >= records, "bench: the engine fetched \(fetched) of \(records) records")
         sender.stop()
         receiver.stop()
         senderTask.cancel()
