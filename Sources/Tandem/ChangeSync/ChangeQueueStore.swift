@@ -1,5 +1,6 @@
 import Foundation
 import GRDB
+import Synchronization
 import TandemCore
 
 /// The change-sync engine's durable state, in one SQLite file through GRDB, per account: the
@@ -29,6 +30,9 @@ final class ChangeQueueStore: Sendable {
     }
 
     let queue: DatabaseQueue
+    /// The rows queued or sent by this process and not yet answered, as read: a send takes them
+    /// from here instead of reading and decoding them again.
+    private let rows = Mutex<[Int64: Row]>([:])
 
     /// Opens (creating if needed) the file at `path`.
     init(path: String) throws {
@@ -84,20 +88,25 @@ final class ChangeQueueStore: Sendable {
     /// Queues changes, durably: a record's change not yet sent is replaced in place; otherwise the
     /// change joins the end. Returns them as queued (with their rows).
     func enqueue(account: String, saves: [SyncedRecord], deletions: [(id: String, type: String)]) throws -> [Row] {
-        try queue.write { db in
+        let queued = try queue.write { db in
             var rows: [Row] = []
             for record in saves {
                 let text = RecordText.encode(record)
-                rows.append(try Self.put(db, account: account, recordID: record.id, type: record.type, isDeletion: false, record: text, bytes: text.utf8.count + record.id.utf8.count))
+                rows.append(try Self.put(db, account: account, recordID: record.id, type: record.type, isDeletion: false, record: text, saving: record,
+                                         bytes: text.utf8.count + record.id.utf8.count))
             }
             for deletion in deletions {
-                rows.append(try Self.put(db, account: account, recordID: deletion.id, type: deletion.type, isDeletion: true, record: nil, bytes: deletion.id.utf8.count + 64))
+                rows.append(try Self.put(db, account: account, recordID: deletion.id, type: deletion.type, isDeletion: true, record: nil, saving: nil,
+                                         bytes: deletion.id.utf8.count + 64))
             }
             return rows
         }
+        rows.withLock { rows in for row in queued { rows[row.rowID] = row } }
+        return queued
     }
 
-    private static func put(_ db: Database, account: String, recordID: String, type: String, isDeletion: Bool, record: String?, bytes: Int) throws -> Row {
+    private static func put(_ db: Database, account: String, recordID: String, type: String, isDeletion: Bool, record: String?, saving: SyncedRecord?,
+                            bytes: Int) throws -> Row {
         let unsent = try db.cachedStatement(sql: "SELECT row_id FROM pending WHERE account = ? AND record_id = ? AND mutation IS NULL")
         let rowID: Int64
         if let existing = try Int64.fetchOne(unsent, arguments: [account, recordID]) {
@@ -109,22 +118,22 @@ final class ChangeQueueStore: Sendable {
                 .execute(arguments: [account, recordID, type, isDeletion, record, bytes])
             rowID = db.lastInsertedRowID
         }
-        return Row(rowID: rowID, recordID: recordID, recordType: type, isDeletion: isDeletion,
-                   record: record.flatMap { RecordText.decode($0, id: recordID) }, bytes: bytes, mutation: nil)
+        return Row(rowID: rowID, recordID: recordID, recordType: type, isDeletion: isDeletion, record: saving, bytes: bytes, mutation: nil)
     }
 
     /// The rows of a batch about to be sent, each with its mutation: those sent before keep theirs;
     /// the others get one now (`make`, given the next sequences in order), stored before anything
     /// is sent.
     func prepare(account: String, rowIDs: [Int64], make: (Row, MutationID) throws -> Mutation) throws -> [Row] {
-        try queue.write { db in
+        let known = rows.withLock { rows in rowIDs.map { rows[$0] } }
+        let prepared = try queue.write { db in
             let writer = try Self.writer(db, account: account)
             var next = try UInt64(Self.meta(db, account: account, "next_sequence") ?? "1") ?? 1
             var rows: [Row] = []
             let select = try db.cachedStatement(sql: "SELECT * FROM pending WHERE row_id = ? AND account = ?")
             let update = try db.cachedStatement(sql: "UPDATE pending SET mutation = ? WHERE row_id = ?")
-            for rowID in rowIDs {
-                guard var row = try Row.fetchOne(select, arguments: [rowID, account]) else { continue }
+            for (rowID, known) in zip(rowIDs, known) {
+                guard var row = try known ?? Row.fetchOne(select, arguments: [rowID, account]) else { continue }
                 if row.mutation == nil {
                     let mutation = try make(row, MutationID(clientID: writer, sequence: next))
                     next += 1
@@ -136,10 +145,13 @@ final class ChangeQueueStore: Sendable {
             try Self.setMeta(db, account: account, "next_sequence", String(next))
             return rows
         }
+        rows.withLock { rows in for row in prepared { rows[row.rowID] = row } }
+        return prepared
     }
 
     /// Removes answered changes, and stores the server's state of the records they left (nil: gone).
     func settle(account: String, rowIDs: [Int64], bases: [String: SyncedRecord?]) throws {
+        rows.withLock { rows in for rowID in rowIDs { rows.removeValue(forKey: rowID) } }
         try queue.write { db in
             let delete = try db.cachedStatement(sql: "DELETE FROM pending WHERE row_id = ? AND account = ?")
             for rowID in rowIDs { try delete.execute(arguments: [rowID, account]) }

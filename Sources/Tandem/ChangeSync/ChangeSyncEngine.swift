@@ -238,7 +238,7 @@ public final class ChangeSyncEngine: Observable, Sendable {
         guard let account = core.withLock({ $0.machine.account }) else {
             throw TandemError(.unauthenticated, "Nobody is signed in: a change belongs to a user's account. Sign in, then send it.")
         }
-        for record in records { _ = try RecordCoding.fields(of: record, encryption: configuration.encryption) }
+        for record in records { try RecordCoding.validate(record, encryption: configuration.encryption) }
         for deletion in deletions where !RecordFields.isValidID(deletion.recordID) {
             throw TandemError.invalidArgument("'\(deletion.recordID)' cannot name a record: ids are not empty, hold no '/', and are not '.' or '..'.")
         }

@@ -4,6 +4,22 @@ import TandemCore
 /// `_type`, its sealed properties in `_sealed` (each the key's id and the sealed box), and each
 /// property's last-change stamp in `_stamps`.
 enum RecordCoding {
+    /// Checks that `record` can be stored (its id, its properties' names, keys for its encrypted
+    /// properties) without sealing anything.
+    static func validate(_ record: SyncedRecord, encryption: RecordEncryption?) throws {
+        guard RecordFields.isValidID(record.id) else {
+            throw TandemError.invalidArgument("'\(record.id)' cannot name a record: ids are not empty, hold no '/', and are not '.' or '..'.")
+        }
+        for (name, property) in record.properties {
+            guard RecordFields.isValidProperty(name) else {
+                throw TandemError.invalidArgument("Record '\(record.id)': '\(name)' cannot name a property: letters, digits and '_', not starting with '_', at most 255 characters.")
+            }
+            if property.isEncrypted && encryption == nil {
+                throw RecordEncryptionError(recordID: record.id, property: name, reason: .noEncryption)
+            }
+        }
+    }
+
     /// The document fields of `record`, its encrypted properties sealed.
     static func fields(of record: SyncedRecord, encryption: RecordEncryption?) throws -> JSONObject {
         guard RecordFields.isValidID(record.id) else {
