@@ -66,3 +66,30 @@ struct ChangeFeedTests {
         await server.stop()
     }
 }
+
+/// A write refused because a document's version or existence did not hold is answered with the
+/// document as it is, to a caller who may read it.
+@Suite("Refusals that carry the document", .timeLimit(.minutes(1)))
+struct PreconditionRefusalTests {
+    @Test("of independent writes, the one whose version did not hold is refused with the document as it is now; the others apply; its replay carries no document")
+    func refusedWithTheDocument() async throws {
+        let server = try await LiveServer.start()
+        let running = RunningClient(server, id: "conflicts")
+        await running.client.waitUntilConnected()
+        _ = try await running.client.commit([.set(documentPath("notes/a"), ["title": "first"]), .set(documentPath("notes/a"), ["title": "second"])])
+        let current = try #require(try await server.store.document(at: documentPath("notes/a")))
+        let writes = [
+            Mutation(path: documentPath("notes/a"), kind: .set(["title": "stale"]), precondition: .version(Version(current.version.rawValue - 1)),
+                     id: MutationID(clientID: "conflicts/w", sequence: 1)),
+            Mutation(path: documentPath("notes/b"), kind: .set(["title": "new"]), precondition: .exists(false), id: MutationID(clientID: "conflicts/w", sequence: 2)),
+        ]
+        let answers = try await running.client.commit(requests: [WriteRequest(writes, isAtomic: false)])[0].get()
+        #expect(answers[0].status == .refused && answers[0].error?.code == .failedPrecondition)
+        #expect(answers[0].document?.data["title"] == "second" && answers[0].document?.version == current.version)
+        #expect(answers[1].status == .applied)
+        let again = try await running.client.commit(requests: [WriteRequest(writes, isAtomic: false)])[0].get()
+        #expect(again[0].status == .refused && again[0].document == nil, "a replayed refusal is the decision, not the document's state now")
+        await running.stop()
+        await server.stop()
+    }
+}

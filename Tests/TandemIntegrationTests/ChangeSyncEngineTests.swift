@@ -131,7 +131,7 @@ struct ChangeSyncEngineTests {
         await server.stop()
     }
 
-    @Test("concurrent edits of one record on two devices, one stopped meanwhile, under ten minutes of clock skew each way: the conflict is resolved field by field, and both devices end with the same record")
+    @Test("concurrent edits of one record on two devices, one stopped meanwhile, under ten minutes of clock skew each way: the conflict (met in a batch beside a new record) is resolved field by field, and both devices end with the same record")
     func conflictConverges() async throws {
         let (server, tokens) = try await AuthenticationTests.server(now: now)
         let phone = try Device(server, ClientSignInTests.Provider(tokens, now: now), id: "phone", skew: 600_000)
@@ -147,12 +147,15 @@ struct ChangeSyncEngineTests {
         laptop.engine.stop()
         try phone.send([phone.notebook.edit("n1") { $0.properties["title"] = .value("Final title") }])
         #expect(await phone.until { phone.engine.pendingCount == 0 && phone.notebook["n1"]?.metadata.version.rawValue ?? 0 > 1 })
-        try laptop.send([laptop.notebook.edit("n1") { $0.properties["body"] = .encryptedValue("second, from the laptop") }])
+        // In one batch beside a new record: the refusal of n1 carries the server's record.
+        try laptop.send([laptop.notebook.edit("n1") { $0.properties["body"] = .encryptedValue("second, from the laptop") },
+                         laptop.notebook.edit("n9") { $0.properties = ["title": .value("New on the laptop")] }])
         laptop.engine.start()
         // The laptop's change meets the phone's: merged, sent on top of it, and fetched by both.
         #expect(await laptop.until { laptop.notebook["n1"]?["title"] == "Final title" && laptop.notebook["n1"]?["body"] == "second, from the laptop" && laptop.engine.pendingCount == 0 })
         #expect(await phone.until { phone.notebook["n1"]?["body"] == "second, from the laptop" })
         #expect(phone.notebook["n1"]?.properties == laptop.notebook["n1"]?.properties)
+        #expect(await phone.until { phone.notebook["n9"]?["title"] == "New on the laptop" })
         #expect(phone.notebook["n1"]?.metadata.version == laptop.notebook["n1"]?.metadata.version)
         await phone.running.stop()
         await laptop.running.stop()

@@ -483,9 +483,12 @@ public final class ChangeSyncEngine: Observable, Sendable {
                 }
             case .refused where acknowledgement.error?.code == .failedPrecondition && !row.isDeletion:
                 // Changed on the server since the version it was based on: the server's record now.
+                // The refusal carries it; a plain write's refusal (one change) does not, so it is read.
                 let server: SyncedRecord?
                 do {
-                    server = try await client.document(at: row.mutation!.path).map {
+                    var current = acknowledgement.document
+                    if current == nil { current = try await client.document(at: row.mutation!.path) }
+                    server = try current.map {
                         try RecordCoding.record(id: row.recordID, fields: $0.data, version: $0.version, encryption: configuration.encryption)
                     }
                 } catch {

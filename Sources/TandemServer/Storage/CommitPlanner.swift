@@ -139,7 +139,7 @@ public struct CommitPlanner: Sendable {
             }
         }
         // What the new mutations do, or why the request is refused.
-        var outcome: Result<Applied, TandemError> = .failure(blocker ?? TandemError(.internal, ""))
+        var outcome: Result<Applied, Refusal> = .failure(Refusal(error: blocker ?? TandemError(.internal, "")))
         if !fresh.isEmpty, blocker == nil {
             outcome = try apply(fresh.map { mutations[$0] }, in: &transaction, version: version)
         }
@@ -152,16 +152,23 @@ public struct CommitPlanner: Sendable {
             }
             try transaction.applied(version: version, changedDocuments: !applied.changes.isEmpty)
             batch = CommittedBatch(version: version, changes: applied.changes)
-        case .failure(let error) where !fresh.isEmpty:
+        case .failure(let refusal) where !fresh.isEmpty:
             for index in fresh {
-                answers[index] = .refused(mutations[index].id, error, at: committed)
+                answers[index] = .refused(mutations[index].id, refusal.error, at: committed)
                 if mutations[index].id != nil { toRecord.append(index) }
+            }
+            // The mutation whose version or existence did not hold is answered with the document
+            // as it is (when its caller may read it): a client resolves the conflict without a read.
+            if let position = refusal.position, let current = refusal.current {
+                answers[fresh[position]]?.document = current
             }
         case .failure:
             break
         }
         for index in toRecord.sorted() {
-            guard let id = mutations[index].id, let answer = answers[index] else { continue }
+            guard let id = mutations[index].id, var answer = answers[index] else { continue }
+            // A refusal is kept without the document it was answered with: that was then.
+            if answer.status == .refused { answer.document = nil }
             try transaction.record(MutationRecord(acknowledgement: answer, digest: request.digests[index], time: time.date), for: id)
         }
         return .success(CommitResult(acknowledgements: answers.map { $0! }, batch: batch))
@@ -177,9 +184,17 @@ public struct CommitPlanner: Sendable {
         var changes: [RemoteChange]
     }
 
+    /// Why new mutations were refused: the error, which of them met it, and, for a precondition
+    /// that did not hold on a document the caller may read, that document.
+    private struct Refusal: Error {
+        var error: TandemError
+        var position: Int?
+        var current: Document?
+    }
+
     /// Applies new mutations in order against the documents as the earlier ones leave them, and
     /// writes the result; refuses them all, writing nothing, if one is refused.
-    private func apply<Transaction: StoreTransaction>(_ mutations: [Mutation], in transaction: inout Transaction, version: Version) throws -> Result<Applied, TandemError> {
+    private func apply<Transaction: StoreTransaction>(_ mutations: [Mutation], in transaction: inout Transaction, version: Version) throws -> Result<Applied, Refusal> {
         var working: [DocumentPath: Document?] = [:]
         var changedOrder: [DocumentPath] = []
         var writer: [DocumentPath: MutationID?] = [:]
@@ -187,7 +202,7 @@ public struct CommitPlanner: Sendable {
         var encoded: [DocumentPath: String] = [:]
         var acknowledgements: [WriteAcknowledgement] = []
         acknowledgements.reserveCapacity(mutations.count)
-        for mutation in mutations {
+        for (position, mutation) in mutations.enumerated() {
             let existing: Document?
             if let entry = working[mutation.path] {
                 existing = entry
@@ -201,11 +216,14 @@ public struct CommitPlanner: Sendable {
                 text = after.map { JSONText.encode($0.data) }
                 if let text { try limits.checkDocument(encoded: text, at: mutation.path) }
                 if let authorizer, let refusal = authorizer.check(mutation.path, before: existing, after: after) {
-                    return .failure(refusal)
+                    return .failure(Refusal(error: refusal, position: position))
                 }
             } catch {
                 // The error tells of the document's state: only a caller who may read it hears it.
-                return .failure(authorizer?.concealment(mutation.path, document: existing) ?? error)
+                if let concealed = authorizer?.concealment(mutation.path, document: existing) {
+                    return .failure(Refusal(error: concealed, position: position))
+                }
+                return .failure(Refusal(error: error, position: position, current: error.code == .failedPrecondition ? existing : nil))
             }
             encoded[mutation.path] = text
             if existing != nil || after != nil {
