@@ -18,6 +18,16 @@ struct ChangeSyncEngineTests {
     final class Notebook: ChangeSyncEngineDelegate {
         let records = Mutex<[String: SyncedRecord]>([:])
         let tokens = Mutex<[ChangeToken?]>([])
+        let fetchFailures = Mutex<[FailedRecord]>([])
+        let accounts = Mutex<[String?]>([])
+
+        func syncEngine(_ engine: ChangeSyncEngine, fetchDidFailFor failures: [FailedRecord]) {
+            fetchFailures.withLock { $0 += failures }
+        }
+
+        func syncEngine(_ engine: ChangeSyncEngine, didChangeAccount account: String?) {
+            accounts.withLock { $0.append(account) }
+        }
 
         func syncEngine(_ engine: ChangeSyncEngine, didFetchModifications records: [SyncedRecord]) {
             self.records.withLock { stored in for record in records { stored[record.id] = record } }
@@ -55,14 +65,15 @@ struct ChangeSyncEngineTests {
         let notebook: Notebook
         let directory: TemporaryDirectory
 
-        init(_ server: LiveServer, _ provider: ClientSignInTests.Provider, id: String, skew: Int64 = 0, resolver: ConflictResolver = .fieldLevelLastWriterWins) throws {
+        init(_ server: LiveServer, _ provider: ClientSignInTests.Provider, id: String, skew: Int64 = 0, resolver: ConflictResolver = .fieldLevelLastWriterWins,
+             encryption: RecordEncryption? = try? RecordEncryption(keyID: "k1", key: ChangeSyncEngineTests.key)) throws {
             directory = TemporaryDirectory()
             running = RunningClient(server, id: id) { [directory] in
                 $0.tokenProvider = provider.provide
                 $0.storageDirectory = directory.url
             }
             var configuration = ChangeSyncEngine.Configuration(zoneName: "notes")
-            configuration.encryption = try RecordEncryption(keyID: "k1", key: ChangeSyncEngineTests.key)
+            configuration.encryption = encryption
             configuration.wallClock = { Int64(Date().timeIntervalSince1970 * 1_000) + skew }
             configuration.resolver = resolver
             engine = try ChangeSyncEngine(client: running.client, configuration: configuration)
@@ -162,6 +173,34 @@ struct ChangeSyncEngineTests {
         await server.stop()
     }
 
+    @Test("a device with another key under the same id, or with none, is told of each sealed record it could not open, by a typed error naming it, and gets the rest; its status stream starts with the status now")
+    func wrongKey() async throws {
+        let (server, tokens) = try await AuthenticationTests.server(now: now)
+        let phone = try Device(server, ClientSignInTests.Provider(tokens, now: now), id: "phone")
+        await signedIn(phone.running.client, as: "ada")
+        phone.engine.start()
+        try phone.send([phone.notebook.edit("n1") { $0.properties = ["title": .value("Diary"), "body": .encryptedValue("dear diary")] },
+                        phone.notebook.edit("n2") { $0.properties = ["title": .value("Plain")] }])
+        #expect(await phone.until { phone.engine.pendingCount == 0 && phone.notebook["n2"]?.metadata.version.rawValue ?? 0 > 0 })
+
+        for (name, encryption) in [("impostor", try RecordEncryption(keyID: "k1", key: SymmetricKey(size: .bits256))), ("keyless", nil)] {
+            let other = try Device(server, ClientSignInTests.Provider(tokens, now: now), id: name, encryption: encryption)
+            await signedIn(other.running.client, as: "ada")
+            var states = other.engine.states().makeAsyncIterator()
+            let first = await states.next()
+            #expect(first != nil && first?.isRunning == false && first?.pendingCount == 0, "the status now, before anything changes")
+            other.engine.start()
+            #expect(await other.until { other.notebook["n2"] != nil && !other.notebook.fetchFailures.withLock { $0.isEmpty } })
+            let failure = try #require(other.notebook.fetchFailures.withLock { $0.first })
+            let expected: RecordEncryptionError.Reason = encryption == nil ? .noEncryption : .cannotOpen("k1")
+            #expect(failure.recordID == "n1" && (failure.error as? RecordEncryptionError) == RecordEncryptionError(recordID: "n1", property: "body", reason: expected))
+            #expect(other.notebook["n1"] == nil, "nothing half-read")
+            await other.running.stop()
+        }
+        await phone.running.stop()
+        await server.stop()
+    }
+
     @Test("a user switch: the second user's engine sees none of the first user's records, and the first user's change queued offline is never sent as the second")
     func userSwitch() async throws {
         let (server, tokens) = try await AuthenticationTests.server(now: now)
@@ -182,6 +221,7 @@ struct ChangeSyncEngineTests {
         await signedIn(device.running.client, as: "bob")
         #expect(await device.until { device.engine.status.account == "bob" && device.engine.pendingCount == 0 && device.engine.token != nil })
         #expect(bobsBook.records.withLock { $0.isEmpty }, "Bob fetched none of Ada's records")
+        #expect(bobsBook.accounts.withLock { $0 } == ["bob"])
         try device.engine.sendChanges(modify: [SyncedRecord(id: "b1", type: "Note", properties: ["title": .value("Bob's")], metadata: RecordMetadata(version: Version(0)))], delete: [])
         #expect(await device.until { device.engine.pendingCount == 0 && bobsBook["b1"] != nil })
         #expect(try await server.store.document(at: documentPath("users/bob/zones/notes/records/a2")) == nil)

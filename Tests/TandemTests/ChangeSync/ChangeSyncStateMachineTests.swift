@@ -295,3 +295,27 @@ struct ChangeSyncStateMachineTests {
         #expect(machine.fetches.isEmpty)
     }
 }
+
+/// How the engine's shell reads a failure for its state machine.
+@Suite("Change sync failures")
+struct ChangeSyncFailureTests {
+    struct Elsewhere: Error {}
+
+    @Test("passing failures retry (after the server's retryAfter when given), a rate limit widens the throttle, a size refusal halves the batch, an expired token restarts a fetch, and the rest halt")
+    func classification() {
+        let busy = TandemError(.unavailable, "busy", retryAfter: .milliseconds(40))
+        #expect(ChangeSyncEngine.classify(busy) == .transient(busy, retryAfter: .milliseconds(40)))
+        #expect(ChangeSyncEngine.classify(TandemError(.aborted, "behind another")) == .transient(TandemError(.aborted, "behind another"), retryAfter: nil))
+        let rate = TandemError(.resourceExhausted, "slow down", retryAfter: .milliseconds(5))
+        #expect(ChangeSyncEngine.classify(rate) == .rateLimited(rate, retryAfter: .milliseconds(5)))
+        let size = TandemError(.resourceExhausted, "The message is 11 MiB")
+        #expect(ChangeSyncEngine.classify(size) == .tooLarge(size))
+        #expect(ChangeSyncEngine.classify(TandemError(.outOfRange, "pruned"), fetching: true) == .tokenExpired)
+        #expect(ChangeSyncEngine.classify(TandemError(.outOfRange, "pruned")) == .fatal(TandemError(.outOfRange, "pruned")))
+        #expect(ChangeSyncEngine.classify(TandemError(.permissionDenied, "no")) == .fatal(TandemError(.permissionDenied, "no")))
+        if case .transient = ChangeSyncEngine.classify(Elsewhere()) {} else { Issue.record("an error from elsewhere (the network) is retried") }
+        // A plain write's refusal is its one change's answer; a passing failure is the request's.
+        #expect(ChangeSyncEngine.isRefusalOfOne(TandemError(.failedPrecondition, "stale")))
+        #expect(!ChangeSyncEngine.isRefusalOfOne(busy) && !ChangeSyncEngine.isRefusalOfOne(rate))
+    }
+}
