@@ -59,6 +59,15 @@ extension SyncedQuery {
     }
 }
 
+extension ChangeSyncEngine {
+    /// Returns true once `condition` holds: checked now and after each of the engine's events and
+    /// changes of status.
+    @discardableResult
+    public func waitUntil(_ condition: () -> Bool) async -> Bool {
+        await waitForChanges(changeSignals(), condition)
+    }
+}
+
 private func waitForChanges<Changes: AsyncSequence>(_ changes: Changes, _ condition: () -> Bool) async -> Bool {
     if condition() { return true }
     do {

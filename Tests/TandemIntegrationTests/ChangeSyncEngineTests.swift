@@ -81,18 +81,9 @@ struct ChangeSyncEngineTests {
             engine.delegate = notebook
         }
 
-        /// Waits until `condition` holds, checking it after each of the engine's status changes and events.
-        func until(_ condition: @escaping @Sendable () -> Bool) async -> Bool {
-            if condition() { return true }
-            return await withTaskGroup(of: Bool.self) { group in
-                let states = engine.states()
-                let events = engine.events()
-                group.addTask { for await _ in states where condition() { return true }; return false }
-                group.addTask { for await _ in events where condition() { return true }; return false }
-                let met = await group.next() ?? false
-                group.cancelAll()
-                return met
-            }
+        /// Waits until `condition` holds, checking it after each of the engine's events and status changes.
+        func until(_ condition: () -> Bool) async -> Bool {
+            await engine.waitUntil(condition)
         }
 
         /// Sends records from the notebook.

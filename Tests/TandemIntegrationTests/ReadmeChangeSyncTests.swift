@@ -90,18 +90,8 @@ struct ReadmeChangeSyncTests {
         try? database.read { db in try Note.fetchOne(db, key: id) }
     }
 
-    /// Waits until `condition` holds, checked after each of the engine's events and status changes.
-    func until(_ engine: ChangeSyncEngine, _ condition: @escaping @Sendable () -> Bool) async -> Bool {
-        if condition() { return true }
-        return await withTaskGroup(of: Bool.self) { group in
-            let states = engine.states()
-            let events = engine.events()
-            group.addTask { for await _ in states where condition() { return true }; return false }
-            group.addTask { for await _ in events where condition() { return true }; return false }
-            let met = await group.next() ?? false
-            group.cancelAll()
-            return met
-        }
+    func until(_ engine: ChangeSyncEngine, _ condition: () -> Bool) async -> Bool {
+        await engine.waitUntil(condition)
     }
 
     @Test("the README's change-sync example is the code here, and two devices with their own GRDB tables converge through it: one offline, both editing n1, conflicts resolved by the README's resolver")

@@ -84,6 +84,7 @@ public final class ChangeSyncEngine: Observable, Sendable {
         var delegate: WeakDelegate?
         var observers: [Int: AsyncStream<ChangeSyncEvent>.Continuation] = [:]
         var statusObservers: [Int: AsyncStream<Status>.Continuation] = [:]
+        var signals: [Int: AsyncStream<Void>.Continuation] = [:]
         var nextObserver = 0
         var status: Status?
     }
@@ -137,6 +138,7 @@ public final class ChangeSyncEngine: Observable, Sendable {
             core.wake?.cancel()
             core.observers.values.forEach { $0.finish() }
             core.statusObservers.values.forEach { $0.finish() }
+            core.signals.values.forEach { $0.finish() }
         }
     }
 
@@ -198,6 +200,22 @@ public final class ChangeSyncEngine: Observable, Sendable {
         }
         continuation.onTermination = { [weak self] _ in _ = self?.core.withLock { $0.statusObservers.removeValue(forKey: token) } }
         return stream
+    }
+
+    /// A signal after each event and each change of status: for tests that await a state.
+    package func changeSignals() -> AsyncStream<Void> {
+        let (stream, continuation) = AsyncStream.makeStream(of: Void.self)
+        let token = core.withLock { core -> Int in
+            core.nextObserver += 1
+            core.signals[core.nextObserver] = continuation
+            return core.nextObserver
+        }
+        continuation.onTermination = { [weak self] _ in _ = self?.core.withLock { $0.signals.removeValue(forKey: token) } }
+        return stream
+    }
+
+    private func signal() {
+        for signal in core.withLock({ Array($0.signals.values) }) { signal.yield() }
     }
 
     // MARK: The app's calls
@@ -324,6 +342,7 @@ public final class ChangeSyncEngine: Observable, Sendable {
         if changed {
             registrar.withMutation(of: self, keyPath: \.status) {}
             observers.forEach { $0.yield(status) }
+            signal()
         }
         if stateChanged { registrar.withMutation(of: self, keyPath: \.state) {} }
     }
@@ -360,6 +379,7 @@ public final class ChangeSyncEngine: Observable, Sendable {
         let (observers, delegate) = core.withLock { (Array($0.observers.values), $0.delegate?.value) }
         if let delegate { call(delegate) }
         for observer in observers { observer.yield(event) }
+        signal()
     }
 
     private func run(_ operation: ChangeSyncStateMachine.Operation, attempt: Int) async {

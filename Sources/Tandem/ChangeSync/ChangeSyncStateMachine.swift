@@ -174,6 +174,9 @@ struct ChangeSyncStateMachine: Sendable {
     private(set) var fetches: [ChangeToken?] = []
     /// The latest token: where a push's fetch starts.
     private(set) var token: ChangeToken?
+    /// A push came while a fetch ran: that fetch may have read its page before the change, so
+    /// another follows it.
+    private var pushedDuringFetch = false
     /// The operation running now.
     private(set) var current: Operation?
     /// The attempt the running operation is (each run is a new one).
@@ -232,6 +235,7 @@ struct ChangeSyncStateMachine: Sendable {
             self.token = token
             self.zoneReady = zoneReady
             fetches = []
+            pushedDuringFetch = false
             subscribed = false
             retryCount = 0
             batchLimit = limits.maxRecordsPerBatch
@@ -245,6 +249,10 @@ struct ChangeSyncStateMachine: Sendable {
             return next(now: now)
         case .pushed(let now):
             guard subscribed else { return [] }
+            if case .fetch? = current {
+                pushedDuringFetch = true
+                return []
+            }
             queueFetch(token)
             return next(now: now)
         case .unsubscribed(let now):
@@ -389,7 +397,10 @@ struct ChangeSyncStateMachine: Sendable {
             if hasMore {
                 fetches.removeAll { $0 == token }
                 fetches.insert(token, at: 0)
+            } else if pushedDuringFetch {
+                queueFetch(token)
             }
+            if !hasMore { pushedDuringFetch = false }
             actions.append(.persist)
         }
         return actions + next(now: now)

@@ -161,6 +161,17 @@ struct ChangeSyncStateMachineTests {
         #expect(Self.run(machine.handle(.pushed(now: .zero)))?.0 == .fetch(token: ChangeToken(250)))
     }
 
+    @Test("a push while a fetch runs (which may have read its page before the change) fetches again after it, from the new token")
+    func pushDuringFetch() {
+        var machine = Self.ready()
+        let actions = machine.handle(.pushed(now: .zero))
+        #expect(Self.run(actions)?.0 == .fetch(token: nil))
+        #expect(machine.handle(.pushed(now: .zero)).isEmpty)
+        let after = machine.handle(.succeeded(.fetched(token: ChangeToken(10), hasMore: false), attempt: 2, now: .zero))
+        #expect(after == [.persist, .run(.fetch(token: ChangeToken(10)), attempt: 3)])
+        #expect(machine.handle(.succeeded(.fetched(token: ChangeToken(11), hasMore: false), attempt: 3, now: .zero)) == [.persist], "once")
+    }
+
     @Test("an expired token is reset and the fetch starts over from the beginning")
     func tokenExpiry() {
         var machine = Self.ready()
