@@ -164,6 +164,17 @@ struct CLITests {
         }
     }
 
+    @Test("bench changes runs at a small size and prints each figure beside the plain calls'")
+    func benchChanges() async throws {
+        // Timings here mean nothing (a debug build, a tiny size): only that every part runs and reports.
+        let result = try await CLIProcess.run(["bench", "changes", "--records", "300"])
+        #expect(result.status == 0, "\(result.err)")
+        for figure in ["records sent through ChangeSyncEngine vs POST /v1/commit", "records fetched through ChangeSyncEngine vs GET /v1/changes",
+                       "encrypted records (a sealed property each) sent through ChangeSyncEngine", "encrypted records (a sealed property each) fetched through ChangeSyncEngine"] {
+            #expect(result.out.contains(figure), "missing: \(figure)")
+        }
+    }
+
     @Test("bench server runs each of its parts at a small size and prints each figure beside its baseline and target")
     func benchServer() async throws {
         // Timings here mean nothing (a debug build, a tiny size): only that every part runs and reports.
