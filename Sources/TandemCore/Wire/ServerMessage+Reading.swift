@@ -1,8 +1,8 @@
 import Foundation
 
 extension ServerMessage {
-    /// Parses a message from its text. Change batches, nearly all of a sync's bytes, are read
-    /// straight into their changes, without a ``JSONValue`` object per change and per document;
+    /// Parses a message from its text. Change batches and pages, nearly all of a sync's bytes, are
+    /// read straight into their changes, without a ``JSONValue`` object per change and per document;
     /// every other message, and a batch this reader does not expect, goes through
     /// ``init(wire:)``, which also words the error for a malformed one.
     package static func parse(_ text: String) throws(TandemError) -> ServerMessage {
@@ -31,6 +31,8 @@ extension ServerMessage {
         var version: Int?
         var more = false
         var reset = false
+        var hasMore = false
+        var id: Int?
         try parser.readObject { (parser, key) throws(TandemError) in
             switch key {
             case "changes":
@@ -40,9 +42,14 @@ extension ServerMessage {
             case "type": type = try parser.readString()
             case "target": target = try parser.readInt()
             case "version": version = try parser.readInt()
-            case "more", "reset":
+            case "more", "reset", "hasMore":
                 guard case .bool(let flag) = try parser.parseValue() else { throw parser.fail("expected a bool") }
-                if key == "more" { more = flag } else { reset = flag }
+                switch key {
+                case "more": more = flag
+                case "reset": reset = flag
+                default: hasMore = flag
+                }
+            case "id": id = try parser.readInt()
             case "targets":
                 var read: [Int] = []
                 try parser.readArray { (parser) throws(TandemError) in read.append(try parser.readInt()) }
@@ -51,8 +58,11 @@ extension ServerMessage {
             }
         }
         parser.skipWhitespace()
-        guard parser.index == parser.bytes.count, let changes, let type, let version, version >= 0,
-              type == "snapshot" || type == "changes" else { return nil }
+        guard parser.index == parser.bytes.count, let changes, let type, let version, version >= 0 else { return nil }
+        if type == "page", let id {
+            return .page(id: id, ChangePage(changes: changes, version: Version(UInt64(version)), hasMore: hasMore))
+        }
+        guard type == "snapshot" || type == "changes" else { return nil }
         let batch = RemoteChangeBatch(isSnapshot: type == "snapshot", changes: changes, version: Version(UInt64(version)))
         if type == "changes", let targets { return .sharedBatch(targets: targets, batch: batch) }
         guard let target else { return nil }
