@@ -158,4 +158,90 @@ struct ReadmeChangeSyncTests {
         await laptopClient.stop()
         await server.stop()
     }
+
+    /// The README's store without its resolver: conflicts go to the engine's, the HLC's.
+    final class StampedNoteSync: ChangeSyncEngineDelegate {
+        let notes: NoteSync
+        init(database: DatabaseQueue) { notes = NoteSync(database: database) }
+
+        func syncEngine(_ engine: ChangeSyncEngine, didFetchModifications records: [SyncedRecord]) {
+            notes.syncEngine(engine, didFetchModifications: records)
+        }
+        func syncEngine(_ engine: ChangeSyncEngine, didFetchDeletions deletions: [RecordDeletion]) {
+            notes.syncEngine(engine, didFetchDeletions: deletions)
+        }
+        func syncEngine(_ engine: ChangeSyncEngine, didSendModifications records: [SentRecord], batch: Int) {
+            notes.syncEngine(engine, didSendModifications: records, batch: batch)
+        }
+    }
+
+    @Test("two devices with their own GRDB tables, their clocks ten minutes apart each way, both offline for a while and editing the same notes: the HLC resolver merges each conflict field by field, and both tables end the same")
+    func skewedDevicesConverge() async throws {
+        let (server, tokens) = try await AuthenticationTests.server(now: now)
+        let key = SymmetricKey(size: .bits256)
+        var devices: [(client: RunningClient, engine: ChangeSyncEngine, database: DatabaseQueue, sync: StampedNoteSync, files: TemporaryDirectory)] = []
+        for (name, skew) in [("phone", Int64(600_000)), ("laptop", Int64(-600_000))] {
+            let files = TemporaryDirectory()
+            let client = RunningClient(server, id: name) { [files] in
+                $0.tokenProvider = ClientSignInTests.Provider(tokens, now: now).provide
+                $0.storageDirectory = files.url
+            }
+            for await state in client.client.authStates() where state.uid == "ada" { break }
+            var configuration = ChangeSyncEngine.Configuration(zoneName: "notes")
+            configuration.encryption = try RecordEncryption(keyID: "2026-11", key: key)
+            configuration.wallClock = { Int64(Date().timeIntervalSince1970 * 1_000) + skew }
+            let engine = try ChangeSyncEngine(client: client.client, configuration: configuration)
+            let database = try database(in: files.url)
+            let sync = StampedNoteSync(database: database)
+            engine.delegate = sync
+            engine.start()
+            devices.append((client, engine, database, sync, files))
+        }
+        let (phone, laptop) = (devices[0], devices[1])
+        // Three notes from the phone, on both devices.
+        let notes = (1...3).map { Note(id: "n\($0)", title: "title \($0)", body: "body \($0)") }
+        try await phone.database.write { db in for note in notes { try note.save(db) } }
+        try phone.engine.sendChanges(modify: notes, delete: [])
+        #expect(await laptop.engine.waitUntil { (1...3).allSatisfy { self.note(laptop.database, "n\($0)") != nil } })
+
+        // Both offline; the phone edits titles, the laptop bodies (and n3's title too).
+        phone.client.client.setOnline(false)
+        laptop.client.client.setOnline(false)
+        var phoneEdits: [Note] = []
+        var laptopEdits: [Note] = []
+        for index in 1...3 {
+            var mine = try #require(note(phone.database, "n\(index)"))
+            mine.title = "phone title \(index)"
+            phoneEdits.append(mine)
+            var theirs = try #require(note(laptop.database, "n\(index)"))
+            theirs.body = "laptop body \(index)"
+            if index == 3 { theirs.title = "laptop title 3" }
+            laptopEdits.append(theirs)
+        }
+        try await phone.database.write { [phoneEdits] db in for note in phoneEdits { try note.save(db) } }
+        try await laptop.database.write { [laptopEdits] db in for note in laptopEdits { try note.save(db) } }
+        try phone.engine.sendChanges(modify: phoneEdits, delete: [])
+        try laptop.engine.sendChanges(modify: laptopEdits, delete: [])
+        phone.client.client.setOnline(true)
+        #expect(await phone.engine.waitUntil { phone.engine.pendingCount == 0 && self.note(phone.database, "n1")?.title == "phone title 1" })
+        laptop.client.client.setOnline(true)
+
+        // Each field from the device that changed it. Both changed n3's title: their stamps decide,
+        // and both devices decide alike, whatever their wall clocks say.
+        for device in [laptop, phone] {
+            #expect(await device.engine.waitUntil {
+                device.engine.pendingCount == 0 && (1...3).allSatisfy { self.note(device.database, "n\($0)")?.body == "laptop body \($0)" }
+            })
+        }
+        #expect(await phone.engine.waitUntil { self.note(phone.database, "n3")?.title == self.note(laptop.database, "n3")?.title })
+        for index in 1...3 {
+            let onPhone = try #require(note(phone.database, "n\(index)"))
+            let onLaptop = try #require(note(laptop.database, "n\(index)"))
+            #expect(onPhone.title == onLaptop.title && onPhone.body == onLaptop.body, "n\(index): \(onPhone) vs \(onLaptop)")
+            #expect(onPhone.recordMetadata?.version == onLaptop.recordMetadata?.version)
+            if index < 3 { #expect(onPhone.title == "phone title \(index)") }
+        }
+        for device in devices { await device.client.stop() }
+        await server.stop()
+    }
 }
