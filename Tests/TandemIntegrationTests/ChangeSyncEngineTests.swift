@@ -192,6 +192,31 @@ struct ChangeSyncEngineTests {
         await server.stop()
     }
 
+    @Test("a queued change whose stored state cannot be read halts the engine with data-loss; it is never sent as anything else (a deletion least of all)")
+    func unreadableQueuedChange() async throws {
+        let (server, tokens) = try await AuthenticationTests.server(now: now)
+        let phone = try Device(server, ClientSignInTests.Provider(tokens, now: now), id: "phone")
+        await signedIn(phone.running.client, as: "ada")
+        phone.engine.start()
+        try phone.send([phone.notebook.edit("n1") { $0.properties = ["title": .value("Kept")] }])
+        #expect(await phone.until { phone.engine.pendingCount == 0 && phone.notebook["n1"]?.metadata.version.rawValue ?? 0 > 0 })
+        // Stopped, an edit is queued (not yet sent); the file's copy of it is then damaged, and the
+        // app relaunched.
+        phone.engine.stop()
+        try phone.send([phone.notebook.edit("n1") { $0.properties["title"] = .value("Edited") }])
+        try await phone.engine.store.queue.write { db in try db.execute(sql: "UPDATE pending SET record = 'not a record'") }
+        var configuration = ChangeSyncEngine.Configuration(zoneName: "notes")
+        configuration.encryption = try RecordEncryption(keyID: "k1", key: Self.key)
+        let relaunched = try ChangeSyncEngine(client: phone.running.client, configuration: configuration, state: phone.engine.state)
+        relaunched.start()
+        #expect(await relaunched.waitUntil { relaunched.status.isHalted })
+        #expect((relaunched.lastError as? TandemError)?.code == .dataLoss)
+        #expect(try await server.store.document(at: documentPath("users/ada/zones/notes/records/n1"))?.data["title"] == "Kept")
+        #expect(try relaunched.store.pending(account: "ada").count == 1, "still queued")
+        await phone.running.stop()
+        await server.stop()
+    }
+
     @Test("a user switch: the second user's engine sees none of the first user's records, and the first user's change queued offline is never sent as the second")
     func userSwitch() async throws {
         let (server, tokens) = try await AuthenticationTests.server(now: now)

@@ -302,7 +302,7 @@ public final class ChangeSyncEngine: Observable, Sendable {
                 rows = try store.pending(account: uid)
             } catch {
                 // The account's queue cannot be read: nothing of it is sent; the app hears why.
-                core.withLock { $0.lastError = error }
+                noteFailure(error)
             }
         }
         let subscription = core.withLock { core -> Task<Void, Never>? in
@@ -373,6 +373,12 @@ public final class ChangeSyncEngine: Observable, Sendable {
         }
     }
 
+    /// A failure that stops nothing: kept as `lastError`, for the app to see.
+    private func noteFailure(_ error: any Error) {
+        core.withLock { $0.lastError = error }
+        registrar.withMutation(of: self, keyPath: \.lastError) {}
+    }
+
     /// Tells the delegate, then the event stream's subscribers (who then find the delegate's
     /// store up to date).
     private func emit(_ event: ChangeSyncEvent, _ call: (any ChangeSyncEngineDelegate) -> Void) {
@@ -440,7 +446,7 @@ public final class ChangeSyncEngine: Observable, Sendable {
                     self.handle(.failed(Self.classify(error), attempt: attempt, now: self.now))
                     return
                 }
-                self.core.withLock { $0.lastError = error }
+                self.noteFailure(error)
             }
             guard let self, !Task.isCancelled else { return }
             self.handle(.unsubscribed(now: self.now))
@@ -458,7 +464,11 @@ public final class ChangeSyncEngine: Observable, Sendable {
             let records = try recordsPath(account)
             rows = try store.prepare(account: account, rowIDs: changes.map(\.rowID)) { row, id in
                 let path = try records.document(row.recordID)
-                guard let record = row.record, !row.isDeletion else { return Mutation(path: path, kind: .delete, id: id) }
+                if row.isDeletion { return Mutation(path: path, kind: .delete, id: id) }
+                guard let record = row.record else {
+                    // Never read as a deletion: the queued state cannot be read, so nothing is sent.
+                    throw TandemError(.dataLoss, "The queued change of record '\(row.recordID)' cannot be read from the engine's file; nothing of it was sent. Send the record again.")
+                }
                 let fields = try RecordCoding.fields(of: record, encryption: configuration.encryption)
                 let precondition: Mutation.Precondition = record.metadata.version.rawValue > 0 ? .version(record.metadata.version) : .exists(false)
                 return Mutation(path: path, kind: .set(fields), precondition: precondition, id: id)
@@ -526,7 +536,13 @@ public final class ChangeSyncEngine: Observable, Sendable {
         var unresolved: [(RecordConflict, SyncedRecord)] = []
         var resolutions: [(RecordConflict, SyncedRecord)] = []
         let delegate = core.withLock { $0.delegate?.value }
-        let baseRecords = (try? store.bases(account: account, ids: conflicts.map(\.row.recordID))) ?? [:]
+        var baseRecords: [String: SyncedRecord] = [:]
+        do {
+            baseRecords = try store.bases(account: account, ids: conflicts.map(\.row.recordID))
+        } catch {
+            // The conflicts go on without their base; the app hears why.
+            noteFailure(error)
+        }
         var conflictList: [RecordConflict] = []
         for (row, server) in conflicts {
             guard let client = row.record else { continue }
@@ -585,7 +601,13 @@ public final class ChangeSyncEngine: Observable, Sendable {
         var deletions: [RecordDeletion] = []
         var failures: [FailedRecord] = []
         var bases: [String: SyncedRecord?] = [:]
-        let known = (try? store.bases(account: account, ids: page.changes.filter { $0.document == nil }.map(\.path.id))) ?? [:]
+        var known: [String: SyncedRecord] = [:]
+        do {
+            known = try store.bases(account: account, ids: page.changes.filter { $0.document == nil }.map(\.path.id))
+        } catch {
+            // The deletions go on without their records' types; the app hears why.
+            noteFailure(error)
+        }
         for change in page.changes {
             let id = change.path.id
             guard let document = change.document else {
