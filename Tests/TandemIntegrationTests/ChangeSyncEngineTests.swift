@@ -143,6 +143,8 @@ struct ChangeSyncEngineTests {
         phone.engine.start()
         laptop.engine.start()
         try phone.send([phone.notebook.edit("n1") { $0.properties = ["title": .value("Draft"), "body": .encryptedValue("first")] }])
+        // The phone's store has the version the server gave (as an app edits what its store holds).
+        #expect(await phone.until { phone.engine.pendingCount == 0 && phone.notebook["n1"]?.metadata.version.rawValue ?? 0 > 0 })
         #expect(await laptop.until { laptop.notebook["n1"]?["title"] == "Draft" })
 
         // The laptop stops; both edit n1, each another property.

@@ -202,6 +202,7 @@ struct ReadmeChangeSyncTests {
         let notes = (1...3).map { Note(id: "n\($0)", title: "title \($0)", body: "body \($0)") }
         try await phone.database.write { db in for note in notes { try note.save(db) } }
         try phone.engine.sendChanges(modify: notes, delete: [])
+        #expect(await phone.engine.waitUntil { (1...3).allSatisfy { self.note(phone.database, "n\($0)")?.recordMetadata?.version.rawValue ?? 0 > 0 } })
         #expect(await laptop.engine.waitUntil { (1...3).allSatisfy { self.note(laptop.database, "n\($0)") != nil } })
 
         // Both offline; the phone edits titles, the laptop bodies (and n3's title too).

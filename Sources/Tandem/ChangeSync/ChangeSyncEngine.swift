@@ -373,6 +373,11 @@ public final class ChangeSyncEngine: Observable, Sendable {
         }
     }
 
+    /// Whether `account` is still the one the engine runs for.
+    private func isCurrent(_ account: String) -> Bool {
+        core.withLock { $0.machine.account == account }
+    }
+
     /// A failure that stops nothing: kept as `lastError`, for the app to see.
     private func noteFailure(_ error: any Error) {
         core.withLock { $0.lastError = error }
@@ -494,6 +499,10 @@ public final class ChangeSyncEngine: Observable, Sendable {
         case .success(let answered):
             acknowledgements = answered
         }
+        // Another user signed in meanwhile: nothing of this answer is taken or told (the app's store
+        // and resolver are the other user's now). The changes stay queued for their account, with
+        // their mutation ids: sent again when it is back, they are answered the same.
+        guard isCurrent(account) else { return }
         var saved: [SentRecord] = []
         var deleted: [SentDeletion] = []
         var failed: [FailedRecord] = []
@@ -597,6 +606,8 @@ public final class ChangeSyncEngine: Observable, Sendable {
             handle(.failed(Self.classify(error, fetching: true), attempt: attempt, now: now))
             return
         }
+        // Another user signed in meanwhile: the page is theirs to fetch again, and told to no one.
+        guard isCurrent(account) else { return }
         var modifications: [SyncedRecord] = []
         var deletions: [RecordDeletion] = []
         var failures: [FailedRecord] = []
