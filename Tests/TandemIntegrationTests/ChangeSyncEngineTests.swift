@@ -219,6 +219,32 @@ struct ChangeSyncEngineTests {
         await server.stop()
     }
 
+    @Test("a record sent again before its last send is answered: only the properties changed since the queued state get new stamps")
+    func stampsAgainstTheQueuedState() async throws {
+        let (server, tokens) = try await AuthenticationTests.server(now: now)
+        let phone = try Device(server, ClientSignInTests.Provider(tokens, now: now), id: "phone")
+        await signedIn(phone.running.client, as: "ada")
+        phone.engine.stop()
+        try phone.send([phone.notebook.edit("n1") { $0.properties = ["title": .value("Draft"), "body": .encryptedValue("first")] }])
+        try phone.send([phone.notebook.edit("n1") { $0.properties["title"] = .value("Final") }])
+        let queued = try phone.engine.store.pending(account: "ada").compactMap(\.record)
+        #expect(queued.count == 1, "not sent yet: the newer state replaced the older in the queue")
+        let first = try #require(queued.first)
+        #expect(first["title"] == "Final")
+        phone.engine.start()
+        #expect(await phone.until { phone.engine.pendingCount == 0 && phone.notebook["n1"]?.metadata.version.rawValue ?? 0 > 0 })
+        // Sent once, then edited again before that send's answer: the body keeps its stamp.
+        let sent = try #require(phone.notebook["n1"])
+        phone.engine.stop()
+        try phone.send([phone.notebook.edit("n1") { $0.properties["title"] = .value("Final, again") }])
+        try phone.send([phone.notebook.edit("n1") { $0.properties["title"] = .value("Final, once more") }])
+        let again = try #require(try phone.engine.store.pending(account: "ada").compactMap(\.record).last)
+        #expect(again.metadata.stamps["body"] == sent.metadata.stamps["body"], "the body did not change")
+        #expect(again.metadata.stamps["title"] != sent.metadata.stamps["title"])
+        await phone.running.stop()
+        await server.stop()
+    }
+
     @Test("a user switch: the second user's engine sees none of the first user's records, and the first user's change queued offline is never sent as the second")
     func userSwitch() async throws {
         let (server, tokens) = try await AuthenticationTests.server(now: now)

@@ -159,6 +159,29 @@ final class ChangeQueueStore: Sendable {
         }
     }
 
+    /// The newest queued state of each of these records (a save, sent or not), if any.
+    func newestQueued(account: String, ids: [String]) throws -> [String: SyncedRecord] {
+        let wanted = Set(ids)
+        let cached = rows.withLock { rows in
+            rows.values.filter { wanted.contains($0.recordID) && $0.record != nil }
+        }
+        var newest: [String: (rowID: Int64, record: SyncedRecord)] = [:]
+        for row in cached where newest[row.recordID].map({ $0.rowID < row.rowID }) ?? true {
+            newest[row.recordID] = (row.rowID, row.record!)
+        }
+        // Rows queued by an earlier process are read from the file.
+        let missing = ids.filter { newest[$0] == nil }
+        if !missing.isEmpty {
+            try queue.read { db in
+                let select = try db.cachedStatement(sql: "SELECT * FROM pending WHERE account = ? AND record_id = ? AND is_deletion = 0 ORDER BY row_id DESC LIMIT 1")
+                for id in missing {
+                    if let row = try Row.fetchOne(select, arguments: [account, id]), let record = row.record { newest[id] = (row.rowID, record) }
+                }
+            }
+        }
+        return newest.mapValues(\.record)
+    }
+
     // MARK: Bases
 
     /// The server's last state of records, as this engine had it.

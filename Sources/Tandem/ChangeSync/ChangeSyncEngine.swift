@@ -260,8 +260,11 @@ public final class ChangeSyncEngine: Observable, Sendable {
         for deletion in deletions where !RecordFields.isValidID(deletion.recordID) {
             throw TandemError.invalidArgument("'\(deletion.recordID)' cannot name a record: ids are not empty, hold no '/', and are not '.' or '..'.")
         }
-        // Each property the app changed since the server's state gets a new stamp; the others keep theirs.
-        let bases = try store.bases(account: account, ids: records.map(\.id))
+        // Each property the app changed gets a new stamp; the others keep theirs. Changed since the
+        // newest state this device queued of the record, while one is queued (its send may not be
+        // answered yet), else since the server's state.
+        var bases = try store.bases(account: account, ids: records.map(\.id))
+        for (id, queued) in try store.newestQueued(account: account, ids: records.map(\.id)) { bases[id] = queued }
         let wall = configuration.wallClock()
         let stamped = core.withLock { core in
             records.map { record -> SyncedRecord in
