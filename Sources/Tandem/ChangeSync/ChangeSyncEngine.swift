@@ -179,38 +179,31 @@ public final class ChangeSyncEngine: Observable, Sendable {
 
     /// Every event, from now on, to this subscriber (each subscriber gets each event).
     public func events() -> AsyncStream<ChangeSyncEvent> {
-        let (stream, continuation) = AsyncStream.makeStream(of: ChangeSyncEvent.self)
-        let token = core.withLock { core -> Int in
-            core.nextObserver += 1
-            core.observers[core.nextObserver] = continuation
-            return core.nextObserver
-        }
-        continuation.onTermination = { [weak self] _ in _ = self?.core.withLock { $0.observers.removeValue(forKey: token) } }
-        return stream
+        subscribe(\.observers)
     }
 
     /// The engine's status now, then each time it changes.
     public func states() -> AsyncStream<Status> {
-        let (stream, continuation) = AsyncStream.makeStream(of: Status.self)
-        let token = core.withLock { core -> Int in
-            core.nextObserver += 1
-            core.statusObservers[core.nextObserver] = continuation
-            continuation.yield(Self.status(of: core))
-            return core.nextObserver
-        }
-        continuation.onTermination = { [weak self] _ in _ = self?.core.withLock { $0.statusObservers.removeValue(forKey: token) } }
-        return stream
+        subscribe(\.statusObservers) { Self.status(of: $0) }
     }
 
     /// A signal after each event and each change of status: for tests that await a state.
     package func changeSignals() -> AsyncStream<Void> {
-        let (stream, continuation) = AsyncStream.makeStream(of: Void.self)
+        subscribe(\.signals)
+    }
+
+    /// A stream fed from `subscribers`, starting with `first` (read in the same locked step as the
+    /// subscription, so nothing comes between), until its reader stops.
+    private func subscribe<Element: Sendable>(_ subscribers: any WritableKeyPath<Core, [Int: AsyncStream<Element>.Continuation]> & Sendable,
+                                             first: ((Core) -> Element)? = nil) -> AsyncStream<Element> {
+        let (stream, continuation) = AsyncStream.makeStream(of: Element.self)
         let token = core.withLock { core -> Int in
             core.nextObserver += 1
-            core.signals[core.nextObserver] = continuation
+            core[keyPath: subscribers][core.nextObserver] = continuation
+            if let first { continuation.yield(first(core)) }
             return core.nextObserver
         }
-        continuation.onTermination = { [weak self] _ in _ = self?.core.withLock { $0.signals.removeValue(forKey: token) } }
+        continuation.onTermination = { [weak self] _ in _ = self?.core.withLock { $0[keyPath: subscribers].removeValue(forKey: token) } }
         return stream
     }
 
