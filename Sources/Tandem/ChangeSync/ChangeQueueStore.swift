@@ -9,8 +9,13 @@ import TandemCore
 /// writer id and next sequence of the account's mutations, and the device's hybrid logical clock.
 ///
 /// A change is in the file before ``ChangeSyncEngine/sendChanges(modify:delete:)`` returns. Once
-/// sent it keeps its mutation (id and content) until answered, so a send after a crash or a
-/// reconnect is the same write, applied once.
+/// sent it keeps its mutation (its sequence, precondition and the document data as sent, sealed
+/// properties included) until answered, so a send after a crash or a reconnect is the same write,
+/// applied once.
+///
+/// The server's state of a record (its base) is kept as the server has it: the document's data
+/// (sealed properties sealed) and version. A record the server answered is moved to it in SQL from
+/// the data sent, and a fetched one is stored as the page carried it: nothing is encoded again.
 final class ChangeQueueStore: Sendable {
     /// One stored pending change.
     struct Row: Sendable, Hashable {
@@ -21,18 +26,65 @@ final class ChangeQueueStore: Sendable {
         /// The record's state to save (nil for a deletion).
         var record: SyncedRecord?
         var bytes: Int
-        /// Once sent: its mutation, as sent.
+        /// Once sent: the sequence of its mutation id.
+        var sequence: UInt64?
+        /// Once sent: the document data sent (saves), as JSON text.
+        var data: String?
+        /// Once sent: the version the write was conditioned on (0: the record must not exist; nil:
+        /// none, a deletion).
+        var precondition: UInt64?
+        /// Once prepared by this process: its mutation, as sent.
         var mutation: Mutation?
 
+        var isSent: Bool { sequence != nil }
+
         var change: ChangeSyncStateMachine.PendingChange {
-            ChangeSyncStateMachine.PendingChange(recordID: recordID, isDeletion: isDeletion, bytes: bytes, isSent: mutation != nil, rowID: rowID)
+            ChangeSyncStateMachine.PendingChange(recordID: recordID, isDeletion: isDeletion, bytes: bytes, isSent: isSent, rowID: rowID)
+        }
+    }
+
+    /// How an answered change leaves the server's state of its record.
+    enum Settlement: Sendable, Hashable {
+        /// Applied: the data the change sent, at this version.
+        case sent(Version)
+        /// The server's state is this document data (JSON text) at this version.
+        case server(Version, String)
+        /// The record is not on the server.
+        case gone
+        /// Refused: the base stays as it was.
+        case unchanged
+    }
+
+    private struct RecordKey: Hashable {
+        var account: String
+        var recordID: String
+    }
+
+    /// The rows queued or sent by this process and not yet answered, as read, and every pending
+    /// row of the accounts whose queues were loaded whole: a send takes them from here instead of
+    /// reading and decoding them again, and a record's newest queued state is found without a read.
+    private struct Cache {
+        var rows: [Int64: Row] = [:]
+        var byRecord: [RecordKey: [Int64]] = [:]
+        /// Accounts whose every pending row is in `rows`.
+        var complete: Set<String> = []
+
+        mutating func put(_ row: Row, account: String) {
+            if rows.updateValue(row, forKey: row.rowID) == nil {
+                byRecord[RecordKey(account: account, recordID: row.recordID), default: []].append(row.rowID)
+            }
+        }
+
+        mutating func remove(_ rowID: Int64, account: String) {
+            guard let row = rows.removeValue(forKey: rowID) else { return }
+            let key = RecordKey(account: account, recordID: row.recordID)
+            byRecord[key]?.removeAll { $0 == rowID }
+            if byRecord[key]?.isEmpty == true { byRecord.removeValue(forKey: key) }
         }
     }
 
     let queue: DatabaseQueue
-    /// The rows queued or sent by this process and not yet answered, as read: a send takes them
-    /// from here instead of reading and decoding them again.
-    private let rows = Mutex<[Int64: Row]>([:])
+    private let cache = Mutex(Cache())
 
     /// Opens (creating if needed) the file at `path`.
     init(path: String) throws {
@@ -72,6 +124,46 @@ final class ChangeQueueStore: Sendable {
                 ) WITHOUT ROWID;
                 """)
         }
+        // A sent change keeps its sequence, precondition and data in columns instead of its whole
+        // mutation as JSON; one unsent change per record is an index (a change queued again
+        // replaces it in one statement); a base is the server's document data and version.
+        migrator.registerMigration("v2") { db in
+            try db.execute(sql: """
+                ALTER TABLE pending ADD COLUMN sequence INTEGER;
+                ALTER TABLE pending ADD COLUMN data TEXT;
+                ALTER TABLE pending ADD COLUMN precondition INTEGER;
+                """)
+            let sent = try GRDB.Row.fetchAll(db, sql: "SELECT row_id, mutation FROM pending WHERE mutation IS NOT NULL")
+            for row in sent {
+                let rowID: Int64 = row["row_id"]
+                let mutation = try Mutation(wire: try JSONText.parse(row["mutation"] as String), context: "a queued change")
+                var data: String?
+                if case .set(let fields) = mutation.kind { data = JSONText.encode(.object(fields)) }
+                var precondition: UInt64?
+                switch mutation.precondition {
+                case .version(let version)?: precondition = version.rawValue
+                case .exists(false)?: precondition = 0
+                default: precondition = nil
+                }
+                try db.execute(sql: "UPDATE pending SET sequence = ?, data = ?, precondition = ? WHERE row_id = ?",
+                               arguments: [mutation.id?.sequence, data, precondition, rowID])
+            }
+            // Bases were the engine's own encoding, in the clear: they cannot be sealed again here
+            // (no key), so they are dropped; the next fetch from the beginning, or the next answer
+            // to a send, stores each again. Until then a conflict has no base.
+            try db.execute(sql: """
+                ALTER TABLE pending DROP COLUMN mutation;
+                CREATE UNIQUE INDEX pending_unsent ON pending (account, record_id) WHERE sequence IS NULL;
+                DROP TABLE base;
+                CREATE TABLE base (
+                    account TEXT NOT NULL,
+                    record_id TEXT NOT NULL,
+                    version INTEGER NOT NULL,
+                    data TEXT NOT NULL,
+                    PRIMARY KEY (account, record_id)
+                ) WITHOUT ROWID;
+                """)
+        }
         return migrator
     }
 
@@ -80,118 +172,163 @@ final class ChangeQueueStore: Sendable {
     /// The account's pending changes, in order. A record with a change sent and not answered and a
     /// newer one has both, the sent one first.
     func pending(account: String) throws -> [Row] {
-        try queue.read { db in
+        let rows = try queue.read { db in
             try Row.fetchAll(db, sql: "SELECT * FROM pending WHERE account = ? ORDER BY row_id", arguments: [account])
         }
+        cache.withLock { cache in
+            for row in rows where cache.rows[row.rowID] == nil { cache.put(row, account: account) }
+            cache.complete.insert(account)
+        }
+        return rows
     }
 
     /// Queues changes, durably: a record's change not yet sent is replaced in place; otherwise the
     /// change joins the end. Returns them as queued (with their rows).
     func enqueue(account: String, saves: [SyncedRecord], deletions: [(id: String, type: String)]) throws -> [Row] {
         let queued = try queue.write { db in
+            let put = try db.cachedStatement(sql: """
+                INSERT INTO pending (account, record_id, record_type, is_deletion, record, bytes) VALUES (?, ?, ?, ?, ?, ?)
+                ON CONFLICT (account, record_id) WHERE sequence IS NULL
+                DO UPDATE SET record_type = excluded.record_type, is_deletion = excluded.is_deletion, record = excluded.record, bytes = excluded.bytes
+                RETURNING row_id
+                """)
+            func row(id: String, type: String, record: SyncedRecord?, text: String?, bytes: Int) throws -> Row {
+                guard let rowID = try Int64.fetchOne(put, arguments: [account, id, type, record == nil, text, bytes]) else {
+                    throw TandemError(.internal, "The engine's file gave no row for the change of record '\(id)'.")
+                }
+                return Row(rowID: rowID, recordID: id, recordType: type, isDeletion: record == nil, record: record, bytes: bytes)
+            }
             var rows: [Row] = []
+            rows.reserveCapacity(saves.count + deletions.count)
             for record in saves {
                 let text = RecordText.encode(record)
-                rows.append(try Self.put(db, account: account, recordID: record.id, type: record.type, isDeletion: false, record: text, saving: record,
-                                         bytes: text.utf8.count + record.id.utf8.count))
+                rows.append(try row(id: record.id, type: record.type, record: record, text: text, bytes: text.utf8.count + record.id.utf8.count))
             }
             for deletion in deletions {
-                rows.append(try Self.put(db, account: account, recordID: deletion.id, type: deletion.type, isDeletion: true, record: nil, saving: nil,
-                                         bytes: deletion.id.utf8.count + 64))
+                rows.append(try row(id: deletion.id, type: deletion.type, record: nil, text: nil, bytes: deletion.id.utf8.count + 64))
             }
             return rows
         }
-        rows.withLock { rows in for row in queued { rows[row.rowID] = row } }
+        cache.withLock { cache in for row in queued { cache.put(row, account: account) } }
         return queued
     }
 
-    private static func put(_ db: Database, account: String, recordID: String, type: String, isDeletion: Bool, record: String?, saving: SyncedRecord?,
-                            bytes: Int) throws -> Row {
-        let unsent = try db.cachedStatement(sql: "SELECT row_id FROM pending WHERE account = ? AND record_id = ? AND mutation IS NULL")
-        let rowID: Int64
-        if let existing = try Int64.fetchOne(unsent, arguments: [account, recordID]) {
-            try db.cachedStatement(sql: "UPDATE pending SET record_type = ?, is_deletion = ?, record = ?, bytes = ? WHERE row_id = ?")
-                .execute(arguments: [type, isDeletion, record, bytes, existing])
-            rowID = existing
-        } else {
-            try db.cachedStatement(sql: "INSERT INTO pending (account, record_id, record_type, is_deletion, record, bytes) VALUES (?, ?, ?, ?, ?, ?)")
-                .execute(arguments: [account, recordID, type, isDeletion, record, bytes])
-            rowID = db.lastInsertedRowID
-        }
-        return Row(rowID: rowID, recordID: recordID, recordType: type, isDeletion: isDeletion, record: saving, bytes: bytes, mutation: nil)
-    }
-
-    /// The rows of a batch about to be sent, each with its mutation: those sent before keep theirs;
-    /// the others get one now (`make`, given the next sequences in order), stored before anything
-    /// is sent.
-    func prepare(account: String, rowIDs: [Int64], make: (Row, MutationID) throws -> Mutation) throws -> [Row] {
-        let known = rows.withLock { rows in rowIDs.map { rows[$0] } }
+    /// The rows of a batch about to be sent, each with its mutation, for records at `records`:
+    /// those sent before are sent again as they went; the others get their mutation now (the next
+    /// sequences in order, the document data `fields` gives, conditioned on the version the record
+    /// was based on), stored before anything is sent.
+    func prepare(account: String, records: CollectionPath, rowIDs: [Int64], fields: (Row) throws -> JSONObject) throws -> [Row] {
+        let known = cache.withLock { cache in rowIDs.map { cache.rows[$0] } }
         let prepared = try queue.write { db in
             let writer = try Self.writer(db, account: account)
             var next = try UInt64(Self.meta(db, account: account, "next_sequence") ?? "1") ?? 1
             var rows: [Row] = []
+            rows.reserveCapacity(rowIDs.count)
             let select = try db.cachedStatement(sql: "SELECT * FROM pending WHERE row_id = ? AND account = ?")
-            let update = try db.cachedStatement(sql: "UPDATE pending SET mutation = ? WHERE row_id = ?")
+            let update = try db.cachedStatement(sql: "UPDATE pending SET sequence = ?, data = ?, precondition = ? WHERE row_id = ?")
             for (rowID, known) in zip(rowIDs, known) {
                 guard var row = try known ?? Row.fetchOne(select, arguments: [rowID, account]) else { continue }
-                if row.mutation == nil {
-                    let mutation = try make(row, MutationID(clientID: writer, sequence: next))
+                if row.sequence == nil {
+                    row.sequence = next
                     next += 1
-                    try update.execute(arguments: [JSONText.encode(mutation.wireValue), rowID])
-                    row.mutation = mutation
+                    if !row.isDeletion {
+                        var data = WireWriter(capacity: row.bytes + 64)
+                        data.value(.object(try fields(row)))
+                        row.data = data.text
+                        row.precondition = row.record?.metadata.version.rawValue ?? 0
+                    }
+                    try update.execute(arguments: [row.sequence, row.data, row.precondition, rowID])
+                }
+                if row.mutation == nil {
+                    row.mutation = try Self.mutation(of: row, writer: writer, records: records)
                 }
                 rows.append(row)
             }
             try Self.setMeta(db, account: account, "next_sequence", String(next))
             return rows
         }
-        rows.withLock { rows in for row in prepared { rows[row.rowID] = row } }
+        cache.withLock { cache in for row in prepared { cache.put(row, account: account) } }
         return prepared
     }
 
-    /// Removes answered changes, and stores the server's state of the records they left (nil: gone).
-    func settle(account: String, rowIDs: [Int64], bases: [String: SyncedRecord?]) throws {
-        rows.withLock { rows in for rowID in rowIDs { rows.removeValue(forKey: rowID) } }
+    /// A sent row's mutation, from what the file keeps of it.
+    private static func mutation(of row: Row, writer: String, records: CollectionPath) throws -> Mutation {
+        let path = try records.document(row.recordID)
+        let id = MutationID(clientID: writer, sequence: row.sequence ?? 0)
+        if row.isDeletion { return Mutation(path: path, kind: .delete, id: id) }
+        guard let text = row.data, case .object(let fields)? = try? JSONText.parse(text) else {
+            throw TandemError(.dataLoss, "The sent change of record '\(row.recordID)' cannot be read from the engine's file; it cannot be sent again as it went. Send the record again.")
+        }
+        return Mutation(path: path, kind: .set(fields), precondition: (row.precondition ?? 0) > 0 ? .version(Version(row.precondition ?? 0)) : .exists(false), id: id)
+    }
+
+    /// Removes answered changes, in order, and sets the server's state of the records they left.
+    func settle(account: String, _ answered: [(rowID: Int64, settlement: Settlement)]) throws {
+        cache.withLock { cache in for (rowID, _) in answered { cache.remove(rowID, account: account) } }
         try queue.write { db in
+            let sent = try db.cachedStatement(sql: """
+                INSERT OR REPLACE INTO base (account, record_id, version, data)
+                SELECT account, record_id, ?, data FROM pending WHERE row_id = ? AND account = ? AND data IS NOT NULL
+                """)
+            let removeBase = try db.cachedStatement(sql: "DELETE FROM base WHERE account = ? AND record_id = (SELECT record_id FROM pending WHERE row_id = ?)")
+            let putBase = try db.cachedStatement(sql: "INSERT OR REPLACE INTO base (account, record_id, version, data) SELECT account, record_id, ?, ? FROM pending WHERE row_id = ?")
             let delete = try db.cachedStatement(sql: "DELETE FROM pending WHERE row_id = ? AND account = ?")
-            for rowID in rowIDs { try delete.execute(arguments: [rowID, account]) }
-            try Self.storeBases(db, account: account, bases)
+            for (rowID, settlement) in answered {
+                switch settlement {
+                case .sent(let version): try sent.execute(arguments: [Int64(clamping: version.rawValue), rowID, account])
+                case .server(let version, let data): try putBase.execute(arguments: [Int64(clamping: version.rawValue), data, rowID])
+                case .gone: try removeBase.execute(arguments: [account, rowID])
+                case .unchanged: break
+                }
+                try delete.execute(arguments: [rowID, account])
+            }
         }
     }
 
     /// The newest queued state of each of these records (a save, sent or not), if any.
     func newestQueued(account: String, ids: [String]) throws -> [String: SyncedRecord] {
-        let wanted = Set(ids)
-        let cached = rows.withLock { rows in
-            rows.values.filter { wanted.contains($0.recordID) && $0.record != nil }
+        var newest: [String: SyncedRecord] = [:]
+        let complete = cache.withLock { cache -> Bool in
+            for id in ids {
+                guard let rowIDs = cache.byRecord[RecordKey(account: account, recordID: id)] else { continue }
+                for rowID in rowIDs.reversed() {
+                    if let record = cache.rows[rowID]?.record {
+                        newest[id] = record
+                        break
+                    }
+                }
+            }
+            return cache.complete.contains(account)
         }
-        var newest: [String: (rowID: Int64, record: SyncedRecord)] = [:]
-        for row in cached where newest[row.recordID].map({ $0.rowID < row.rowID }) ?? true {
-            newest[row.recordID] = (row.rowID, row.record!)
-        }
-        // Rows queued by an earlier process are read from the file.
-        let missing = ids.filter { newest[$0] == nil }
+        // Rows queued by an earlier process are read from the file (unless the account's queue
+        // was read whole).
+        let missing = complete ? [] : ids.filter { newest[$0] == nil }
         if !missing.isEmpty {
             try queue.read { db in
                 let select = try db.cachedStatement(sql: "SELECT * FROM pending WHERE account = ? AND record_id = ? AND is_deletion = 0 ORDER BY row_id DESC LIMIT 1")
                 for id in missing {
-                    if let row = try Row.fetchOne(select, arguments: [account, id]), let record = row.record { newest[id] = (row.rowID, record) }
+                    if let row = try Row.fetchOne(select, arguments: [account, id]), let record = row.record { newest[id] = record }
                 }
             }
         }
-        return newest.mapValues(\.record)
+        return newest
     }
 
     // MARK: Bases
 
-    /// The server's last state of records, as this engine had it.
-    func bases(account: String, ids: [String]) throws -> [String: SyncedRecord] {
-        try queue.read { db in
+    /// The server's last state of records, as this engine had it, opened with `encryption`. A base
+    /// that cannot be read or opened is left out.
+    func bases(account: String, ids: [String], encryption: RecordEncryption?) throws -> [String: SyncedRecord] {
+        guard !ids.isEmpty else { return [:] }
+        return try queue.read { db in
             var bases: [String: SyncedRecord] = [:]
-            let select = try db.cachedStatement(sql: "SELECT record FROM base WHERE account = ? AND record_id = ?")
+            let select = try db.cachedStatement(sql: "SELECT version, data FROM base WHERE account = ? AND record_id = ?")
             for id in ids {
-                if let text = try String.fetchOne(select, arguments: [account, id]),
-                   let record = RecordText.decode(text, id: id) {
+                guard let row = try GRDB.Row.fetchOne(select, arguments: [account, id]) else { continue }
+                let version: Int64 = row[0]
+                let text: String = row[1]
+                if case .object(let fields)? = try? JSONText.parse(text),
+                   let record = try? RecordCoding.record(id: id, fields: fields, version: Version(UInt64(max(0, version))), encryption: encryption) {
                     bases[id] = record
                 }
             }
@@ -199,18 +336,31 @@ final class ChangeQueueStore: Sendable {
         }
     }
 
-    func storeBases(account: String, _ bases: [String: SyncedRecord?]) throws {
-        try queue.write { db in try Self.storeBases(db, account: account, bases) }
+    /// The types of records as their bases have them.
+    func baseTypes(account: String, ids: [String]) throws -> [String: String] {
+        guard !ids.isEmpty else { return [:] }
+        return try queue.read { db in
+            var types: [String: String] = [:]
+            let select = try db.cachedStatement(sql: "SELECT json_extract(data, '$.\(RecordFields.type)') FROM base WHERE account = ? AND record_id = ?")
+            for id in ids {
+                if let type = try String.fetchOne(select, arguments: [account, id]) { types[id] = type }
+            }
+            return types
+        }
     }
 
-    private static func storeBases(_ db: Database, account: String, _ bases: [String: SyncedRecord?]) throws {
-        let put = try db.cachedStatement(sql: "INSERT OR REPLACE INTO base (account, record_id, record) VALUES (?, ?, ?)")
-        let delete = try db.cachedStatement(sql: "DELETE FROM base WHERE account = ? AND record_id = ?")
-        for (id, record) in bases {
-            if let record {
-                try put.execute(arguments: [account, id, RecordText.encode(record)])
-            } else {
-                try delete.execute(arguments: [account, id])
+    /// Stores the server's state of records as fetched, in order: document data (JSON text) at a
+    /// version, or nil for a record that is gone.
+    func storeBases(account: String, _ bases: [(id: String, version: Version, data: String?)]) throws {
+        try queue.write { db in
+            let put = try db.cachedStatement(sql: "INSERT OR REPLACE INTO base (account, record_id, version, data) VALUES (?, ?, ?, ?)")
+            let delete = try db.cachedStatement(sql: "DELETE FROM base WHERE account = ? AND record_id = ?")
+            for base in bases {
+                if let data = base.data {
+                    try put.execute(arguments: [account, base.id, Int64(clamping: base.version.rawValue), data])
+                } else {
+                    try delete.execute(arguments: [account, base.id])
+                }
             }
         }
     }
@@ -238,22 +388,23 @@ final class ChangeQueueStore: Sendable {
     }
 
     private static func meta(_ db: Database, account: String, _ key: String) throws -> String? {
-        try String.fetchOne(db, sql: "SELECT value FROM meta WHERE account = ? AND key = ?", arguments: [account, key])
+        try String.fetchOne(db.cachedStatement(sql: "SELECT value FROM meta WHERE account = ? AND key = ?"), arguments: [account, key])
     }
 
     private static func setMeta(_ db: Database, account: String, _ key: String, _ value: String) throws {
-        try db.execute(sql: "INSERT OR REPLACE INTO meta (account, key, value) VALUES (?, ?, ?)", arguments: [account, key, value])
+        try db.cachedStatement(sql: "INSERT OR REPLACE INTO meta (account, key, value) VALUES (?, ?, ?)").execute(arguments: [account, key, value])
     }
 }
 
 extension ChangeQueueStore.Row: FetchableRecord {
     init(row: GRDB.Row) throws {
         let recordID: String = row["record_id"]
-        let mutationText: String? = row["mutation"]
         let recordText: String? = row["record"]
+        let sequence: Int64? = row["sequence"]
+        let precondition: Int64? = row["precondition"]
         self.init(rowID: row["row_id"], recordID: recordID, recordType: row["record_type"], isDeletion: row["is_deletion"],
                   record: recordText.flatMap { RecordText.decode($0, id: recordID) }, bytes: row["bytes"],
-                  mutation: try mutationText.map { try Mutation(wire: try JSONText.parse($0), context: "a queued change") })
+                  sequence: sequence.map { UInt64(max(0, $0)) }, data: row["data"], precondition: precondition.map { UInt64(max(0, $0)) })
     }
 }
 
@@ -261,19 +412,38 @@ extension ChangeQueueStore.Row: FetchableRecord {
 /// `{"type", "version", "properties": {name: {"value" | "encrypted": …}}, "stamps": {name: "wall-counter-node"}}`.
 enum RecordText {
     static func encode(_ record: SyncedRecord) -> String {
-        var properties: JSONObject = [:]
+        var writer = WireWriter(capacity: 96 + record.properties.count * 48)
+        writer.raw(#"{"properties":{"#)
+        var first = true
         for (name, property) in record.properties {
+            if !first { writer.raw(",") }
+            first = false
+            writer.string(name)
             switch property {
-            case .value(let value): properties[name] = .object(["value": value])
-            case .encryptedValue(let value): properties[name] = .object(["encrypted": value])
+            case .value(let value):
+                writer.raw(#":{"value":"#)
+                writer.value(value)
+            case .encryptedValue(let value):
+                writer.raw(#":{"encrypted":"#)
+                writer.value(value)
             }
+            writer.raw("}")
         }
-        return JSONText.encode(.object([
-            "type": .string(record.type),
-            "version": .int(Int(clamping: record.metadata.version.rawValue)),
-            "properties": .object(properties),
-            "stamps": .object(record.metadata.stamps.mapValues { .string($0.description) }),
-        ]))
+        writer.raw(#"},"stamps":{"#)
+        first = true
+        for (name, stamp) in record.metadata.stamps {
+            if !first { writer.raw(",") }
+            first = false
+            writer.string(name)
+            writer.raw(":")
+            writer.string(stamp.description)
+        }
+        writer.raw(#"},"type":"#)
+        writer.string(record.type)
+        writer.raw(#","version":"#)
+        writer.int(Int(clamping: record.metadata.version.rawValue))
+        writer.raw("}")
+        return writer.text
     }
 
     static func decode(_ text: String, id: String) -> SyncedRecord? {

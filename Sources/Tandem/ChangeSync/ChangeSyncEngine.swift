@@ -80,6 +80,8 @@ public final class ChangeSyncEngine: Observable, Sendable {
         var clock: HybridLogicalClock
         var subscription: Task<Void, Never>?
         var wake: Task<Void, Never>?
+        /// The page after a page that said `hasMore`, asked for while that page is handled.
+        var readAhead: ReadAhead?
         var lastError: (any Error)?
         var delegate: WeakDelegate?
         var observers: [Int: AsyncStream<ChangeSyncEvent>.Continuation] = [:]
@@ -87,6 +89,13 @@ public final class ChangeSyncEngine: Observable, Sendable {
         var signals: [Int: AsyncStream<Void>.Continuation] = [:]
         var nextObserver = 0
         var status: Status?
+    }
+
+    /// A page of the feed asked for before its fetch runs.
+    private struct ReadAhead {
+        var account: String
+        var token: ChangeToken
+        var page: Task<ChangePage, any Error>
     }
 
     private final class WeakDelegate: Sendable {
@@ -136,6 +145,7 @@ public final class ChangeSyncEngine: Observable, Sendable {
         core.withLock { core in
             core.subscription?.cancel()
             core.wake?.cancel()
+            core.readAhead?.page.cancel()
             core.observers.values.forEach { $0.finish() }
             core.statusObservers.values.forEach { $0.finish() }
             core.signals.values.forEach { $0.finish() }
@@ -226,6 +236,8 @@ public final class ChangeSyncEngine: Observable, Sendable {
             defer { core.subscription = nil }
             core.wake?.cancel()
             core.wake = nil
+            core.readAhead?.page.cancel()
+            core.readAhead = nil
             return core.subscription
         }
         subscription?.cancel()
@@ -256,8 +268,9 @@ public final class ChangeSyncEngine: Observable, Sendable {
         // Each property the app changed gets a new stamp; the others keep theirs. Changed since the
         // newest state this device queued of the record, while one is queued (its send may not be
         // answered yet), else since the server's state.
-        var bases = try store.bases(account: account, ids: records.map(\.id))
-        for (id, queued) in try store.newestQueued(account: account, ids: records.map(\.id)) { bases[id] = queued }
+        let ids = records.map(\.id)
+        var bases = try store.newestQueued(account: account, ids: ids)
+        for (id, base) in try store.bases(account: account, ids: ids.filter { bases[$0] == nil }, encryption: configuration.encryption) { bases[id] = base }
         let wall = configuration.wallClock()
         let stamped = core.withLock { core in
             records.map { record -> SyncedRecord in
@@ -303,6 +316,8 @@ public final class ChangeSyncEngine: Observable, Sendable {
         }
         let subscription = core.withLock { core -> Task<Void, Never>? in
             defer { core.subscription = nil }
+            core.readAhead?.page.cancel()
+            core.readAhead = nil
             if core.state.account != uid {
                 core.state = State()
                 core.state.account = uid
@@ -462,17 +477,12 @@ public final class ChangeSyncEngine: Observable, Sendable {
     private func send(_ batch: Int, _ changes: [ChangeSyncStateMachine.PendingChange], account: String, attempt: Int) async {
         let rows: [ChangeQueueStore.Row]
         do {
-            let records = try recordsPath(account)
-            rows = try store.prepare(account: account, rowIDs: changes.map(\.rowID)) { row, id in
-                let path = try records.document(row.recordID)
-                if row.isDeletion { return Mutation(path: path, kind: .delete, id: id) }
+            rows = try store.prepare(account: account, records: try recordsPath(account), rowIDs: changes.map(\.rowID)) { row in
                 guard let record = row.record else {
                     // Never read as a deletion: the queued state cannot be read, so nothing is sent.
                     throw TandemError(.dataLoss, "The queued change of record '\(row.recordID)' cannot be read from the engine's file; nothing of it was sent. Send the record again.")
                 }
-                let fields = try RecordCoding.fields(of: record, encryption: configuration.encryption)
-                let precondition: Mutation.Precondition = record.metadata.version.rawValue > 0 ? .version(record.metadata.version) : .exists(false)
-                return Mutation(path: path, kind: .set(fields), precondition: precondition, id: id)
+                return try RecordCoding.fields(of: record, encryption: configuration.encryption)
             }
         } catch {
             handle(.failed(.fatal(Self.tandemError(error)), attempt: attempt, now: now))
@@ -503,18 +513,22 @@ public final class ChangeSyncEngine: Observable, Sendable {
         var deleted: [SentDeletion] = []
         var failed: [FailedRecord] = []
         var conflicts: [(row: ChangeQueueStore.Row, server: SyncedRecord?)] = []
-        var bases: [String: SyncedRecord?] = [:]
+        // What each answered change leaves as the server's state of its record, in order.
+        var settlements: [(rowID: Int64, settlement: ChangeQueueStore.Settlement)] = []
+        settlements.reserveCapacity(rows.count)
         for (row, acknowledgement) in zip(rows, acknowledgements) {
             let id = row.mutation!.id!
             switch acknowledgement.status {
             case .applied, .replayed:
                 if row.isDeletion {
                     deleted.append(SentDeletion(recordID: row.recordID, recordType: row.recordType, mutationID: id))
-                    bases.updateValue(nil, forKey: row.recordID)
-                } else if var record = row.record {
-                    record.metadata.version = acknowledgement.version
-                    saved.append(SentRecord(record: record, mutationID: id))
-                    bases.updateValue(record, forKey: row.recordID)
+                    settlements.append((row.rowID, .gone))
+                } else {
+                    if var record = row.record {
+                        record.metadata.version = acknowledgement.version
+                        saved.append(SentRecord(record: record, mutationID: id))
+                    }
+                    settlements.append((row.rowID, .sent(acknowledgement.version)))
                 }
             case .refused where acknowledgement.error?.code == .failedPrecondition && !row.isDeletion:
                 // Changed on the server since the version it was based on: the server's record now.
@@ -526,14 +540,17 @@ public final class ChangeSyncEngine: Observable, Sendable {
                     server = try current.map {
                         try RecordCoding.record(id: row.recordID, fields: $0.data, version: $0.version, encryption: configuration.encryption)
                     }
+                    settlements.append((row.rowID, current.map { .server($0.version, JSONText.encode(.object($0.data))) } ?? .gone))
                 } catch {
                     failed.append(FailedRecord(recordID: row.recordID, mutationID: id, error: error))
+                    settlements.append((row.rowID, .unchanged))
                     continue
                 }
                 conflicts.append((row, server))
             case .refused, .unknown:
                 failed.append(FailedRecord(recordID: row.recordID, mutationID: id,
                                            error: acknowledgement.error ?? TandemError(.unknown, "The server no longer knows whether this change of '\(row.recordID)' applied; read the record.")))
+                settlements.append((row.rowID, .unchanged))
             }
         }
         // Conflicts: the chosen record goes next; a record the server no longer has is reported.
@@ -543,7 +560,7 @@ public final class ChangeSyncEngine: Observable, Sendable {
         let delegate = core.withLock { $0.delegate?.value }
         var baseRecords: [String: SyncedRecord] = [:]
         do {
-            baseRecords = try store.bases(account: account, ids: conflicts.map(\.row.recordID))
+            baseRecords = try store.bases(account: account, ids: conflicts.map(\.row.recordID), encryption: configuration.encryption)
         } catch {
             // The conflicts go on without their base; the app hears why.
             noteFailure(error)
@@ -554,12 +571,10 @@ public final class ChangeSyncEngine: Observable, Sendable {
             guard let server else {
                 failed.append(FailedRecord(recordID: row.recordID, mutationID: row.mutation?.id,
                                            error: TandemError(.notFound, "Record '\(row.recordID)' is no longer on the server: it was deleted there after the version this change was based on. Nothing was changed on this device; save it again as a new record, or delete it.")))
-                bases.updateValue(nil, forKey: row.recordID)
                 continue
             }
             let conflict = RecordConflict(base: baseRecords[row.recordID], client: client, server: server)
             conflictList.append(conflict)
-            bases.updateValue(server, forKey: row.recordID)
             let choice = delegate.map { $0.syncEngine(self, shouldResolveConflict: conflict) } ?? configuration.resolver.resolve(conflict)
             if var choice {
                 choice.id = client.id
@@ -572,7 +587,7 @@ public final class ChangeSyncEngine: Observable, Sendable {
             }
         }
         do {
-            try store.settle(account: account, rowIDs: rows.map(\.rowID), bases: bases)
+            try store.settle(account: account, settlements)
             let requeued = try store.enqueue(account: account, saves: resolved + unresolved.map(\.1), deletions: [])
             if !requeued.isEmpty { handle(.resolved(requeued.map(\.change), now: now)) }
         } catch {
@@ -597,20 +612,46 @@ public final class ChangeSyncEngine: Observable, Sendable {
     private func fetch(after token: ChangeToken?, account: String, attempt: Int) async {
         let page: ChangePage
         do {
-            page = try await client.changes(.collection(try recordsPath(account), Query()), since: token?.version ?? Version(0), limit: configuration.fetchPageSize)
+            // The page read ahead for this token, if it was; any other is of no use now.
+            let ahead = core.withLock { core -> Task<ChangePage, any Error>? in
+                defer { core.readAhead = nil }
+                guard let readAhead = core.readAhead, readAhead.account == account, readAhead.token == token else {
+                    core.readAhead?.page.cancel()
+                    return nil
+                }
+                return readAhead.page
+            }
+            if let ahead {
+                page = try await ahead.value
+            } else {
+                page = try await readPage(after: token, account: account)
+            }
         } catch {
             handle(.failed(Self.classify(error, fetching: true), attempt: attempt, now: now))
             return
         }
         // Another user signed in meanwhile: the page is theirs to fetch again, and told to no one.
         guard isCurrent(account) else { return }
+        // The feed goes on: its next page is asked for now, and comes while this one is handled
+        // (it is the fetch the machine runs next, unless a send comes first).
+        if page.hasMore {
+            let next = ChangeToken(page.version)
+            let task = Task { try await self.readPage(after: next, account: account) }
+            core.withLock { core in
+                core.readAhead?.page.cancel()
+                core.readAhead = ReadAhead(account: account, token: next, page: task)
+            }
+        }
         var modifications: [SyncedRecord] = []
         var deletions: [RecordDeletion] = []
         var failures: [FailedRecord] = []
-        var bases: [String: SyncedRecord?] = [:]
-        var known: [String: SyncedRecord] = [:]
+        // The server's state of each record, as the page carried it (its data not encoded again).
+        var bases: [(id: String, version: Version, data: String?)] = []
+        bases.reserveCapacity(page.changes.count)
+        modifications.reserveCapacity(page.changes.count)
+        var types: [String: String] = [:]
         do {
-            known = try store.bases(account: account, ids: page.changes.filter { $0.document == nil }.map(\.path.id))
+            types = try store.baseTypes(account: account, ids: page.changes.filter { $0.document == nil }.map(\.path.id))
         } catch {
             // The deletions go on without their records' types; the app hears why.
             noteFailure(error)
@@ -618,14 +659,14 @@ public final class ChangeSyncEngine: Observable, Sendable {
         for change in page.changes {
             let id = change.path.id
             guard let document = change.document else {
-                deletions.append(RecordDeletion(recordID: id, recordType: known[id]?.type ?? ""))
-                bases.updateValue(nil, forKey: id)
+                deletions.append(RecordDeletion(recordID: id, recordType: types[id] ?? ""))
+                bases.append((id, change.version, nil))
                 continue
             }
             do {
                 let record = try RecordCoding.record(id: id, fields: document.data, version: document.version, encryption: configuration.encryption)
                 modifications.append(record)
-                bases.updateValue(record, forKey: id)
+                bases.append((id, document.version, change.encodedData ?? JSONText.encode(.object(document.data))))
             } catch {
                 failures.append(FailedRecord(recordID: id, mutationID: nil, error: error))
             }
@@ -653,6 +694,10 @@ public final class ChangeSyncEngine: Observable, Sendable {
         let next = ChangeToken(page.version)
         handle(.succeeded(.fetched(token: next, hasMore: page.hasMore), attempt: attempt, now: now))
         emit(.tokenUpdated(next)) { $0.syncEngine(self, didUpdateChangeToken: next) }
+    }
+
+    private func readPage(after token: ChangeToken?, account: String) async throws -> ChangePage {
+        try await client.changes(.collection(try recordsPath(account), Query()), since: token?.version ?? Version(0), limit: configuration.fetchPageSize)
     }
 
     /// How a failure is retried, split, restarted or ends the engine.

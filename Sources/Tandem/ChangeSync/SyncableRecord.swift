@@ -104,7 +104,10 @@ enum RecordFields {
     /// Whether `name` may name a property.
     static func isValidProperty(_ name: String) -> Bool {
         guard !name.isEmpty, name.utf8.count <= 255, !name.hasPrefix("_") else { return false }
-        return name.unicodeScalars.allSatisfy { $0.isASCII && (CharacterSet.alphanumerics.contains($0) || $0 == "_") }
+        return name.utf8.allSatisfy { byte in
+            (byte >= UInt8(ascii: "a") && byte <= UInt8(ascii: "z")) || (byte >= UInt8(ascii: "A") && byte <= UInt8(ascii: "Z"))
+                || (byte >= UInt8(ascii: "0") && byte <= UInt8(ascii: "9")) || byte == UInt8(ascii: "_")
+        }
     }
 
     /// Whether `id` may name a record (a document id: no `/`, not `.` or `..`, at most 1,500 bytes).

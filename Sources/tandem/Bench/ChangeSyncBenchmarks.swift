@@ -111,6 +111,9 @@ enum ChangeSyncBenchmarks {
                 if answered >= records { break }
             }
         }
+        // The sender stops before the fetch is measured: fetching its own records back (as its
+        // subscription asks it to) would share the machine with the device measured.
+        sender.stop()
         let (_, receiverTask, receiver) = try await device("receiver")
         let events = receiver.events()
         var fetched = 0
@@ -122,7 +125,6 @@ enum ChangeSyncBenchmarks {
             }
         }
         precondition(fetched >= records, "bench: the engine fetched \(fetched) of \(records) records")
-        sender.stop()
         receiver.stop()
         senderTask.cancel()
         receiverTask.cancel()

@@ -1,0 +1,106 @@
+import Crypto
+import Foundation
+import GRDB
+import Testing
+@testable import Tandem
+import TandemCore
+
+/// The change-sync engine's file: what it keeps of a pending change before and after it is sent,
+/// how an answer moves it to the record's base, and a file written by the first schema.
+@Suite("Change sync queue file")
+struct ChangeQueueStoreTests {
+    static let records = try! CollectionPath("users/u1/zones/notes/records")
+
+    static func note(_ id: String, _ title: String, version: UInt64 = 0, secret: String? = nil) -> SyncedRecord {
+        var properties: [String: SyncableValue] = ["title": .value(.string(title))]
+        if let secret { properties["secret"] = .encryptedValue(.string(secret)) }
+        return SyncedRecord(id: id, type: "Note", properties: properties, metadata: RecordMetadata(version: Version(version)))
+    }
+
+    @Test("a record queued again before it is sent replaces its change; once sent, the next change is a new row after it, and is the newest queued state")
+    func queuedAgain() throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let store = try ChangeQueueStore(path: directory.url.appendingPathComponent("q.sqlite").path)
+        let first = try store.enqueue(account: "u1", saves: [Self.note("n1", "a")], deletions: [])
+        let again = try store.enqueue(account: "u1", saves: [Self.note("n1", "b")], deletions: [])
+        #expect(again[0].rowID == first[0].rowID)
+        let sent = try store.prepare(account: "u1", records: Self.records, rowIDs: [first[0].rowID]) { try RecordCoding.fields(of: $0.record!, encryption: nil) }
+        #expect(sent[0].mutation?.kind == .set(["_type": "Note", "title": "b"]))
+        #expect(sent[0].mutation?.precondition == .exists(false))
+        let next = try store.enqueue(account: "u1", saves: [Self.note("n1", "c")], deletions: [])
+        #expect(next[0].rowID != first[0].rowID)
+        let last = try store.enqueue(account: "u1", saves: [Self.note("n1", "d")], deletions: [])
+        #expect(last[0].rowID == next[0].rowID)
+        #expect(try store.newestQueued(account: "u1", ids: ["n1"])["n1"]?["title"] == "d")
+        // Another process sees the same queue: the sent change first, with its mutation as sent.
+        let reopened = try ChangeQueueStore(path: directory.url.appendingPathComponent("q.sqlite").path)
+        let pending = try reopened.pending(account: "u1")
+        #expect(pending.map(\.isSent) == [true, false])
+        let again2 = try reopened.prepare(account: "u1", records: Self.records, rowIDs: [pending[0].rowID]) { _ in
+            Issue.record("a sent change is not encoded again")
+            return [:]
+        }
+        #expect(again2[0].mutation == sent[0].mutation)
+        #expect(try reopened.newestQueued(account: "u1", ids: ["n1"])["n1"]?["title"] == "d")
+    }
+
+    @Test("an answered save becomes the record's base as sent (sealed properties sealed), at the version answered; a deletion removes it; a refusal leaves it")
+    func settledIntoBase() throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let store = try ChangeQueueStore(path: directory.url.appendingPathComponent("q.sqlite").path)
+        let encryption = try RecordEncryption(keyID: "k1", key: SymmetricKey(size: .bits256))
+        let rows = try store.enqueue(account: "u1", saves: [Self.note("n1", "a", secret: "s"), Self.note("n2", "b")], deletions: [("n3", "Note")])
+        try store.storeBases(account: "u1", [("n3", Version(2), #"{"_type":"Note","title":"gone"}"#), ("n2", Version(4), #"{"_type":"Note","title":"old"}"#)])
+        #expect(try store.baseTypes(account: "u1", ids: ["n3", "n9"]) == ["n3": "Note"])
+        let sent = try store.prepare(account: "u1", records: Self.records, rowIDs: rows.map(\.rowID)) { try RecordCoding.fields(of: $0.record!, encryption: encryption) }
+        #expect(sent[2].mutation?.kind == .delete)
+        try store.settle(account: "u1", [(sent[0].rowID, .sent(Version(7))), (sent[1].rowID, .unchanged), (sent[2].rowID, .gone)])
+        #expect(try store.pending(account: "u1").isEmpty)
+        let bases = try store.bases(account: "u1", ids: ["n1", "n2", "n3"], encryption: encryption)
+        #expect(bases["n1"]?.metadata.version == Version(7))
+        #expect(bases["n1"]?.properties["secret"] == .encryptedValue("s"))
+        #expect(bases["n1"]?["title"] == "a")
+        #expect(bases["n2"]?["title"] == "old")
+        #expect(bases["n3"] == nil)
+        // Stored sealed: without the key the base cannot be opened, and is left out.
+        let stored = try store.queue.read { try String.fetchOne($0, sql: "SELECT data FROM base WHERE record_id = 'n1'") }
+        #expect(stored?.contains("\"s\"") == false)
+        #expect(try store.bases(account: "u1", ids: ["n1"], encryption: nil).isEmpty)
+    }
+
+    @Test("a file written by the first schema opens: a sent change is sent again exactly as it went (same id, data and precondition), an unsent one as queued")
+    func migratesFirstSchema() throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let path = directory.url.appendingPathComponent("q.sqlite").path
+        let sentMutation = Mutation(path: try Self.records.document("n1"), kind: .set(["_type": "Note", "title": "x"]),
+                                    precondition: .version(Version(3)), id: MutationID(clientID: "w/changes", sequence: 7))
+        let deletion = Mutation(path: try Self.records.document("n2"), kind: .delete, id: MutationID(clientID: "w/changes", sequence: 8))
+        do {
+            let queue = try DatabaseQueue(path: path)
+            try ChangeQueueStore.migrator.migrate(queue, upTo: "v1")
+            try queue.write { db in
+                let recordText = RecordText.encode(Self.note("n1", "x", version: 3))
+                try db.execute(sql: "INSERT INTO pending (account, record_id, record_type, is_deletion, record, bytes, mutation) VALUES ('u1', 'n1', 'Note', 0, ?, 10, ?)",
+                               arguments: [recordText, JSONText.encode(sentMutation.wireValue)])
+                try db.execute(sql: "INSERT INTO pending (account, record_id, record_type, is_deletion, record, bytes, mutation) VALUES ('u1', 'n2', 'Note', 1, NULL, 10, ?)",
+                               arguments: [JSONText.encode(deletion.wireValue)])
+                try db.execute(sql: "INSERT INTO pending (account, record_id, record_type, is_deletion, record, bytes) VALUES ('u1', 'n1', 'Note', 0, ?, 10)",
+                               arguments: [RecordText.encode(Self.note("n1", "y", version: 3))])
+                try db.execute(sql: "INSERT INTO base (account, record_id, record) VALUES ('u1', 'n1', ?)", arguments: [recordText])
+                try db.execute(sql: "INSERT INTO meta (account, key, value) VALUES ('u1', 'writer', 'w/changes'), ('u1', 'next_sequence', '9')")
+            }
+        }
+        let store = try ChangeQueueStore(path: path)
+        let pending = try store.pending(account: "u1")
+        #expect(pending.map(\.isSent) == [true, true, false])
+        let prepared = try store.prepare(account: "u1", records: Self.records, rowIDs: pending.map(\.rowID)) { try RecordCoding.fields(of: $0.record!, encryption: nil) }
+        #expect(prepared[0].mutation == sentMutation)
+        #expect(prepared[1].mutation == deletion)
+        #expect(prepared[2].mutation?.id == MutationID(clientID: "w/changes", sequence: 9))
+        #expect(prepared[2].mutation?.precondition == .version(Version(3)))
+        #expect(try store.bases(account: "u1", ids: ["n1"], encryption: nil).isEmpty)
+    }
+}
