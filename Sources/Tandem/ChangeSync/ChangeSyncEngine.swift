@@ -35,6 +35,9 @@ public final class ChangeSyncEngine: Observable, Sendable {
         public var maxRetries = 5
         public var maxRecordsPerBatch = 400
         public var maxBytesPerBatch = 2 << 20
+        /// Batches sent without waiting for the answers to the ones before (each record still has
+        /// one change out at a time, and the server applies them in the order sent).
+        public var maxSendsInFlight = 4
         /// Changes asked for per fetched page.
         public var fetchPageSize = 1_000
         /// Decides conflicts the delegate does not.
@@ -91,6 +94,15 @@ public final class ChangeSyncEngine: Observable, Sendable {
         var status: Status?
     }
 
+    /// A send the machine started: prepared and put on the wire by the send lane, in the order
+    /// the machine started them.
+    private struct SendJob: Sendable {
+        var batch: Int
+        var changes: [ChangeSyncStateMachine.PendingChange]
+        var account: String
+        var attempt: Int
+    }
+
     /// A page of the feed asked for before its fetch runs.
     private struct ReadAhead {
         var account: String
@@ -111,6 +123,9 @@ public final class ChangeSyncEngine: Observable, Sendable {
     private let registrar = ObservationRegistrar()
     private let started = ContinuousClock.now
     private let authTask = Mutex<Task<Void, Never>?>(nil)
+    /// Sends, in the order the machine started them: each is given its mutations' sequences and
+    /// put on the wire before the next one is.
+    private let sendLane: AsyncStream<SendJob>.Continuation
 
     /// - Parameters:
     ///   - state: what the app stored of the last engine's ``state`` (nil the first time).
@@ -127,7 +142,16 @@ public final class ChangeSyncEngine: Observable, Sendable {
         limits.maxRetries = configuration.maxRetries
         limits.maxRecordsPerBatch = max(1, configuration.maxRecordsPerBatch)
         limits.maxBytesPerBatch = max(1, configuration.maxBytesPerBatch)
+        limits.maxSendsInFlight = max(1, configuration.maxSendsInFlight)
         core = Mutex(Core(machine: ChangeSyncStateMachine(limits: limits), state: state ?? State(), clock: HybridLogicalClock(node: client.clientID)))
+        let (jobs, sendLane) = AsyncStream.makeStream(of: SendJob.self)
+        self.sendLane = sendLane
+        Task { [weak self] in
+            for await job in jobs {
+                guard let self else { return }
+                self.startSend(job)
+            }
+        }
         let stream = client.authStates()
         authTask.withLock { task in
             task = Task { [weak self] in
@@ -142,6 +166,7 @@ public final class ChangeSyncEngine: Observable, Sendable {
 
     deinit {
         authTask.withLock { $0?.cancel() }
+        sendLane.finish()
         core.withLock { core in
             core.subscription?.cancel()
             core.wake?.cancel()
@@ -332,11 +357,18 @@ public final class ChangeSyncEngine: Observable, Sendable {
 
     private func handle(_ event: ChangeSyncStateMachine.Event) {
         let (actions, changedState) = core.withLock { core -> ([ChangeSyncStateMachine.Action], Bool) in
-            let actions = core.machine.handle(event)
+            var actions = core.machine.handle(event)
             let before = core.state
             if core.machine.account == core.state.account {
                 core.state.token = core.machine.token
                 core.state.zoneReady = core.machine.zoneReady
+            }
+            // Sends go to the lane here, under the lock, so they reach it in the order the machine
+            // started them.
+            actions.removeAll { action in
+                guard case .run(.send(let batch, let changes), let attempt) = action, let account = core.machine.account else { return false }
+                sendLane.yield(SendJob(batch: batch, changes: changes, account: account, attempt: attempt))
+                return true
             }
             return (actions, before != core.state)
         }
@@ -412,7 +444,8 @@ public final class ChangeSyncEngine: Observable, Sendable {
         case .subscribe:
             await subscribe(account, attempt: attempt)
         case .send(let batch, let changes):
-            await send(batch, changes, account: account, attempt: attempt)
+            // Sends go through the lane (``handle(_:)``); one that reaches here goes there too.
+            sendLane.yield(SendJob(batch: batch, changes: changes, account: account, attempt: attempt))
         case .fetch(let token):
             await fetch(after: token, account: account, attempt: attempt)
         }
@@ -474,10 +507,13 @@ public final class ChangeSyncEngine: Observable, Sendable {
         old?.cancel()
     }
 
-    private func send(_ batch: Int, _ changes: [ChangeSyncStateMachine.PendingChange], account: String, attempt: Int) async {
+    /// Gives a send its mutations (stored before anything is sent) and puts it on the wire; its
+    /// answer is awaited apart, so the next send can go meanwhile.
+    private func startSend(_ job: SendJob) {
+        let (batch, account, attempt) = (job.batch, job.account, job.attempt)
         let rows: [ChangeQueueStore.Row]
         do {
-            rows = try store.prepare(account: account, records: try recordsPath(account), rowIDs: changes.map(\.rowID)) { row in
+            rows = try store.prepare(account: account, records: try recordsPath(account), rowIDs: job.changes.map(\.rowID)) { row in
                 guard let record = row.record else {
                     // Never read as a deletion: the queued state cannot be read, so nothing is sent.
                     throw TandemError(.dataLoss, "The queued change of record '\(row.recordID)' cannot be read from the engine's file; nothing of it was sent. Send the record again.")
@@ -492,7 +528,13 @@ public final class ChangeSyncEngine: Observable, Sendable {
             handle(.succeeded(.sent(batch: batch), attempt: attempt, now: now))
             return
         }
-        let answer = await client.commit(requests: [WriteRequest(rows.map { $0.mutation! }, isAtomic: false)])[0]
+        let writes = client.startWrites([WriteRequest(rows.map { $0.mutation! }, isAtomic: false)])
+        Task { await self.finishSend(batch, rows, writes, account: account, attempt: attempt) }
+    }
+
+    /// Takes a send's answer: results, conflicts and failures told, its changes settled.
+    private func finishSend(_ batch: Int, _ rows: [ChangeQueueStore.Row], _ writes: TandemClient.PendingWrites, account: String, attempt: Int) async {
+        let answer = await writes.answers()[0]
         let acknowledgements: [WriteAcknowledgement]
         switch answer {
         case .failure(let error as TandemError) where rows.count == 1 && Self.isRefusalOfOne(error):

@@ -20,6 +20,12 @@ public struct ChangeToken: Sendable, Hashable, Codable, CustomStringConvertible 
 /// the engine is started and someone is signed in; sends and fetches wait until the zone exists and
 /// the subscription is up. Within a queue, first in, first out.
 ///
+/// Sends may be pipelined: up to ``Limits/maxSendsInFlight`` batches are out at once, taken from
+/// the front of the queue in order (so their mutations' sequences increase in the order they are
+/// sent, as the server requires), and never two changes of one record at once. When one fails, or
+/// the engine stops, every batch out goes back to the front, in the order they went (the server
+/// holds back a writer's later writes after a refused one, so they are sent again behind it).
+///
 /// ```
 ///  stopped ──start (signed in)──▶ running ──non-retryable error, or maxRetries──▶ halted
 ///     ▲                              │                                              │
@@ -40,6 +46,8 @@ struct ChangeSyncStateMachine: Sendable {
         var maxDelay: Duration = .seconds(64)
         /// The spacing a rate limit starts the throttle at (it doubles with each one after).
         var throttleStep: Duration = .seconds(1)
+        /// Send batches out at once, waiting for their answers.
+        var maxSendsInFlight = 1
     }
 
     /// The queues, in the order they run.
@@ -177,9 +185,17 @@ struct ChangeSyncStateMachine: Sendable {
     /// A push came while a fetch ran: that fetch may have read its page before the change, so
     /// another follows it.
     private var pushedDuringFetch = false
-    /// The operation running now.
-    private(set) var current: Operation?
-    /// The attempt the running operation is (each run is a new one).
+    /// One operation out, and the attempt it is (each run is a new one).
+    struct Running: Sendable, Hashable {
+        var operation: Operation
+        var attempt: Int
+    }
+
+    /// The operations running now, in the order they started: one, or several sends.
+    private(set) var running: [Running] = []
+    /// The operation that started first of those running now.
+    var current: Operation? { running.first?.operation }
+    /// The last attempt given.
     private(set) var attempt = 0
     /// Failures of the current queue's front operation in a row.
     private(set) var retryCount = 0
@@ -204,8 +220,13 @@ struct ChangeSyncStateMachine: Sendable {
     /// Operations waiting or running, counted while stopped too: pending changes count one each.
     var pendingCount: Int {
         var count = pending.count + fetches.count
-        if case .send(_, let changes)? = current { count += changes.count }
-        if case .fetch? = current { count += 1 }
+        for run in running {
+            switch run.operation {
+            case .send(_, let changes): count += changes.count
+            case .fetch: count += 1
+            case .createZone, .subscribe: break
+            }
+        }
         return count
     }
 
@@ -223,13 +244,14 @@ struct ChangeSyncStateMachine: Sendable {
         case .stop:
             isRunning = false
             wakeAt = nil
-            return requeueCurrent()
+            requeueRunning()
+            return []
         case .account(let uid, let pending, let token, let zoneReady, let now):
             guard uid != account else { return next(now: now) }
             account = uid
             // Another account: its own queue, token and zone; what ran for the last one is dropped
             // (its changes are still in the last account's stored queue).
-            current = nil
+            running = []
             self.pending = pending
             unsent = Set(pending.lazy.filter { !$0.isSent }.map(\.recordID))
             self.token = token
@@ -249,7 +271,7 @@ struct ChangeSyncStateMachine: Sendable {
             return next(now: now)
         case .pushed(let now):
             guard subscribed else { return [] }
-            if case .fetch? = current {
+            if running.contains(where: { $0.operation.queue == .fetch }) {
                 pushedDuringFetch = true
                 return []
             }
@@ -259,16 +281,17 @@ struct ChangeSyncStateMachine: Sendable {
             subscribed = false
             return next(now: now)
         case .succeeded(let outcome, let attempt, let now):
-            guard current != nil, attempt == self.attempt else { return next(now: now) }
-            return succeeded(outcome, now: now)
+            guard let index = running.firstIndex(where: { $0.attempt == attempt }) else { return next(now: now) }
+            return succeeded(outcome, at: index, now: now)
         case .failed(let failure, let attempt, let now):
-            guard current != nil, attempt == self.attempt else { return next(now: now) }
-            return failed(failure, now: now)
+            guard let index = running.firstIndex(where: { $0.attempt == attempt }) else { return next(now: now) }
+            return failed(failure, at: index, now: now)
         case .resolved(let changes, let now):
-            // Sent next, before anything else queued; a record the app changed again meanwhile
+            // Sent next, before anything else queued (behind changes already sent once, which go
+            // again first: their sequences are older); a record the app changed again meanwhile
             // keeps its newer change (which meets the conflict again, and is resolved again).
             let resolved = changes.filter { !unsent.contains($0.recordID) }
-            pending.insert(contentsOf: resolved, at: 0)
+            pending.insert(contentsOf: resolved, at: pending.firstIndex { !$0.isSent } ?? pending.endIndex)
             unsent.formUnion(resolved.lazy.filter { !$0.isSent }.map(\.recordID))
             return [.persist] + next(now: now)
         case .unresolved(let error):
@@ -296,27 +319,38 @@ struct ChangeSyncStateMachine: Sendable {
     /// A fetch after a token already queued (or running) is not queued twice.
     private mutating func queueFetch(_ token: ChangeToken?) {
         if fetches.contains(token) { return }
-        if case .fetch(let running)? = current, running == token { return }
+        if running.contains(where: { $0.operation == .fetch(token: token) }) { return }
         fetches.append(token)
     }
 
     /// The operation that runs next, if one may: the first queue in priority order with work.
+    /// Beside running sends, only another send may start.
     private func runnable() -> Operation? {
         guard isRunning, !isHalted, account != nil else { return nil }
-        if !zoneReady { return .createZone }
-        if !subscribed { return .subscribe }
-        if !pending.isEmpty { return .send(batch: nextBatch, changes: batch()) }
-        if let token = fetches.first { return .fetch(token: token) }
+        let sending = running.filter { $0.operation.queue == .send }
+        guard sending.count == running.count, sending.count < max(1, limits.maxSendsInFlight) else { return nil }
+        if !zoneReady { return running.isEmpty ? .createZone : nil }
+        if !subscribed { return running.isEmpty ? .subscribe : nil }
+        if !pending.isEmpty {
+            let changes = batch(skipping: sending)
+            return changes.isEmpty ? nil : .send(batch: nextBatch, changes: changes)
+        }
+        if running.isEmpty, let token = fetches.first { return .fetch(token: token) }
         return nil
     }
 
     /// The front of the pending changes that one send takes: at most `batchLimit` records and
-    /// `maxBytesPerBatch` bytes (one record at least).
-    private func batch() -> [PendingChange] {
+    /// `maxBytesPerBatch` bytes (one record at least), up to the first change of a record a
+    /// running send has out.
+    private func batch(skipping sending: [Running]) -> [PendingChange] {
+        var out: Set<String> = []
+        for run in sending {
+            if case .send(_, let changes) = run.operation { out.formUnion(changes.lazy.map(\.recordID)) }
+        }
         var taken: [PendingChange] = []
         var bytes = 0
         for change in pending {
-            guard taken.count < batchLimit else { break }
+            guard taken.count < batchLimit, !out.contains(change.recordID) else { break }
             if !taken.isEmpty && bytes + change.bytes > limits.maxBytesPerBatch { break }
             taken.append(change)
             bytes += change.bytes
@@ -324,12 +358,22 @@ struct ChangeSyncStateMachine: Sendable {
         return taken
     }
 
+    /// Starts what may run now: one operation, or sends up to the pipeline's depth.
     private mutating func next(now: Duration) -> [Action] {
-        guard current == nil, let next = runnable() else { return [] }
+        var actions: [Action] = []
+        while let action = startNext(now: now) {
+            actions.append(action)
+            guard case .run(.send, _) = action else { break }
+        }
+        return actions
+    }
+
+    private mutating func startNext(now: Duration) -> Action? {
+        guard let next = runnable() else { return nil }
         guard now >= notBefore else {
-            if let wakeAt, wakeAt <= notBefore { return [] }
+            if let wakeAt, wakeAt <= notBefore { return nil }
             wakeAt = notBefore
-            return [.wake(at: notBefore)]
+            return .wake(at: notBefore)
         }
         var operation = next
         switch operation {
@@ -348,34 +392,39 @@ struct ChangeSyncStateMachine: Sendable {
         case .createZone, .subscribe:
             break
         }
-        current = operation
         attempt += 1
-        return [.run(operation, attempt: attempt)]
+        running.append(Running(operation: operation, attempt: attempt))
+        return .run(operation, attempt: attempt)
     }
 
-    /// The running operation's work goes back to the front of its queue (a stop, a retry).
-    private mutating func requeueCurrent() -> [Action] {
-        defer { current = nil }
-        switch current {
-        case .send(_, let changes)?:
-            // Back in front, as they were sent; changes queued meanwhile for the same records are
-            // newer, and go after them.
-            pending.insert(contentsOf: changes, at: 0)
-        case .fetch(let token)?:
-            fetches.removeAll { $0 == token }
-            fetches.insert(token, at: 0)
-        case .createZone?, .subscribe?, nil:
-            break
+    /// The running operations' work goes back to the front of its queue (a stop, a retry): every
+    /// send out, in the order they went (an answer to one of them changes nothing now).
+    private mutating func requeueRunning() {
+        defer { running = [] }
+        var sent: [PendingChange] = []
+        for run in running {
+            switch run.operation {
+            case .send(_, let changes):
+                // Back in front, as they were sent; changes queued meanwhile for the same records
+                // are newer, and go after them.
+                sent.append(contentsOf: changes)
+            case .fetch(let token):
+                fetches.removeAll { $0 == token }
+                fetches.insert(token, at: 0)
+            case .createZone, .subscribe:
+                break
+            }
         }
-        return []
+        pending.insert(contentsOf: sent, at: 0)
     }
 
     // MARK: Outcomes
 
-    private mutating func succeeded(_ outcome: Outcome, now: Duration) -> [Action] {
-        guard let operation = current, operation.queue == outcome.queue else { return next(now: now) }
-        if case .send(let running, _) = operation, case .sent(let batch) = outcome, running != batch { return next(now: now) }
-        current = nil
+    private mutating func succeeded(_ outcome: Outcome, at index: Int, now: Duration) -> [Action] {
+        let operation = running[index].operation
+        guard operation.queue == outcome.queue else { return next(now: now) }
+        if case .send(let sent, _) = operation, case .sent(let batch) = outcome, sent != batch { return next(now: now) }
+        running.remove(at: index)
         retryCount = 0
         // Halved, down to none below an eighth of the backoff's base.
         throttle = throttle / 2 < limits.backoffBase / 8 ? .zero : throttle / 2
@@ -406,8 +455,8 @@ struct ChangeSyncStateMachine: Sendable {
         return actions + next(now: now)
     }
 
-    private mutating func failed(_ failure: Failure, now: Duration) -> [Action] {
-        guard let operation = current else { return next(now: now) }
+    private mutating func failed(_ failure: Failure, at index: Int, now: Duration) -> [Action] {
+        let operation = running[index].operation
         switch failure {
         case .transient(let error, let retryAfter):
             return retry(error, after: retryAfter, now: now)
@@ -419,32 +468,32 @@ struct ChangeSyncStateMachine: Sendable {
             // Replaced by its halves: a new operation, with no failure counted.
             batchLimit = max(1, changes.count / 2)
             retryCount = 0
-            _ = requeueCurrent()
+            requeueRunning()
             return next(now: now)
         case .tokenExpired:
             guard case .fetch = operation else { return halt(TandemError(.internal, "A send was answered as an expired token.")) }
             // From the beginning, in place of the expired token.
-            current = nil
+            running = []
             token = nil
             retryCount = 0
             fetches.removeAll { $0 == nil }
             fetches.insert(nil, at: 0)
             return [.tokenReset, .persist] + next(now: now)
         case .zoneMissing:
-            _ = requeueCurrent()
+            requeueRunning()
             zoneReady = false
             subscribed = false
             retryCount = 0
             return [.persist] + next(now: now)
         case .fatal(let error):
-            _ = requeueCurrent()
+            requeueRunning()
             return halt(error)
         }
     }
 
     /// The operation waits and runs again, unless it failed too often.
     private mutating func retry(_ error: TandemError, after retryAfter: Duration?, now: Duration) -> [Action] {
-        _ = requeueCurrent()
+        requeueRunning()
         retryCount += 1
         guard retryCount <= limits.maxRetries else { return halt(error) }
         let backoff = min(limits.maxDelay, limits.backoffBase * (1 << min(retryCount - 1, 30)))
@@ -454,7 +503,7 @@ struct ChangeSyncStateMachine: Sendable {
     }
 
     private mutating func halt(_ error: TandemError) -> [Action] {
-        _ = requeueCurrent()
+        requeueRunning()
         haltError = error
         isRunning = false
         wakeAt = nil

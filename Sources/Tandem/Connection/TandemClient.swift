@@ -334,20 +334,12 @@ public final class TandemClient: Service, Sendable, Observable {
 
     private func sendOnce(_ requests: [WriteRequest]) async -> [Result<[WriteAcknowledgement], any Error>] {
         guard !requests.isEmpty else { return [] }
-        let answers = await send(requests.map { request -> (Int) -> ClientMessage in
-            request.isOneWrite
-                ? { .write(id: $0, mutations: request.mutations) }
-                : { .writeEach(id: $0, mutations: request.mutations) }
-        })
-        guard answers.count == requests.count else { return requests.map { _ in .failure(notConnected) } }
-        return zip(requests, answers).map { request, answer in
-            Self.acknowledgements(of: answer, atomic: request.isOneWrite)
-        }
+        return await startWrites(requests).answers()
     }
 
     /// A write's answer: its acknowledgements, or why it was not applied. An atomic write with a
     /// refused mutation fails with that mutation's error.
-    private static func acknowledgements(of answer: Result<ServerMessage, any Error>, atomic: Bool) -> Result<[WriteAcknowledgement], any Error> {
+    static func acknowledgements(of answer: Result<ServerMessage, any Error>, atomic: Bool) -> Result<[WriteAcknowledgement], any Error> {
         switch answer {
         case .failure(let error):
             return .failure(error)
@@ -385,30 +377,62 @@ public final class TandemClient: Service, Sendable, Observable {
     /// fail with it); otherwise, not connected: one `unavailable` failure.
     func send(_ requests: [(Int) -> ClientMessage]) async -> [Result<ServerMessage, any Error>] {
         guard !requests.isEmpty else { return [] }
-        return await withCheckedContinuation { (continuation: CheckedContinuation<[Result<ServerMessage, any Error>], Never>) in
-            let (sent, wake) = state.withLock { state -> (Bool, CheckedContinuation<Void, Never>?) in
-                let connection = state.welcomed
-                guard connection != nil || state.machine.isConnecting else {
-                    return (false, Self.requestWake(&state))
-                }
-                let collector = ReplyCollector(count: requests.count, continuation: continuation)
-                for (slot, make) in requests.enumerated() {
-                    let id = state.nextRequestID
-                    state.nextRequestID += 1
-                    state.pending[id] = PendingReply(collector: collector, slot: slot)
-                    let frame = make(id).text
-                    if let connection {
-                        connection.frames.yield(frame)
-                    } else {
-                        // Sent after the welcome, or failed with the attempt (with every pending reply).
-                        state.deferred.append((id, frame, state.authState.uid))
-                    }
-                }
-                return (true, nil)
+        return await enqueue(requests).answers()
+    }
+
+    /// Queues requests on the connection now, behind every request queued before (or, while
+    /// connecting, to go after the welcome); their answers come to the collector returned. Not
+    /// connected and not connecting, each fails at once.
+    func enqueue(_ requests: [(Int) -> ClientMessage]) -> ReplyCollector {
+        let collector = ReplyCollector(count: requests.count)
+        let (sent, wake) = state.withLock { state -> (Bool, CheckedContinuation<Void, Never>?) in
+            let connection = state.welcomed
+            guard connection != nil || state.machine.isConnecting else {
+                return (false, Self.requestWake(&state))
             }
-            wake?.resume()
-            if !sent { continuation.resume(returning: [.failure(notConnected)]) }
+            for (slot, make) in requests.enumerated() {
+                let id = state.nextRequestID
+                state.nextRequestID += 1
+                state.pending[id] = PendingReply(collector: collector, slot: slot)
+                let frame = make(id).text
+                if let connection {
+                    connection.frames.yield(frame)
+                } else {
+                    // Sent after the welcome, or failed with the attempt (with every pending reply).
+                    state.deferred.append((id, frame, state.authState.uid))
+                }
+            }
+            return (true, nil)
         }
+        wake?.resume()
+        if !sent {
+            for slot in requests.indices { collector.fill(slot, with: .failure(notConnected)) }
+        }
+        return collector
+    }
+
+    /// Write requests sent by ``startWrites(_:)``, whose answers are awaited later.
+    package struct PendingWrites: Sendable {
+        let collector: ReplyCollector
+        let atomic: [Bool]
+
+        /// Each request's acknowledgements, or why it was not applied (as ``commit(requests:)``
+        /// answers, without its waits and sends again after a rate limit: those are the caller's).
+        package func answers() async -> [Result<[WriteAcknowledgement], any Error>] {
+            zip(await collector.answers(), atomic).map { TandemClient.acknowledgements(of: $0, atomic: $1) }
+        }
+    }
+
+    /// Sends write requests now, in order behind every request sent before, without waiting for
+    /// their answers: a caller that must put several on the wire in a given order (each with
+    /// sequences after the last) starts them one after another, then awaits each.
+    package func startWrites(_ requests: [WriteRequest]) -> PendingWrites {
+        let collector = enqueue(requests.map { request -> (Int) -> ClientMessage in
+            request.isOneWrite
+                ? { .write(id: $0, mutations: request.mutations) }
+                : { .writeEach(id: $0, mutations: request.mutations) }
+        })
+        return PendingWrites(collector: collector, atomic: requests.map(\.isOneWrite))
     }
 
     /// Asks the connection loop to try now, if it is waiting out a backoff; returns the sleep to end.
@@ -427,7 +451,8 @@ struct PendingReply: Sendable {
     func resume(_ answer: Result<ServerMessage, any Error>) { collector.fill(slot, with: answer) }
 }
 
-/// Gathers the answers to requests sent together and hands them over once every one is in.
+/// Gathers the answers to requests sent together and hands them over once every one is in (to
+/// the waiter, or to the one who waits later).
 final class ReplyCollector: Sendable {
     private struct State {
         var answers: [Result<ServerMessage, any Error>?]
@@ -437,8 +462,8 @@ final class ReplyCollector: Sendable {
 
     private let state: Mutex<State>
 
-    init(count: Int, continuation: CheckedContinuation<[Result<ServerMessage, any Error>], Never>) {
-        state = Mutex(State(answers: Array(repeating: nil, count: count), remaining: count, continuation: continuation))
+    init(count: Int) {
+        state = Mutex(State(answers: Array(repeating: nil, count: count), remaining: count))
     }
 
     /// Records one answer; the last one hands them all over.
@@ -449,9 +474,25 @@ final class ReplyCollector: Sendable {
             state.remaining -= 1
             guard state.remaining == 0, let continuation = state.continuation else { return nil }
             state.continuation = nil
-            return (continuation, state.answers.map { $0 ?? .failure(TandemError(.internal, "no answer")) })
+            return (continuation, Self.complete(state.answers))
         }
         if let (continuation, answers) = done { continuation.resume(returning: answers) }
+    }
+
+    /// Every answer, once all are in. One waiter.
+    func answers() async -> [Result<ServerMessage, any Error>] {
+        await withCheckedContinuation { continuation in
+            let done = state.withLock { state -> [Result<ServerMessage, any Error>]? in
+                guard state.remaining > 0 else { return Self.complete(state.answers) }
+                state.continuation = continuation
+                return nil
+            }
+            if let done { continuation.resume(returning: done) }
+        }
+    }
+
+    private static func complete(_ answers: [Result<ServerMessage, any Error>?]) -> [Result<ServerMessage, any Error>] {
+        answers.map { $0 ?? .failure(TandemError(.internal, "no answer")) }
     }
 }
 

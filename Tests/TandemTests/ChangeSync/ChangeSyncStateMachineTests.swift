@@ -100,6 +100,69 @@ struct ChangeSyncStateMachineTests {
         #expect(third.changes == [Change(recordID: "r5", isDeletion: false, bytes: 7, isSent: true)])
     }
 
+    /// Every send the actions start, in order.
+    static func sentBatches(_ actions: [Machine.Action]) -> [(batch: Int, changes: [Change], attempt: Int)] {
+        actions.compactMap { action in
+            guard case .run(.send(let batch, let changes), let attempt) = action else { return nil }
+            return (batch, changes, attempt)
+        }
+    }
+
+    @Test("pipelined: up to maxSendsInFlight batches go out at once, in queue order; a record with a change out holds back the batch that would carry its next change; nothing else runs beside them")
+    func pipelinedSends() {
+        var limits = Machine.Limits()
+        limits.maxRecordsPerBatch = 2
+        limits.maxSendsInFlight = 3
+        var machine = Self.ready(limits)
+        let out = Self.sentBatches(machine.handle(.enqueue(Self.saves(8), now: .zero)))
+        #expect(out.map { $0.changes.map(\.recordID) } == [["r0", "r1"], ["r2", "r3"], ["r4", "r5"]])
+        #expect(out.map(\.batch) == [0, 1, 2] && machine.pendingCount == 8)
+        // A fetch waits for the sends; so does a change of r2 (out now) and everything behind it.
+        #expect(machine.handle(.fetch(nil, now: .zero)).isEmpty)
+        _ = machine.handle(.enqueue([Change(recordID: "r2", isDeletion: true, bytes: 1)], now: .zero))
+        let next = Self.sentBatches(machine.handle(.succeeded(.sent(batch: 0), attempt: out[0].attempt, now: .zero)))
+        #expect(next.map { $0.changes.map(\.recordID) } == [["r6", "r7"]])
+        #expect(Self.sentBatches(machine.handle(.succeeded(.sent(batch: 2), attempt: out[2].attempt, now: .zero))).isEmpty,
+                "the r2 deletion waits for the batch that has r2 out")
+        let after = machine.handle(.succeeded(.sent(batch: 1), attempt: out[1].attempt, now: .zero))
+        #expect(Self.sentBatches(after).map { $0.changes.map(\.recordID) } == [["r2"]])
+        let last = Self.sentBatches(after)[0]
+        _ = machine.handle(.succeeded(.sent(batch: next[0].batch), attempt: next[0].attempt, now: .zero))
+        let fetch = machine.handle(.succeeded(.sent(batch: last.batch), attempt: last.attempt, now: .zero))
+        #expect(Self.run(fetch)?.0 == .fetch(token: nil), "the fetch once no send is out")
+    }
+
+    @Test("pipelined: when one batch out fails, every batch out goes back to the front in the order it went (their later answers change nothing), and they go again in that order; a stop does the same")
+    func pipelinedFailure() {
+        var limits = Machine.Limits()
+        limits.maxRecordsPerBatch = 2
+        limits.maxSendsInFlight = 3
+        var machine = Self.ready(limits)
+        let out = Self.sentBatches(machine.handle(.enqueue(Self.saves(7), now: .zero)))
+        #expect(out.count == 3)
+        // The middle one fails (the server held it back behind a refused one, say): all three go back.
+        _ = machine.handle(.failed(.transient(TandemError(.aborted, "behind another"), retryAfter: nil), attempt: out[1].attempt, now: .zero))
+        #expect(machine.running.isEmpty && machine.retryCount == 1)
+        #expect(machine.pending.map(\.recordID) == ["r0", "r1", "r2", "r3", "r4", "r5", "r6"])
+        #expect(machine.pending.prefix(6).allSatisfy(\.isSent) && !machine.pending[6].isSent)
+        // A late success for one of them changes nothing.
+        #expect(machine.handle(.succeeded(.sent(batch: 0), attempt: out[0].attempt, now: .zero)).isEmpty)
+        // A conflict resolved meanwhile goes behind the changes sent before (their sequences are older).
+        _ = machine.handle(.resolved([Change(recordID: "c1", isDeletion: false, bytes: 1)], now: .zero))
+        #expect(machine.pending.map(\.recordID) == ["r0", "r1", "r2", "r3", "r4", "r5", "c1", "r6"])
+        let again = Self.sentBatches(machine.handle(.tick(now: .seconds(1))))
+        #expect(again.map { $0.changes.map(\.recordID) } == [["r0", "r1"], ["r2", "r3"], ["r4", "r5"]])
+        #expect(again.allSatisfy { $0.changes.allSatisfy(\.isSent) })
+        // A stop puts all three back, in order.
+        _ = machine.handle(.stop)
+        #expect(machine.pending.map(\.recordID) == ["r0", "r1", "r2", "r3", "r4", "r5", "c1", "r6"] && machine.running.isEmpty)
+        // "Too large" for one halves the batches and sends them all again, in order.
+        let restarted = Self.sentBatches(machine.handle(.start(now: .seconds(2))))
+        #expect(restarted.count == 3)
+        let halves = Self.sentBatches(machine.handle(.failed(.tooLarge(TandemError(.resourceExhausted, "too large")), attempt: restarted[2].attempt, now: .seconds(2))))
+        #expect(halves.map { $0.changes.map(\.recordID) } == [["r0"], ["r1"], ["r2"]])
+    }
+
     @Test("a batch stops at the byte limit; one record larger than it goes alone")
     func byteLimit() {
         var limits = Machine.Limits()
