@@ -25,6 +25,23 @@ struct WireTests {
         for message in messages {
             let decoded = try ClientMessage(wire: try JSONText.parse(message.text))
             #expect(decoded == message)
+            #expect(message.text == JSONText.encode(message.wireValue))  // the direct writer matches
+        }
+        // Writes of every shape the direct writer spells itself, and those it leaves to the value.
+        let id = MutationID(clientID: "w\"1", sequence: 9)
+        let writes: [Mutation] = [
+            .set(path, ["b": ["c": [1, "x", nil]], "a": 2.5]),
+            Mutation.set(path, [:]).requiring(.exists(false)).identified(by: id),
+            Mutation.set(path, ["z": true]).requiring(.exists(true)),
+            Mutation.delete(path).requiring(.version(3)).identified(by: id),
+            .delete(path),
+            Mutation.set(path, ["t": 1], transforms: [.init("n", .increment(2))]).identified(by: id),
+            .merge(path, ["m": 1], fields: [FieldPath("m")]),
+            mutation,
+        ]
+        for message in [ClientMessage.write(id: 1, mutations: writes), .writeEach(id: 2, mutations: writes), .writeEach(id: 3, mutations: [])] {
+            #expect(message.text == JSONText.encode(message.wireValue))
+            #expect(try ClientMessage(wire: try JSONText.parse(message.text)) == message)
         }
     }
 

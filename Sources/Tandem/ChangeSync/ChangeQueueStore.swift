@@ -231,15 +231,22 @@ final class ChangeQueueStore: Sendable {
                 if row.sequence == nil {
                     row.sequence = next
                     next += 1
-                    if !row.isDeletion {
-                        var data = WireWriter(capacity: row.bytes + 64)
-                        data.value(.object(try fields(row)))
-                        row.data = data.text
-                        row.precondition = row.record?.metadata.version.rawValue ?? 0
+                    let id = MutationID(clientID: writer, sequence: next - 1)
+                    let path = try records.document(row.recordID)
+                    if row.isDeletion {
+                        row.mutation = Mutation(path: path, kind: .delete, id: id)
+                    } else {
+                        let data = try fields(row)
+                        var text = WireWriter(capacity: row.bytes + 64)
+                        text.value(.object(data))
+                        row.data = text.text
+                        let version = row.record?.metadata.version.rawValue ?? 0
+                        row.precondition = version
+                        row.mutation = Mutation(path: path, kind: .set(data), precondition: version > 0 ? .version(Version(version)) : .exists(false), id: id)
                     }
                     try update.execute(arguments: [row.sequence, row.data, row.precondition, rowID])
-                }
-                if row.mutation == nil {
+                } else if row.mutation == nil {
+                    // Sent by an earlier process: sent again as it went.
                     row.mutation = try Self.mutation(of: row, writer: writer, records: records)
                 }
                 rows.append(row)

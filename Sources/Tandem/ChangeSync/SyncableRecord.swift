@@ -112,6 +112,6 @@ enum RecordFields {
 
     /// Whether `id` may name a record (a document id: no `/`, not `.` or `..`, at most 1,500 bytes).
     static func isValidID(_ id: String) -> Bool {
-        !id.isEmpty && id.utf8.count <= 1_500 && !id.contains("/") && id != "." && id != ".."
+        !id.isEmpty && id.utf8.count <= 1_500 && !id.utf8.contains(UInt8(ascii: "/")) && id != "." && id != ".."
     }
 }

@@ -30,6 +30,45 @@ package struct WireWriter {
 
     package var text: String { String(decoding: bytes, as: UTF8.self) }
 
+    /// A mutation as `Mutation.wireValue` spells it; sets and deletions without transforms
+    /// without building that value first.
+    package mutating func mutation(_ mutation: Mutation) {
+        let op: StaticString
+        switch mutation.kind {
+        case .set(let data) where mutation.transforms.isEmpty:
+            raw(#"{"data":"#)
+            value(.object(data))
+            raw(",")
+            op = #""op":"set","path":"#
+        case .delete:
+            raw("{")
+            op = #""op":"delete","path":"#
+        default:
+            value(mutation.wireValue)
+            return
+        }
+        if let id = mutation.id {
+            raw(#""id":{"client":"#)
+            string(id.clientID)
+            raw(#","sequence":"#)
+            int(Int(clamping: id.sequence))
+            raw("},")
+        }
+        raw(op)
+        string(mutation.path.description)
+        switch mutation.precondition {
+        case .exists(let exists)?:
+            raw(exists ? #","precondition":{"exists":true}"# : #","precondition":{"exists":false}"#)
+        case .version(let version)?:
+            raw(#","precondition":{"version":"#)
+            int(Int(clamping: version.rawValue))
+            raw("}")
+        case nil:
+            break
+        }
+        raw("}")
+    }
+
     /// `{"createTime","data","path","updateTime","version"}`.
     package mutating func document(_ document: Document) {
         self.document(document) { $0.value(.object(document.data)) }
