@@ -126,7 +126,9 @@ final class ChangeQueueStore: Sendable {
         }
         // A sent change keeps its sequence, precondition and data in columns instead of its whole
         // mutation as JSON; one unsent change per record is an index (a change queued again
-        // replaces it in one statement); a base is the server's document data and version.
+        // replaces it in one statement), and the only one: the queue holds only what is not yet
+        // answered, and is read whole, so the other two cost every change more than they saved;
+        // a base is the server's document data and version.
         migrator.registerMigration("v2") { db in
             try db.execute(sql: """
                 ALTER TABLE pending ADD COLUMN sequence INTEGER;
@@ -153,6 +155,8 @@ final class ChangeQueueStore: Sendable {
             // to a send, stores each again. Until then a conflict has no base.
             try db.execute(sql: """
                 ALTER TABLE pending DROP COLUMN mutation;
+                DROP INDEX pending_by_account;
+                DROP INDEX pending_by_record;
                 CREATE UNIQUE INDEX pending_unsent ON pending (account, record_id) WHERE sequence IS NULL;
                 DROP TABLE base;
                 CREATE TABLE base (
@@ -270,25 +274,54 @@ final class ChangeQueueStore: Sendable {
     }
 
     /// Removes answered changes, in order, and sets the server's state of the records they left.
+    /// Runs of applied saves (nearly every answer) move to their bases, and the changes leave the
+    /// queue, in a statement each, over a JSON list of rows and versions.
     func settle(account: String, _ answered: [(rowID: Int64, settlement: Settlement)]) throws {
         cache.withLock { cache in for (rowID, _) in answered { cache.remove(rowID, account: account) } }
         try queue.write { db in
             let sent = try db.cachedStatement(sql: """
                 INSERT OR REPLACE INTO base (account, record_id, version, data)
-                SELECT account, record_id, ?, data FROM pending WHERE row_id = ? AND account = ? AND data IS NOT NULL
+                SELECT p.account, p.record_id, j.value ->> 1, p.data FROM json_each(?) AS j JOIN pending AS p ON p.row_id = j.value ->> 0
+                WHERE p.account = ? AND p.data IS NOT NULL ORDER BY j.key
                 """)
             let removeBase = try db.cachedStatement(sql: "DELETE FROM base WHERE account = ? AND record_id = (SELECT record_id FROM pending WHERE row_id = ?)")
             let putBase = try db.cachedStatement(sql: "INSERT OR REPLACE INTO base (account, record_id, version, data) SELECT account, record_id, ?, ? FROM pending WHERE row_id = ?")
-            let delete = try db.cachedStatement(sql: "DELETE FROM pending WHERE row_id = ? AND account = ?")
+            let delete = try db.cachedStatement(sql: "DELETE FROM pending WHERE account = ? AND row_id IN (SELECT value FROM json_each(?))")
+            var run = WireWriter(capacity: 32 * answered.count)
+            var runCount = 0
+            func flush() throws {
+                guard runCount > 0 else { return }
+                run.raw("]")
+                try sent.execute(arguments: [run.text, account])
+                run = WireWriter(capacity: 32 * answered.count)
+                runCount = 0
+            }
             for (rowID, settlement) in answered {
+                if case .sent(let version) = settlement {
+                    run.raw(runCount == 0 ? "[[" : ",[")
+                    run.int(Int(rowID))
+                    run.raw(",")
+                    run.int(Int(clamping: version.rawValue))
+                    run.raw("]")
+                    runCount += 1
+                    continue
+                }
+                try flush()
                 switch settlement {
-                case .sent(let version): try sent.execute(arguments: [Int64(clamping: version.rawValue), rowID, account])
                 case .server(let version, let data): try putBase.execute(arguments: [Int64(clamping: version.rawValue), data, rowID])
                 case .gone: try removeBase.execute(arguments: [account, rowID])
-                case .unchanged: break
+                case .sent, .unchanged: break
                 }
-                try delete.execute(arguments: [rowID, account])
             }
+            try flush()
+            var rowIDs = WireWriter(capacity: 12 * answered.count)
+            rowIDs.raw("[")
+            for (index, (rowID, _)) in answered.enumerated() {
+                if index > 0 { rowIDs.raw(",") }
+                rowIDs.int(Int(rowID))
+            }
+            rowIDs.raw("]")
+            try delete.execute(arguments: [account, rowIDs.text])
         }
     }
 
@@ -307,16 +340,10 @@ final class ChangeQueueStore: Sendable {
             }
             return cache.complete.contains(account)
         }
-        // Rows queued by an earlier process are read from the file (unless the account's queue
-        // was read whole).
-        let missing = complete ? [] : ids.filter { newest[$0] == nil }
-        if !missing.isEmpty {
-            try queue.read { db in
-                let select = try db.cachedStatement(sql: "SELECT * FROM pending WHERE account = ? AND record_id = ? AND is_deletion = 0 ORDER BY row_id DESC LIMIT 1")
-                for id in missing {
-                    if let row = try Row.fetchOne(select, arguments: [account, id]), let record = row.record { newest[id] = record }
-                }
-            }
+        // Rows queued by an earlier process: the account's queue is read whole once, then known.
+        if !complete {
+            _ = try pending(account: account)
+            return try newestQueued(account: account, ids: ids)
         }
         return newest
     }
