@@ -235,6 +235,10 @@ struct AuthorizationTests {
         stream.send(.listen(id: 3, target: .document(path("rooms/none")), resumeFrom: nil))
         guard case .error(3, let absent)? = await stream.next() else { Issue.record("expected the listen on a missing room refused"); return }
         #expect(absent.code == .permissionDenied)
+        // Told versions only, a listener would learn of changes to a room it may not read.
+        stream.send(.listen(id: 4, target: .document(path("rooms/r1")), resumeFrom: nil, notify: true))
+        guard case .error(4, let notified)? = await stream.next() else { Issue.record("expected a notify listen on a room the rules read refused"); return }
+        #expect(notified.code == .permissionDenied && notified.message.contains("without notify"))
         await server.waitForListeners(count: 2)
 
         _ = try await server.store.commit([.update(path("rooms/r3"), fields: ["owner": "carol"])])

@@ -321,6 +321,48 @@ struct ResumeTests {
         await server.stop()
     }
 
+    @Test("a notify listener is told each commit's version and none of its changes, beside a full listener on the same connection; it resumes; a filtered target is refused")
+    func notifyListener() async throws {
+        let server = try await LiveServer.start()
+        let notes = collectionPath("notes")
+        _ = try await server.store.commit([.set(documentPath("notes/1"), ["n": 1])])  // v1
+        let stream = RawStream(port: server.port)
+        try #require(await stream.hello("notify"), "expected welcome")
+        /// The next batch for each listener, by id, whether they came in one message or several.
+        func batches(_ count: Int) async -> [Int: RemoteChangeBatch] {
+            var found: [Int: RemoteChangeBatch] = [:]
+            while found.count < count {
+                switch await stream.next() {
+                case .batch(let target, let batch, _, _)?: found[target] = batch
+                case .sharedBatch(let targets, let batch)?: for target in targets { found[target] = batch }
+                case let other?: Issue.record("unexpected \(other)"); return found
+                case nil: return found
+                }
+            }
+            return found
+        }
+        stream.send(.listen(id: 1, target: .collection(notes, Query()), resumeFrom: nil, notify: true))
+        var got = await batches(1)
+        #expect(got[1]?.isSnapshot == true && got[1]?.changes == [] && got[1]?.version == 1)
+        stream.send(.listen(id: 2, target: .collection(notes, Query()), resumeFrom: nil))
+        got = await batches(1)
+        #expect(got[2]?.changes.map(\.path.id) == ["1"])
+        await server.waitForListeners(count: 2)
+        _ = try await server.store.commit([.set(documentPath("notes/2"), ["n": 2]), .set(documentPath("notes/3"), ["n": 3])])  // v2
+        got = await batches(2)
+        #expect(got[1]?.changes == [] && got[1]?.version == 2 && got[1]?.isSnapshot == false)
+        #expect(got[2]?.changes.map(\.path.id) == ["2", "3"] && got[2]?.version == 2)
+        // Resumed: told of what changed since, by its version.
+        stream.send(.listen(id: 3, target: .collection(notes, Query()), resumeFrom: 1, notify: true))
+        got = await batches(1)
+        #expect(got[3]?.changes == [] && got[3]?.version == 2 && got[3]?.isSnapshot == false)
+        stream.send(.listen(id: 4, target: .collection(notes, Query().whereField("n", isEqualTo: 1)), resumeFrom: nil, notify: true))
+        guard case .error(4, let refused)? = await stream.next() else { Issue.record("expected a filtered notify listen refused"); return }
+        #expect(refused.code == .invalidArgument && refused.message.contains("no filters"))
+        await stream.close()
+        await server.stop()
+    }
+
     @Test("a client without a configured id makes one once and keeps it across launches")
     func persistentClientID() throws {
         let directory = TemporaryDirectory()

@@ -477,7 +477,8 @@ public final class ChangeSyncEngine: Observable, Sendable {
             handle(.failed(Self.classify(error), attempt: attempt, now: now))
             return
         }
-        let stream = client.listen(target, resumeFrom: version)
+        // Told versions only: the fetch reads what changed, so nothing comes twice.
+        let stream = client.notifications(of: target, resumeFrom: version)
         let task = Task { [weak self] in
             var first = true
             do {

@@ -114,7 +114,7 @@ extension TandemClient {
             case .resumeListeners:
                 if let connection = state.connection {
                     for (id, var listener) in state.listeners {
-                        connection.frames.yield(ClientMessage.listen(id: id, target: listener.target, resumeFrom: listener.lastVersion).text)
+                        connection.frames.yield(ClientMessage.listen(id: id, target: listener.target, resumeFrom: listener.lastVersion, notify: listener.notify).text)
                         listener.sent = true
                         state.listeners[id] = listener
                     }

@@ -13,9 +13,19 @@ extension TandemClient {
         listen(target, resumeFrom: resumeFrom, failWhenDisconnected: failWhenDisconnected, inPieces: false)
     }
 
+    /// Tells of the commits in a whole document, collection or collection group (a target with no
+    /// filters, order or limit) by their version only, without their changes: each batch is empty
+    /// and carries the version of the last commit it tells of, the first one the version the
+    /// listener starts at (after `resumeFrom`, if anything changed since). For a client that reads
+    /// what changed itself, from a change feed (``changes(_:since:limit:)``): nothing is sent twice.
+    /// Resumes by itself across reconnects.
+    public func notifications(of target: ListenTarget, resumeFrom: Version? = nil) -> AsyncThrowingStream<RemoteChangeBatch, any Error> {
+        listen(target, resumeFrom: resumeFrom, failWhenDisconnected: false, inPieces: false, notify: true)
+    }
+
     /// As above; with `inPieces` (and `failWhenDisconnected`), a batch the server sends in several
     /// frames arrives as pieces that `continue`, each as soon as its frame is read.
-    func listen(_ target: ListenTarget, resumeFrom: Version?, failWhenDisconnected: Bool, inPieces: Bool) -> AsyncThrowingStream<RemoteChangeBatch, any Error> {
+    func listen(_ target: ListenTarget, resumeFrom: Version?, failWhenDisconnected: Bool, inPieces: Bool, notify: Bool = false) -> AsyncThrowingStream<RemoteChangeBatch, any Error> {
         let (stream, continuation) = AsyncThrowingStream.makeStream(of: RemoteChangeBatch.self)
         let (id, failNow, wake) = state.withLock { state -> (Int, Bool, CheckedContinuation<Void, Never>?) in
             let id = state.nextRequestID
@@ -26,9 +36,9 @@ extension TandemClient {
                 return (id, true, Self.requestWake(&state))
             }
             var listener = Listener(target: target, lastVersion: resumeFrom, failWhenDisconnected: failWhenDisconnected, continuation: continuation,
-                                    inPieces: inPieces && failWhenDisconnected)
+                                    inPieces: inPieces && failWhenDisconnected, notify: notify)
             if connected, let connection = state.connection {
-                connection.frames.yield(ClientMessage.listen(id: id, target: target, resumeFrom: resumeFrom).text)
+                connection.frames.yield(ClientMessage.listen(id: id, target: target, resumeFrom: resumeFrom, notify: notify).text)
                 listener.sent = true
             }
             state.listeners[id] = listener

@@ -56,6 +56,8 @@ public final class TandemClient: Service, Sendable, Observable {
         /// prepares a large snapshot while the rest arrives). Only with `failWhenDisconnected`, so
         /// a batch cut by a disconnection ends the stream rather than starting over in it.
         var inPieces = false
+        /// Told only the versions of commits in its scope, without their changes.
+        var notify = false
     }
 
     struct State {

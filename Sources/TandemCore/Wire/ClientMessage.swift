@@ -6,8 +6,10 @@
 package enum ClientMessage: Sendable, Hashable {
     /// The first message: who the client is, the protocol it speaks, and its bearer token if any.
     case hello(clientID: String, protocolVersion: Int, token: String?)
-    /// Starts a listener; with `resumeFrom`, only what changed after that version is sent.
-    case listen(id: Int, target: ListenTarget, resumeFrom: Version?)
+    /// Starts a listener; with `resumeFrom`, only what changed after that version is sent. With
+    /// `notify` (`"notify": true`), its batches carry no changes, only the version of the commits
+    /// in its scope: for a client that reads what changed itself (a change feed's `fetch`).
+    case listen(id: Int, target: ListenTarget, resumeFrom: Version?, notify: Bool = false)
     /// Stops the listener started by the `listen` with this id.
     case unlisten(id: Int)
     /// Commits mutations atomically, each at most once by its `MutationID`.
@@ -31,7 +33,7 @@ package enum ClientMessage: Sendable, Hashable {
     package var requestID: Int? {
         switch self {
         case .hello, .heartbeat: return nil
-        case .listen(let id, _, _), .unlisten(let id), .write(let id, _), .writeEach(let id, _), .get(let id, _), .query(let id, _), .fetch(let id, _, _, _): return id
+        case .listen(let id, _, _, _), .unlisten(let id), .write(let id, _), .writeEach(let id, _), .get(let id, _), .query(let id, _), .fetch(let id, _, _, _): return id
         }
     }
 
@@ -41,9 +43,10 @@ package enum ClientMessage: Sendable, Hashable {
             var object: JSONObject = ["type": "hello", "clientId": .string(clientID), "protocol": .int(protocolVersion)]
             if let token { object["token"] = .string(token) }
             return .object(object)
-        case .listen(let id, let target, let resumeFrom):
+        case .listen(let id, let target, let resumeFrom, let notify):
             var object: JSONObject = ["type": "listen", "id": .int(id), "target": target.wireValue]
             if let resumeFrom { object["resumeFrom"] = .int(Int(clamping: resumeFrom.rawValue)) }
+            if notify { object["notify"] = true }
             return .object(object)
         case .unlisten(let id):
             return .object(["type": "unlisten", "id": .int(id)])
@@ -95,7 +98,8 @@ package enum ClientMessage: Sendable, Hashable {
             }
             self = .hello(clientID: clientID, protocolVersion: try object.int("protocol"), token: try object.optionalString("token"))
         case "listen":
-            self = .listen(id: try object.int("id"), target: try ListenTarget(wire: try object.value("target")), resumeFrom: try object.optionalVersion("resumeFrom"))
+            self = .listen(id: try object.int("id"), target: try ListenTarget(wire: try object.value("target")), resumeFrom: try object.optionalVersion("resumeFrom"),
+                           notify: try object.bool("notify", default: false))
         case "unlisten":
             self = .unlisten(id: try object.int("id"))
         case "write":

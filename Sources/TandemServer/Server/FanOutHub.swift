@@ -166,10 +166,12 @@ final class FanOutHub: Service, Sendable {
     /// `unlisten` right behind it finds it: refused if its key is taken, if its connection runs
     /// `limit` listeners already, or if its query is invalid. It then waits for ``load(_:target:resumeFrom:)``.
     /// A `readGuard` checks every document the listener is sent, and stops it at the first refusal.
-    func register(_ key: ListenerKey, target: ListenTarget, outbox: SessionOutbox, limit: Int, readGuard: ReadGuard? = nil, restricted: Bool = false) -> Result<Void, RegistrationError> {
+    /// A `notify` listener is sent each commit's version only, with no changes.
+    func register(_ key: ListenerKey, target: ListenTarget, outbox: SessionOutbox, limit: Int, readGuard: ReadGuard? = nil, restricted: Bool = false,
+                  notify: Bool = false) -> Result<Void, RegistrationError> {
         var listener: ListenerState
         do {
-            listener = try ListenerState(key: key, target: target, outbox: outbox, readGuard: readGuard, restricted: restricted)
+            listener = try ListenerState(key: key, target: target, outbox: outbox, readGuard: readGuard, restricted: restricted, notify: notify)
         } catch {
             return .failure(.refused(error))
         }
@@ -198,8 +200,14 @@ final class FanOutHub: Service, Sendable {
         guard let listener = state.withLock({ $0.table[key] }), case .loading = listener.phase else { return }
         let registration = listener.registration
         do {
-            let load = try await initialLoad(key, registration: registration, target: target, resumeFrom: resumeFrom,
+            let load: Load
+            if listener.notify {
+                // Nothing to read: the version it starts at is all it is told.
+                load = Load(changes: [], isSnapshot: resumeFrom == nil, reset: false, version: try await store.currentVersion(), members: nil)
+            } else {
+                load = try await initialLoad(key, registration: registration, target: target, resumeFrom: resumeFrom,
                                              snapshotOnly: listener.hasLimit || (listener.restricted && listener.compiled != nil))
+            }
             activate(key, registration: registration, load)
         } catch {
             // Only if it is still the same listener: an unlisten and a new listen with its id may
@@ -327,6 +335,14 @@ final class FanOutHub: Service, Sendable {
                 // belongs, and a table of them would only cost memory and the one-step path.
                 listener.members = listener.compiled != nil || listener.hasLimit ? load.members : nil
                 listener.phase = .live(load.version)
+                if listener.notify {
+                    // The last commit it missed while it loaded, if any, by its version alone.
+                    if let last = buffered.last, last.version > load.version {
+                        send([], to: key, listener: listener, version: last.version, isSnapshot: false, reset: false)
+                        listener.phase = .live(last.version)
+                    }
+                    return
+                }
                 for batch in buffered where batch.version > load.version {
                     if listener.hasLimit {
                         requery = true
@@ -378,7 +394,7 @@ final class FanOutHub: Service, Sendable {
                         // Every listener takes every commit whole: one step per connection.
                         let codes = indices.map { $0 * 2 }
                         for connection in plain {
-                            Self.send([(codes, connection.targets)], of: changes, to: connection.outbox, encoded: &encoded)
+                            Self.send([(codes, connection.targets, published)], of: changes, to: connection.outbox, encoded: &encoded)
                         }
                         group.publishedThrough = published
                         return
@@ -389,7 +405,7 @@ final class FanOutHub: Service, Sendable {
                     }
                     var shared: [Int]?
                     var connection: (session: Int, outbox: SessionOutbox)?
-                    var deliveries: [(codes: [Int], targets: [Int])] = []
+                    var deliveries: [(codes: [Int], targets: [Int], version: Version)] = []
                     for index in group.members.indices {
                         let key = group.members[index].key
                         switch group.members[index].receive(indices, of: changes, shared: &shared) {
@@ -404,10 +420,14 @@ final class FanOutHub: Service, Sendable {
                                 connection = (key.session, outbox)
                                 deliveries = []
                             }
-                            if let at = deliveries.firstIndex(where: { $0.codes == codes }) {
+                            // A notify listener is told the version of the last change it would have
+                            // been sent, and no changes.
+                            let version = changes[codes[codes.count - 1] / 2].version
+                            let sent = group.members[index].notify ? [] : codes
+                            if let at = deliveries.firstIndex(where: { $0.codes == sent && $0.version == version }) {
                                 deliveries[at].targets.append(key.target)
                             } else {
-                                deliveries.append((codes, [key.target]))
+                                deliveries.append((sent, [key.target], version))
                             }
                         case .requery:
                             requeries.append((key, group.members[index].registration))
@@ -434,9 +454,10 @@ final class FanOutHub: Service, Sendable {
     }
 
     /// Sends one connection its listeners' deliveries, a message for each distinct set of changes
-    /// (naming every listener that gets it), at the version of the last commit in it.
-    private static func send(_ deliveries: [(codes: [Int], targets: [Int])], of changes: [RemoteChange], to outbox: SessionOutbox, encoded: inout [[Int]: [UInt8]]) {
-        for (codes, targets) in deliveries {
+    /// (naming every listener that gets it), at the version of the last commit in it (no changes:
+    /// notify listeners, told that version alone).
+    private static func send(_ deliveries: [(codes: [Int], targets: [Int], version: Version)], of changes: [RemoteChange], to outbox: SessionOutbox, encoded: inout [[Int]: [UInt8]]) {
+        for (codes, targets, version) in deliveries {
             let wire: [UInt8]
             if let cached = encoded[codes] {
                 wire = cached
@@ -444,7 +465,7 @@ final class FanOutHub: Service, Sendable {
                 wire = WireWriter.changes(ListenerState.changes(codes, of: changes))
                 encoded[codes] = wire
             }
-            outbox.send(changes: wire, targets: targets, version: changes[codes[codes.count - 1] / 2].version)
+            outbox.send(changes: wire, targets: targets, version: version)
         }
     }
 

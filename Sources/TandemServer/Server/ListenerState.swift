@@ -24,18 +24,21 @@ struct ListenerState: Sendable {
     /// knows its members and is told only of documents it had leaving (a resume without members
     /// would name every document in scope that a commit touched).
     let restricted: Bool
+    /// Told each commit's version only, without its changes (`"notify": true`).
+    let notify: Bool
     var members: [DocumentPath: Version]?
     var phase: Phase = .loading([])
     /// Which registration this is: a listener stopped and started again under the same key is a
     /// new one, and a load or re-read begun for the old one must not land on it.
     var registration = 0
 
-    init(key: ListenerKey, target: ListenTarget, outbox: SessionOutbox, readGuard: ReadGuard? = nil, restricted: Bool = false) throws(TandemError) {
+    init(key: ListenerKey, target: ListenTarget, outbox: SessionOutbox, readGuard: ReadGuard? = nil, restricted: Bool = false, notify: Bool = false) throws(TandemError) {
         self.key = key
         self.target = target
         self.outbox = outbox
         self.readGuard = readGuard
         self.restricted = restricted
+        self.notify = notify
         if let query = target.query {
             let compiled = try CompiledQuery(query)
             self.compiled = compiled.filters.isEmpty && compiled.start == nil && compiled.end == nil ? nil : compiled

@@ -10,7 +10,7 @@ import TandemCore
 /// commit, worked out once for the group.
 ///
 /// A group whose every listener takes every commit whole (no filter or cursor, no limit, no member
-/// table, no read guard, live since before the group's last publication) keeps its listeners' ids by connection:
+/// table, no read guard, not told versions only, live since before the group's last publication) keeps its listeners' ids by connection:
 /// a commit then costs it one step per connection, none per listener. Any change to the group's
 /// listeners drops that list, and the next publication makes it again. Pure: no I/O, no locks (the
 /// hub holds it under its own).
@@ -29,7 +29,7 @@ struct ListenerTable {
             var connections: [(outbox: SessionOutbox, targets: [Int])] = []
             var session = -1
             for member in members {
-                guard member.compiled == nil, !member.hasLimit, member.members == nil, member.readGuard == nil,
+                guard member.compiled == nil, !member.hasLimit, member.members == nil, member.readGuard == nil, !member.notify,
                       case .live(let through) = member.phase, through <= publishedThrough else {
                     plain = nil
                     return

@@ -134,11 +134,11 @@ final class StreamSession: Sendable {
             break
         case .heartbeat:
             outbox.send(.heartbeat)
-        case .listen(let requestID, let target, let resumeFrom):
+        case .listen(let requestID, let target, let resumeFrom, let notify):
             // Registered here, before the next message is read, so an unlisten right behind it
             // finds it; the snapshot loads in a task of its own.
             let key = ListenerKey(session: id, target: requestID)
-            switch service.register(key, target: target, outbox: outbox, context: context) {
+            switch service.register(key, target: target, outbox: outbox, context: context, notify: notify) {
             case .success:
                 tasks.addTask { await self.service.load(key, target: target, resumeFrom: resumeFrom) }
             case .failure(let refusal):

@@ -85,15 +85,23 @@ final class SyncService: Sendable {
     /// Registers a listener at once (see ``FanOutHub/register(_:target:outbox:limit:readGuard:restricted:)``), after
     /// checking its target against the limits; ``load(_:target:resumeFrom:)`` then sends its
     /// snapshot (or its changes since a version) and makes it live.
-    func register(_ key: ListenerKey, target: ListenTarget, outbox: SessionOutbox, context: Principal) -> Result<Void, FanOutHub.RegistrationError> {
+    /// A `notify` listener (told each commit's version only) watches a whole scope, which its
+    /// caller may read whole: not one whose every document the rules must check.
+    func register(_ key: ListenerKey, target: ListenTarget, outbox: SessionOutbox, context: Principal, notify: Bool = false) -> Result<Void, FanOutHub.RegistrationError> {
         let readGuard: ReadGuard?
         do {
             try check(target)
+            if notify, let query = target.query, !query.operations.isEmpty {
+                throw TandemError.invalidArgument("A notify listener watches a whole document, collection or collection group: give its target no filters, order or limit, and filter what you read.")
+            }
             readGuard = try access?.checkRead(target, by: context.identity)
+            if notify, readGuard != nil {
+                throw TandemError(.permissionDenied, "The access rules decide this document by its content, so a listener is told of it only with it: listen without notify.")
+            }
         } catch {
             return .failure(.refused(Self.tandemError(error)))
         }
-        return hub.register(key, target: target, outbox: outbox, limit: admission.listenersPerConnection, readGuard: readGuard, restricted: access != nil)
+        return hub.register(key, target: target, outbox: outbox, limit: admission.listenersPerConnection, readGuard: readGuard, restricted: access != nil, notify: notify)
     }
 
     /// Loads a registered listener; a failure is sent as an error frame answering the listen.
