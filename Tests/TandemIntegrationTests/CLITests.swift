@@ -167,7 +167,7 @@ struct CLITests {
     @Test("bench changes runs at a small size and prints each figure beside the plain calls'")
     func benchChanges() async throws {
         // Timings here mean nothing (a debug build, a tiny size): only that every part runs and reports.
-        let result = try await CLIProcess.run(["bench", "changes", "--records", "300"])
+        let result = try await CLIProcess.run(["bench", "changes", "--records", "300", "--rounds", "2"])
         #expect(result.status == 0, "\(result.err)")
         for figure in ["records sent through ChangeSyncEngine vs POST /v1/commit", "records fetched through ChangeSyncEngine vs GET /v1/changes",
                        "encrypted records (a sealed property each) sent through ChangeSyncEngine", "encrypted records (a sealed property each) fetched through ChangeSyncEngine"] {

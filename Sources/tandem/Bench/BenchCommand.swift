@@ -162,13 +162,17 @@ struct ChangesBench: AsyncParsableCommand {
     @Option(help: "Records sent and fetched each way.")
     var records = 100_000
 
+    @Option(help: "Rounds, each on a fresh server; each figure is the best of them.")
+    var rounds = 3
+
     func validate() throws {
         guard records > 0 else { throw ValidationError("--records must be positive.") }
+        guard rounds > 0 else { throw ValidationError("--rounds must be positive.") }
     }
 
     func run() async throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("tandem-bench-changes-\(UUID().uuidString)")
         defer { try? FileManager.default.removeItem(at: directory) }
-        try await ChangeSyncBenchmarks.run(records: records, directory: directory).print()
+        try await ChangeSyncBenchmarks.run(records: records, rounds: rounds, directory: directory).print()
     }
 }
