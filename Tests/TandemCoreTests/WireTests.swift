@@ -39,6 +39,11 @@ struct WireTests {
             .merge(path, ["m": 1], fields: [FieldPath("m")]),
             mutation,
         ]
+        // A set that carries its data's text is written with that text as it is; equality ignores it.
+        var kept = Mutation.set(path, ["a": 2, "b": 1]).identified(by: id)
+        kept.encodedData = #"{"b":1,"a":2}"#
+        #expect(ClientMessage.write(id: 4, mutations: [kept]).text.contains(#""data":{"b":1,"a":2},"id""#))
+        #expect(kept == Mutation.set(path, ["a": 2, "b": 1]).identified(by: id))
         for message in [ClientMessage.write(id: 1, mutations: writes), .writeEach(id: 2, mutations: writes), .writeEach(id: 3, mutations: [])] {
             #expect(message.text == JSONText.encode(message.wireValue))
             #expect(try ClientMessage(wire: try JSONText.parse(message.text)) == message)

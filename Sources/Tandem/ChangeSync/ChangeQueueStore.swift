@@ -25,13 +25,16 @@ final class ChangeQueueStore: Sendable {
         var isDeletion: Bool
         /// The record's state to save (nil for a deletion).
         var record: SyncedRecord?
+        /// The record as stored (``RecordText``).
+        var text: String?
         var bytes: Int
         /// Once sent: the sequence of its mutation id.
         var sequence: UInt64?
-        /// Once sent: the document data sent (saves), as JSON text.
+        /// Once sent: the document data sent, as JSON text, when it is not the stored text (the
+        /// record has encrypted properties, sealed in it).
         var data: String?
-        /// Once sent: the version the write was conditioned on (0: the record must not exist; nil:
-        /// none, a deletion).
+        /// The version the change is based on, which its write is conditioned on (0: the record
+        /// must not exist; nil: none, a deletion).
         var precondition: UInt64?
         /// Once prepared by this process: its mutation, as sent.
         var mutation: Mutation?
@@ -135,20 +138,27 @@ final class ChangeQueueStore: Sendable {
                 ALTER TABLE pending ADD COLUMN data TEXT;
                 ALTER TABLE pending ADD COLUMN precondition INTEGER;
                 """)
-            let sent = try GRDB.Row.fetchAll(db, sql: "SELECT row_id, mutation FROM pending WHERE mutation IS NOT NULL")
-            for row in sent {
+            // Each record's text in the new form, with its version apart; each sent change's
+            // mutation as its sequence, precondition and data.
+            for row in try GRDB.Row.fetchAll(db, sql: "SELECT row_id, record_id, record, mutation FROM pending") {
                 let rowID: Int64 = row["row_id"]
-                let mutation = try Mutation(wire: try JSONText.parse(row["mutation"] as String), context: "a queued change")
+                let recordText: String? = row["record"]
+                let record = recordText.flatMap { RecordText.decodeFirstSchema($0, id: row["record_id"]) }
+                var precondition = record?.metadata.version.rawValue
+                var sequence: UInt64?
                 var data: String?
-                if case .set(let fields) = mutation.kind { data = JSONText.encode(.object(fields)) }
-                var precondition: UInt64?
-                switch mutation.precondition {
-                case .version(let version)?: precondition = version.rawValue
-                case .exists(false)?: precondition = 0
-                default: precondition = nil
+                if let text = row["mutation"] as String? {
+                    let mutation = try Mutation(wire: try JSONText.parse(text), context: "a queued change")
+                    sequence = mutation.id?.sequence
+                    if case .set(let fields) = mutation.kind { data = JSONText.encode(.object(fields)) }
+                    switch mutation.precondition {
+                    case .version(let version)?: precondition = version.rawValue
+                    case .exists(false)?: precondition = 0
+                    default: precondition = nil
+                    }
                 }
-                try db.execute(sql: "UPDATE pending SET sequence = ?, data = ?, precondition = ? WHERE row_id = ?",
-                               arguments: [mutation.id?.sequence, data, precondition, rowID])
+                try db.execute(sql: "UPDATE pending SET record = ?, sequence = ?, data = ?, precondition = ? WHERE row_id = ?",
+                               arguments: [record.map(RecordText.encode), sequence, data, precondition, rowID])
             }
             // Bases were the engine's own encoding, in the clear: they cannot be sealed again here
             // (no key), so they are dropped; the next fetch from the beginning, or the next answer
@@ -189,18 +199,53 @@ final class ChangeQueueStore: Sendable {
     /// Queues changes, durably: a record's change not yet sent is replaced in place; otherwise the
     /// change joins the end. Returns them as queued (with their rows).
     func enqueue(account: String, saves: [SyncedRecord], deletions: [(id: String, type: String)]) throws -> [Row] {
+        // With the account's whole queue in memory, a record's unsent change is found there, and
+        // replaced by its row; otherwise the file finds it (the upsert).
+        let unsent = cache.withLock { cache -> [String: Int64]? in
+            guard cache.complete.contains(account) else { return nil }
+            var unsent: [String: Int64] = [:]
+            for id in saves.lazy.map(\.id) + deletions.lazy.map(\.id) {
+                for rowID in cache.byRecord[RecordKey(account: account, recordID: id)] ?? [] where cache.rows[rowID]?.isSent == false {
+                    unsent[id] = rowID
+                }
+            }
+            return unsent
+        }
         let queued = try queue.write { db in
-            let put = try db.cachedStatement(sql: """
-                INSERT INTO pending (account, record_id, record_type, is_deletion, record, bytes) VALUES (?, ?, ?, ?, ?, ?)
+            let upsert = try db.cachedStatement(sql: """
+                INSERT INTO pending (account, record_id, record_type, is_deletion, record, bytes, precondition) VALUES (?, ?, ?, ?, ?, ?, ?)
                 ON CONFLICT (account, record_id) WHERE sequence IS NULL
-                DO UPDATE SET record_type = excluded.record_type, is_deletion = excluded.is_deletion, record = excluded.record, bytes = excluded.bytes
+                DO UPDATE SET record_type = excluded.record_type, is_deletion = excluded.is_deletion, record = excluded.record, bytes = excluded.bytes,
+                    precondition = excluded.precondition
                 RETURNING row_id
                 """)
+            let insert = try db.cachedStatement(sql: "INSERT INTO pending (account, record_id, record_type, is_deletion, record, bytes, precondition) VALUES (?, ?, ?, ?, ?, ?, ?)")
+            let replace = try db.cachedStatement(sql: "UPDATE pending SET record_type = ?, is_deletion = ?, record = ?, bytes = ?, precondition = ? WHERE row_id = ? AND sequence IS NULL")
+            var replaced: [String: Int64] = [:]
             func row(id: String, type: String, record: SyncedRecord?, text: String?, bytes: Int) throws -> Row {
-                guard let rowID = try Int64.fetchOne(put, arguments: [account, id, type, record == nil, text, bytes]) else {
-                    throw TandemError(.internal, "The engine's file gave no row for the change of record '\(id)'.")
+                let rowID: Int64
+                let precondition = record.map { Int64(clamping: $0.metadata.version.rawValue) }
+                if let unsent {
+                    if let existing = replaced[id] ?? unsent[id] {
+                        try replace.execute(arguments: [type, record == nil, text, bytes, precondition, existing])
+                        guard db.changesCount == 1 else {
+                            throw TandemError(.internal, "The engine's file no longer had the unsent change of record '\(id)' it was to replace.")
+                        }
+                        rowID = existing
+                    } else {
+                        try insert.execute(arguments: [account, id, type, record == nil, text, bytes, precondition])
+                        rowID = db.lastInsertedRowID
+                    }
+                    // The same record twice in one call: the second replaces the first.
+                    replaced[id] = rowID
+                } else {
+                    guard let returned = try Int64.fetchOne(upsert, arguments: [account, id, type, record == nil, text, bytes, precondition]) else {
+                        throw TandemError(.internal, "The engine's file gave no row for the change of record '\(id)'.")
+                    }
+                    rowID = returned
                 }
-                return Row(rowID: rowID, recordID: id, recordType: type, isDeletion: record == nil, record: record, bytes: bytes)
+                return Row(rowID: rowID, recordID: id, recordType: type, isDeletion: record == nil, record: record, text: text, bytes: bytes,
+                           precondition: record?.metadata.version.rawValue)
             }
             var rows: [Row] = []
             rows.reserveCapacity(saves.count + deletions.count)
@@ -229,7 +274,7 @@ final class ChangeQueueStore: Sendable {
             var rows: [Row] = []
             rows.reserveCapacity(rowIDs.count)
             let select = try db.cachedStatement(sql: "SELECT * FROM pending WHERE row_id = ? AND account = ?")
-            let update = try db.cachedStatement(sql: "UPDATE pending SET sequence = ?, data = ?, precondition = ? WHERE row_id = ?")
+            let update = try db.cachedStatement(sql: "UPDATE pending SET sequence = ?, data = ? WHERE row_id = ?")
             for (rowID, known) in zip(rowIDs, known) {
                 guard var row = try known ?? Row.fetchOne(select, arguments: [rowID, account]) else { continue }
                 if row.sequence == nil {
@@ -241,14 +286,19 @@ final class ChangeQueueStore: Sendable {
                         row.mutation = Mutation(path: path, kind: .delete, id: id)
                     } else {
                         let data = try fields(row)
-                        var text = WireWriter(capacity: row.bytes + 64)
-                        text.value(.object(data))
-                        row.data = text.text
-                        let version = row.record?.metadata.version.rawValue ?? 0
-                        row.precondition = version
-                        row.mutation = Mutation(path: path, kind: .set(data), precondition: version > 0 ? .version(Version(version)) : .exists(false), id: id)
+                        // A record with sealed properties is sent as its sealed data, kept apart;
+                        // any other as the text it is stored as.
+                        if let record = row.record, let text = row.text, RecordText.isSentAsKept(record) {
+                            row.data = nil
+                            row.mutation = Self.save(data, text: text, at: path, precondition: row.precondition, id: id)
+                        } else {
+                            var text = WireWriter(capacity: row.bytes + 64)
+                            text.value(.object(data))
+                            row.data = text.text
+                            row.mutation = Self.save(data, text: text.text, at: path, precondition: row.precondition, id: id)
+                        }
                     }
-                    try update.execute(arguments: [row.sequence, row.data, row.precondition, rowID])
+                    try update.execute(arguments: [row.sequence, row.data, rowID])
                 } else if row.mutation == nil {
                     // Sent by an earlier process: sent again as it went.
                     row.mutation = try Self.mutation(of: row, writer: writer, records: records)
@@ -267,10 +317,22 @@ final class ChangeQueueStore: Sendable {
         let path = try records.document(row.recordID)
         let id = MutationID(clientID: writer, sequence: row.sequence ?? 0)
         if row.isDeletion { return Mutation(path: path, kind: .delete, id: id) }
-        guard let text = row.data, case .object(let fields)? = try? JSONText.parse(text) else {
+        guard let text = row.data ?? row.text, case .object(var fields)? = try? JSONText.parse(text) else {
             throw TandemError(.dataLoss, "The sent change of record '\(row.recordID)' cannot be read from the engine's file; it cannot be sent again as it went. Send the record again.")
         }
-        return Mutation(path: path, kind: .set(fields), precondition: (row.precondition ?? 0) > 0 ? .version(Version(row.precondition ?? 0)) : .exists(false), id: id)
+        guard row.data != nil || fields[RecordText.clear] == nil else {
+            throw TandemError(.dataLoss, "The sent change of record '\(row.recordID)' lost its sealed data in the engine's file; it cannot be sent again as it went. Send the record again.")
+        }
+        fields.removeValue(forKey: RecordText.clear)
+        return save(fields, text: text, at: path, precondition: row.precondition, id: id)
+    }
+
+    /// A save of `fields` (spelled `text`) conditioned on the version it is based on.
+    private static func save(_ fields: JSONObject, text: String, at path: DocumentPath, precondition: UInt64?, id: MutationID) -> Mutation {
+        let version = precondition ?? 0
+        var mutation = Mutation(path: path, kind: .set(fields), precondition: version > 0 ? .version(Version(version)) : .exists(false), id: id)
+        mutation.encodedData = text
+        return mutation
     }
 
     /// Removes answered changes, in order, and sets the server's state of the records they left.
@@ -281,8 +343,8 @@ final class ChangeQueueStore: Sendable {
         try queue.write { db in
             let sent = try db.cachedStatement(sql: """
                 INSERT OR REPLACE INTO base (account, record_id, version, data)
-                SELECT p.account, p.record_id, j.value ->> 1, p.data FROM json_each(?) AS j JOIN pending AS p ON p.row_id = j.value ->> 0
-                WHERE p.account = ? AND p.data IS NOT NULL ORDER BY j.key
+                SELECT p.account, p.record_id, j.value ->> 1, coalesce(p.data, p.record) FROM json_each(?) AS j JOIN pending AS p ON p.row_id = j.value ->> 0
+                WHERE p.account = ? AND p.is_deletion = 0 ORDER BY j.key
                 """)
             let removeBase = try db.cachedStatement(sql: "DELETE FROM base WHERE account = ? AND record_id = (SELECT record_id FROM pending WHERE row_id = ?)")
             let putBase = try db.cachedStatement(sql: "INSERT OR REPLACE INTO base (account, record_id, version, data) SELECT account, record_id, ?, ? FROM pending WHERE row_id = ?")
@@ -354,13 +416,22 @@ final class ChangeQueueStore: Sendable {
     /// that cannot be read or opened is left out.
     func bases(account: String, ids: [String], encryption: RecordEncryption?) throws -> [String: SyncedRecord] {
         guard !ids.isEmpty else { return [:] }
+        // One statement over a JSON list of the ids: most records asked for have none.
+        var list = WireWriter(capacity: ids.count * 12)
+        list.raw("[")
+        for (index, id) in ids.enumerated() {
+            if index > 0 { list.raw(",") }
+            list.string(id)
+        }
+        list.raw("]")
         return try queue.read { db in
             var bases: [String: SyncedRecord] = [:]
-            let select = try db.cachedStatement(sql: "SELECT version, data FROM base WHERE account = ? AND record_id = ?")
-            for id in ids {
-                guard let row = try GRDB.Row.fetchOne(select, arguments: [account, id]) else { continue }
-                let version: Int64 = row[0]
-                let text: String = row[1]
+            let select = try db.cachedStatement(sql: "SELECT record_id, version, data FROM base WHERE account = ? AND record_id IN (SELECT value FROM json_each(?))")
+            let rows = try GRDB.Row.fetchCursor(select, arguments: [account, list.text])
+            while let row = try rows.next() {
+                let id: String = row[0]
+                let version: Int64 = row[1]
+                let text: String = row[2]
                 if case .object(let fields)? = try? JSONText.parse(text),
                    let record = try? RecordCoding.record(id: id, fields: fields, version: Version(UInt64(max(0, version))), encryption: encryption) {
                     bases[id] = record
@@ -435,52 +506,80 @@ extension ChangeQueueStore.Row: FetchableRecord {
         let recordID: String = row["record_id"]
         let recordText: String? = row["record"]
         let sequence: Int64? = row["sequence"]
-        let precondition: Int64? = row["precondition"]
+        let precondition = (row["precondition"] as Int64?).map { UInt64(max(0, $0)) }
         self.init(rowID: row["row_id"], recordID: recordID, recordType: row["record_type"], isDeletion: row["is_deletion"],
-                  record: recordText.flatMap { RecordText.decode($0, id: recordID) }, bytes: row["bytes"],
-                  sequence: sequence.map { UInt64(max(0, $0)) }, data: row["data"], precondition: precondition.map { UInt64(max(0, $0)) })
+                  record: recordText.flatMap { RecordText.decode($0, id: recordID, version: Version(precondition ?? 0)) }, text: recordText, bytes: row["bytes"],
+                  sequence: sequence.map { UInt64(max(0, $0)) }, data: row["data"], precondition: precondition)
     }
 }
 
-/// A record as the engine's own file keeps it (on the device, in the clear):
-/// `{"type", "version", "properties": {name: {"value" | "encrypted": …}}, "stamps": {name: "wall-counter-node"}}`.
+/// A record as the engine's queue keeps it: the document it is sent as, its encrypted properties
+/// in the clear under `_clear` (the file stays on the device). A record with none is kept as the
+/// exact text that is sent, so sending it encodes nothing again. Its version is kept apart (the
+/// `precondition` column), as the document has none.
 enum RecordText {
+    static let clear = "_clear"
+
     static func encode(_ record: SyncedRecord) -> String {
         var writer = WireWriter(capacity: 96 + record.properties.count * 48)
-        writer.raw(#"{"properties":{"#)
-        var first = true
+        writer.raw(#"{"_type":"#)
+        writer.string(record.type)
+        var clear: [(String, JSONValue)] = []
         for (name, property) in record.properties {
-            if !first { writer.raw(",") }
-            first = false
-            writer.string(name)
             switch property {
             case .value(let value):
-                writer.raw(#":{"value":"#)
+                writer.raw(",")
+                writer.string(name)
+                writer.raw(":")
                 writer.value(value)
             case .encryptedValue(let value):
-                writer.raw(#":{"encrypted":"#)
+                clear.append((name, value))
+            }
+        }
+        if !clear.isEmpty {
+            writer.raw(#","_clear":{"#)
+            for (index, (name, value)) in clear.enumerated() {
+                if index > 0 { writer.raw(",") }
+                writer.string(name)
+                writer.raw(":")
                 writer.value(value)
             }
             writer.raw("}")
         }
-        writer.raw(#"},"stamps":{"#)
-        first = true
-        for (name, stamp) in record.metadata.stamps {
-            if !first { writer.raw(",") }
-            first = false
-            writer.string(name)
-            writer.raw(":")
-            writer.string(stamp.description)
+        if !record.metadata.stamps.isEmpty {
+            writer.raw(#","_stamps":{"#)
+            var first = true
+            for (name, stamp) in record.metadata.stamps {
+                if !first { writer.raw(",") }
+                first = false
+                writer.string(name)
+                writer.raw(":")
+                writer.string(stamp.description)
+            }
+            writer.raw("}")
         }
-        writer.raw(#"},"type":"#)
-        writer.string(record.type)
-        writer.raw(#","version":"#)
-        writer.int(Int(clamping: record.metadata.version.rawValue))
         writer.raw("}")
         return writer.text
     }
 
-    static func decode(_ text: String, id: String) -> SyncedRecord? {
+    static func decode(_ text: String, id: String, version: Version) -> SyncedRecord? {
+        guard case .object(var fields)? = try? JSONText.parse(text) else { return nil }
+        let clear = fields.removeValue(forKey: clear)
+        guard var record = try? RecordCoding.record(id: id, fields: fields, version: version, encryption: nil) else { return nil }
+        if case .object(let values)? = clear {
+            for (name, value) in values { record.properties[name] = .encryptedValue(value) }
+        }
+        return record
+    }
+
+    /// Whether a record is kept as the text it is sent as (it has no encrypted property).
+    static func isSentAsKept(_ record: SyncedRecord) -> Bool {
+        !record.properties.values.contains { $0.isEncrypted }
+    }
+
+    /// A record as the first schema kept it: `{"type", "version", "properties": {name: {"value" |
+    /// "encrypted": …}}, "stamps": {name: "wall-counter-node"}}`.
+    static func decodeFirstSchema(_ text: String, id: String) -> SyncedRecord? {
         guard case .object(let object)? = try? JSONText.parse(text), case .object(let stored)? = object["properties"] else { return nil }
         var properties: [String: SyncableValue] = [:]
         for (name, entry) in stored {

@@ -54,6 +54,25 @@ public struct Mutation: Sendable, Hashable, Codable {
     public var precondition: Precondition?
     /// Set by the client that sends the write; nil for writes made directly on the server.
     public var id: MutationID?
+    /// The data of a `set` exactly as JSON text (compact, an object), when its writer has it:
+    /// sent as it is instead of encoded again. Not part of equality: it spells the data.
+    package var encodedData: String?
+
+    private enum CodingKeys: String, CodingKey {
+        case path, kind, transforms, precondition, id
+    }
+
+    public static func == (lhs: Mutation, rhs: Mutation) -> Bool {
+        lhs.path == rhs.path && lhs.kind == rhs.kind && lhs.transforms == rhs.transforms && lhs.precondition == rhs.precondition && lhs.id == rhs.id
+    }
+
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(path)
+        hasher.combine(kind)
+        hasher.combine(transforms)
+        hasher.combine(precondition)
+        hasher.combine(id)
+    }
 
     public init(path: DocumentPath, kind: Kind, transforms: [Transform] = [], precondition: Precondition? = nil, id: MutationID? = nil) {
         self.path = path

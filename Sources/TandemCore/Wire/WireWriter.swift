@@ -37,7 +37,11 @@ package struct WireWriter {
         switch mutation.kind {
         case .set(let data) where mutation.transforms.isEmpty:
             raw(#"{"data":"#)
-            value(.object(data))
+            if var text = mutation.encodedData {
+                text.withUTF8 { bytes.append(contentsOf: $0) }
+            } else {
+                value(.object(data))
+            }
             raw(",")
             op = #""op":"set","path":"#
         case .delete:

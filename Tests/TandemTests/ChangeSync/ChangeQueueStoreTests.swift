@@ -43,6 +43,11 @@ struct ChangeQueueStoreTests {
         }
         #expect(again2[0].mutation == sent[0].mutation)
         #expect(try reopened.newestQueued(account: "u1", ids: ["n1"])["n1"]?["title"] == "d")
+        // The queue read whole, a change queued again is found in memory; twice in one call, the
+        // second replaces the first.
+        let replaced = try reopened.enqueue(account: "u1", saves: [Self.note("n1", "e"), Self.note("n2", "x"), Self.note("n2", "y")], deletions: [])
+        #expect(replaced[0].rowID == pending[1].rowID && replaced[1].rowID == replaced[2].rowID)
+        #expect(try reopened.pending(account: "u1").map { $0.record?["title"] } == ["b", "e", "y"])
     }
 
     @Test("an answered save becomes the record's base as sent (sealed properties sealed), at the version answered; a deletion removes it; a refusal leaves it")
@@ -82,13 +87,14 @@ struct ChangeQueueStoreTests {
             let queue = try DatabaseQueue(path: path)
             try ChangeQueueStore.migrator.migrate(queue, upTo: "v1")
             try queue.write { db in
-                let recordText = RecordText.encode(Self.note("n1", "x", version: 3))
+                // The first schema's own encoding of a record.
+                let recordText = #"{"properties":{"title":{"value":"x"}},"stamps":{},"type":"Note","version":3}"#
                 try db.execute(sql: "INSERT INTO pending (account, record_id, record_type, is_deletion, record, bytes, mutation) VALUES ('u1', 'n1', 'Note', 0, ?, 10, ?)",
                                arguments: [recordText, JSONText.encode(sentMutation.wireValue)])
                 try db.execute(sql: "INSERT INTO pending (account, record_id, record_type, is_deletion, record, bytes, mutation) VALUES ('u1', 'n2', 'Note', 1, NULL, 10, ?)",
                                arguments: [JSONText.encode(deletion.wireValue)])
                 try db.execute(sql: "INSERT INTO pending (account, record_id, record_type, is_deletion, record, bytes) VALUES ('u1', 'n1', 'Note', 0, ?, 10)",
-                               arguments: [RecordText.encode(Self.note("n1", "y", version: 3))])
+                               arguments: [#"{"properties":{"title":{"value":"y"},"secret":{"encrypted":"s"}},"stamps":{"title":"5-0-d"},"type":"Note","version":3}"#])
                 try db.execute(sql: "INSERT INTO base (account, record_id, record) VALUES ('u1', 'n1', ?)", arguments: [recordText])
                 try db.execute(sql: "INSERT INTO meta (account, key, value) VALUES ('u1', 'writer', 'w/changes'), ('u1', 'next_sequence', '9')")
             }
@@ -96,11 +102,14 @@ struct ChangeQueueStoreTests {
         let store = try ChangeQueueStore(path: path)
         let pending = try store.pending(account: "u1")
         #expect(pending.map(\.isSent) == [true, true, false])
-        let prepared = try store.prepare(account: "u1", records: Self.records, rowIDs: pending.map(\.rowID)) { try RecordCoding.fields(of: $0.record!, encryption: nil) }
+        let encryption = try RecordEncryption(keyID: "k1", key: SymmetricKey(size: .bits256))
+        let prepared = try store.prepare(account: "u1", records: Self.records, rowIDs: pending.map(\.rowID)) { try RecordCoding.fields(of: $0.record!, encryption: encryption) }
         #expect(prepared[0].mutation == sentMutation)
         #expect(prepared[1].mutation == deletion)
         #expect(prepared[2].mutation?.id == MutationID(clientID: "w/changes", sequence: 9))
         #expect(prepared[2].mutation?.precondition == .version(Version(3)))
+        #expect(pending[2].record?.properties == ["title": .value("y"), "secret": .encryptedValue("s")])
+        #expect(pending[2].record?.metadata.stamps == ["title": HLCTimestamp("5-0-d")!])
         #expect(try store.bases(account: "u1", ids: ["n1"], encryption: nil).isEmpty)
     }
 }
