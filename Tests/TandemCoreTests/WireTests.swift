@@ -44,7 +44,8 @@ struct WireTests {
         kept.encodedData = #"{"b":1,"a":2}"#
         #expect(ClientMessage.write(id: 4, mutations: [kept]).text.contains(#""data":{"b":1,"a":2},"id""#))
         #expect(kept == Mutation.set(path, ["a": 2, "b": 1]).identified(by: id))
-        for message in [ClientMessage.write(id: 1, mutations: writes), .writeEach(id: 2, mutations: writes), .writeEach(id: 3, mutations: [])] {
+        for message in [ClientMessage.write(id: 1, mutations: writes), .writeEach(id: 2, mutations: writes), .writeEach(id: 3, mutations: []),
+                        .write(id: 4, mutations: writes, brief: true), .writeEach(id: 5, mutations: writes, brief: true)] {
             #expect(message.text == JSONText.encode(message.wireValue))
             #expect(try ClientMessage(wire: try JSONText.parse(message.text)) == message)
         }

@@ -363,6 +363,33 @@ struct ResumeTests {
         await server.stop()
     }
 
+    @Test("a brief write is answered with versions only for what applied, and with the document for a refusal that met one")
+    func briefWrite() async throws {
+        let server = try await LiveServer.start()
+        _ = try await server.store.commit([.set(documentPath("notes/1"), ["n": 1])])  // v1
+        let stream = RawStream(port: server.port)
+        try #require(await stream.hello("brief"), "expected welcome")
+        let id = MutationID(clientID: "brief-writer", sequence: 1)
+        let writes: [Mutation] = [
+            Mutation.set(documentPath("notes/2"), ["n": 2]).identified(by: id),
+            Mutation.set(documentPath("notes/1"), ["n": 9]).requiring(.exists(false)).identified(by: MutationID(clientID: "brief-writer", sequence: 2)),
+        ]
+        stream.send(.writeEach(id: 5, mutations: writes, brief: true))
+        guard case .ack(5, let answers)? = await stream.next() else { Issue.record("expected an ack"); return }
+        #expect(answers.map(\.status) == [.applied, .refused])
+        #expect(answers[0].document == nil && answers[0].version == 2)
+        #expect(answers[1].document?.data == ["n": 1], "the refusal carries the document it met")
+        // Sent again: replayed, still brief; without brief, the document comes.
+        stream.send(.writeEach(id: 6, mutations: [writes[0]], brief: true))
+        guard case .ack(6, let again)? = await stream.next() else { Issue.record("expected an ack"); return }
+        #expect(again.map(\.status) == [.replayed] && again[0].document == nil)
+        stream.send(.write(id: 7, mutations: [writes[0]]))
+        guard case .ack(7, let full)? = await stream.next() else { Issue.record("expected an ack"); return }
+        #expect(full[0].document?.data == ["n": 2])
+        await stream.close()
+        await server.stop()
+    }
+
     @Test("a client without a configured id makes one once and keeps it across launches")
     func persistentClientID() throws {
         let directory = TemporaryDirectory()

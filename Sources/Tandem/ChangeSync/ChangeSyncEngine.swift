@@ -529,7 +529,10 @@ public final class ChangeSyncEngine: Observable, Sendable {
             handle(.succeeded(.sent(batch: batch), attempt: attempt, now: now))
             return
         }
-        let writes = client.startWrites([WriteRequest(rows.map { $0.mutation! }, isAtomic: false)])
+        // Brief: the engine has what it sent, and needs only each one's version.
+        var request = WriteRequest(rows.map { $0.mutation! }, isAtomic: false)
+        request.isBrief = true
+        let writes = client.startWrites([request])
         Task { await self.finishSend(batch, rows, writes, account: account, attempt: attempt) }
     }
 

@@ -431,8 +431,8 @@ public final class TandemClient: Service, Sendable, Observable {
     package func startWrites(_ requests: [WriteRequest]) -> PendingWrites {
         let collector = enqueue(requests.map { request -> (Int) -> ClientMessage in
             request.isOneWrite
-                ? { .write(id: $0, mutations: request.mutations) }
-                : { .writeEach(id: $0, mutations: request.mutations) }
+                ? { .write(id: $0, mutations: request.mutations, brief: request.isBrief) }
+                : { .writeEach(id: $0, mutations: request.mutations, brief: request.isBrief) }
         })
         return PendingWrites(collector: collector, atomic: requests.map(\.isOneWrite))
     }

@@ -12,13 +12,15 @@ package enum ClientMessage: Sendable, Hashable {
     case listen(id: Int, target: ListenTarget, resumeFrom: Version?, notify: Bool = false)
     /// Stops the listener started by the `listen` with this id.
     case unlisten(id: Int)
-    /// Commits mutations atomically, each at most once by its `MutationID`.
-    case write(id: Int, mutations: [Mutation])
+    /// Commits mutations atomically, each at most once by its `MutationID`. `brief`
+    /// (`"brief": true`): the answer names each applied write's version without its document
+    /// (refusals still carry theirs), for a client that has what it wrote.
+    case write(id: Int, mutations: [Mutation], brief: Bool = false)
     /// Commits mutations one by one, in order, each on its own (`"atomic": false`, protocol 3): one
     /// refused leaves the others to apply, and the answer lists each one's fate. A failure that may
     /// pass (`unavailable`) answers the whole request with an error: the client sends it again and
     /// the writes applied meanwhile are answered `replayed`.
-    case writeEach(id: Int, mutations: [Mutation])
+    case writeEach(id: Int, mutations: [Mutation], brief: Bool = false)
     /// Reads one document.
     case get(id: Int, path: DocumentPath)
     /// Runs a query once.
@@ -33,7 +35,7 @@ package enum ClientMessage: Sendable, Hashable {
     package var requestID: Int? {
         switch self {
         case .hello, .heartbeat: return nil
-        case .listen(let id, _, _, _), .unlisten(let id), .write(let id, _), .writeEach(let id, _), .get(let id, _), .query(let id, _), .fetch(let id, _, _, _): return id
+        case .listen(let id, _, _, _), .unlisten(let id), .write(let id, _, _), .writeEach(let id, _, _), .get(let id, _), .query(let id, _), .fetch(let id, _, _, _): return id
         }
     }
 
@@ -50,10 +52,14 @@ package enum ClientMessage: Sendable, Hashable {
             return .object(object)
         case .unlisten(let id):
             return .object(["type": "unlisten", "id": .int(id)])
-        case .write(let id, let mutations):
-            return .object(["type": "write", "id": .int(id), "mutations": .array(mutations.map(\.wireValue))])
-        case .writeEach(let id, let mutations):
-            return .object(["type": "write", "id": .int(id), "atomic": false, "mutations": .array(mutations.map(\.wireValue))])
+        case .write(let id, let mutations, let brief):
+            var object: JSONObject = ["type": "write", "id": .int(id), "mutations": .array(mutations.map(\.wireValue))]
+            if brief { object["brief"] = true }
+            return .object(object)
+        case .writeEach(let id, let mutations, let brief):
+            var object: JSONObject = ["type": "write", "id": .int(id), "atomic": false, "mutations": .array(mutations.map(\.wireValue))]
+            if brief { object["brief"] = true }
+            return .object(object)
         case .get(let id, let path):
             return .object(["type": "get", "id": .int(id), "path": .string(path.description)])
         case .query(let id, let target):
@@ -69,9 +75,11 @@ package enum ClientMessage: Sendable, Hashable {
     /// text (the same text as `JSONText.encode(wireValue)`).
     package var text: String {
         switch self {
-        case .write(let id, let mutations), .writeEach(let id, let mutations):
+        case .write(let id, let mutations, let brief), .writeEach(let id, let mutations, let brief):
             var writer = WireWriter(capacity: 64 + mutations.count * 128)
-            if case .writeEach = self { writer.raw(#"{"atomic":false,"id":"#) } else { writer.raw(#"{"id":"#) }
+            if case .writeEach = self { writer.raw(#"{"atomic":false,"#) } else { writer.raw("{") }
+            if brief { writer.raw(#""brief":true,"#) }
+            writer.raw(#""id":"#)
             writer.int(id)
             writer.raw(#","mutations":["#)
             for (index, mutation) in mutations.enumerated() {
@@ -108,7 +116,8 @@ package enum ClientMessage: Sendable, Hashable {
                 mutations.append(try Mutation(wire: entry, context: "mutation \(index + 1) of the write"))
             }
             let id = try object.int("id")
-            self = try object.bool("atomic", default: true) ? .write(id: id, mutations: mutations) : .writeEach(id: id, mutations: mutations)
+            let brief = try object.bool("brief", default: false)
+            self = try object.bool("atomic", default: true) ? .write(id: id, mutations: mutations, brief: brief) : .writeEach(id: id, mutations: mutations, brief: brief)
         case "get":
             self = .get(id: try object.int("id"), path: try object.documentPath("path"))
         case "query":

@@ -5,6 +5,9 @@ public struct WriteRequest: Sendable, Hashable {
     /// True (an atomic batch): every mutation applies or none does. False: each is decided on its
     /// own, in order, and the answer lists each one's fate, refused ones included.
     public var isAtomic: Bool
+    /// Whether the answer may leave out the documents of applied writes (their versions only;
+    /// refusals still carry theirs): for a caller that has what it wrote.
+    public var isBrief = false
 
     /// Whether it goes as a plain atomic write: atomic, or one mutation, which is the same thing.
     public var isOneWrite: Bool { isAtomic || mutations.count <= 1 }

@@ -40,6 +40,8 @@ final class StreamSession: Sendable {
         let mutations: [Mutation]
         /// Decided one mutation at a time (`"atomic": false`) rather than all together.
         let each: Bool
+        /// Answered without the documents of applied writes (`"brief": true`).
+        var brief = false
 
         /// The requests the store decides for it: the whole write, or each mutation on its own.
         var storeRequests: [[Mutation]] { each ? mutations.map { [$0] } : [mutations] }
@@ -49,6 +51,17 @@ final class StreamSession: Sendable {
         /// is refused on its own), or with the first passing failure, which the client answers by
         /// sending it all again.
         func answer(_ results: ArraySlice<Result<CommitResult, TandemError>>) -> Result<CommitResult, TandemError> {
+            guard brief else { return decided(results) }
+            return decided(results).map { result in
+                var result = result
+                for index in result.acknowledgements.indices where result.acknowledgements[index].isApplied {
+                    result.acknowledgements[index].document = nil
+                }
+                return result
+            }
+        }
+
+        private func decided(_ results: ArraySlice<Result<CommitResult, TandemError>>) -> Result<CommitResult, TandemError> {
             guard each else { return results.first! }
             var acknowledgements: [WriteAcknowledgement] = []
             acknowledgements.reserveCapacity(mutations.count)
@@ -148,13 +161,13 @@ final class StreamSession: Sendable {
             }
         case .unlisten(let requestID):
             service.unlisten(ListenerKey(session: id, target: requestID))
-        case .write(let requestID, let mutations), .writeEach(let requestID, let mutations):
+        case .write(let requestID, let mutations, let brief), .writeEach(let requestID, let mutations, let brief):
             let each: Bool
             if case .writeEach = message { each = true } else { each = false }
             let principal = self.context
             let decision = state.withLock { state -> WriteSequencer.Decision in
                 let decision = service.admission.admitWrites(mutations, each: each, from: principal, on: &state.counters)
-                if decision == .proceed { state.queue.append(QueuedWrite(id: requestID, mutations: mutations, each: each)) }
+                if decision == .proceed { state.queue.append(QueuedWrite(id: requestID, mutations: mutations, each: each, brief: brief)) }
                 return decision
             }
             switch decision {
