@@ -19,7 +19,14 @@ struct ChangeSyncEngineTests {
         let records = Mutex<[String: SyncedRecord]>([:])
         let tokens = Mutex<[ChangeToken?]>([])
         let fetchFailures = Mutex<[FailedRecord]>([])
+        let sendFailures = Mutex<[FailedRecord]>([])
+        /// The ids of the records told sent, in order.
+        let sent = Mutex<[String]>([])
         let accounts = Mutex<[String?]>([])
+
+        func syncEngine(_ engine: ChangeSyncEngine, sendDidFailFor failures: [FailedRecord], batch: Int) {
+            sendFailures.withLock { $0 += failures }
+        }
 
         func syncEngine(_ engine: ChangeSyncEngine, fetchDidFailFor failures: [FailedRecord]) {
             fetchFailures.withLock { $0 += failures }
@@ -39,6 +46,7 @@ struct ChangeSyncEngineTests {
 
         func syncEngine(_ engine: ChangeSyncEngine, didSendModifications records: [SentRecord], batch: Int) {
             self.records.withLock { stored in for sent in records { stored[sent.record.id] = sent.record } }
+            sent.withLock { $0 += records.map(\.record.id) }
         }
 
         func syncEngine(_ engine: ChangeSyncEngine, didUpdateChangeToken token: ChangeToken?) {
@@ -161,6 +169,10 @@ struct ChangeSyncEngineTests {
         #expect(phone.notebook["n1"]?.properties == laptop.notebook["n1"]?.properties)
         #expect(await phone.until { phone.notebook["n9"]?["title"] == "New on the laptop" })
         #expect(phone.notebook["n1"]?.metadata.version == laptop.notebook["n1"]?.metadata.version)
+        // The batch went as one atomic write, refused whole for n1's sake: n9 was sent again on its
+        // own and saved once, and nothing was reported failed.
+        #expect(laptop.notebook.sent.withLock { $0.filter { $0 == "n9" }.count } == 1)
+        #expect(laptop.notebook.sendFailures.withLock { $0.isEmpty })
         await phone.running.stop()
         await laptop.running.stop()
         await server.stop()

@@ -36,6 +36,10 @@ final class ChangeQueueStore: Sendable {
         /// The version the change is based on, which its write is conditioned on (0: the record
         /// must not exist; nil: none, a deletion).
         var precondition: UInt64?
+        /// Sent (or, unsent, to be sent) one by one: in a request whose mutations are decided each
+        /// on its own, so a refusal is this change's own. A change sent in an atomic request is
+        /// refused with the whole request when another is.
+        var alone = false
         /// Once prepared by this process: its mutation, as sent.
         var mutation: Mutation?
 
@@ -137,6 +141,7 @@ final class ChangeQueueStore: Sendable {
                 ALTER TABLE pending ADD COLUMN sequence INTEGER;
                 ALTER TABLE pending ADD COLUMN data TEXT;
                 ALTER TABLE pending ADD COLUMN precondition INTEGER;
+                ALTER TABLE pending ADD COLUMN alone INTEGER NOT NULL DEFAULT 0;
                 """)
             // Each record's text in the new form, with its version apart; each sent change's
             // mutation as its sequence, precondition and data.
@@ -274,10 +279,18 @@ final class ChangeQueueStore: Sendable {
             var rows: [Row] = []
             rows.reserveCapacity(rowIDs.count)
             let select = try db.cachedStatement(sql: "SELECT * FROM pending WHERE row_id = ? AND account = ?")
-            let update = try db.cachedStatement(sql: "UPDATE pending SET sequence = ?, data = ? WHERE row_id = ?")
+            let update = try db.cachedStatement(sql: "UPDATE pending SET sequence = ?, data = ?, alone = ? WHERE row_id = ?")
+            var batch: [Row] = []
             for (rowID, known) in zip(rowIDs, known) {
-                guard var row = try known ?? Row.fetchOne(select, arguments: [rowID, account]) else { continue }
+                if let row = try known ?? Row.fetchOne(select, arguments: [rowID, account]) { batch.append(row) }
+            }
+            // A batch with a change to send one by one goes one by one; its new mutations are
+            // sent so from the first time.
+            let alone = batch.contains { $0.alone }
+            for var row in batch {
+                let rowID = row.rowID
                 if row.sequence == nil {
+                    row.alone = alone
                     row.sequence = next
                     next += 1
                     let id = MutationID(clientID: writer, sequence: next - 1)
@@ -298,7 +311,7 @@ final class ChangeQueueStore: Sendable {
                             row.mutation = Self.save(data, text: text.text, at: path, precondition: row.precondition, id: id)
                         }
                     }
-                    try update.execute(arguments: [row.sequence, row.data, rowID])
+                    try update.execute(arguments: [row.sequence, row.data, row.alone, rowID])
                 } else if row.mutation == nil {
                     // Sent by an earlier process: sent again as it went.
                     row.mutation = try Self.mutation(of: row, writer: writer, records: records)
@@ -333,6 +346,43 @@ final class ChangeQueueStore: Sendable {
         var mutation = Mutation(path: path, kind: .set(fields), precondition: version > 0 ? .version(Version(version)) : .exists(false), id: id)
         mutation.encodedData = text
         return mutation
+    }
+
+    /// Sent changes an atomic request's refusal left undecided for good (their ids refused with
+    /// the request): each goes back to the queue unsent, to be sent again one by one under a new
+    /// id, unless the record has a newer change queued, which replaces it. Returns those kept.
+    func unprepare(account: String, rowIDs: [Int64]) throws -> [Row] {
+        let known = cache.withLock { cache in
+            rowIDs.map { rowID -> (Row?, Bool) in
+                guard let row = cache.rows[rowID] else { return (nil, false) }
+                let newer = (cache.byRecord[RecordKey(account: account, recordID: row.recordID)] ?? []).contains { $0 != rowID && cache.rows[$0]?.isSent == false }
+                return (row, newer)
+            }
+        }
+        let kept = try queue.write { db in
+            let reset = try db.cachedStatement(sql: "UPDATE pending SET sequence = NULL, data = NULL, alone = 1 WHERE row_id = ? AND account = ?")
+            let delete = try db.cachedStatement(sql: "DELETE FROM pending WHERE row_id = ? AND account = ?")
+            var kept: [Row] = []
+            for (row, newer) in known {
+                guard var row else { continue }
+                if newer {
+                    try delete.execute(arguments: [row.rowID, account])
+                    continue
+                }
+                try reset.execute(arguments: [row.rowID, account])
+                row.sequence = nil
+                row.data = nil
+                row.mutation = nil
+                row.alone = true
+                kept.append(row)
+            }
+            return kept
+        }
+        cache.withLock { cache in
+            for (row, newer) in known where newer { if let row { cache.remove(row.rowID, account: account) } }
+            for row in kept { cache.rows[row.rowID] = row }
+        }
+        return kept
     }
 
     /// Removes answered changes, in order, and sets the server's state of the records they left.
@@ -509,7 +559,7 @@ extension ChangeQueueStore.Row: FetchableRecord {
         let precondition = (row["precondition"] as Int64?).map { UInt64(max(0, $0)) }
         self.init(rowID: row["row_id"], recordID: recordID, recordType: row["record_type"], isDeletion: row["is_deletion"],
                   record: recordText.flatMap { RecordText.decode($0, id: recordID, version: Version(precondition ?? 0)) }, text: recordText, bytes: row["bytes"],
-                  sequence: sequence.map { UInt64(max(0, $0)) }, data: row["data"], precondition: precondition)
+                  sequence: sequence.map { UInt64(max(0, $0)) }, data: row["data"], precondition: precondition, alone: row["alone"])
     }
 }
 

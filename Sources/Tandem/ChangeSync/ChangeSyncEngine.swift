@@ -529,8 +529,10 @@ public final class ChangeSyncEngine: Observable, Sendable {
             handle(.succeeded(.sent(batch: batch), attempt: attempt, now: now))
             return
         }
-        // Brief: the engine has what it sent, and needs only each one's version.
-        var request = WriteRequest(rows.map { $0.mutation! }, isAtomic: false)
+        // Atomic, unless a change in it goes one by one: one decision for the batch, at one version
+        // (the server decides a request that is not atomic as one request per change). Brief:
+        // the engine has what it sent, and needs only the versions.
+        var request = WriteRequest(rows.map { $0.mutation! }, isAtomic: !rows.contains { $0.alone })
         request.isBrief = true
         let writes = client.startWrites([request])
         Task { await self.finishSend(batch, rows, writes, account: account, attempt: attempt) }
@@ -538,13 +540,9 @@ public final class ChangeSyncEngine: Observable, Sendable {
 
     /// Takes a send's answer: results, conflicts and failures told, its changes settled.
     private func finishSend(_ batch: Int, _ rows: [ChangeQueueStore.Row], _ writes: TandemClient.PendingWrites, account: String, attempt: Int) async {
-        let answer = await writes.answers()[0]
+        let answer = await writes.acknowledgements()[0]
         let acknowledgements: [WriteAcknowledgement]
         switch answer {
-        case .failure(let error as TandemError) where rows.count == 1 && Self.isRefusalOfOne(error):
-            // One change goes as a plain write, whose refusal is the request's error: that
-            // change's answer.
-            acknowledgements = [.refused(rows[0].mutation?.id, error, at: Version(0))]
         case .failure(let error):
             handle(.failed(Self.classify(error), attempt: attempt, now: now))
             return
@@ -562,8 +560,15 @@ public final class ChangeSyncEngine: Observable, Sendable {
         // What each answered change leaves as the server's state of its record, in order.
         var settlements: [(rowID: Int64, settlement: ChangeQueueStore.Settlement)] = []
         settlements.reserveCapacity(rows.count)
+        // Refused where an atomic request decided it: maybe for another change's sake. Sent again,
+        // one by one, under a new id, to learn its own fate.
+        var undecided: [Int64] = []
         for (row, acknowledgement) in zip(rows, acknowledgements) {
             let id = row.mutation!.id!
+            if acknowledgement.status == .refused, !row.alone {
+                undecided.append(row.rowID)
+                continue
+            }
             switch acknowledgement.status {
             case .applied, .replayed:
                 if row.isDeletion {
@@ -634,8 +639,9 @@ public final class ChangeSyncEngine: Observable, Sendable {
         }
         do {
             try store.settle(account: account, settlements)
+            let again = try store.unprepare(account: account, rowIDs: undecided)
             let requeued = try store.enqueue(account: account, saves: resolved + unresolved.map(\.1), deletions: [])
-            if !requeued.isEmpty { handle(.resolved(requeued.map(\.change), now: now)) }
+            if !again.isEmpty || !requeued.isEmpty { handle(.resolved(again.map(\.change) + requeued.map(\.change), now: now)) }
         } catch {
             handle(.failed(.fatal(Self.tandemError(error)), attempt: attempt, now: now))
             return
@@ -758,15 +764,6 @@ public final class ChangeSyncEngine: Observable, Sendable {
             return .tokenExpired
         default:
             return .fatal(error)
-        }
-    }
-
-    /// Whether a write's error is a refusal of its change for good (not of the request: its size,
-    /// its rate, the connection).
-    static func isRefusalOfOne(_ error: TandemError) -> Bool {
-        switch error.code {
-        case .failedPrecondition, .permissionDenied, .invalidArgument, .notFound, .alreadyExists: true
-        default: false
         }
     }
 

@@ -423,6 +423,12 @@ public final class TandemClient: Service, Sendable, Observable {
         package func answers() async -> [Result<[WriteAcknowledgement], any Error>] {
             zip(await collector.answers(), atomic).map { TandemClient.acknowledgements(of: $0, atomic: $1) }
         }
+
+        /// As ``answers()``, with an atomic request's refusal as its acknowledgements (each
+        /// mutation's), not as the error of the one that was refused.
+        package func acknowledgements() async -> [Result<[WriteAcknowledgement], any Error>] {
+            await collector.answers().map { TandemClient.acknowledgements(of: $0, atomic: false) }
+        }
     }
 
     /// Sends write requests now, in order behind every request sent before, without waiting for

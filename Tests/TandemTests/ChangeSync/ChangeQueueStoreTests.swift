@@ -50,6 +50,25 @@ struct ChangeQueueStoreTests {
         #expect(try reopened.pending(account: "u1").map { $0.record?["title"] } == ["b", "e", "y"])
     }
 
+    @Test("changes an atomic refusal left undecided go back unsent, to go one by one under new ids; one whose record has a newer change queued gives way to it")
+    func undecidedGoBackAlone() throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let store = try ChangeQueueStore(path: directory.url.appendingPathComponent("q.sqlite").path)
+        _ = try store.pending(account: "u1")
+        let rows = try store.enqueue(account: "u1", saves: [Self.note("n1", "a"), Self.note("n2", "b")], deletions: [])
+        let sent = try store.prepare(account: "u1", records: Self.records, rowIDs: rows.map(\.rowID)) { try RecordCoding.fields(of: $0.record!, encryption: nil) }
+        #expect(sent.map(\.alone) == [false, false])
+        _ = try store.enqueue(account: "u1", saves: [Self.note("n2", "c")], deletions: [])
+        let kept = try store.unprepare(account: "u1", rowIDs: sent.map(\.rowID))
+        #expect(kept.map(\.recordID) == ["n1"] && kept[0].alone && !kept[0].isSent)
+        let pending = try store.pending(account: "u1")
+        #expect(pending.map { $0.record?["title"] } == ["a", "c"] && pending.allSatisfy { !$0.isSent })
+        let again = try store.prepare(account: "u1", records: Self.records, rowIDs: pending.map(\.rowID)) { try RecordCoding.fields(of: $0.record!, encryption: nil) }
+        #expect(again.map(\.alone) == [true, true], "a batch with one change to go alone goes one by one")
+        #expect(again.map { $0.mutation?.id?.sequence } == [3, 4], "new ids, after the ones refused")
+    }
+
     @Test("an answered save becomes the record's base as sent (sealed properties sealed), at the version answered; a deletion removes it; a refusal leaves it")
     func settledIntoBase() throws {
         let directory = try TemporaryDirectory()

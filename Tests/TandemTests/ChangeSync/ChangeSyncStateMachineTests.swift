@@ -388,8 +388,5 @@ struct ChangeSyncFailureTests {
         #expect(ChangeSyncEngine.classify(TandemError(.outOfRange, "pruned")) == .fatal(TandemError(.outOfRange, "pruned")))
         #expect(ChangeSyncEngine.classify(TandemError(.permissionDenied, "no")) == .fatal(TandemError(.permissionDenied, "no")))
         if case .transient = ChangeSyncEngine.classify(Elsewhere()) {} else { Issue.record("an error from elsewhere (the network) is retried") }
-        // A plain write's refusal is its one change's answer; a passing failure is the request's.
-        #expect(ChangeSyncEngine.isRefusalOfOne(TandemError(.failedPrecondition, "stale")))
-        #expect(!ChangeSyncEngine.isRefusalOfOne(busy) && !ChangeSyncEngine.isRefusalOfOne(rate))
     }
 }
