@@ -108,12 +108,17 @@ struct ChangeSyncStateMachineTests {
         }
     }
 
-    @Test("pipelined: up to maxSendsInFlight batches go out at once, in queue order; a record with a change out holds back the batch that would carry its next change; nothing else runs beside them")
-    func pipelinedSends() {
+    /// A ready machine sending batches of two records, three out at once.
+    static func pipelined() -> Machine {
         var limits = Machine.Limits()
         limits.maxRecordsPerBatch = 2
         limits.maxSendsInFlight = 3
-        var machine = Self.ready(limits)
+        return ready(limits)
+    }
+
+    @Test("pipelined: up to maxSendsInFlight batches go out at once, in queue order; a record with a change out holds back the batch that would carry its next change; nothing else runs beside them")
+    func pipelinedSends() {
+        var machine = Self.pipelined()
         let out = Self.sentBatches(machine.handle(.enqueue(Self.saves(8), now: .zero)))
         #expect(out.map { $0.changes.map(\.recordID) } == [["r0", "r1"], ["r2", "r3"], ["r4", "r5"]])
         #expect(out.map(\.batch) == [0, 1, 2] && machine.pendingCount == 8)
@@ -134,10 +139,7 @@ struct ChangeSyncStateMachineTests {
 
     @Test("pipelined: when one batch out fails, every batch out goes back to the front in the order it went (their later answers change nothing), and they go again in that order; a stop does the same")
     func pipelinedFailure() {
-        var limits = Machine.Limits()
-        limits.maxRecordsPerBatch = 2
-        limits.maxSendsInFlight = 3
-        var machine = Self.ready(limits)
+        var machine = Self.pipelined()
         let out = Self.sentBatches(machine.handle(.enqueue(Self.saves(7), now: .zero)))
         #expect(out.count == 3)
         // The middle one fails (the server held it back behind a refused one, say): all three go back.
