@@ -287,6 +287,8 @@ final class ChangeQueueStore: Sendable {
             // A batch with a change to send one by one goes one by one; its new mutations are
             // sent so from the first time.
             let alone = batch.contains { $0.alone }
+            var numbered = WireWriter(capacity: 24 * batch.count)
+            var numberedCount = 0
             for var row in batch {
                 let rowID = row.rowID
                 if row.sequence == nil {
@@ -311,12 +313,32 @@ final class ChangeQueueStore: Sendable {
                             row.mutation = Self.save(data, text: text.text, at: path, precondition: row.precondition, id: id)
                         }
                     }
-                    try update.execute(arguments: [row.sequence, row.data, row.alone, rowID])
+                    if row.data == nil {
+                        // Nearly every change: its sequence goes with the others, in one statement.
+                        numbered.raw(numberedCount == 0 ? "[[" : ",[")
+                        numbered.int(Int(rowID))
+                        numbered.raw(",")
+                        numbered.int(Int(clamping: next - 1))
+                        numbered.raw("]")
+                        numberedCount += 1
+                    } else {
+                        try update.execute(arguments: [row.sequence, row.data, row.alone, rowID])
+                    }
                 } else if row.mutation == nil {
                     // Sent by an earlier process: sent again as it went.
                     row.mutation = try Self.mutation(of: row, writer: writer, records: records)
                 }
                 rows.append(row)
+            }
+            if numberedCount > 0 {
+                numbered.raw("]")
+                try db.cachedStatement(sql: """
+                    UPDATE pending SET sequence = j.value ->> 1, alone = ? FROM json_each(?) AS j
+                    WHERE pending.row_id = j.value ->> 0 AND pending.account = ? AND pending.sequence IS NULL
+                    """).execute(arguments: [alone, numbered.text, account])
+                guard db.changesCount == numberedCount else {
+                    throw TandemError(.internal, "The engine's file numbered \(db.changesCount) of the \(numberedCount) changes of a batch.")
+                }
             }
             try Self.setMeta(db, account: account, "next_sequence", String(next))
             return rows
@@ -604,12 +626,28 @@ enum RecordText {
                 first = false
                 writer.string(name)
                 writer.raw(":")
-                writer.string(stamp.description)
+                Self.write(stamp, to: &writer)
             }
             writer.raw("}")
         }
         writer.raw("}")
         return writer.text
+    }
+
+    /// A stamp as its description, in quotes, without building that string first when its node
+    /// needs no escaping (a client id nearly always).
+    static func write(_ stamp: HLCTimestamp, to writer: inout WireWriter) {
+        guard stamp.node.utf8.allSatisfy({ $0 >= 0x20 && $0 < 0x80 && $0 != UInt8(ascii: "\"") && $0 != UInt8(ascii: "\\") }) else {
+            writer.string(stamp.description)
+            return
+        }
+        writer.raw("\"")
+        writer.int(Int(stamp.wallMilliseconds))
+        writer.raw("-")
+        writer.int(Int(stamp.counter))
+        writer.raw("-")
+        writer.raw(unescaped: stamp.node)
+        writer.raw("\"")
     }
 
     static func decode(_ text: String, id: String, version: Version) -> SyncedRecord? {

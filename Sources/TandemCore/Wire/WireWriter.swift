@@ -16,6 +16,12 @@ package struct WireWriter {
         bytes.append(contentsOf: other)
     }
 
+    /// Text written as it is: the caller knows it needs no escaping.
+    package mutating func raw(unescaped text: String) {
+        var text = text
+        text.withUTF8 { bytes.append(contentsOf: $0) }
+    }
+
     package mutating func int(_ value: Int) {
         JSONText.writeInt(value, to: &bytes)
     }

@@ -69,6 +69,16 @@ struct ChangeQueueStoreTests {
         #expect(again.map { $0.mutation?.id?.sequence } == [3, 4], "new ids, after the ones refused")
     }
 
+    @Test("a record's stored text reads back as the record, stamps and sealed properties included, whatever its node's id holds")
+    func recordText() throws {
+        for node in ["phone-1", "a \"quoted\" \\ node", "née"] {
+            var record = Self.note("n1", "a", version: 4, secret: "s")
+            record.metadata.stamps = ["title": HLCTimestamp(wallMilliseconds: 1_764_000_000_000, counter: 3, node: node)]
+            let text = RecordText.encode(record)
+            #expect(RecordText.decode(text, id: "n1", version: Version(4)) == record, "\(text)")
+        }
+    }
+
     @Test("an answered save becomes the record's base as sent (sealed properties sealed), at the version answered; a deletion removes it; a refusal leaves it")
     func settledIntoBase() throws {
         let directory = try TemporaryDirectory()
