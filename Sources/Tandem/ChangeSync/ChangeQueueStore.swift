@@ -280,6 +280,7 @@ final class ChangeQueueStore: Sendable {
             rows.reserveCapacity(rowIDs.count)
             let select = try db.cachedStatement(sql: "SELECT * FROM pending WHERE row_id = ? AND account = ?")
             let update = try db.cachedStatement(sql: "UPDATE pending SET sequence = ?, data = ?, alone = ? WHERE row_id = ?")
+            let number = try db.cachedStatement(sql: "UPDATE pending SET sequence = ?, alone = ? WHERE row_id = ?")
             var batch: [Row] = []
             for (rowID, known) in zip(rowIDs, known) {
                 if let row = try known ?? Row.fetchOne(select, arguments: [rowID, account]) { batch.append(row) }
@@ -287,8 +288,6 @@ final class ChangeQueueStore: Sendable {
             // A batch with a change to send one by one goes one by one; its new mutations are
             // sent so from the first time.
             let alone = batch.contains { $0.alone }
-            var numbered = WireWriter(capacity: 24 * batch.count)
-            var numberedCount = 0
             for var row in batch {
                 let rowID = row.rowID
                 if row.sequence == nil {
@@ -314,13 +313,8 @@ final class ChangeQueueStore: Sendable {
                         }
                     }
                     if row.data == nil {
-                        // Nearly every change: its sequence goes with the others, in one statement.
-                        numbered.raw(numberedCount == 0 ? "[[" : ",[")
-                        numbered.int(Int(rowID))
-                        numbered.raw(",")
-                        numbered.int(Int(clamping: next - 1))
-                        numbered.raw("]")
-                        numberedCount += 1
+                        // Nearly every change: only its sequence is stored.
+                        try number.execute(arguments: [row.sequence, row.alone, rowID])
                     } else {
                         try update.execute(arguments: [row.sequence, row.data, row.alone, rowID])
                     }
@@ -329,16 +323,6 @@ final class ChangeQueueStore: Sendable {
                     row.mutation = try Self.mutation(of: row, writer: writer, records: records)
                 }
                 rows.append(row)
-            }
-            if numberedCount > 0 {
-                numbered.raw("]")
-                try db.cachedStatement(sql: """
-                    UPDATE pending SET sequence = j.value ->> 1, alone = ? FROM json_each(?) AS j
-                    WHERE pending.row_id = j.value ->> 0 AND pending.account = ? AND pending.sequence IS NULL
-                    """).execute(arguments: [alone, numbered.text, account])
-                guard db.changesCount == numberedCount else {
-                    throw TandemError(.internal, "The engine's file numbered \(db.changesCount) of the \(numberedCount) changes of a batch.")
-                }
             }
             try Self.setMeta(db, account: account, "next_sequence", String(next))
             return rows
@@ -409,13 +393,14 @@ final class ChangeQueueStore: Sendable {
 
     /// Removes answered changes, in order, and sets the server's state of the records they left.
     /// Runs of applied saves (nearly every answer) move to their bases, and the changes leave the
-    /// queue, in a statement each, over a JSON list of rows and versions.
+    /// queue, in a statement each, over a JSON list of rows and versions (the list the outer loop,
+    /// `CROSS JOIN`, each row found by its id: never a scan of the queue per entry).
     func settle(account: String, _ answered: [(rowID: Int64, settlement: Settlement)]) throws {
         cache.withLock { cache in for (rowID, _) in answered { cache.remove(rowID, account: account) } }
         try queue.write { db in
             let sent = try db.cachedStatement(sql: """
                 INSERT OR REPLACE INTO base (account, record_id, version, data)
-                SELECT p.account, p.record_id, j.value ->> 1, coalesce(p.data, p.record) FROM json_each(?) AS j JOIN pending AS p ON p.row_id = j.value ->> 0
+                SELECT p.account, p.record_id, j.value ->> 1, coalesce(p.data, p.record) FROM json_each(?) AS j CROSS JOIN pending AS p ON p.row_id = j.value ->> 0
                 WHERE p.account = ? AND p.is_deletion = 0 ORDER BY j.key
                 """)
             let removeBase = try db.cachedStatement(sql: "DELETE FROM base WHERE account = ? AND record_id = (SELECT record_id FROM pending WHERE row_id = ?)")
