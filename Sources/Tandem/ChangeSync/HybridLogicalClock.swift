@@ -24,9 +24,25 @@ public struct HLCTimestamp: Sendable, Hashable, Comparable, Codable, CustomStrin
 
     /// A stamp from its description; nil when it is not one.
     public init?(_ text: String) {
-        let parts = text.split(separator: "-", maxSplits: 2, omittingEmptySubsequences: false)
-        guard parts.count == 3, let wall = Int64(parts[0]), let counter = UInt32(parts[1]), !parts[2].isEmpty else { return nil }
-        self.init(wallMilliseconds: wall, counter: counter, node: String(parts[2]))
+        // Read byte by byte: a fetched record has one per property.
+        let utf8 = text.utf8
+        var index = utf8.startIndex
+        func number(limit: UInt64) -> UInt64? {
+            var value: UInt64 = 0
+            var digits = 0
+            while index < utf8.endIndex, utf8[index] != UInt8(ascii: "-") {
+                let byte = utf8[index]
+                guard byte >= UInt8(ascii: "0"), byte <= UInt8(ascii: "9"), digits < 19 else { return nil }
+                value = value * 10 + UInt64(byte - UInt8(ascii: "0"))
+                digits += 1
+                index = utf8.index(after: index)
+            }
+            guard digits > 0, value <= limit, index < utf8.endIndex else { return nil }
+            index = utf8.index(after: index)
+            return value
+        }
+        guard let wall = number(limit: UInt64(Int64.max)), let counter = number(limit: UInt64(UInt32.max)), index < utf8.endIndex else { return nil }
+        self.init(wallMilliseconds: Int64(wall), counter: UInt32(counter), node: String(text[index...]))
     }
 
     public init(from decoder: any Decoder) throws {

@@ -90,6 +90,10 @@ struct RecordTests {
         // Ties go by node id; text round-trips.
         #expect(HLCTimestamp(wallMilliseconds: 5, counter: 1, node: "a") < HLCTimestamp(wallMilliseconds: 5, counter: 1, node: "b"))
         #expect(HLCTimestamp(e.description) == e && HLCTimestamp("x-1-a") == nil && HLCTimestamp("1-2-node-with-dashes")?.node == "node-with-dashes")
+        for malformed in ["", "1-2-", "-1-a", "1--a", "1-2", "1a-2-n", "99999999999999999999-0-a", "9223372036854775808-0-a", "1-4294967296-a", "+1-2-a"] {
+            #expect(HLCTimestamp(malformed) == nil, "\(malformed)")
+        }
+        #expect(HLCTimestamp("9223372036854775807-4294967295-née") == HLCTimestamp(wallMilliseconds: .max, counter: .max, node: "née"))
     }
 
     @Test("field-level last writer wins: each property from the side whose stamp is later, deletions included; both sides choose the same record")
