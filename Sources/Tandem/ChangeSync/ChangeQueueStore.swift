@@ -82,6 +82,15 @@ final class ChangeQueueStore: Sendable {
             }
         }
 
+        /// Forgets an account's rows: the next read of its queue takes them from the file again.
+        mutating func invalidate(_ account: String) {
+            complete.remove(account)
+            for (key, rowIDs) in byRecord where key.account == account {
+                for rowID in rowIDs { rows.removeValue(forKey: rowID) }
+                byRecord.removeValue(forKey: key)
+            }
+        }
+
         mutating func remove(_ rowID: Int64, account: String) {
             guard let row = rows.removeValue(forKey: rowID) else { return }
             let key = RecordKey(account: account, recordID: row.recordID)
@@ -91,7 +100,20 @@ final class ChangeQueueStore: Sendable {
     }
 
     let queue: DatabaseQueue
+    /// Read and changed only inside the queue's accesses (which run one at a time), together with
+    /// the file: what is decided from it holds in the file too.
     private let cache = Mutex(Cache())
+
+    /// A write to the account's part of the file. When it fails, the account's rows in memory are
+    /// forgotten (the file is the truth), and read again when next needed.
+    private func write<T>(account: String, _ body: (Database) throws -> T) throws -> T {
+        do {
+            return try queue.write(body)
+        } catch {
+            cache.withLock { $0.invalidate(account) }
+            throw error
+        }
+    }
 
     /// Opens (creating if needed) the file at `path`.
     init(path: String) throws {
@@ -191,32 +213,38 @@ final class ChangeQueueStore: Sendable {
     /// The account's pending changes, in order. A record with a change sent and not answered and a
     /// newer one has both, the sent one first.
     func pending(account: String) throws -> [Row] {
-        let rows = try queue.read { db in
-            try Row.fetchAll(db, sql: "SELECT * FROM pending WHERE account = ? ORDER BY row_id", arguments: [account])
+        // Sent changes first, in the order of their sequences (which is not always their rows'
+        // order: a conflict's resolution goes ahead of changes queued before it), then the others.
+        try queue.read { db in
+            let rows = try Row.fetchAll(db, sql: "SELECT * FROM pending WHERE account = ? ORDER BY sequence IS NULL, sequence, row_id", arguments: [account])
+            cache.withLock { cache in
+                for row in rows where cache.rows[row.rowID] == nil { cache.put(row, account: account) }
+                cache.complete.insert(account)
+            }
+            return rows
         }
-        cache.withLock { cache in
-            for row in rows where cache.rows[row.rowID] == nil { cache.put(row, account: account) }
-            cache.complete.insert(account)
-        }
-        return rows
     }
 
     /// Queues changes, durably: a record's change not yet sent is replaced in place; otherwise the
     /// change joins the end. Returns them as queued (with their rows).
-    func enqueue(account: String, saves: [SyncedRecord], deletions: [(id: String, type: String)]) throws -> [Row] {
-        // With the account's whole queue in memory, a record's unsent change is found there, and
-        // replaced by its row; otherwise the file finds it (the upsert).
-        let unsent = cache.withLock { cache -> [String: Int64]? in
-            guard cache.complete.contains(account) else { return nil }
-            var unsent: [String: Int64] = [:]
-            for id in saves.lazy.map(\.id) + deletions.lazy.map(\.id) {
-                for rowID in cache.byRecord[RecordKey(account: account, recordID: id)] ?? [] where cache.rows[rowID]?.isSent == false {
-                    unsent[id] = rowID
+    ///
+    /// `keepingNewer`: a record with a change not yet sent keeps it, and the one given is dropped
+    /// (a conflict's resolution of an older change, when the app has changed the record since).
+    func enqueue(account: String, saves: [SyncedRecord], deletions: [(id: String, type: String)], keepingNewer: Bool = false) throws -> [Row] {
+        try write(account: account) { db in
+            // With the account's whole queue in memory, a record's unsent change is found there, and
+            // replaced by its row; otherwise the file finds it (the upsert).
+            let unsent = cache.withLock { cache -> [String: Int64]? in
+                guard cache.complete.contains(account) else { return nil }
+                var unsent: [String: Int64] = [:]
+                for id in saves.lazy.map(\.id) + deletions.lazy.map(\.id) {
+                    for rowID in cache.byRecord[RecordKey(account: account, recordID: id)] ?? [] where cache.rows[rowID]?.isSent == false {
+                        unsent[id] = rowID
+                    }
                 }
+                return unsent
             }
-            return unsent
-        }
-        let queued = try queue.write { db in
+            let findUnsent = try db.cachedStatement(sql: "SELECT row_id FROM pending WHERE account = ? AND record_id = ? AND sequence IS NULL")
             let upsert = try db.cachedStatement(sql: """
                 INSERT INTO pending (account, record_id, record_type, is_deletion, record, bytes, precondition) VALUES (?, ?, ?, ?, ?, ?, ?)
                 ON CONFLICT (account, record_id) WHERE sequence IS NULL
@@ -255,16 +283,19 @@ final class ChangeQueueStore: Sendable {
             var rows: [Row] = []
             rows.reserveCapacity(saves.count + deletions.count)
             for record in saves {
+                if keepingNewer {
+                    let queued = try unsent.map { $0[record.id] } ?? Int64.fetchOne(findUnsent, arguments: [account, record.id])
+                    if queued != nil { continue }
+                }
                 let text = RecordText.encode(record)
                 rows.append(try row(id: record.id, type: record.type, record: record, text: text, bytes: text.utf8.count + record.id.utf8.count))
             }
             for deletion in deletions {
                 rows.append(try row(id: deletion.id, type: deletion.type, record: nil, text: nil, bytes: deletion.id.utf8.count + 64))
             }
+            cache.withLock { cache in for row in rows { cache.put(row, account: account) } }
             return rows
         }
-        cache.withLock { cache in for row in queued { cache.put(row, account: account) } }
-        return queued
     }
 
     /// The rows of a batch about to be sent, each with its mutation, for records at `records`:
@@ -272,8 +303,8 @@ final class ChangeQueueStore: Sendable {
     /// sequences in order, the document data `fields` gives, conditioned on the version the record
     /// was based on), stored before anything is sent.
     func prepare(account: String, records: CollectionPath, rowIDs: [Int64], fields: (Row) throws -> JSONObject) throws -> [Row] {
-        let known = cache.withLock { cache in rowIDs.map { cache.rows[$0] } }
-        let prepared = try queue.write { db in
+        try write(account: account) { db in
+            let known = cache.withLock { cache in rowIDs.map { cache.rows[$0] } }
             let writer = try Self.writer(db, account: account)
             var next = try UInt64(Self.meta(db, account: account, "next_sequence") ?? "1") ?? 1
             var rows: [Row] = []
@@ -325,10 +356,9 @@ final class ChangeQueueStore: Sendable {
                 rows.append(row)
             }
             try Self.setMeta(db, account: account, "next_sequence", String(next))
+            cache.withLock { cache in for row in rows { cache.put(row, account: account) } }
             return rows
         }
-        cache.withLock { cache in for row in prepared { cache.put(row, account: account) } }
-        return prepared
     }
 
     /// A sent row's mutation, from what the file keeps of it.
@@ -358,37 +388,37 @@ final class ChangeQueueStore: Sendable {
     /// the request): each goes back to the queue unsent, to be sent again one by one under a new
     /// id, unless the record has a newer change queued, which replaces it. Returns those kept.
     func unprepare(account: String, rowIDs: [Int64]) throws -> [Row] {
-        let known = cache.withLock { cache in
-            rowIDs.map { rowID -> (Row?, Bool) in
-                guard let row = cache.rows[rowID] else { return (nil, false) }
-                let newer = (cache.byRecord[RecordKey(account: account, recordID: row.recordID)] ?? []).contains { $0 != rowID && cache.rows[$0]?.isSent == false }
-                return (row, newer)
-            }
-        }
-        let kept = try queue.write { db in
+        try write(account: account) { db in
+            let select = try db.cachedStatement(sql: "SELECT * FROM pending WHERE row_id = ? AND account = ?")
+            // Whether the record has a change not yet sent, beside this one: the file decides.
+            let newer = try db.cachedStatement(sql: "SELECT 1 FROM pending WHERE account = ? AND record_id = ? AND sequence IS NULL AND row_id != ?")
             let reset = try db.cachedStatement(sql: "UPDATE pending SET sequence = NULL, data = NULL, alone = 1 WHERE row_id = ? AND account = ?")
             let delete = try db.cachedStatement(sql: "DELETE FROM pending WHERE row_id = ? AND account = ?")
             var kept: [Row] = []
-            for (row, newer) in known {
-                guard var row else { continue }
-                if newer {
-                    try delete.execute(arguments: [row.rowID, account])
+            var dropped: [Int64] = []
+            for rowID in rowIDs {
+                guard var row = try cache.withLock({ $0.rows[rowID] }) ?? Row.fetchOne(select, arguments: [rowID, account]) else { continue }
+                if try Bool.fetchOne(newer, arguments: [account, row.recordID, rowID]) != nil {
+                    try delete.execute(arguments: [rowID, account])
+                    dropped.append(rowID)
                     continue
                 }
-                try reset.execute(arguments: [row.rowID, account])
+                try reset.execute(arguments: [rowID, account])
                 row.sequence = nil
                 row.data = nil
                 row.mutation = nil
                 row.alone = true
                 kept.append(row)
             }
+            cache.withLock { cache in
+                for rowID in dropped { cache.remove(rowID, account: account) }
+                for row in kept {
+                    cache.remove(row.rowID, account: account)
+                    cache.put(row, account: account)
+                }
+            }
             return kept
         }
-        cache.withLock { cache in
-            for (row, newer) in known where newer { if let row { cache.remove(row.rowID, account: account) } }
-            for row in kept { cache.rows[row.rowID] = row }
-        }
-        return kept
     }
 
     /// Removes answered changes, in order, and sets the server's state of the records they left.
@@ -396,8 +426,7 @@ final class ChangeQueueStore: Sendable {
     /// queue, in a statement each, over a JSON list of rows and versions (the list the outer loop,
     /// `CROSS JOIN`, each row found by its id: never a scan of the queue per entry).
     func settle(account: String, _ answered: [(rowID: Int64, settlement: Settlement)]) throws {
-        cache.withLock { cache in for (rowID, _) in answered { cache.remove(rowID, account: account) } }
-        try queue.write { db in
+        try write(account: account) { db in
             let sent = try db.cachedStatement(sql: """
                 INSERT OR REPLACE INTO base (account, record_id, version, data)
                 SELECT p.account, p.record_id, j.value ->> 1, coalesce(p.data, p.record) FROM json_each(?) AS j CROSS JOIN pending AS p ON p.row_id = j.value ->> 0
@@ -441,6 +470,7 @@ final class ChangeQueueStore: Sendable {
             }
             rowIDs.raw("]")
             try delete.execute(arguments: [account, rowIDs.text])
+            cache.withLock { cache in for (rowID, _) in answered { cache.remove(rowID, account: account) } }
         }
     }
 

@@ -416,6 +416,11 @@ public final class ChangeSyncEngine: Observable, Sendable {
         }
     }
 
+    /// Whether the operation `attempt` still runs, for `account`.
+    private func isRunning(_ attempt: Int, account: String) -> Bool {
+        core.withLock { $0.machine.account == account && $0.machine.running.contains { $0.attempt == attempt } }
+    }
+
     /// Whether `account` is still the one the engine runs for.
     private func isCurrent(_ account: String) -> Bool {
         core.withLock { $0.machine.account == account }
@@ -488,6 +493,8 @@ public final class ChangeSyncEngine: Observable, Sendable {
                         first = false
                         self.handle(.succeeded(.subscribed, attempt: attempt, now: self.now))
                     }
+                    // A page read ahead may predate what was pushed: read again.
+                    self.dropReadAhead()
                     self.handle(.pushed(now: self.now))
                 }
             } catch {
@@ -512,6 +519,10 @@ public final class ChangeSyncEngine: Observable, Sendable {
     /// answer is awaited apart, so the next send can go meanwhile.
     private func startSend(_ job: SendJob) {
         let (batch, account, attempt) = (job.batch, job.account, job.attempt)
+        // Taken back meanwhile (a send beside it failed, the engine stopped): its changes are queued
+        // again, and go in their turn. Numbered and sent now, they could reach the server ahead of
+        // the lower sequences sent again before them.
+        guard isRunning(attempt, account: account) else { return }
         let rows: [ChangeQueueStore.Row]
         do {
             rows = try store.prepare(account: account, records: try recordsPath(account), rowIDs: job.changes.map(\.rowID)) { row in
@@ -541,6 +552,10 @@ public final class ChangeSyncEngine: Observable, Sendable {
     /// Takes a send's answer: results, conflicts and failures told, its changes settled.
     private func finishSend(_ batch: Int, _ rows: [ChangeQueueStore.Row], _ writes: TandemClient.PendingWrites, account: String, attempt: Int) async {
         let answer = await writes.acknowledgements()[0]
+        // An answer to a send the machine took back (it is queued again, and will be sent again
+        // with the same ids, and answered the same) is not taken: acting on it beside the send
+        // again would settle, or send once more, what that one will.
+        guard isRunning(attempt, account: account) else { return }
         let acknowledgements: [WriteAcknowledgement]
         switch answer {
         case .failure(let error):
@@ -640,7 +655,9 @@ public final class ChangeSyncEngine: Observable, Sendable {
         do {
             try store.settle(account: account, settlements)
             let again = try store.unprepare(account: account, rowIDs: undecided)
-            let requeued = try store.enqueue(account: account, saves: resolved + unresolved.map(\.1), deletions: [])
+            // A record the app changed again meanwhile keeps its newer change, which meets the
+            // conflict in its turn.
+            let requeued = try store.enqueue(account: account, saves: resolved + unresolved.map(\.1), deletions: [], keepingNewer: true)
             if !again.isEmpty || !requeued.isEmpty { handle(.resolved(again.map(\.change) + requeued.map(\.change), now: now)) }
         } catch {
             handle(.failed(.fatal(Self.tandemError(error)), attempt: attempt, now: now))
@@ -746,6 +763,13 @@ public final class ChangeSyncEngine: Observable, Sendable {
         let next = ChangeToken(page.version)
         handle(.succeeded(.fetched(token: next, hasMore: page.hasMore), attempt: attempt, now: now))
         emit(.tokenUpdated(next)) { $0.syncEngine(self, didUpdateChangeToken: next) }
+    }
+
+    private func dropReadAhead() {
+        core.withLock { core in
+            core.readAhead?.page.cancel()
+            core.readAhead = nil
+        }
     }
 
     private func readPage(after token: ChangeToken?, account: String) async throws -> ChangePage {

@@ -50,6 +50,28 @@ struct ChangeQueueStoreTests {
         #expect(try reopened.pending(account: "u1").map { $0.record?["title"] } == ["b", "e", "y"])
     }
 
+    @Test("read again, sent changes come first in the order of their sequences (a resolution sent ahead of changes queued before it), then the others; a resolution gives way to a newer change of its record")
+    func reloadOrder() throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let path = directory.url.appendingPathComponent("q.sqlite").path
+        let store = try ChangeQueueStore(path: path)
+        _ = try store.pending(account: "u1")
+        let early = try store.enqueue(account: "u1", saves: [Self.note("u1", "a"), Self.note("u2", "b")], deletions: [])
+        let resolution = try store.enqueue(account: "u1", saves: [Self.note("r", "c")], deletions: [])
+        _ = try store.enqueue(account: "u1", saves: [Self.note("u9", "d")], deletions: [])
+        // The machine sends the resolution first: it takes the lowest sequence.
+        let sent = try store.prepare(account: "u1", records: Self.records, rowIDs: [resolution[0].rowID] + early.map(\.rowID)) {
+            try RecordCoding.fields(of: $0.record!, encryption: nil)
+        }
+        #expect(sent.map { $0.mutation?.id?.sequence } == [1, 2, 3])
+        let reopened = try ChangeQueueStore(path: path)
+        #expect(try reopened.pending(account: "u1").map(\.recordID) == ["r", "u1", "u2", "u9"])
+        // A resolution of u9's older change does not replace the newer one queued.
+        #expect(try reopened.enqueue(account: "u1", saves: [Self.note("u9", "resolved")], deletions: [], keepingNewer: true).isEmpty)
+        #expect(try reopened.pending(account: "u1").last?.record?["title"] == "d")
+    }
+
     @Test("changes an atomic refusal left undecided go back unsent, to go one by one under new ids; one whose record has a newer change queued gives way to it")
     func undecidedGoBackAlone() throws {
         let directory = try TemporaryDirectory()
