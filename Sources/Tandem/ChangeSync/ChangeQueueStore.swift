@@ -252,25 +252,51 @@ final class ChangeQueueStore: Sendable {
                     precondition = excluded.precondition
                 RETURNING row_id
                 """)
-            let insert = try db.cachedStatement(sql: "INSERT INTO pending (account, record_id, record_type, is_deletion, record, bytes, precondition) VALUES (?, ?, ?, ?, ?, ?, ?)")
             let replace = try db.cachedStatement(sql: "UPDATE pending SET record_type = ?, is_deletion = ?, record = ?, bytes = ?, precondition = ? WHERE row_id = ? AND sequence IS NULL")
             var replaced: [String: Int64] = [:]
+            var rows: [Row] = []
+            rows.reserveCapacity(saves.count + deletions.count)
+            // New changes wait to be inserted together, up to 64 to a statement (one statement a
+            // row cost the app's thread more than the rest of the call).
+            var waiting: [(index: Int, values: [(any DatabaseValueConvertible)?])] = []
+            var waitingIDs: Set<String> = []
+            func flush() throws {
+                guard !waiting.isEmpty else { return }
+                let statement = try db.cachedStatement(sql: "INSERT INTO pending (account, record_id, record_type, is_deletion, record, bytes, precondition) VALUES "
+                    + repeatElement("(?, ?, ?, ?, ?, ?, ?)", count: waiting.count).joined(separator: ", ") + " RETURNING row_id, record_id")
+                var given: [String: Int64] = [:]
+                let returned = try GRDB.Row.fetchCursor(statement, arguments: StatementArguments(waiting.flatMap(\.values)))
+                while let row = try returned.next() { given[row[1]] = row[0] }
+                for entry in waiting {
+                    let id = rows[entry.index].recordID
+                    guard let rowID = given[id] else {
+                        throw TandemError(.internal, "The engine's file gave no row for the change of record '\(id)'.")
+                    }
+                    rows[entry.index].rowID = rowID
+                    replaced[id] = rowID
+                }
+                waiting = []
+                waitingIDs = []
+            }
             func row(id: String, type: String, record: SyncedRecord?, text: String?, bytes: Int) throws -> Row {
-                let rowID: Int64
+                var rowID: Int64 = 0
                 let precondition = record.map { Int64(clamping: $0.metadata.version.rawValue) }
                 if let unsent {
+                    // The same record twice in one call: the second replaces the first, which
+                    // needs its row first.
+                    if waitingIDs.contains(id) { try flush() }
                     if let existing = replaced[id] ?? unsent[id] {
                         try replace.execute(arguments: [type, record == nil, text, bytes, precondition, existing])
                         guard db.changesCount == 1 else {
                             throw TandemError(.internal, "The engine's file no longer had the unsent change of record '\(id)' it was to replace.")
                         }
                         rowID = existing
+                        replaced[id] = rowID
                     } else {
-                        try insert.execute(arguments: [account, id, type, record == nil, text, bytes, precondition])
-                        rowID = db.lastInsertedRowID
+                        // Its row comes with the others' (`flush`).
+                        waiting.append((rows.count, [account, id, type, record == nil, text, bytes, precondition]))
+                        waitingIDs.insert(id)
                     }
-                    // The same record twice in one call: the second replaces the first.
-                    replaced[id] = rowID
                 } else {
                     guard let returned = try Int64.fetchOne(upsert, arguments: [account, id, type, record == nil, text, bytes, precondition]) else {
                         throw TandemError(.internal, "The engine's file gave no row for the change of record '\(id)'.")
@@ -280,8 +306,6 @@ final class ChangeQueueStore: Sendable {
                 return Row(rowID: rowID, recordID: id, recordType: type, isDeletion: record == nil, record: record, text: text, bytes: bytes,
                            precondition: record?.metadata.version.rawValue)
             }
-            var rows: [Row] = []
-            rows.reserveCapacity(saves.count + deletions.count)
             for record in saves {
                 if keepingNewer {
                     let queued = try unsent.map { $0[record.id] } ?? Int64.fetchOne(findUnsent, arguments: [account, record.id])
@@ -289,10 +313,13 @@ final class ChangeQueueStore: Sendable {
                 }
                 let text = RecordText.encode(record)
                 rows.append(try row(id: record.id, type: record.type, record: record, text: text, bytes: text.utf8.count + record.id.utf8.count))
+                if waiting.count == 64 { try flush() }
             }
             for deletion in deletions {
                 rows.append(try row(id: deletion.id, type: deletion.type, record: nil, text: nil, bytes: deletion.id.utf8.count + 64))
+                if waiting.count == 64 { try flush() }
             }
+            try flush()
             cache.withLock { cache in for row in rows { cache.put(row, account: account) } }
             return rows
         }

@@ -50,6 +50,23 @@ struct ChangeQueueStoreTests {
         #expect(try reopened.pending(account: "u1").map { $0.record?["title"] } == ["b", "e", "y"])
     }
 
+    @Test("many changes in one call, some records twice, across the inserts made together: each record gets one row, holding its last change, in the order queued")
+    func manyInOneCall() throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let store = try ChangeQueueStore(path: directory.url.appendingPathComponent("q.sqlite").path)
+        _ = try store.pending(account: "u1")
+        let saves = (0..<150).map { Self.note("n\($0)", "first \($0)") } + [Self.note("n3", "again"), Self.note("n100", "again")]
+            + (150..<200).map { Self.note("n\($0)", "first \($0)") } + [Self.note("n3", "third")]
+        let rows = try store.enqueue(account: "u1", saves: saves, deletions: [("n7", "Note"), ("gone", "Note")])
+        #expect(rows.count == saves.count + 2)
+        #expect(rows[150].rowID == rows[3].rowID && rows[151].rowID == rows[100].rowID && rows[202].rowID == rows[3].rowID && rows[203].rowID == rows[7].rowID)
+        let pending = try ChangeQueueStore(path: directory.url.appendingPathComponent("q.sqlite").path).pending(account: "u1")
+        #expect(pending.count == 201)
+        #expect(pending.map(\.recordID) == (0..<200).map { "n\($0)" } + ["gone"])
+        #expect(pending[3].record?["title"] == "third" && pending[100].record?["title"] == "again" && pending[7].isDeletion && pending[8].record?["title"] == "first 8")
+    }
+
     @Test("read again, sent changes come first in the order of their sequences (a resolution sent ahead of changes queued before it), then the others; a resolution gives way to a newer change of its record")
     func reloadOrder() throws {
         let directory = try TemporaryDirectory()
