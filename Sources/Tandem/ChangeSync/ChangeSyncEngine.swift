@@ -92,6 +92,12 @@ public final class ChangeSyncEngine: Observable, Sendable {
         var signals: [Int: AsyncStream<Void>.Continuation] = [:]
         var nextObserver = 0
         var status: Status?
+
+        /// Cancels the page read ahead, if any: it is of no use now.
+        mutating func dropReadAhead() {
+            readAhead?.page.cancel()
+            readAhead = nil
+        }
     }
 
     /// A send the machine started: prepared and put on the wire by the send lane, in the order
@@ -170,7 +176,7 @@ public final class ChangeSyncEngine: Observable, Sendable {
         core.withLock { core in
             core.subscription?.cancel()
             core.wake?.cancel()
-            core.readAhead?.page.cancel()
+            core.dropReadAhead()
             core.observers.values.forEach { $0.finish() }
             core.statusObservers.values.forEach { $0.finish() }
             core.signals.values.forEach { $0.finish() }
@@ -261,8 +267,7 @@ public final class ChangeSyncEngine: Observable, Sendable {
             defer { core.subscription = nil }
             core.wake?.cancel()
             core.wake = nil
-            core.readAhead?.page.cancel()
-            core.readAhead = nil
+            core.dropReadAhead()
             return core.subscription
         }
         subscription?.cancel()
@@ -341,8 +346,7 @@ public final class ChangeSyncEngine: Observable, Sendable {
         }
         let subscription = core.withLock { core -> Task<Void, Never>? in
             defer { core.subscription = nil }
-            core.readAhead?.page.cancel()
-            core.readAhead = nil
+            core.dropReadAhead()
             if core.state.account != uid {
                 core.state = State()
                 core.state.account = uid
@@ -683,11 +687,11 @@ public final class ChangeSyncEngine: Observable, Sendable {
         do {
             // The page read ahead for this token, if it was; any other is of no use now.
             let ahead = core.withLock { core -> Task<ChangePage, any Error>? in
-                defer { core.readAhead = nil }
                 guard let readAhead = core.readAhead, readAhead.account == account, readAhead.token == token else {
-                    core.readAhead?.page.cancel()
+                    core.dropReadAhead()
                     return nil
                 }
+                core.readAhead = nil
                 return readAhead.page
             }
             if let ahead {
@@ -707,7 +711,7 @@ public final class ChangeSyncEngine: Observable, Sendable {
             let next = ChangeToken(page.version)
             let task = Task { try await self.readPage(after: next, account: account) }
             core.withLock { core in
-                core.readAhead?.page.cancel()
+                core.dropReadAhead()
                 core.readAhead = ReadAhead(account: account, token: next, page: task)
             }
         }
@@ -766,10 +770,7 @@ public final class ChangeSyncEngine: Observable, Sendable {
     }
 
     private func dropReadAhead() {
-        core.withLock { core in
-            core.readAhead?.page.cancel()
-            core.readAhead = nil
-        }
+        core.withLock { $0.dropReadAhead() }
     }
 
     private func readPage(after token: ChangeToken?, account: String) async throws -> ChangePage {
