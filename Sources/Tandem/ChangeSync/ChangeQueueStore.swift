@@ -6,9 +6,10 @@ import TandemCore
 /// The change-sync engine's durable state, in one SQLite file through GRDB, per account: the
 /// pending changes (each saved record's state, or its deletion, until the server answers it), the
 /// server's last state of each record (the base of a conflict, and of each property's stamp), the
-/// writer id and next sequence of the account's mutations, and the device's hybrid logical clock.
+/// writer id and next sequence of the account's mutations.
 ///
-/// A change is in the file before ``ChangeSyncEngine/sendChanges(modify:delete:)`` returns. Once
+/// A change is on disk before ``ChangeSyncEngine/sendChanges(modify:delete:)`` returns (flushed, so
+/// it survives a power loss as well as a crash), and so is a sequence before it is sent. Once
 /// sent it keeps its mutation (its sequence, precondition and the document data as sent, sealed
 /// properties included) until answered, so a send after a crash or a reconnect is the same write,
 /// applied once.
@@ -106,14 +107,35 @@ final class ChangeQueueStore: Sendable {
 
     /// A write to the account's part of the file. When it fails, the account's rows in memory are
     /// forgotten (the file is the truth), and read again when next needed.
-    private func write<T>(account: String, _ body: (Database) throws -> T) throws -> T {
+    ///
+    /// A `flushed` write is on disk before this returns (`synchronous = FULL` for its commit, which
+    /// flushes every earlier commit with it): one that queues a change the app was told is queued
+    /// must survive a power loss, and one that hands out sequences must never be lost after they
+    /// were sent (the server would answer the next change given the same id as a replay of the
+    /// first). The rest (answers settled, bases stored) the server tells again, and commits with the
+    /// cheaper NORMAL.
+    private func write<T>(account: String, flushed: Bool = false, _ body: (Database) throws -> T) throws -> T {
         do {
-            return try queue.write(body)
+            guard flushed else { return try queue.write(body) }
+            return try queue.writeWithoutTransaction { db in
+                try db.cachedStatement(sql: "PRAGMA synchronous = FULL").execute()
+                defer { try? db.cachedStatement(sql: "PRAGMA synchronous = NORMAL").execute() }
+                var result: T?
+                try db.inTransaction {
+                    result = try body(db)
+                    return .commit
+                }
+                flushedCommits.add(1, ordering: .relaxed)
+                return result!
+            }
         } catch {
             cache.withLock { $0.invalidate(account) }
             throw error
         }
     }
+
+    /// Commits flushed to disk because they queued changes or handed out sequences (for tests).
+    package let flushedCommits = Atomic<Int>(0)
 
     /// Opens (creating if needed) the file at `path`.
     init(path: String) throws {
@@ -231,7 +253,7 @@ final class ChangeQueueStore: Sendable {
     /// `keepingNewer`: a record with a change not yet sent keeps it, and the one given is dropped
     /// (a conflict's resolution of an older change, when the app has changed the record since).
     func enqueue(account: String, saves: [SyncedRecord], deletions: [(id: String, type: String)], keepingNewer: Bool = false) throws -> [Row] {
-        try write(account: account) { db in
+        try write(account: account, flushed: true) { db in
             // With the account's whole queue in memory, a record's unsent change is found there, and
             // replaced by its row; otherwise the file finds it (the upsert).
             let unsent = cache.withLock { cache -> [String: Int64]? in
@@ -330,7 +352,7 @@ final class ChangeQueueStore: Sendable {
     /// sequences in order, the document data `fields` gives, conditioned on the version the record
     /// was based on), stored before anything is sent.
     func prepare(account: String, records: CollectionPath, rowIDs: [Int64], fields: (Row) throws -> JSONObject) throws -> [Row] {
-        try write(account: account) { db in
+        try write(account: account, flushed: true) { db in
             let known = cache.withLock { cache in rowIDs.map { cache.rows[$0] } }
             let writer = try Self.writer(db, account: account)
             var next = try UInt64(Self.meta(db, account: account, "next_sequence") ?? "1") ?? 1

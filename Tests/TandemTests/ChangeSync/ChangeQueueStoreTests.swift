@@ -118,6 +118,32 @@ struct ChangeQueueStoreTests {
         }
     }
 
+    @Test("queuing changes and handing out sequences are flushed to disk before they return; settling answers and storing bases are not")
+    func queuedChangesAreFlushed() throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let store = try ChangeQueueStore(path: directory.url.appendingPathComponent("q.sqlite").path)
+        func synchronous() throws -> Int? { try store.queue.write { try Int.fetchOne($0, sql: "PRAGMA synchronous") } }
+        let rows = try store.enqueue(account: "u1", saves: [Self.note("n1", "a")], deletions: [])
+        #expect(store.flushedCommits.load(ordering: .relaxed) == 1)
+        // Only that commit: the connection is back to NORMAL for the next.
+        #expect(try synchronous() == 1)
+        let sent = try store.prepare(account: "u1", records: Self.records, rowIDs: rows.map(\.rowID)) { try RecordCoding.fields(of: $0.record!, encryption: nil) }
+        #expect(store.flushedCommits.load(ordering: .relaxed) == 2)
+        try store.settle(account: "u1", [(sent[0].rowID, .sent(Version(3)))])
+        try store.storeBases(account: "u1", [("n2", Version(4), #"{"_type":"Note","title":"b"}"#)])
+        #expect(store.flushedCommits.load(ordering: .relaxed) == 2)
+        #expect(try synchronous() == 1)
+        // A failed flushed write leaves nothing behind, and the connection NORMAL.
+        let more = try store.enqueue(account: "u1", saves: [Self.note("n3", "c")], deletions: [])
+        #expect(throws: TandemError.self) {
+            try store.prepare(account: "u1", records: Self.records, rowIDs: more.map(\.rowID)) { _ in throw TandemError(.internal, "no") }
+        }
+        #expect(store.flushedCommits.load(ordering: .relaxed) == 3)
+        #expect(try synchronous() == 1)
+        #expect(try store.pending(account: "u1").map(\.isSent) == [false])
+    }
+
     @Test("an answered save becomes the record's base as sent (sealed properties sealed), at the version answered; a deletion removes it; a refusal leaves it")
     func settledIntoBase() throws {
         let directory = try TemporaryDirectory()
