@@ -116,22 +116,35 @@ final class ChangeQueueStore: Sendable {
     /// cheaper NORMAL.
     private func write<T>(account: String, flushed: Bool = false, _ body: (Database) throws -> T) throws -> T {
         do {
-            guard flushed else { return try queue.write(body) }
-            return try queue.writeWithoutTransaction { db in
-                try db.cachedStatement(sql: "PRAGMA synchronous = FULL").execute()
-                defer { try? db.cachedStatement(sql: "PRAGMA synchronous = NORMAL").execute() }
-                var result: T?
-                try db.inTransaction {
-                    result = try body(db)
-                    return .commit
-                }
-                flushedCommits.add(1, ordering: .relaxed)
-                return result!
-            }
+            return try queue.writeWithoutTransaction { db in try transaction(db, flushed: flushed, body) }
         } catch {
             cache.withLock { $0.invalidate(account) }
             throw error
         }
+    }
+
+    /// As above, waiting for the file without holding a thread: the engine's own writes, which
+    /// would otherwise keep one of the few threads that run the connection and the app waiting
+    /// while the app's thread queues changes.
+    private func write<T: Sendable>(account: String, flushed: Bool = false, _ body: @Sendable (Database) throws -> T) async throws -> T {
+        do {
+            return try await queue.writeWithoutTransaction { db in try self.transaction(db, flushed: flushed, body) }
+        } catch {
+            cache.withLock { $0.invalidate(account) }
+            throw error
+        }
+    }
+
+    private func transaction<T>(_ db: Database, flushed: Bool, _ body: (Database) throws -> T) throws -> T {
+        if flushed { try db.cachedStatement(sql: "PRAGMA synchronous = FULL").execute() }
+        defer { if flushed { try? db.cachedStatement(sql: "PRAGMA synchronous = NORMAL").execute() } }
+        var result: T?
+        try db.inTransaction {
+            result = try body(db)
+            return .commit
+        }
+        if flushed { flushedCommits.add(1, ordering: .relaxed) }
+        return result!
     }
 
     /// Commits flushed to disk because they queued changes or handed out sequences (for tests).
@@ -351,8 +364,8 @@ final class ChangeQueueStore: Sendable {
     /// those sent before are sent again as they went; the others get their mutation now (the next
     /// sequences in order, the document data `fields` gives, conditioned on the version the record
     /// was based on), stored before anything is sent.
-    func prepare(account: String, records: CollectionPath, rowIDs: [Int64], fields: (Row) throws -> JSONObject) throws -> [Row] {
-        try write(account: account, flushed: true) { db in
+    func prepare(account: String, records: CollectionPath, rowIDs: [Int64], fields: @escaping @Sendable (Row) throws -> JSONObject) async throws -> [Row] {
+        try await write(account: account, flushed: true) { db in
             let known = cache.withLock { cache in rowIDs.map { cache.rows[$0] } }
             let writer = try Self.writer(db, account: account)
             var next = try UInt64(Self.meta(db, account: account, "next_sequence") ?? "1") ?? 1
@@ -474,8 +487,8 @@ final class ChangeQueueStore: Sendable {
     /// Runs of applied saves (nearly every answer) move to their bases, and the changes leave the
     /// queue, in a statement each, over a JSON list of rows and versions (the list the outer loop,
     /// `CROSS JOIN`, each row found by its id: never a scan of the queue per entry).
-    func settle(account: String, _ answered: [(rowID: Int64, settlement: Settlement)]) throws {
-        try write(account: account) { db in
+    func settle(account: String, _ answered: [(rowID: Int64, settlement: Settlement)]) async throws {
+        try await write(account: account) { db in
             let sent = try db.cachedStatement(sql: """
                 INSERT OR REPLACE INTO base (account, record_id, version, data)
                 SELECT p.account, p.record_id, j.value ->> 1, coalesce(p.data, p.record) FROM json_each(?) AS j CROSS JOIN pending AS p ON p.row_id = j.value ->> 0

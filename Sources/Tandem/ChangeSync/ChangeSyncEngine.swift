@@ -155,7 +155,7 @@ public final class ChangeSyncEngine: Observable, Sendable {
         Task { [weak self] in
             for await job in jobs {
                 guard let self else { return }
-                self.startSend(job)
+                await self.startSend(job)
             }
         }
         let stream = client.authStates()
@@ -521,7 +521,7 @@ public final class ChangeSyncEngine: Observable, Sendable {
 
     /// Gives a send its mutations (stored before anything is sent) and puts it on the wire; its
     /// answer is awaited apart, so the next send can go meanwhile.
-    private func startSend(_ job: SendJob) {
+    private func startSend(_ job: SendJob) async {
         let (batch, account, attempt) = (job.batch, job.account, job.attempt)
         // Taken back meanwhile (a send beside it failed, the engine stopped): its changes are queued
         // again, and go in their turn. Numbered and sent now, they could reach the server ahead of
@@ -529,17 +529,20 @@ public final class ChangeSyncEngine: Observable, Sendable {
         guard isRunning(attempt, account: account) else { return }
         let rows: [ChangeQueueStore.Row]
         do {
-            rows = try store.prepare(account: account, records: try recordsPath(account), rowIDs: job.changes.map(\.rowID)) { row in
+            let encryption = configuration.encryption
+            rows = try await store.prepare(account: account, records: try recordsPath(account), rowIDs: job.changes.map(\.rowID)) { row in
                 guard let record = row.record else {
                     // Never read as a deletion: the queued state cannot be read, so nothing is sent.
                     throw TandemError(.dataLoss, "The queued change of record '\(row.recordID)' cannot be read from the engine's file; nothing of it was sent. Send the record again.")
                 }
-                return try RecordCoding.fields(of: record, encryption: configuration.encryption)
+                return try RecordCoding.fields(of: record, encryption: encryption)
             }
         } catch {
             handle(.failed(.fatal(Self.tandemError(error)), attempt: attempt, now: now))
             return
         }
+        // Taken back while its mutations were stored: they go, as stored, in its turn.
+        guard isRunning(attempt, account: account) else { return }
         guard !rows.isEmpty else {
             handle(.succeeded(.sent(batch: batch), attempt: attempt, now: now))
             return
@@ -657,11 +660,12 @@ public final class ChangeSyncEngine: Observable, Sendable {
             }
         }
         do {
-            try store.settle(account: account, settlements)
-            let again = try store.unprepare(account: account, rowIDs: undecided)
+            try await store.settle(account: account, settlements)
+            let again = undecided.isEmpty ? [] : try store.unprepare(account: account, rowIDs: undecided)
             // A record the app changed again meanwhile keeps its newer change, which meets the
             // conflict in its turn.
-            let requeued = try store.enqueue(account: account, saves: resolved + unresolved.map(\.1), deletions: [], keepingNewer: true)
+            let requeue = resolved + unresolved.map(\.1)
+            let requeued = requeue.isEmpty ? [] : try store.enqueue(account: account, saves: requeue, deletions: [], keepingNewer: true)
             if !again.isEmpty || !requeued.isEmpty { handle(.resolved(again.map(\.change) + requeued.map(\.change), now: now)) }
         } catch {
             handle(.failed(.fatal(Self.tandemError(error)), attempt: attempt, now: now))

@@ -18,14 +18,14 @@ struct ChangeQueueStoreTests {
     }
 
     @Test("a record queued again before it is sent replaces its change; once sent, the next change is a new row after it, and is the newest queued state")
-    func queuedAgain() throws {
+    func queuedAgain() async throws {
         let directory = try TemporaryDirectory()
         defer { directory.remove() }
         let store = try ChangeQueueStore(path: directory.url.appendingPathComponent("q.sqlite").path)
         let first = try store.enqueue(account: "u1", saves: [Self.note("n1", "a")], deletions: [])
         let again = try store.enqueue(account: "u1", saves: [Self.note("n1", "b")], deletions: [])
         #expect(again[0].rowID == first[0].rowID)
-        let sent = try store.prepare(account: "u1", records: Self.records, rowIDs: [first[0].rowID]) { try RecordCoding.fields(of: $0.record!, encryption: nil) }
+        let sent = try await store.prepare(account: "u1", records: Self.records, rowIDs: [first[0].rowID]) { try RecordCoding.fields(of: $0.record!, encryption: nil) }
         #expect(sent[0].mutation?.kind == .set(["_type": "Note", "title": "b"]))
         #expect(sent[0].mutation?.precondition == .exists(false))
         let next = try store.enqueue(account: "u1", saves: [Self.note("n1", "c")], deletions: [])
@@ -37,7 +37,7 @@ struct ChangeQueueStoreTests {
         let reopened = try ChangeQueueStore(path: directory.url.appendingPathComponent("q.sqlite").path)
         let pending = try reopened.pending(account: "u1")
         #expect(pending.map(\.isSent) == [true, false])
-        let again2 = try reopened.prepare(account: "u1", records: Self.records, rowIDs: [pending[0].rowID]) { _ in
+        let again2 = try await reopened.prepare(account: "u1", records: Self.records, rowIDs: [pending[0].rowID]) { _ in
             Issue.record("a sent change is not encoded again")
             return [:]
         }
@@ -51,7 +51,7 @@ struct ChangeQueueStoreTests {
     }
 
     @Test("many changes in one call, some records twice, across the inserts made together: each record gets one row, holding its last change, in the order queued")
-    func manyInOneCall() throws {
+    func manyInOneCall() async throws {
         let directory = try TemporaryDirectory()
         defer { directory.remove() }
         let store = try ChangeQueueStore(path: directory.url.appendingPathComponent("q.sqlite").path)
@@ -68,7 +68,7 @@ struct ChangeQueueStoreTests {
     }
 
     @Test("read again, sent changes come first in the order of their sequences (a resolution sent ahead of changes queued before it), then the others; a resolution gives way to a newer change of its record")
-    func reloadOrder() throws {
+    func reloadOrder() async throws {
         let directory = try TemporaryDirectory()
         defer { directory.remove() }
         let path = directory.url.appendingPathComponent("q.sqlite").path
@@ -78,7 +78,7 @@ struct ChangeQueueStoreTests {
         let resolution = try store.enqueue(account: "u1", saves: [Self.note("r", "c")], deletions: [])
         _ = try store.enqueue(account: "u1", saves: [Self.note("u9", "d")], deletions: [])
         // The machine sends the resolution first: it takes the lowest sequence.
-        let sent = try store.prepare(account: "u1", records: Self.records, rowIDs: [resolution[0].rowID] + early.map(\.rowID)) {
+        let sent = try await store.prepare(account: "u1", records: Self.records, rowIDs: [resolution[0].rowID] + early.map(\.rowID)) {
             try RecordCoding.fields(of: $0.record!, encryption: nil)
         }
         #expect(sent.map { $0.mutation?.id?.sequence } == [1, 2, 3])
@@ -90,20 +90,20 @@ struct ChangeQueueStoreTests {
     }
 
     @Test("changes an atomic refusal left undecided go back unsent, to go one by one under new ids; one whose record has a newer change queued gives way to it")
-    func undecidedGoBackAlone() throws {
+    func undecidedGoBackAlone() async throws {
         let directory = try TemporaryDirectory()
         defer { directory.remove() }
         let store = try ChangeQueueStore(path: directory.url.appendingPathComponent("q.sqlite").path)
         _ = try store.pending(account: "u1")
         let rows = try store.enqueue(account: "u1", saves: [Self.note("n1", "a"), Self.note("n2", "b")], deletions: [])
-        let sent = try store.prepare(account: "u1", records: Self.records, rowIDs: rows.map(\.rowID)) { try RecordCoding.fields(of: $0.record!, encryption: nil) }
+        let sent = try await store.prepare(account: "u1", records: Self.records, rowIDs: rows.map(\.rowID)) { try RecordCoding.fields(of: $0.record!, encryption: nil) }
         #expect(sent.map(\.alone) == [false, false])
         _ = try store.enqueue(account: "u1", saves: [Self.note("n2", "c")], deletions: [])
         let kept = try store.unprepare(account: "u1", rowIDs: sent.map(\.rowID))
         #expect(kept.map(\.recordID) == ["n1"] && kept[0].alone && !kept[0].isSent)
         let pending = try store.pending(account: "u1")
         #expect(pending.map { $0.record?["title"] } == ["a", "c"] && pending.allSatisfy { !$0.isSent })
-        let again = try store.prepare(account: "u1", records: Self.records, rowIDs: pending.map(\.rowID)) { try RecordCoding.fields(of: $0.record!, encryption: nil) }
+        let again = try await store.prepare(account: "u1", records: Self.records, rowIDs: pending.map(\.rowID)) { try RecordCoding.fields(of: $0.record!, encryption: nil) }
         #expect(again.map(\.alone) == [true, true], "a batch with one change to go alone goes one by one")
         #expect(again.map { $0.mutation?.id?.sequence } == [3, 4], "new ids, after the ones refused")
     }
@@ -119,7 +119,7 @@ struct ChangeQueueStoreTests {
     }
 
     @Test("queuing changes and handing out sequences are flushed to disk before they return; settling answers and storing bases are not")
-    func queuedChangesAreFlushed() throws {
+    func queuedChangesAreFlushed() async throws {
         let directory = try TemporaryDirectory()
         defer { directory.remove() }
         let store = try ChangeQueueStore(path: directory.url.appendingPathComponent("q.sqlite").path)
@@ -128,16 +128,16 @@ struct ChangeQueueStoreTests {
         #expect(store.flushedCommits.load(ordering: .relaxed) == 1)
         // Only that commit: the connection is back to NORMAL for the next.
         #expect(try synchronous() == 1)
-        let sent = try store.prepare(account: "u1", records: Self.records, rowIDs: rows.map(\.rowID)) { try RecordCoding.fields(of: $0.record!, encryption: nil) }
+        let sent = try await store.prepare(account: "u1", records: Self.records, rowIDs: rows.map(\.rowID)) { try RecordCoding.fields(of: $0.record!, encryption: nil) }
         #expect(store.flushedCommits.load(ordering: .relaxed) == 2)
-        try store.settle(account: "u1", [(sent[0].rowID, .sent(Version(3)))])
+        try await store.settle(account: "u1", [(sent[0].rowID, .sent(Version(3)))])
         try store.storeBases(account: "u1", [("n2", Version(4), #"{"_type":"Note","title":"b"}"#)])
         #expect(store.flushedCommits.load(ordering: .relaxed) == 2)
         #expect(try synchronous() == 1)
         // A failed flushed write leaves nothing behind, and the connection NORMAL.
         let more = try store.enqueue(account: "u1", saves: [Self.note("n3", "c")], deletions: [])
-        #expect(throws: TandemError.self) {
-            try store.prepare(account: "u1", records: Self.records, rowIDs: more.map(\.rowID)) { _ in throw TandemError(.internal, "no") }
+        await #expect(throws: TandemError.self) {
+            try await store.prepare(account: "u1", records: Self.records, rowIDs: more.map(\.rowID)) { _ in throw TandemError(.internal, "no") }
         }
         #expect(store.flushedCommits.load(ordering: .relaxed) == 3)
         #expect(try synchronous() == 1)
@@ -145,7 +145,7 @@ struct ChangeQueueStoreTests {
     }
 
     @Test("an answered save becomes the record's base as sent (sealed properties sealed), at the version answered; a deletion removes it; a refusal leaves it")
-    func settledIntoBase() throws {
+    func settledIntoBase() async throws {
         let directory = try TemporaryDirectory()
         defer { directory.remove() }
         let store = try ChangeQueueStore(path: directory.url.appendingPathComponent("q.sqlite").path)
@@ -153,9 +153,9 @@ struct ChangeQueueStoreTests {
         let rows = try store.enqueue(account: "u1", saves: [Self.note("n1", "a", secret: "s"), Self.note("n2", "b")], deletions: [("n3", "Note")])
         try store.storeBases(account: "u1", [("n3", Version(2), #"{"_type":"Note","title":"gone"}"#), ("n2", Version(4), #"{"_type":"Note","title":"old"}"#)])
         #expect(try store.baseTypes(account: "u1", ids: ["n3", "n9"]) == ["n3": "Note"])
-        let sent = try store.prepare(account: "u1", records: Self.records, rowIDs: rows.map(\.rowID)) { try RecordCoding.fields(of: $0.record!, encryption: encryption) }
+        let sent = try await store.prepare(account: "u1", records: Self.records, rowIDs: rows.map(\.rowID)) { try RecordCoding.fields(of: $0.record!, encryption: encryption) }
         #expect(sent[2].mutation?.kind == .delete)
-        try store.settle(account: "u1", [(sent[0].rowID, .sent(Version(7))), (sent[1].rowID, .unchanged), (sent[2].rowID, .gone)])
+        try await store.settle(account: "u1", [(sent[0].rowID, .sent(Version(7))), (sent[1].rowID, .unchanged), (sent[2].rowID, .gone)])
         #expect(try store.pending(account: "u1").isEmpty)
         let bases = try store.bases(account: "u1", ids: ["n1", "n2", "n3"], encryption: encryption)
         #expect(bases["n1"]?.metadata.version == Version(7))
@@ -164,13 +164,13 @@ struct ChangeQueueStoreTests {
         #expect(bases["n2"]?["title"] == "old")
         #expect(bases["n3"] == nil)
         // Stored sealed: without the key the base cannot be opened, and is left out.
-        let stored = try store.queue.read { try String.fetchOne($0, sql: "SELECT data FROM base WHERE record_id = 'n1'") }
+        let stored = try await store.queue.read { try String.fetchOne($0, sql: "SELECT data FROM base WHERE record_id = 'n1'") }
         #expect(stored?.contains("\"s\"") == false)
         #expect(try store.bases(account: "u1", ids: ["n1"], encryption: nil).isEmpty)
     }
 
     @Test("a file written by the first schema opens: a sent change is sent again exactly as it went (same id, data and precondition), an unsent one as queued")
-    func migratesFirstSchema() throws {
+    func migratesFirstSchema() async throws {
         let directory = try TemporaryDirectory()
         defer { directory.remove() }
         let path = directory.url.appendingPathComponent("q.sqlite").path
@@ -180,7 +180,7 @@ struct ChangeQueueStoreTests {
         do {
             let queue = try DatabaseQueue(path: path)
             try ChangeQueueStore.migrator.migrate(queue, upTo: "v1")
-            try queue.write { db in
+            try await queue.write { db in
                 // The first schema's own encoding of a record.
                 let recordText = #"{"properties":{"title":{"value":"x"}},"stamps":{},"type":"Note","version":3}"#
                 try db.execute(sql: "INSERT INTO pending (account, record_id, record_type, is_deletion, record, bytes, mutation) VALUES ('u1', 'n1', 'Note', 0, ?, 10, ?)",
@@ -197,7 +197,7 @@ struct ChangeQueueStoreTests {
         let pending = try store.pending(account: "u1")
         #expect(pending.map(\.isSent) == [true, true, false])
         let encryption = try RecordEncryption(keyID: "k1", key: SymmetricKey(size: .bits256))
-        let prepared = try store.prepare(account: "u1", records: Self.records, rowIDs: pending.map(\.rowID)) { try RecordCoding.fields(of: $0.record!, encryption: encryption) }
+        let prepared = try await store.prepare(account: "u1", records: Self.records, rowIDs: pending.map(\.rowID)) { try RecordCoding.fields(of: $0.record!, encryption: encryption) }
         #expect(prepared[0].mutation == sentMutation)
         #expect(prepared[1].mutation == deletion)
         #expect(prepared[2].mutation?.id == MutationID(clientID: "w/changes", sequence: 9))
