@@ -1,5 +1,6 @@
 import Foundation
 import GRDB
+import GRDBSQLite
 import Synchronization
 import TandemCore
 
@@ -72,13 +73,21 @@ final class ChangeQueueStore: Sendable {
     /// row of the accounts whose queues were loaded whole: a send takes them from here instead of
     /// reading and decoding them again, and a record's newest queued state is found without a read.
     private struct Cache {
-        var rows: [Int64: Row] = [:]
+        /// Boxed: a row is large, and the table would move each whole on every insert and resize.
+        private final class Entry: Sendable {
+            let row: Row
+            init(_ row: Row) { self.row = row }
+        }
+
+        private var rows: [Int64: Entry] = [:]
         var byRecord: [RecordKey: [Int64]] = [:]
         /// Accounts whose every pending row is in `rows`.
         var complete: Set<String> = []
 
+        subscript(rowID: Int64) -> Row? { rows[rowID]?.row }
+
         mutating func put(_ row: Row, account: String) {
-            if rows.updateValue(row, forKey: row.rowID) == nil {
+            if rows.updateValue(Entry(row), forKey: row.rowID) == nil {
                 byRecord[RecordKey(account: account, recordID: row.recordID), default: []].append(row.rowID)
             }
         }
@@ -93,7 +102,7 @@ final class ChangeQueueStore: Sendable {
         }
 
         mutating func remove(_ rowID: Int64, account: String) {
-            guard let row = rows.removeValue(forKey: rowID) else { return }
+            guard let row = rows.removeValue(forKey: rowID)?.row else { return }
             let key = RecordKey(account: account, recordID: row.recordID)
             byRecord[key]?.removeAll { $0 == rowID }
             if byRecord[key]?.isEmpty == true { byRecord.removeValue(forKey: key) }
@@ -253,7 +262,7 @@ final class ChangeQueueStore: Sendable {
         try queue.read { db in
             let rows = try Row.fetchAll(db, sql: "SELECT * FROM pending WHERE account = ? ORDER BY sequence IS NULL, sequence, row_id", arguments: [account])
             cache.withLock { cache in
-                for row in rows where cache.rows[row.rowID] == nil { cache.put(row, account: account) }
+                for row in rows where cache[row.rowID] == nil { cache.put(row, account: account) }
                 cache.complete.insert(account)
             }
             return rows
@@ -273,7 +282,7 @@ final class ChangeQueueStore: Sendable {
                 guard cache.complete.contains(account) else { return nil }
                 var unsent: [String: Int64] = [:]
                 for id in saves.lazy.map(\.id) + deletions.lazy.map(\.id) {
-                    for rowID in cache.byRecord[RecordKey(account: account, recordID: id)] ?? [] where cache.rows[rowID]?.isSent == false {
+                    for rowID in cache.byRecord[RecordKey(account: account, recordID: id)] ?? [] where cache[rowID]?.isSent == false {
                         unsent[id] = rowID
                     }
                 }
@@ -293,22 +302,19 @@ final class ChangeQueueStore: Sendable {
             rows.reserveCapacity(saves.count + deletions.count)
             // New changes wait to be inserted together, up to 64 to a statement (one statement a
             // row cost the app's thread more than the rest of the call).
-            var waiting: [(index: Int, values: [(any DatabaseValueConvertible)?])] = []
+            var waiting: [Waiting] = []
             var waitingIDs: Set<String> = []
             func flush() throws {
                 guard !waiting.isEmpty else { return }
                 let statement = try db.cachedStatement(sql: "INSERT INTO pending (account, record_id, record_type, is_deletion, record, bytes, precondition) VALUES "
                     + repeatElement("(?, ?, ?, ?, ?, ?, ?)", count: waiting.count).joined(separator: ", ") + " RETURNING row_id, record_id")
-                var given: [String: Int64] = [:]
-                let returned = try GRDB.Row.fetchCursor(statement, arguments: StatementArguments(waiting.flatMap(\.values)))
-                while let row = try returned.next() { given[row[1]] = row[0] }
+                let given = try Self.insert(waiting, account: account, with: statement)
                 for entry in waiting {
-                    let id = rows[entry.index].recordID
-                    guard let rowID = given[id] else {
-                        throw TandemError(.internal, "The engine's file gave no row for the change of record '\(id)'.")
+                    guard let rowID = given[entry.id] else {
+                        throw TandemError(.internal, "The engine's file gave no row for the change of record '\(entry.id)'.")
                     }
                     rows[entry.index].rowID = rowID
-                    replaced[id] = rowID
+                    replaced[entry.id] = rowID
                 }
                 waiting = []
                 waitingIDs = []
@@ -329,7 +335,7 @@ final class ChangeQueueStore: Sendable {
                         replaced[id] = rowID
                     } else {
                         // Its row comes with the others' (`flush`).
-                        waiting.append((rows.count, [account, id, type, record == nil, text, bytes, precondition]))
+                        waiting.append(Waiting(index: rows.count, id: id, type: type, isDeletion: record == nil, text: text, bytes: bytes, precondition: precondition))
                         waitingIDs.insert(id)
                     }
                 } else {
@@ -360,13 +366,72 @@ final class ChangeQueueStore: Sendable {
         }
     }
 
+    /// A new change waiting to be inserted with others (`enqueue`): `index` is its place among
+    /// the rows returned.
+    private struct Waiting {
+        var index: Int
+        var id: String
+        var type: String
+        var isDeletion: Bool
+        /// The stored record (nil for a deletion).
+        var text: String?
+        var bytes: Int
+        var precondition: Int64?
+    }
+
+    /// Runs one insert of `waiting` rows, bound through SQLite's C API (GRDB's arguments, built
+    /// for seven values a row, cost the app's thread more than the insert), and returns the row
+    /// id it gave each record.
+    private static func insert(_ waiting: [Waiting], account: String, with statement: Statement) throws -> [String: Int64] {
+        let handle = statement.sqliteStatement
+        // Every value is bound before the one step: SQLite keeps its own copies (SQLITE_TRANSIENT).
+        let transient = unsafeBitCast(-1, to: sqlite3_destructor_type.self)
+        func check(_ code: Int32) throws {
+            guard code != SQLITE_OK && code != SQLITE_DONE && code != SQLITE_ROW else { return }
+            let message = sqlite3_errmsg(sqlite3_db_handle(handle)).map { String(cString: $0) }
+            throw DatabaseError(resultCode: ResultCode(rawValue: code), message: message, sql: statement.sql)
+        }
+        func bind(_ text: String, at index: Int32) throws {
+            var text = text
+            try text.withUTF8 { try check(sqlite3_bind_text(handle, index, $0.baseAddress, Int32($0.count), transient)) }
+        }
+        sqlite3_reset(handle)
+        defer {
+            sqlite3_reset(handle)
+            sqlite3_clear_bindings(handle)
+        }
+        for (offset, entry) in waiting.enumerated() {
+            let first = Int32(offset * 7 + 1)
+            try bind(account, at: first)
+            try bind(entry.id, at: first + 1)
+            try bind(entry.type, at: first + 2)
+            try check(sqlite3_bind_int64(handle, first + 3, entry.isDeletion ? 1 : 0))
+            if let text = entry.text { try bind(text, at: first + 4) } else { try check(sqlite3_bind_null(handle, first + 4)) }
+            try check(sqlite3_bind_int64(handle, first + 5, Int64(entry.bytes)))
+            if let precondition = entry.precondition { try check(sqlite3_bind_int64(handle, first + 6, precondition)) } else { try check(sqlite3_bind_null(handle, first + 6)) }
+        }
+        var given: [String: Int64] = [:]
+        given.reserveCapacity(waiting.count)
+        while true {
+            let code = sqlite3_step(handle)
+            guard code == SQLITE_ROW else {
+                try check(code)
+                break
+            }
+            let rowID = sqlite3_column_int64(handle, 0)
+            guard let bytes = sqlite3_column_text(handle, 1) else { continue }
+            given[String(cString: bytes)] = rowID
+        }
+        return given
+    }
+
     /// The rows of a batch about to be sent, each with its mutation, for records at `records`:
     /// those sent before are sent again as they went; the others get their mutation now (the next
     /// sequences in order, the document data `fields` gives, conditioned on the version the record
     /// was based on), stored before anything is sent.
     func prepare(account: String, records: CollectionPath, rowIDs: [Int64], fields: @escaping @Sendable (Row) throws -> JSONObject) async throws -> [Row] {
         try await write(account: account, flushed: true) { db in
-            let known = cache.withLock { cache in rowIDs.map { cache.rows[$0] } }
+            let known = cache.withLock { cache in rowIDs.map { cache[$0] } }
             let writer = try Self.writer(db, account: account)
             var next = try UInt64(Self.meta(db, account: account, "next_sequence") ?? "1") ?? 1
             var rows: [Row] = []
@@ -459,7 +524,7 @@ final class ChangeQueueStore: Sendable {
             var kept: [Row] = []
             var dropped: [Int64] = []
             for rowID in rowIDs {
-                guard var row = try cache.withLock({ $0.rows[rowID] }) ?? Row.fetchOne(select, arguments: [rowID, account]) else { continue }
+                guard var row = try cache.withLock({ $0[rowID] }) ?? Row.fetchOne(select, arguments: [rowID, account]) else { continue }
                 if try Bool.fetchOne(newer, arguments: [account, row.recordID, rowID]) != nil {
                     try delete.execute(arguments: [rowID, account])
                     dropped.append(rowID)
@@ -543,7 +608,7 @@ final class ChangeQueueStore: Sendable {
             for id in ids {
                 guard let rowIDs = cache.byRecord[RecordKey(account: account, recordID: id)] else { continue }
                 for rowID in rowIDs.reversed() {
-                    if let record = cache.rows[rowID]?.record {
+                    if let record = cache[rowID]?.record {
                         newest[id] = record
                         break
                     }
@@ -591,9 +656,9 @@ final class ChangeQueueStore: Sendable {
     }
 
     /// The types of records as their bases have them.
-    func baseTypes(account: String, ids: [String]) throws -> [String: String] {
+    func baseTypes(account: String, ids: [String]) async throws -> [String: String] {
         guard !ids.isEmpty else { return [:] }
-        return try queue.read { db in
+        return try await queue.read { db in
             var types: [String: String] = [:]
             let select = try db.cachedStatement(sql: "SELECT json_extract(data, '$.\(RecordFields.type)') FROM base WHERE account = ? AND record_id = ?")
             for id in ids {
@@ -605,8 +670,8 @@ final class ChangeQueueStore: Sendable {
 
     /// Stores the server's state of records as fetched, in order: document data (JSON text) at a
     /// version, or nil for a record that is gone.
-    func storeBases(account: String, _ bases: [(id: String, version: Version, data: String?)]) throws {
-        try queue.write { db in
+    func storeBases(account: String, _ bases: [(id: String, version: Version, data: String?)]) async throws {
+        try await queue.write { db in
             let put = try db.cachedStatement(sql: "INSERT OR REPLACE INTO base (account, record_id, version, data) VALUES (?, ?, ?, ?)")
             let delete = try db.cachedStatement(sql: "DELETE FROM base WHERE account = ? AND record_id = ?")
             for base in bases {

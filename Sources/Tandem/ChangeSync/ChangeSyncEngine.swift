@@ -307,7 +307,11 @@ public final class ChangeSyncEngine: Observable, Sendable {
                 var record = record
                 let base = bases[record.id]
                 var stamps = base?.metadata.stamps ?? [:]
-                for name in Set(record.properties.keys).union(base?.properties.keys ?? [:].keys) where record.properties[name] != base?.properties[name] {
+                for (name, value) in record.properties where base?.properties[name] != value {
+                    stamps[name] = core.clock.stamp(wall: wall)
+                }
+                // A property removed is a change too.
+                for name in base?.properties.keys ?? [:].keys where record.properties[name] == nil {
                     stamps[name] = core.clock.stamp(wall: wall)
                 }
                 record.metadata.stamps = stamps
@@ -728,7 +732,7 @@ public final class ChangeSyncEngine: Observable, Sendable {
         modifications.reserveCapacity(page.changes.count)
         var types: [String: String] = [:]
         do {
-            types = try store.baseTypes(account: account, ids: page.changes.filter { $0.document == nil }.map(\.path.id))
+            types = try await store.baseTypes(account: account, ids: page.changes.filter { $0.document == nil }.map(\.path.id))
         } catch {
             // The deletions go on without their records' types; the app hears why.
             noteFailure(error)
@@ -749,7 +753,7 @@ public final class ChangeSyncEngine: Observable, Sendable {
             }
         }
         do {
-            try store.storeBases(account: account, bases)
+            try await store.storeBases(account: account, bases)
         } catch {
             handle(.failed(.fatal(Self.tandemError(error)), attempt: attempt, now: now))
             return

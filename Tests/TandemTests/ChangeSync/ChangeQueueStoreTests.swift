@@ -131,7 +131,7 @@ struct ChangeQueueStoreTests {
         let sent = try await store.prepare(account: "u1", records: Self.records, rowIDs: rows.map(\.rowID)) { try RecordCoding.fields(of: $0.record!, encryption: nil) }
         #expect(store.flushedCommits.load(ordering: .relaxed) == 2)
         try await store.settle(account: "u1", [(sent[0].rowID, .sent(Version(3)))])
-        try store.storeBases(account: "u1", [("n2", Version(4), #"{"_type":"Note","title":"b"}"#)])
+        try await store.storeBases(account: "u1", [("n2", Version(4), #"{"_type":"Note","title":"b"}"#)])
         #expect(store.flushedCommits.load(ordering: .relaxed) == 2)
         #expect(try synchronous() == 1)
         // A failed flushed write leaves nothing behind, and the connection NORMAL.
@@ -151,8 +151,8 @@ struct ChangeQueueStoreTests {
         let store = try ChangeQueueStore(path: directory.url.appendingPathComponent("q.sqlite").path)
         let encryption = try RecordEncryption(keyID: "k1", key: SymmetricKey(size: .bits256))
         let rows = try store.enqueue(account: "u1", saves: [Self.note("n1", "a", secret: "s"), Self.note("n2", "b")], deletions: [("n3", "Note")])
-        try store.storeBases(account: "u1", [("n3", Version(2), #"{"_type":"Note","title":"gone"}"#), ("n2", Version(4), #"{"_type":"Note","title":"old"}"#)])
-        #expect(try store.baseTypes(account: "u1", ids: ["n3", "n9"]) == ["n3": "Note"])
+        try await store.storeBases(account: "u1", [("n3", Version(2), #"{"_type":"Note","title":"gone"}"#), ("n2", Version(4), #"{"_type":"Note","title":"old"}"#)])
+        #expect(try await store.baseTypes(account: "u1", ids: ["n3", "n9"]) == ["n3": "Note"])
         let sent = try await store.prepare(account: "u1", records: Self.records, rowIDs: rows.map(\.rowID)) { try RecordCoding.fields(of: $0.record!, encryption: encryption) }
         #expect(sent[2].mutation?.kind == .delete)
         try await store.settle(account: "u1", [(sent[0].rowID, .sent(Version(7))), (sent[1].rowID, .unchanged), (sent[2].rowID, .gone)])
