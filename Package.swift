@@ -39,6 +39,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-asn1.git", from: "1.7.4"),
         // Synced state's collection value (`IdentifiedArrayOf`).
         .package(url: "https://github.com/pointfreeco/swift-identified-collections.git", from: "1.1.1"),
+        // The PostgreSQL store (`tandem serve --postgres`).
+        .package(url: "https://github.com/vapor/postgres-nio.git", from: "1.33.2"),
     ],
     targets: [
         // Values, paths, queries, patches, mutations, wire messages, errors. No I/O.
@@ -88,10 +90,16 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
-        // The server store on PostgreSQL (postgres-nio joins when its issue comes).
+        // The server store on PostgreSQL, shared by several `tandem serve` nodes.
         .target(
             name: "TandemPostgres",
-            dependencies: ["TandemServer"],
+            dependencies: [
+                "TandemCore",
+                "TandemServer",
+                .product(name: "PostgresNIO", package: "postgres-nio"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
             swiftSettings: swiftSettings
         ),
         // Test support shipped to users: mocks, manual clock, in-memory server.
@@ -164,6 +172,19 @@ let package = Package(
                 .product(name: "SwiftASN1", package: "swift-asn1"),
                 // The README's change-sync example keeps its notes in a GRDB table.
                 .product(name: "GRDB", package: "GRDB.swift"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        // The PostgreSQL store against a private cluster the tests start (skipped, saying why,
+        // where PostgreSQL's binaries are missing).
+        .testTarget(
+            name: "TandemPostgresTests",
+            dependencies: [
+                "TandemCore",
+                "TandemServer",
+                "TandemPostgres",
+                "TandemTesting",
+                .product(name: "PostgresNIO", package: "postgres-nio"),
             ],
             swiftSettings: swiftSettings
         ),

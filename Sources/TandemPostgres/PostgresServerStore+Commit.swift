@@ -1,0 +1,410 @@
+import Foundation
+import Logging
+import PostgresNIO
+import Synchronization
+import TandemCore
+import TandemServer
+
+extension PostgresServerStore {
+    /// The requests of one `commit` call, checked, with the limits they were checked against.
+    struct Submission: Sendable {
+        var requests: [CommitPlanner.CheckedRequest]
+        var limits: ServerLimits
+        var clientID: String?
+        var authorizer: WriteAuthorizer?
+    }
+
+    public func commit(_ requests: [[Mutation]], limits: ServerLimits, clientID: String?, authorizer: WriteAuthorizer?) async -> [Result<CommitResult, TandemError>] {
+        var checked: [Result<CommitPlanner.CheckedRequest, TandemError>] = []
+        checked.reserveCapacity(requests.count)
+        for mutations in requests {
+            do throws(TandemError) {
+                checked.append(.success(try CommitPlanner.check(mutations, limits: limits)))
+            } catch {
+                checked.append(.failure(error))
+            }
+        }
+        let valid = checked.compactMap { try? $0.get() }
+        guard !valid.isEmpty else { return checked.map { $0.map { _ in CommitResult(acknowledgements: [], batch: nil) } } }
+        let decided: Result<[Result<CommitResult, TandemError>], TandemError>
+        do {
+            decided = .success(try await queue.submit(Submission(requests: valid, limits: limits, clientID: clientID, authorizer: authorizer)) { submissions, mustReport in
+                await self.commitTogether(submissions, mustReport: mustReport)
+            } idle: {
+                self.publish(CommitNotice(batches: [], visibleThrough: self.published.withLock { $0 }))
+            })
+        } catch {
+            decided = .failure(error as? TandemError ?? TandemError(.unavailable, "The commit did not finish: \(error). Nothing was written; retry.", cause: error))
+        }
+        var next = 0
+        return checked.map { entry in
+            switch entry {
+            case .failure(let error):
+                return .failure(error)
+            case .success:
+                defer { next += 1 }
+                return decided.flatMap { $0[next] }
+            }
+        }
+    }
+
+    /// Decides every queued submission in one transaction, in order, then tells the observers of
+    /// what other nodes committed since this node last told them, and of this commit.
+    func commitTogether(_ submissions: [Submission], mustReport: Bool) async -> [Result<[Result<CommitResult, TandemError>], any Error>] {
+        let time = ServerTime(WireTimestamp.date(milliseconds: WireTimestamp.milliseconds(configuration.now())))
+        let told = published.withLock { $0 }
+        do {
+            let (answers, start, last, earlier) = try await client.withConnection { connection in
+                try await connection.query("BEGIN", logger: self.logger)
+                do {
+                    // The counter's lock first: from here until the commit, this is the only commit
+                    // on any node, and the versions it takes follow every one visible before it.
+                    var start = Version.zero
+                    for try await value in try await connection.query("SELECT version FROM tandem_counter WHERE id = 1 FOR UPDATE", logger: self.logger).decode(Int64.self) {
+                        start = Version(UInt64(value))
+                    }
+                    // Commits of other nodes this one has not told its observers of yet.
+                    let earlier = start > told
+                        ? try await self.changes(connection, sql: "SELECT \(Self.documentColumns) FROM tandem_documents AS d WHERE d.version > $1 AND d.version <= $2 ORDER BY d.version, d.path",
+                                                 binds: Self.binds(Int64(told.rawValue), Int64(start.rawValue)))
+                        : []
+                    var transaction = try await PostgresTransaction.prefetch(submissions.flatMap(\.requests), over: connection, logger: self.logger)
+                    var answers: [[Result<CommitResult, TandemError>]] = []
+                    var version = start
+                    for submission in submissions {
+                        let planner = CommitPlanner(limits: submission.limits, time: time, authorizer: submission.authorizer)
+                        var results: [Result<CommitResult, TandemError>] = []
+                        for request in submission.requests {
+                            let result = try planner.decide(request, in: &transaction, version: version.next, committed: version, clientID: submission.clientID)
+                            if case .success(let answer) = result, answer.batch != nil { version = version.next }
+                            results.append(result)
+                        }
+                        answers.append(results)
+                    }
+                    try await transaction.flush(over: connection, logger: self.logger)
+                    if version != start {
+                        try await connection.query("UPDATE tandem_counter SET version = \(Int64(version.rawValue)) WHERE id = 1", logger: self.logger)
+                    }
+                    try await connection.query("COMMIT", logger: self.logger)
+                    return (answers, start, version, earlier)
+                } catch {
+                    _ = try? await connection.query("ROLLBACK", logger: self.logger)
+                    throw error
+                }
+            }
+            // Durable and visible now: tell the observers, in version order, before answering.
+            var batches = Self.batches(earlier)
+            for results in answers {
+                for case .success(let result) in results {
+                    if let batch = result.batch, !batch.changes.isEmpty { batches.append(batch) }
+                }
+            }
+            published.withLock { $0 = max($0, last) }
+            if last != told || !batches.isEmpty || mustReport { publish(CommitNotice(batches: batches, visibleThrough: last)) }
+            return answers.map { .success($0) }
+        } catch {
+            if mustReport { publish(CommitNotice(batches: [], visibleThrough: told)) }
+            let failure = TandemError(.unavailable, "The server database failed to commit: \(Self.reason(error)). Nothing was written; retry.", cause: error)
+            logger.error("commit failed: \(Self.reason(error))")
+            return submissions.map { _ in .failure(failure) }
+        }
+    }
+
+    /// Changes in version order, grouped into one batch per version.
+    static func batches(_ changes: [RemoteChange]) -> [CommittedBatch] {
+        var batches: [CommittedBatch] = []
+        for change in changes {
+            if batches.last?.version == change.version {
+                batches[batches.count - 1].changes.append(change)
+            } else {
+                batches.append(CommittedBatch(version: change.version, changes: [change]))
+            }
+        }
+        return batches
+    }
+}
+
+/// ``StoreTransaction`` over what one commit's requests can read, fetched before they are decided
+/// (each request reads only the documents it writes and the records of its own ids), and what they
+/// write, kept until ``flush(over:logger:)`` writes it in a few statements.
+struct PostgresTransaction: StoreTransaction {
+    /// Each path the requests write: its document, nil when there is none (or a tombstone).
+    var documents: [DocumentPath: Document?] = [:]
+    var highest: [String: UInt64] = [:]
+    var records: [MutationID: MutationRecord] = [:]
+    var pruned: [String: UInt64] = [:]
+    var owners: [String: String] = [:]
+
+    struct Written {
+        var document: Document?
+        var version: Version
+        var time: Date
+        var encodedData: String?
+        var writer: MutationID?
+    }
+    var written: [DocumentPath: Written] = [:]
+    var writtenOrder: [DocumentPath] = []
+    var recorded: [MutationID: MutationRecord] = [:]
+    var recordedOrder: [MutationID] = []
+    var claims: [(clientID: String, owner: String)] = []
+
+    /// Reads what `requests` can ask for.
+    static func prefetch(_ requests: [CommitPlanner.CheckedRequest], over connection: PostgresConnection, logger: Logger) async throws -> PostgresTransaction {
+        var transaction = PostgresTransaction()
+        var paths: Set<String> = []
+        var clients: Set<String> = []
+        var ids: Set<MutationID> = []
+        for request in requests {
+            for mutation in request.mutations {
+                paths.insert(mutation.path.description)
+                transaction.documents[mutation.path] = .some(nil)
+                if let id = mutation.id {
+                    clients.insert(id.clientID)
+                    ids.insert(id)
+                }
+            }
+        }
+        let pathList = Array(paths)
+        for try await row in try await connection.query("""
+            SELECT \(unescaped: PostgresServerStore.documentColumns) FROM tandem_documents AS d WHERE d.path = ANY(\(pathList)) AND d.data IS NOT NULL
+            """, logger: logger) {
+            if let change = try PostgresServerStore.change(row.makeRandomAccess(), from: 0), let document = change.document {
+                transaction.documents[change.path] = .some(document)
+            }
+        }
+        guard !clients.isEmpty else { return transaction }
+        let clientList = Array(clients)
+        for try await (client, sequence) in try await connection.query("""
+            SELECT client_id, max(sequence) FROM tandem_mutation_results WHERE client_id = ANY(\(clientList)) GROUP BY client_id
+            """, logger: logger).decode((String, Int64).self) {
+            transaction.highest[client] = UInt64(bitPattern: sequence)
+        }
+        for try await (client, sequence) in try await connection.query("""
+            SELECT client_id, sequence FROM tandem_pruned_clients WHERE client_id = ANY(\(clientList))
+            """, logger: logger).decode((String, Int64).self) {
+            transaction.pruned[client] = UInt64(bitPattern: sequence)
+        }
+        for try await (client, owner) in try await connection.query("""
+            SELECT client_id, owner FROM tandem_writers WHERE client_id = ANY(\(clientList))
+            """, logger: logger).decode((String, String).self) {
+            transaction.owners[client] = owner
+        }
+        let idClients = ids.map(\.clientID)
+        let idSequences = ids.map { Int64(bitPattern: $0.sequence) }
+        for try await (client, sequence, version, time, document, status, code, message, digest) in try await connection.query("""
+            SELECT r.client_id, r.sequence, r.version, r.commit_time, r.document, r.status, r.error_code, r.error_message, r.digest
+            FROM tandem_mutation_results AS r JOIN unnest(\(idClients)::text[], \(idSequences)::bigint[]) AS wanted(client_id, sequence)
+                ON r.client_id = wanted.client_id AND r.sequence = wanted.sequence
+            """, logger: logger).decode((String, Int64, Int64, Int64, String?, String?, String?, String?, Int64?).self) {
+            let id = MutationID(clientID: client, sequence: UInt64(bitPattern: sequence))
+            let at = Version(UInt64(version))
+            let acknowledgement: WriteAcknowledgement
+            if status == WriteStatus.refused.rawValue {
+                acknowledgement = .refused(id, TandemError(TandemError.Code(rawValue: code ?? "unknown"), message ?? ""), at: at)
+            } else if let document {
+                acknowledgement = WriteAcknowledgement(id: id, version: at, document: try Document(wire: try JSONText.parse(document)))
+            } else {
+                acknowledgement = WriteAcknowledgement(id: id, version: at, document: nil)
+            }
+            transaction.records[id] = MutationRecord(acknowledgement: acknowledgement, digest: digest.map { UInt64(bitPattern: $0) },
+                                                     time: WireTimestamp.date(milliseconds: time))
+        }
+        return transaction
+    }
+
+    mutating func document(at path: DocumentPath) throws -> Document? {
+        guard let known = documents[path] else {
+            throw TandemError(.internal, "The commit read \(path), which it had not fetched.")
+        }
+        return known
+    }
+
+    mutating func highestRecordedSequence(of clientID: String) throws -> UInt64? {
+        highest[clientID]
+    }
+
+    mutating func record(of id: MutationID) throws -> MutationRecord? {
+        records[id]
+    }
+
+    mutating func prunedSequence(of clientID: String) throws -> UInt64? {
+        pruned[clientID]
+    }
+
+    mutating func owner(of clientID: String) throws -> String? {
+        owners[clientID]
+    }
+
+    mutating func claim(_ clientID: String, for owner: String) throws {
+        owners[clientID] = owner
+        claims.append((clientID, owner))
+    }
+
+    mutating func write(_ document: Document?, at path: DocumentPath, version: Version, time: Date, encodedData: String?, writer: MutationID?) throws {
+        documents[path] = .some(document)
+        if written[path] == nil { writtenOrder.append(path) }
+        written[path] = Written(document: document, version: version, time: time, encodedData: encodedData, writer: writer)
+    }
+
+    mutating func record(_ record: MutationRecord, for id: MutationID) throws {
+        if recorded[id] == nil { recordedOrder.append(id) }
+        recorded[id] = record
+        records[id] = record
+        highest[id.clientID] = max(highest[id.clientID] ?? 0, id.sequence)
+    }
+
+    /// Writes what the requests wrote: documents, records and claims, a statement each.
+    func flush(over connection: PostgresConnection, logger: Logger) async throws {
+        if !writtenOrder.isEmpty {
+            var paths: [String] = [], collections: [String] = [], groups: [String] = []
+            var versions: [Int64] = [], created: [Int64] = [], updated: [Int64] = []
+            var live: [Bool] = [], data: [String] = [], hasWriter: [Bool] = [], writerClients: [String] = [], writerSequences: [Int64] = []
+            for path in writtenOrder {
+                let entry = written[path]!
+                let time = WireTimestamp.milliseconds(entry.time)
+                paths.append(path.description)
+                collections.append(path.parent.description)
+                groups.append(path.collectionGroup)
+                versions.append(Int64(entry.version.rawValue))
+                created.append(entry.document.map { WireTimestamp.milliseconds($0.createTime) } ?? time)
+                updated.append(time)
+                live.append(entry.document != nil)
+                data.append(entry.document.map { entry.encodedData ?? JSONText.encode($0.data) } ?? "")
+                hasWriter.append(entry.writer != nil)
+                writerClients.append(entry.writer?.clientID ?? "")
+                writerSequences.append(entry.writer.map { Int64(bitPattern: $0.sequence) } ?? 0)
+            }
+            try await connection.query("""
+                INSERT INTO tandem_documents (path, collection, collection_group, version, create_time, update_time, data, body, mutation_client, mutation_sequence)
+                SELECT p, c, g, v, ct, ut,
+                    CASE WHEN l THEN d END,
+                    CASE WHEN l AND strpos(d, '\\u0000') = 0 THEN d::jsonb END,
+                    CASE WHEN w THEN mc END,
+                    CASE WHEN w THEN ms END
+                FROM unnest(\(paths)::text[], \(collections)::text[], \(groups)::text[], \(versions)::bigint[], \(created)::bigint[], \(updated)::bigint[],
+                            \(live)::bool[], \(data)::text[], \(hasWriter)::bool[], \(writerClients)::text[], \(writerSequences)::bigint[])
+                    AS t(p, c, g, v, ct, ut, l, d, w, mc, ms)
+                ON CONFLICT (path) DO UPDATE SET version = excluded.version, create_time = excluded.create_time, update_time = excluded.update_time,
+                    data = excluded.data, body = excluded.body, mutation_client = excluded.mutation_client, mutation_sequence = excluded.mutation_sequence
+                """, logger: logger)
+        }
+        if !recordedOrder.isEmpty {
+            var clients: [String] = [], sequences: [Int64] = [], versions: [Int64] = [], times: [Int64] = []
+            var hasDocument: [Bool] = [], documents: [String] = [], refused: [Bool] = [], codes: [String] = [], messages: [String] = []
+            var hasDigest: [Bool] = [], digests: [Int64] = []
+            for id in recordedOrder {
+                let record = recorded[id]!
+                let answer = record.acknowledgement
+                clients.append(id.clientID)
+                sequences.append(Int64(bitPattern: id.sequence))
+                versions.append(Int64(answer.version.rawValue))
+                times.append(WireTimestamp.milliseconds(record.time))
+                if let document = answer.document {
+                    var writer = WireWriter(capacity: (answer.encodedData?.utf8.count ?? 64) + 160)
+                    if let data = answer.encodedData {
+                        writer.document(document, encodedData: data)
+                    } else {
+                        writer.document(document)
+                    }
+                    hasDocument.append(true)
+                    documents.append(writer.text)
+                } else {
+                    hasDocument.append(false)
+                    documents.append("")
+                }
+                refused.append(answer.status == .refused)
+                codes.append(answer.error?.code.rawValue ?? "")
+                messages.append(answer.error?.message ?? "")
+                hasDigest.append(record.digest != nil)
+                digests.append(record.digest.map { Int64(bitPattern: $0) } ?? 0)
+            }
+            try await connection.query("""
+                INSERT INTO tandem_mutation_results (client_id, sequence, version, commit_time, document, status, error_code, error_message, digest)
+                SELECT c, s, v, t, CASE WHEN hd THEN d END, CASE WHEN r THEN 'refused' END, CASE WHEN r THEN code END, CASE WHEN r THEN message END,
+                    CASE WHEN hg THEN g END
+                FROM unnest(\(clients)::text[], \(sequences)::bigint[], \(versions)::bigint[], \(times)::bigint[], \(hasDocument)::bool[], \(documents)::text[],
+                            \(refused)::bool[], \(codes)::text[], \(messages)::text[], \(hasDigest)::bool[], \(digests)::bigint[])
+                    AS x(c, s, v, t, hd, d, r, code, message, hg, g)
+                ON CONFLICT (client_id, sequence) DO UPDATE SET version = excluded.version, commit_time = excluded.commit_time, document = excluded.document,
+                    status = excluded.status, error_code = excluded.error_code, error_message = excluded.error_message, digest = excluded.digest
+                """, logger: logger)
+        }
+        if !claims.isEmpty {
+            let clients = claims.map(\.clientID)
+            let owners = claims.map(\.owner)
+            try await connection.query("""
+                INSERT INTO tandem_writers (client_id, owner) SELECT * FROM unnest(\(clients)::text[], \(owners)::text[])
+                """, logger: logger)
+        }
+    }
+}
+
+/// Lets concurrent writers on one node share one transaction: the first writer to find the queue
+/// idle starts a drain, which takes every request queued so far, commits them together, answers
+/// each, and repeats until the queue is empty. Writers that arrive meanwhile wait for the next one.
+final class CommitQueue<Request: Sendable, Response: Sendable>: Sendable {
+    private struct Entry: Sendable {
+        var request: Request
+        var ticket: Ticket<Response>
+    }
+    private struct State {
+        var queue: [Entry] = []
+        var draining = false
+        /// Someone was told the drain would report again (``promiseReport()``).
+        var promised = false
+    }
+    private let state = Mutex(State())
+
+    init() {}
+
+    /// Queues a request and waits for its answer; starts a drain (`process` for each group, `idle`
+    /// when a promised report is owed and nothing is left) when none is running.
+    func submit(_ request: Request,
+                process: @escaping @Sendable (_ requests: [Request], _ mustReport: Bool) async -> [Result<Response, any Error>],
+                idle: @escaping @Sendable () -> Void) async throws -> Response {
+        let ticket = Ticket<Response>()
+        let start = state.withLock { state -> Bool in
+            state.queue.append(Entry(request: request, ticket: ticket))
+            if state.draining { return false }
+            state.draining = true
+            return true
+        }
+        if start {
+            // Its own task: a writer cancelled while it waits never stops the others' commit.
+            Task { await self.drain(process, idle: idle) }
+        }
+        return try await ticket.value()
+    }
+
+    /// Whether a drain is running: true promises that it reports once more after this call.
+    func promiseReport() -> Bool {
+        state.withLock { state in
+            guard state.draining else { return false }
+            state.promised = true
+            return true
+        }
+    }
+
+    private func drain(_ process: @Sendable ([Request], Bool) async -> [Result<Response, any Error>], idle: @Sendable () -> Void) async {
+        while true {
+            let (entries, mustReport) = state.withLock { state -> ([Entry], Bool) in
+                let promised = state.promised
+                state.promised = false
+                if state.queue.isEmpty {
+                    state.draining = false
+                    return ([], promised)
+                }
+                defer { state.queue.removeAll(keepingCapacity: true) }
+                return (state.queue, promised)
+            }
+            if entries.isEmpty {
+                if mustReport { idle() }
+                return
+            }
+            let results = await process(entries.map(\.request), mustReport)
+            for (entry, result) in zip(entries, results) {
+                entry.ticket.fulfill(result)
+            }
+        }
+    }
+}

@@ -1,0 +1,104 @@
+import Logging
+import PostgresNIO
+import TandemCore
+
+extension PostgresServerStore {
+    /// The schema, one named step at a time. A step is applied once, in a transaction of its own,
+    /// and recorded in `tandem_migrations`; a node that starts against a database another node is
+    /// migrating waits for it (an advisory lock), then finds the steps done.
+    ///
+    /// - `tandem_counter`: one row, the newest version. Every commit locks it first and moves it
+    ///   last, in the same transaction as its rows, so commits are numbered in the order they
+    ///   become visible, on every node.
+    /// - `tandem_documents`: each document's newest state, or its tombstone (`data` NULL): the
+    ///   exact JSON text the server answers with (`data`) and the same as `jsonb` (`body`, NULL when
+    ///   PostgreSQL cannot hold it: a string with a NUL character), with its path, collection,
+    ///   collection group, version, times, and the mutation that wrote it.
+    /// - `tandem_mutation_results`: the decision about each mutation id, kept with the writes it
+    ///   decided; `tandem_pruned_clients` the newest sequence pruning removed per client;
+    ///   `tandem_writers` the client that owns each writer id; `tandem_meta` what pruning moved.
+    static let migrations: [(name: String, sql: [String])] = [
+        ("v1", [
+            """
+            CREATE TABLE tandem_counter (
+                id integer PRIMARY KEY CHECK (id = 1),
+                version bigint NOT NULL
+            )
+            """,
+            "INSERT INTO tandem_counter (id, version) VALUES (1, 0)",
+            """
+            CREATE TABLE tandem_documents (
+                path text PRIMARY KEY,
+                collection text NOT NULL,
+                collection_group text NOT NULL,
+                version bigint NOT NULL,
+                create_time bigint NOT NULL,
+                update_time bigint NOT NULL,
+                data text,
+                body jsonb,
+                mutation_client text,
+                mutation_sequence bigint
+            )
+            """,
+            "CREATE INDEX tandem_documents_by_collection ON tandem_documents (collection, version)",
+            "CREATE INDEX tandem_documents_by_group ON tandem_documents (collection_group, version)",
+            "CREATE INDEX tandem_documents_by_version ON tandem_documents (version)",
+            """
+            CREATE TABLE tandem_mutation_results (
+                client_id text NOT NULL,
+                sequence bigint NOT NULL,
+                version bigint NOT NULL,
+                commit_time bigint NOT NULL,
+                document text,
+                status text,
+                error_code text,
+                error_message text,
+                digest bigint,
+                PRIMARY KEY (client_id, sequence)
+            )
+            """,
+            "CREATE TABLE tandem_pruned_clients (client_id text PRIMARY KEY, sequence bigint NOT NULL)",
+            "CREATE TABLE tandem_writers (client_id text PRIMARY KEY, owner text NOT NULL)",
+            "CREATE TABLE tandem_meta (key text PRIMARY KEY, value bigint NOT NULL)",
+            "INSERT INTO tandem_meta (key, value) VALUES ('pruned_through', 0)",
+        ]),
+    ]
+
+    /// The advisory lock that one node at a time holds while it migrates.
+    static let migrationLock: Int64 = 0x7461_6E64_656D_0001
+    /// The advisory lock that one node at a time holds while it prunes.
+    static let pruneLock: Int64 = 0x7461_6E64_656D_0002
+
+    /// Creates or migrates the schema over `connection`. Returns the names of the steps applied.
+    @discardableResult
+    static func migrate(_ connection: PostgresConnection, logger: Logger) async throws -> [String] {
+        try await connection.query("SELECT pg_advisory_lock(\(migrationLock))", logger: logger)
+        do {
+            try await connection.query("CREATE TABLE IF NOT EXISTS tandem_migrations (name text PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())", logger: logger)
+            var applied: Set<String> = []
+            for try await name in try await connection.query("SELECT name FROM tandem_migrations", logger: logger).decode(String.self) {
+                applied.insert(name)
+            }
+            var done: [String] = []
+            for migration in migrations where !applied.contains(migration.name) {
+                try await connection.query("BEGIN", logger: logger)
+                do {
+                    for sql in migration.sql {
+                        try await connection.query(PostgresQuery(unsafeSQL: sql), logger: logger)
+                    }
+                    try await connection.query("INSERT INTO tandem_migrations (name) VALUES (\(migration.name))", logger: logger)
+                    try await connection.query("COMMIT", logger: logger)
+                } catch {
+                    _ = try? await connection.query("ROLLBACK", logger: logger)
+                    throw error
+                }
+                done.append(migration.name)
+            }
+            try await connection.query("SELECT pg_advisory_unlock(\(migrationLock))", logger: logger)
+            return done
+        } catch {
+            _ = try? await connection.query("SELECT pg_advisory_unlock(\(migrationLock))", logger: logger)
+            throw error
+        }
+    }
+}

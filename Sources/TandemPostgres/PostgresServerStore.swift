@@ -1,0 +1,374 @@
+import Foundation
+import Logging
+import PostgresNIO
+import ServiceLifecycle
+import Synchronization
+import TandemCore
+import TandemServer
+
+/// How a ``PostgresServerStore`` keeps its data and reaches its database.
+public struct PostgresServerStoreConfiguration: Sendable {
+    /// How long tombstones of deleted documents (and the records of decided mutations) are kept.
+    /// Default 30 days.
+    public var tombstoneRetention: Duration = .seconds(30 * 24 * 3600)
+    /// How often `run()` prunes, on `clock` (one node at a time does). Default hourly.
+    public var pruneInterval: Duration = .seconds(3600)
+    /// The server's wall clock, for create/update times, `serverTimestamp` and retention.
+    public var now: @Sendable () -> Date = { Date() }
+    /// The clock `run()` waits on between prunings; tests pass a manual one.
+    public var clock: any Clock<Duration> = ContinuousClock()
+    /// How long opening a connection may take before it fails. Default 10 s.
+    public var connectTimeout: Duration = .seconds(10)
+    /// The most connections this node opens. Default 20.
+    public var maximumConnections = 20
+    /// Where failures and housekeeping are logged.
+    public var logger = Logger(label: "tandem.postgres")
+
+    public init() {}
+}
+
+/// A ``ServerStore`` on PostgreSQL, which several `tandem serve` nodes can share.
+///
+/// The same ``CommitPlanner`` as the SQLite store decides every commit, so exactly-once answers,
+/// refusals, versions, change feeds and pruning behave the same, and the same conformance suite
+/// checks both. Concurrent writers on one node share a transaction (group commit).
+///
+/// **Versions in visibility order.** Each commit locks the one-row version counter first and moves
+/// it last, in the same transaction as its rows. The lock is held until the commit, so the commits
+/// of every node are numbered in the order they become visible: a reader who has seen version v
+/// has seen every commit numbered below v. (A number drawn from a sequence before the commit would
+/// not be: a commit numbered lower could become visible after a higher one.) The price is that the
+/// commits of all nodes take turns, as they do on one SQLite file.
+///
+/// ```swift
+/// let store = try await PostgresServerStore.open(url: PostgresURL("postgres://tandem@127.0.0.1/tandem"))
+/// let server = SyncServer(store: store)
+/// ```
+public final class PostgresServerStore: ServerStore {
+    public let url: PostgresURL
+    public let configuration: PostgresServerStoreConfiguration
+    let client: PostgresClient
+    private let clientTask: Task<Void, Never>
+    let logger: Logger
+    let queue = CommitQueue<Submission, [Result<CommitResult, TandemError>]>()
+    private let observers = Mutex<[@Sendable (CommitNotice) -> Void]>([])
+    /// The newest version this node has told its observers of: every commit at or below it, from
+    /// any node, was told (the drain of `queue` moves it, one drain at a time).
+    let published: Mutex<Version>
+
+    /// Connects to the database at `url`, creates or migrates its schema, and opens the store.
+    /// A URL it cannot use, a database it cannot reach or sign in to, or a schema it cannot create
+    /// fails here, within `connectTimeout`, with a message saying which.
+    public static func open(url: PostgresURL, configuration: PostgresServerStoreConfiguration = PostgresServerStoreConfiguration()) async throws -> PostgresServerStore {
+        let logger = configuration.logger
+        let connection: PostgresConnection
+        do {
+            connection = try await PostgresConnection.connect(configuration: try url.connectionConfiguration(connectTimeout: configuration.connectTimeout), id: 0, logger: logger)
+        } catch {
+            throw TandemError(.unavailable, "Could not connect to PostgreSQL at \(url): \(Self.reason(error)). Check the URL (host, port, user, password, database) and that the server is running.", cause: error)
+        }
+        let version: Version
+        do {
+            try await migrate(connection, logger: logger)
+            version = try await counter(connection, logger: logger)
+            try? await connection.close()
+        } catch {
+            try? await connection.close()
+            throw TandemError(.unavailable, "Could not create or migrate Tandem's tables in PostgreSQL at \(url): \(Self.reason(error)). The user needs to be allowed to create tables in the database.", cause: error)
+        }
+        return PostgresServerStore(url: url, configuration: configuration, client: PostgresClient(configuration: try url.clientConfiguration(connectTimeout: configuration.connectTimeout, maximumConnections: configuration.maximumConnections), backgroundLogger: logger), version: version)
+    }
+
+    private init(url: PostgresURL, configuration: PostgresServerStoreConfiguration, client: PostgresClient, version: Version) {
+        self.url = url
+        self.configuration = configuration
+        self.client = client
+        logger = configuration.logger
+        published = Mutex(version)
+        clientTask = Task { await client.run() }
+    }
+
+    deinit {
+        clientTask.cancel()
+    }
+
+    /// Closes the store's connections. Calls after this fail with `unavailable`.
+    public func close() {
+        clientTask.cancel()
+    }
+
+    /// What went wrong, in words: PostgreSQL's own message when it sent one.
+    static func reason(_ error: any Error) -> String {
+        if let error = error as? PSQLError {
+            if let message = error.serverInfo?[.message] {
+                return "\(message)\(error.serverInfo?[.sqlState].map { " (SQLSTATE \($0))" } ?? "")"
+            }
+            return "\(error.code)"
+        }
+        return "\(error)"
+    }
+
+    // MARK: Service
+
+    /// Prunes every `pruneInterval` of the configured clock until the service group shuts down
+    /// (one node at a time: the others find the pruning lock taken and skip their turn), then
+    /// closes the store's connections.
+    public func run() async throws {
+        let configuration = self.configuration
+        await cancelWhenGracefulShutdown {
+            while !Task.isCancelled {
+                do {
+                    try await configuration.clock.sleep(for: configuration.pruneInterval)
+                } catch {
+                    return
+                }
+                do {
+                    try await self.pruneTombstones(olderThan: configuration.now().addingTimeInterval(-configuration.tombstoneRetention.doubleSeconds))
+                } catch {
+                    configuration.logger.error("tombstone pruning failed: \(error); it runs again in \(configuration.pruneInterval)")
+                }
+            }
+        }
+        close()
+    }
+
+    public func observeCommits(_ observer: @escaping @Sendable (CommitNotice) -> Void) {
+        observers.withLock { $0.append(observer) }
+    }
+
+    func publish(_ notice: CommitNotice) {
+        for observer in observers.withLock({ $0 }) { observer(notice) }
+    }
+
+    public func commitsUnderWay() -> Bool {
+        queue.promiseReport()
+    }
+
+    // MARK: Reads
+
+    /// The columns every document read selects, in this order.
+    static let documentColumns = "d.path, d.version, d.create_time, d.update_time, d.data, d.mutation_client, d.mutation_sequence"
+
+    public func currentVersion() async throws -> Version {
+        try await reading { connection in try await Self.counter(connection, logger: self.logger) }
+    }
+
+    public func read(_ target: ListenTarget) async throws -> StoreSnapshot {
+        // One statement, so one snapshot: the counter and the rows agree.
+        let (scope, value): (String, String) = switch target {
+        case .document(let path): ("d.path", path.description)
+        case .collection(let path, _): ("d.collection", path.description)
+        case .collectionGroup(let group, _): ("d.collection_group", group)
+        }
+        let (documents, version) = try await reading { connection -> ([Document], Version) in
+            let rows = try await connection.query(PostgresQuery(unsafeSQL: """
+                SELECT c.version, \(Self.documentColumns) FROM tandem_counter AS c
+                LEFT JOIN tandem_documents AS d ON \(scope) = $1 AND d.data IS NOT NULL
+                WHERE c.id = 1 ORDER BY d.path
+                """, binds: Self.binds(value)), logger: self.logger)
+            var documents: [Document] = []
+            var version = Version.zero
+            for try await row in rows {
+                let cells = row.makeRandomAccess()
+                version = Version(UInt64(try cells[0].decode(Int64.self)))
+                if let change = try Self.change(cells, from: 1), let document = change.document { documents.append(document) }
+            }
+            return (documents, version)
+        }
+        switch target {
+        case .document:
+            return StoreSnapshot(documents: documents, version: version)
+        case .collection(_, let query), .collectionGroup(_, let query):
+            return StoreSnapshot(documents: try query.evaluate(documents), version: version)
+        }
+    }
+
+    public func changes(since version: Version, in target: ListenTarget?, limit: Int) async throws -> ChangePage {
+        let limit = max(1, limit)
+        var scope = ""
+        var value: String?
+        switch target {
+        case .document(let path)?: (scope, value) = (" AND d.path = $2", path.description)
+        case .collection(let path, _)?: (scope, value) = (" AND d.collection = $2", path.description)
+        case .collectionGroup(let group, _)?: (scope, value) = (" AND d.collection_group = $2", group)
+        case nil: break
+        }
+        let since = Int64(clamping: version.rawValue)
+        func binds(_ first: Int64, _ rest: Int64...) -> PostgresBindings {
+            var binds = PostgresBindings()
+            binds.append(first)
+            if let value { binds.append(value) }
+            for more in rest { binds.append(more) }
+            return binds
+        }
+        let next = value == nil ? 2 : 3
+        var (rows, current, hasMore) = try await readingConsistently { connection -> ([RemoteChange], Version, Bool) in
+            var current = Version.zero
+            var prunedThrough: Int64 = 0
+            for try await (counter, pruned) in try await connection.query("""
+                SELECT c.version, m.value FROM tandem_counter AS c, tandem_meta AS m WHERE c.id = 1 AND m.key = 'pruned_through'
+                """, logger: self.logger).decode((Int64, Int64).self) {
+                current = Version(UInt64(counter))
+                prunedThrough = pruned
+            }
+            if version > current {
+                throw TandemError(.outOfRange, "Version \(version) is beyond this server's newest, \(current): the server's data is not the history this version came from (restored from a backup, or replaced). Reload a full snapshot.")
+            }
+            if since < prunedThrough {
+                throw TandemError(.outOfRange, "Changes since version \(version) are no longer kept (tombstones through \(prunedThrough) were pruned); reload a full snapshot.")
+            }
+            var rows = try await self.changes(connection, sql: "SELECT \(Self.documentColumns) FROM tandem_documents AS d WHERE d.version > $1\(scope) ORDER BY d.version, d.path LIMIT $\(next)", binds: binds(since, Int64(limit)))
+            var hasMore = false
+            if rows.count == limit, let last = rows.last?.version {
+                // Finish the last commit whole, then see whether anything follows it.
+                let through = Int64(last.rawValue)
+                rows = try await self.changes(connection, sql: "SELECT \(Self.documentColumns) FROM tandem_documents AS d WHERE d.version > $1\(scope) AND d.version <= $\(next) ORDER BY d.version, d.path", binds: binds(since, through))
+                for try await exists in try await connection.query(PostgresQuery(unsafeSQL: "SELECT EXISTS (SELECT 1 FROM tandem_documents AS d WHERE d.version > $1\(scope))", binds: binds(through)), logger: self.logger).decode(Bool.self) {
+                    hasMore = exists
+                }
+                if hasMore { current = last }
+            }
+            return (rows, current, hasMore)
+        }
+        if let query = target?.query {
+            let compiled = try CompiledQuery(query)
+            rows = rows.map { change in
+                guard let document = change.document, !compiled.matchesFiltersAndCursors(document.data) else { return change }
+                return RemoteChange(path: change.path, document: nil, version: change.version, mutationID: change.mutationID)
+            }
+        }
+        return ChangePage(changes: rows, version: current, hasMore: hasMore)
+    }
+
+    /// The rows of a query selecting ``documentColumns``, as changes.
+    func changes(_ connection: PostgresConnection, sql: String, binds: PostgresBindings) async throws -> [RemoteChange] {
+        var changes: [RemoteChange] = []
+        for try await row in try await connection.query(PostgresQuery(unsafeSQL: sql, binds: binds), logger: logger) {
+            if let change = try Self.change(row.makeRandomAccess(), from: 0) { changes.append(change) }
+        }
+        return changes
+    }
+
+    /// The change a row holds in ``documentColumns`` from column `first` (nil when they are NULL,
+    /// as a LEFT JOIN that met no row leaves them).
+    static func change(_ cells: PostgresRandomAccessRow, from first: Int) throws -> RemoteChange? {
+        guard let text = try cells[first].decode(String?.self) else { return nil }
+        guard let path = DocumentPath(trusted: text) else {
+            throw TandemError(.dataLoss, "The stored path '\(text)' is not a document path.")
+        }
+        let version = Version(UInt64(try cells[first + 1].decode(Int64.self)))
+        let client = try cells[first + 5].decode(String?.self)
+        let sequence = try cells[first + 6].decode(Int64?.self)
+        let id = client.flatMap { client in sequence.map { MutationID(clientID: client, sequence: UInt64(bitPattern: $0)) } }
+        guard let body = try cells[first + 4].decode(String?.self) else {
+            return RemoteChange(path: path, document: nil, version: version, mutationID: id)
+        }
+        guard case .object(let data)? = try? JSONText.parse(body) else {
+            throw TandemError(.dataLoss, "The stored row of \(path) is damaged: its body is not a JSON object.")
+        }
+        let document = Document(path: path, data: data, version: version,
+                                createTime: WireTimestamp.date(milliseconds: try cells[first + 2].decode(Int64.self)),
+                                updateTime: WireTimestamp.date(milliseconds: try cells[first + 3].decode(Int64.self)))
+        return RemoteChange(path: path, document: document, version: version, mutationID: id)
+    }
+
+    static func counter(_ connection: PostgresConnection, logger: Logger) async throws -> Version {
+        var version = Version.zero
+        for try await value in try await connection.query("SELECT version FROM tandem_counter WHERE id = 1", logger: logger).decode(Int64.self) {
+            version = Version(UInt64(value))
+        }
+        return version
+    }
+
+    static func binds(_ values: String...) -> PostgresBindings {
+        var binds = PostgresBindings()
+        for value in values { binds.append(value) }
+        return binds
+    }
+
+    static func binds(_ values: Int64...) -> PostgresBindings {
+        var binds = PostgresBindings()
+        for value in values { binds.append(value) }
+        return binds
+    }
+
+    /// Runs `body` on a connection of the pool; what PostgreSQL or the network fails with is
+    /// `unavailable`.
+    func reading<T: Sendable>(_ body: (PostgresConnection) async throws -> T) async throws -> T {
+        do {
+            return try await client.withConnection { connection in try await body(connection) }
+        } catch let error as TandemError {
+            throw error
+        } catch is CancellationError {
+            throw TandemError(.cancelled, "The read was cancelled.")
+        } catch {
+            throw TandemError(.unavailable, "The server database failed to read: \(Self.reason(error)).", cause: error)
+        }
+    }
+
+    /// As ``reading(_:)``, in one read-only snapshot (REPEATABLE READ) across its statements.
+    func readingConsistently<T: Sendable>(_ body: (PostgresConnection) async throws -> T) async throws -> T {
+        try await reading { connection in
+            try await connection.query("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", logger: logger)
+            do {
+                let result = try await body(connection)
+                try await connection.query("COMMIT", logger: logger)
+                return result
+            } catch {
+                _ = try? await connection.query("ROLLBACK", logger: logger)
+                throw error
+            }
+        }
+    }
+
+    // MARK: Pruning
+
+    @discardableResult
+    public func pruneTombstones(olderThan date: Date) async throws -> Int {
+        let cutoff = WireTimestamp.milliseconds(date)
+        return try await reading { connection in
+            try await connection.query("BEGIN", logger: logger)
+            do {
+                // One node prunes at a time; another that finds it pruning skips its turn.
+                var locked = false
+                for try await taken in try await connection.query("SELECT pg_try_advisory_xact_lock(\(Self.pruneLock))", logger: logger).decode(Bool.self) {
+                    locked = taken
+                }
+                guard locked else {
+                    try await connection.query("COMMIT", logger: logger)
+                    return 0
+                }
+                // Each client's newest record stays: it is the client's high-water mark. What goes
+                // is remembered per client, so a replay of it is answered unknown, not taken as new.
+                let prunable = """
+                    FROM tandem_mutation_results AS r WHERE r.commit_time < $1 AND r.sequence <
+                        (SELECT max(newer.sequence) FROM tandem_mutation_results AS newer WHERE newer.client_id = r.client_id)
+                    """
+                var binds = PostgresBindings()
+                binds.append(cutoff)
+                try await connection.query(PostgresQuery(unsafeSQL: """
+                    INSERT INTO tandem_pruned_clients (client_id, sequence) SELECT r.client_id, max(r.sequence) \(prunable) GROUP BY r.client_id
+                    ON CONFLICT (client_id) DO UPDATE SET sequence = greatest(tandem_pruned_clients.sequence, excluded.sequence)
+                    """, binds: binds), logger: logger)
+                try await connection.query(PostgresQuery(unsafeSQL: "DELETE \(prunable)", binds: binds), logger: logger)
+                var count = 0
+                var newest: Int64?
+                for try await (gone, version) in try await connection.query(PostgresQuery(unsafeSQL: """
+                    WITH gone AS (DELETE FROM tandem_documents WHERE data IS NULL AND update_time < $1 RETURNING version)
+                    SELECT count(*), max(version) FROM gone
+                    """, binds: binds), logger: logger).decode((Int64, Int64?).self) {
+                    count = Int(gone)
+                    newest = version
+                }
+                if let newest {
+                    try await connection.query("UPDATE tandem_meta SET value = greatest(value, \(newest)) WHERE key = 'pruned_through'", logger: logger)
+                }
+                try await connection.query("COMMIT", logger: logger)
+                return count
+            } catch {
+                _ = try? await connection.query("ROLLBACK", logger: logger)
+                throw error
+            }
+        }
+    }
+}

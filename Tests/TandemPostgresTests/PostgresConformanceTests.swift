@@ -1,0 +1,28 @@
+import Foundation
+import Testing
+import TandemCore
+import TandemPostgres
+import TandemServer
+import TandemTesting
+
+/// The one conformance suite, unchanged, against the PostgreSQL store: each check on a new
+/// database of one private cluster.
+@Suite("PostgreSQL store conformance", .postgresCluster, .serialized,
+       .enabled(if: PostgresClusterTrait.runs, Comment(rawValue: PostgresCluster.unavailableReason ?? "")))
+struct PostgresConformanceTests {
+    static let subject = ServerStoreConformance.Subject(name: "PostgreSQL") {
+        let (_, url) = try await PostgresClusterTrait.freshDatabase()
+        let configuration = {
+            var configuration = PostgresServerStoreConfiguration()
+            configuration.maximumConnections = 4
+            return configuration
+        }()
+        let store = try await PostgresServerStore.open(url: try PostgresURL(url), configuration: configuration)
+        return .init(store: store) { try await PostgresServerStore.open(url: try PostgresURL(url), configuration: configuration) }
+    }
+
+    @Test("PostgresServerStore", arguments: ServerStoreConformance.checks)
+    func postgres(_ check: ServerStoreConformance.Check) async throws {
+        try await check.run(on: Self.subject)
+    }
+}
