@@ -153,13 +153,16 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
-        // The real server and client over real sockets on 127.0.0.1, and the CLI.
+        // The real server and client over real sockets on 127.0.0.1, and the CLI; the PostgreSQL
+        // store and several nodes against a private cluster the tests start.
         .testTarget(
             name: "TandemIntegrationTests",
             dependencies: [
                 .product(name: "IdentifiedCollections", package: "swift-identified-collections"),
                 "Tandem",
                 "TandemServer",
+                "TandemPostgres",
+                .product(name: "PostgresNIO", package: "postgres-nio"),
                 "TandemTesting",
                 .product(name: "WSClient", package: "swift-websocket"),
                 .product(name: "Hummingbird", package: "hummingbird"),
@@ -172,19 +175,6 @@ let package = Package(
                 .product(name: "SwiftASN1", package: "swift-asn1"),
                 // The README's change-sync example keeps its notes in a GRDB table.
                 .product(name: "GRDB", package: "GRDB.swift"),
-            ],
-            swiftSettings: swiftSettings
-        ),
-        // The PostgreSQL store against a private cluster the tests start (skipped, saying why,
-        // where PostgreSQL's binaries are missing).
-        .testTarget(
-            name: "TandemPostgresTests",
-            dependencies: [
-                "TandemCore",
-                "TandemServer",
-                "TandemPostgres",
-                "TandemTesting",
-                .product(name: "PostgresNIO", package: "postgres-nio"),
             ],
             swiftSettings: swiftSettings
         ),

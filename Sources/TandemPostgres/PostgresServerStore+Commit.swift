@@ -14,6 +14,58 @@ extension PostgresServerStore {
         var authorizer: WriteAuthorizer?
     }
 
+    /// What the drain does: commit requests, or (told of another node's commit) tell this node's
+    /// observers of what was committed since it last told them. One drain runs at a time, so the
+    /// observers hear of every commit once, in version order.
+    enum Work: Sendable {
+        case commit(Submission)
+        case catchUp
+    }
+
+    /// Queues a catch-up: what other nodes committed reaches this node's observers.
+    func catchUp() {
+        Task {
+            _ = try? await queue.submit(.catchUp, process: { work, mustReport in await self.drain(work, mustReport: mustReport) },
+                                        idle: { self.publish(CommitNotice(batches: [], visibleThrough: self.published.withLock { $0 })) })
+        }
+    }
+
+    /// One group of the drain: its commits in one transaction (which tells of other nodes' commits
+    /// first), or, with none, a catch-up read.
+    func drain(_ work: [Work], mustReport: Bool) async -> [Result<[Result<CommitResult, TandemError>], any Error>] {
+        var submissions: [Submission] = []
+        for case .commit(let submission) in work { submissions.append(submission) }
+        guard !submissions.isEmpty else {
+            await catchUpNow(mustReport: mustReport)
+            return work.map { _ in .success([]) }
+        }
+        var results = await commitTogether(submissions, mustReport: mustReport)[...]
+        return work.map { entry in
+            guard case .commit = entry else { return .success([]) }
+            return results.popFirst()!
+        }
+    }
+
+    /// Reads what was committed after the version this node last told of, and tells it.
+    private func catchUpNow(mustReport: Bool) async {
+        let told = published.withLock { $0 }
+        do {
+            let (changes, current) = try await readingConsistently { connection -> ([RemoteChange], Version) in
+                let current = try await Self.counter(connection, logger: self.logger)
+                guard current > told else { return ([], current) }
+                let changes = try await self.changes(connection, sql: "SELECT \(Self.documentColumns) FROM tandem_documents AS d WHERE d.version > $1 AND d.version <= $2 ORDER BY d.version, d.path",
+                                                     binds: Self.binds(Int64(told.rawValue), Int64(current.rawValue)))
+                return (changes, current)
+            }
+            guard current > told || mustReport else { return }
+            published.withLock { $0 = max($0, current) }
+            publish(CommitNotice(batches: Self.batches(changes), visibleThrough: max(current, told)))
+        } catch {
+            if mustReport { publish(CommitNotice(batches: [], visibleThrough: told)) }
+            logger.warning("catching up with other nodes' commits failed: \(Self.reason(error)); the next notification or poll tries again")
+        }
+    }
+
     public func commit(_ requests: [[Mutation]], limits: ServerLimits, clientID: String?, authorizer: WriteAuthorizer?) async -> [Result<CommitResult, TandemError>] {
         var checked: [Result<CommitPlanner.CheckedRequest, TandemError>] = []
         checked.reserveCapacity(requests.count)
@@ -28,8 +80,8 @@ extension PostgresServerStore {
         guard !valid.isEmpty else { return checked.map { $0.map { _ in CommitResult(acknowledgements: [], batch: nil) } } }
         let decided: Result<[Result<CommitResult, TandemError>], TandemError>
         do {
-            decided = .success(try await queue.submit(Submission(requests: valid, limits: limits, clientID: clientID, authorizer: authorizer)) { submissions, mustReport in
-                await self.commitTogether(submissions, mustReport: mustReport)
+            decided = .success(try await queue.submit(.commit(Submission(requests: valid, limits: limits, clientID: clientID, authorizer: authorizer))) { work, mustReport in
+                await self.drain(work, mustReport: mustReport)
             } idle: {
                 self.publish(CommitNotice(batches: [], visibleThrough: self.published.withLock { $0 }))
             })
@@ -86,6 +138,12 @@ extension PostgresServerStore {
                         try await connection.query("UPDATE tandem_counter SET version = \(Int64(version.rawValue)) WHERE id = 1", logger: self.logger)
                     }
                     try await connection.query("COMMIT", logger: self.logger)
+                    if version != start {
+                        // A wake-up for the other nodes, after the commit in a statement of its own
+                        // (inside the transaction it would take a lock every commit waits for).
+                        // Lost, it costs them a poll's delay, nothing more.
+                        _ = try? await connection.query("SELECT pg_notify(\(Self.channel), \("\(self.node):\(version.rawValue)"))", logger: self.logger)
+                    }
                     return (answers, start, version, earlier)
                 } catch {
                     _ = try? await connection.query("ROLLBACK", logger: self.logger)

@@ -21,6 +21,9 @@ public struct PostgresServerStoreConfiguration: Sendable {
     public var connectTimeout: Duration = .seconds(10)
     /// The most connections this node opens. Default 20.
     public var maximumConnections = 20
+    /// How long a node waits for word of other nodes' commits before it looks anyway (PostgreSQL's
+    /// notifications are wake-ups, and may be lost). Default 1 s.
+    public var pollInterval: Duration = .seconds(1)
     /// Where failures and housekeeping are logged.
     public var logger = Logger(label: "tandem.postgres")
 
@@ -50,7 +53,11 @@ public final class PostgresServerStore: ServerStore {
     let client: PostgresClient
     private let clientTask: Task<Void, Never>
     let logger: Logger
-    let queue = CommitQueue<Submission, [Result<CommitResult, TandemError>]>()
+    let queue = CommitQueue<Work, [Result<CommitResult, TandemError>]>()
+    /// This node's name in its notifications, so it skips its own.
+    let node = UUID().uuidString
+    /// The channel of the wake-ups that say a node committed.
+    static let channel = "tandem_commits"
     private let observers = Mutex<[@Sendable (CommitNotice) -> Void]>([])
     /// The newest version this node has told its observers of: every commit at or below it, from
     /// any node, was told (the drain of `queue` moves it, one drain at a time).
@@ -110,26 +117,77 @@ public final class PostgresServerStore: ServerStore {
 
     // MARK: Service
 
-    /// Prunes every `pruneInterval` of the configured clock until the service group shuts down
-    /// (one node at a time: the others find the pruning lock taken and skip their turn), then
-    /// closes the store's connections.
+    /// Until the service group shuts down: hears of other nodes' commits (``follow()``), and prunes
+    /// every `pruneInterval` of the configured clock (one node at a time: the others find the
+    /// pruning lock taken and skip their turn). Then closes the store's connections.
     public func run() async throws {
-        let configuration = self.configuration
         await cancelWhenGracefulShutdown {
-            while !Task.isCancelled {
-                do {
-                    try await configuration.clock.sleep(for: configuration.pruneInterval)
-                } catch {
-                    return
-                }
-                do {
-                    try await self.pruneTombstones(olderThan: configuration.now().addingTimeInterval(-configuration.tombstoneRetention.doubleSeconds))
-                } catch {
-                    configuration.logger.error("tombstone pruning failed: \(error); it runs again in \(configuration.pruneInterval)")
-                }
+            await withDiscardingTaskGroup { group in
+                group.addTask { await self.follow() }
+                group.addTask { await self.prune() }
             }
         }
         close()
+    }
+
+    private func prune() async {
+        let configuration = self.configuration
+        while !Task.isCancelled {
+            do {
+                try await configuration.clock.sleep(for: configuration.pruneInterval)
+            } catch {
+                return
+            }
+            do {
+                try await pruneTombstones(olderThan: configuration.now().addingTimeInterval(-configuration.tombstoneRetention.doubleSeconds))
+            } catch {
+                logger.error("tombstone pruning failed: \(error); it runs again in \(configuration.pruneInterval)")
+            }
+        }
+    }
+
+    /// Tells this node's observers of what other nodes commit. On a connection of its own: LISTEN
+    /// first, then read what was committed since this node last told (``catchUp()``), then wait
+    /// for a notification, or `pollInterval` without one (a lost notification costs that delay),
+    /// and read again; each wait also checks the connection. After any failure, a new connection
+    /// does the same, in the same order, so nothing committed meanwhile is missed.
+    func follow() async {
+        while !Task.isCancelled {
+            do {
+                try await client.withConnection { connection in
+                    try await connection.listen(on: Self.channel) { notifications in
+                        let (wakes, wake) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
+                        try await withThrowingTaskGroup(of: Void.self) { group in
+                            group.addTask {
+                                for try await notification in notifications where !notification.payload.hasPrefix("\(self.node):") {
+                                    wake.yield()
+                                }
+                                throw TandemError(.unavailable, "The connection listening for other nodes' commits closed.")
+                            }
+                            group.addTask {
+                                while true {
+                                    try await self.configuration.clock.sleep(for: self.configuration.pollInterval)
+                                    wake.yield()
+                                }
+                            }
+                            group.addTask {
+                                self.catchUp()
+                                for await _ in wakes {
+                                    try await connection.query("SELECT 1", logger: self.logger)
+                                    self.catchUp()
+                                }
+                            }
+                            try await group.next()
+                            group.cancelAll()
+                        }
+                    }
+                }
+            } catch {
+                if Task.isCancelled { return }
+                logger.warning("listening for other nodes' commits failed: \(Self.reason(error)); listening again in \(configuration.pollInterval)")
+                try? await configuration.clock.sleep(for: configuration.pollInterval)
+            }
+        }
     }
 
     public func observeCommits(_ observer: @escaping @Sendable (CommitNotice) -> Void) {

@@ -3,13 +3,14 @@ import Foundation
 import Logging
 import ServiceLifecycle
 import TandemCore
+import TandemPostgres
 import TandemServer
 
-/// `tandem serve`: the sync server on the embedded SQLite store.
+/// `tandem serve`: the sync server on the embedded SQLite store, or on PostgreSQL (`--postgres`).
 struct ServeCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "serve",
-        abstract: "Run the sync server (WebSocket /v1/stream and the HTTP API) on an embedded SQLite database."
+        abstract: "Run the sync server (WebSocket /v1/stream and the HTTP API) on an embedded SQLite database, or on PostgreSQL shared by several nodes."
     )
 
     @Option(help: "The address to listen on.")
@@ -20,6 +21,9 @@ struct ServeCommand: AsyncParsableCommand {
 
     @Option(name: .customLong("data-dir"), help: "The directory holding the database (created if missing).")
     var dataDirectory = "./.tandem"
+
+    @Option(help: "Keep the data in this PostgreSQL database instead of --data-dir, e.g. postgres://user:password@127.0.0.1:5432/tandem?sslmode=disable (default: $TANDEM_POSTGRES_URL). Several nodes may share one.")
+    var postgres: String?
 
     @Option(name: .customLong("log-level"), help: "trace, debug, info, notice, warning, error or critical.")
     var logLevel = "warning"
@@ -39,9 +43,19 @@ struct ServeCommand: AsyncParsableCommand {
     func run() async throws {
         var logger = Logger(label: "tandem.server")
         logger.logLevel = Logger.Level(rawValue: logLevel) ?? .warning
-        let store: SQLiteServerStore
+        let store: any ServerStore
+        let postgresURL = postgres ?? ProcessInfo.processInfo.environment["TANDEM_POSTGRES_URL"].flatMap { $0.isEmpty ? nil : $0 }
         do {
-            store = try SQLiteServerStore(directory: URL(fileURLWithPath: dataDirectory))
+            if let postgresURL {
+                var storeConfiguration = PostgresServerStoreConfiguration()
+                storeConfiguration.logger = logger
+                store = try await PostgresServerStore.open(url: try PostgresURL(postgresURL), configuration: storeConfiguration)
+            } else {
+                store = try SQLiteServerStore(directory: URL(fileURLWithPath: dataDirectory))
+            }
+        } catch let error as TandemError {
+            Console.error("error: \(error.code.rawValue): \(error.message)")
+            throw ExitCode(2)
         } catch {
             Console.error("error: \(error)")
             throw ExitCode(2)

@@ -1,0 +1,167 @@
+import Foundation
+import Synchronization
+import Testing
+import TandemCore
+import TandemPostgres
+import TandemServer
+import TandemTesting
+
+/// Several nodes on one PostgreSQL database: each a `PostgresServerStore` over it, as each
+/// `tandem serve --postgres` process holds one.
+@Suite("PostgreSQL nodes", .postgresCluster, .serialized,
+       .enabled(if: PostgresClusterTrait.runs, Comment(rawValue: PostgresCluster.unavailableReason ?? "")))
+struct PostgresNodesTests {
+    static func open(_ url: String, clock: (any Clock<Duration>)? = nil) async throws -> PostgresServerStore {
+        var configuration = PostgresServerStoreConfiguration()
+        configuration.maximumConnections = 6
+        if let clock { configuration.clock = clock }
+        return try await PostgresServerStore.open(url: try PostgresURL(url), configuration: configuration)
+    }
+
+    static func set(_ path: String, _ fields: JSONObject, id: MutationID? = nil) throws -> Mutation {
+        Mutation(path: try DocumentPath(path), kind: .set(fields), id: id)
+    }
+
+    /// A node's notices, as a stream.
+    static func notices(of store: PostgresServerStore) -> AsyncStream<CommitNotice> {
+        let (stream, continuation) = AsyncStream.makeStream(of: CommitNotice.self)
+        store.observeCommits { continuation.yield($0) }
+        return stream
+    }
+
+    @Test("commits through two nodes at once reach a third node's observers once each, in version order, with nothing left out")
+    func crossNodeNotices() async throws {
+        let (_, url) = try await PostgresClusterTrait.freshDatabase()
+        let a = try await Self.open(url)
+        let b = try await Self.open(url)
+        let c = try await Self.open(url)
+        let notices = Self.notices(of: c)
+        let follower = Task { try await c.run() }
+        defer { follower.cancel() }
+        let versions = try await withThrowingTaskGroup(of: [Version].self) { group in
+            for (name, node) in [("a", a), ("b", b)] {
+                group.addTask {
+                    var versions: [Version] = []
+                    for index in 0..<40 {
+                        let result = try await node.commit([Self.set("items/\(name)\(index)", ["n": .int(index)])])
+                        versions.append(result.acknowledgements[0].version)
+                    }
+                    return versions
+                }
+            }
+            var all: [Version] = []
+            for try await versions in group { all += versions }
+            return all.sorted()
+        }
+        #expect(Set(versions).count == 80, "every commit has its own version")
+        var heard: [Version] = []
+        var paths: Set<String> = []
+        var watermark = Version.zero
+        for await notice in notices {
+            #expect(notice.visibleThrough >= watermark, "the watermark never goes back")
+            watermark = notice.visibleThrough
+            for batch in notice.batches {
+                #expect(batch.version <= notice.visibleThrough)
+                heard.append(batch.version)
+                for change in batch.changes { paths.insert(change.path.description) }
+            }
+            if watermark >= versions.last! { break }
+        }
+        #expect(heard == versions, "each commit told once, in version order")
+        #expect(paths.count == 80)
+    }
+
+    @Test("a commit whose notification never came reaches the other node at its next poll")
+    func pollCoversLostNotifications() async throws {
+        let (cluster, url) = try await PostgresClusterTrait.freshDatabase()
+        let clock = ManualClock()
+        let node = try await Self.open(url, clock: clock)
+        let notices = Self.notices(of: node)
+        let follower = Task { try await node.run() }
+        defer { follower.cancel() }
+        // Listening, and waiting for its poll (the pruning waits too).
+        await clock.waitForSleepers(count: 2)
+        _ = try await node.commit([Self.set("items/own", ["n": 0])])
+        for await notice in notices where notice.visibleThrough == Version(1) { break }
+        // Another writer that commits as a node does, and sends no notification.
+        let database = String(url.split(separator: "/").last!.split(separator: "?").first!)
+        try await cluster.psql("""
+            BEGIN;
+            UPDATE tandem_counter SET version = version + 1 WHERE id = 1;
+            INSERT INTO tandem_documents (path, collection, collection_group, version, create_time, update_time, data, body)
+                SELECT 'items/quiet', 'items', 'items', version, 0, 0, '{"n":1}', '{"n":1}' FROM tandem_counter;
+            COMMIT;
+            """, database: database)
+        clock.advance(by: .seconds(1))
+        for await notice in notices {
+            if notice.batches.contains(where: { $0.changes.contains { $0.path.description == "items/quiet" } }) {
+                #expect(notice.visibleThrough == Version(2))
+                break
+            }
+        }
+    }
+
+    @Test("a mutation sent again through another node is answered as it was first, and a writer id stays its client's on every node")
+    func retryThroughAnotherNode() async throws {
+        let (_, url) = try await PostgresClusterTrait.freshDatabase()
+        let a = try await Self.open(url)
+        let b = try await Self.open(url)
+        let id = MutationID(clientID: "w1", sequence: 1)
+        let first = try await a.commit([[Self.set("items/x", ["n": 1], id: id)]], limits: ServerLimits(), clientID: "phone")[0].get()
+        #expect(first.acknowledgements[0].status == .applied)
+        let again = try await b.commit([[Self.set("items/x", ["n": 1], id: id)]], limits: ServerLimits(), clientID: "phone")[0].get()
+        #expect(again.acknowledgements[0].status == .replayed)
+        #expect(again.acknowledgements[0].version == first.acknowledgements[0].version)
+        #expect(again.batch == nil, "nothing new committed")
+        let stolen = await b.commit([[try Self.set("items/y", ["n": 2], id: MutationID(clientID: "w1", sequence: 2))]], limits: ServerLimits(), clientID: "laptop")[0]
+        guard case .failure(let error) = stolen else {
+            Issue.record("another client wrote under w1")
+            return
+        }
+        #expect(error.code == .permissionDenied)
+        #expect(try await a.currentVersion() == first.acknowledgements[0].version)
+    }
+
+    @Test("while writers on two nodes commit, a reader following the change feed from a third misses no commit and sees versions only increase")
+    func feedFollowsVisibility() async throws {
+        let (_, url) = try await PostgresClusterTrait.freshDatabase()
+        let nodes = [try await Self.open(url), try await Self.open(url)]
+        let reader = try await Self.open(url)
+        let writing = Locked(2 * 2)
+        let checker = Task { () throws -> (seen: [String: Version], ordered: Bool) in
+            var since = Version.zero
+            var seen: [String: Version] = [:]
+            var ordered = true
+            // Reads while the writers write, then once more after they are done.
+            while true {
+                let done = writing.value == 0
+                let page = try await reader.changes(since: since, in: nil, limit: 25)
+                for change in page.changes {
+                    if change.version <= since { ordered = false }
+                    seen[change.path.description] = change.version
+                }
+                if let last = page.changes.last?.version, last > page.version { ordered = false }
+                since = page.version
+                if done && !page.hasMore { return (seen, ordered) }
+            }
+        }
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for (index, node) in nodes.enumerated() {
+                for writer in 0..<2 {
+                    group.addTask {
+                        defer { writing.withLock { $0 -= 1 } }
+                        for n in 0..<60 {
+                            _ = try await node.commit([Self.set("feed/n\(index)w\(writer)i\(n)", ["n": .int(n)])])
+                        }
+                    }
+                }
+            }
+            try await group.waitForAll()
+        }
+        let (seen, ordered) = try await checker.value
+        #expect(ordered, "the feed's versions only increase")
+        #expect(seen.count == 2 * 2 * 60, "every commit was read, none skipped")
+        let stored = try await reader.read(.collection(try CollectionPath("feed"), Query()))
+        #expect(Dictionary(uniqueKeysWithValues: stored.documents.map { ($0.path.description, $0.version) }) == seen)
+    }
+}
