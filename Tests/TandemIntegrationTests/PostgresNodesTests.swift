@@ -1,4 +1,7 @@
 import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
 import Synchronization
 import Testing
 import TandemCore
@@ -163,5 +166,92 @@ struct PostgresNodesTests {
         #expect(seen.count == 2 * 2 * 60, "every commit was read, none skipped")
         let stored = try await reader.read(.collection(try CollectionPath("feed"), Query()))
         #expect(Dictionary(uniqueKeysWithValues: stored.documents.map { ($0.path.description, $0.version) }) == seen)
+    }
+}
+
+/// `tandem serve --postgres`, run as real processes on one database.
+@Suite("PostgreSQL serve nodes", .postgresCluster, .serialized,
+       .enabled(if: PostgresClusterTrait.runs, Comment(rawValue: PostgresCluster.unavailableReason ?? "")))
+struct PostgresServeTests {
+    /// Starts `tandem serve --postgres URL` on a free port; returns it with its URL.
+    static func node(_ url: String) async throws -> (RunningProcess, URL) {
+        let process = try RunningProcess(["serve", "--port", "0", "--postgres", url])
+        let line = try #require(await process.nextLine(), "tandem serve printed nothing")
+        let address = try #require(line.split(separator: " ").last.map(String.init), "no address in '\(line)'")
+        return (process, try #require(URL(string: address)))
+    }
+
+    /// One write through a node's HTTP API; its version, or nil when the node did not answer.
+    static func write(_ node: URL, path: String, n: Int) async -> Version? {
+        var request = URLRequest(url: node.appendingPathComponent("v1/commit"))
+        request.httpMethod = "POST"
+        request.setValue("application/json", forHTTPHeaderField: "Content-Type")
+        request.httpBody = Data(#"{"writes": [{"op": "set", "path": "\#(path)", "data": {"n": \#(n)}}]}"#.utf8)
+        guard let (data, response) = try? await URLSession.shared.data(for: request), (response as? HTTPURLResponse)?.statusCode == 200,
+              let answer = try? JSONText.parse(bytes: data), case .int(let version)? = answer[field: "version"] else { return nil }
+        return Version(UInt64(version))
+    }
+
+    @Test("a URL it cannot use, a server it cannot reach and a database that is not there stop tandem serve at once with exit 2 and say which")
+    func badDatabases() async throws {
+        try #require(CLIProcess.executable != nil, "tandem is not built; run `swift build --build-tests` first")
+        let cluster = try #require(PostgresClusterTrait.cluster)
+        let cases: [(String, String)] = [
+            ("mysql://tandem@127.0.0.1/x", "starts with postgres://"),
+            ("postgres://127.0.0.1/x", "names no user"),
+            ("postgres://tandem@127.0.0.1:1/x?sslmode=disable", "Could not connect to PostgreSQL"),
+            (cluster.url(database: "missing"), "does not exist"),
+        ]
+        for (url, message) in cases {
+            let result = try await CLIProcess.run(["serve", "--port", "0", "--postgres", url])
+            #expect(result.status == 2, "\(url): \(result.err)")
+            #expect(result.err.contains(message), "\(url): \(result.err)")
+        }
+    }
+
+    @Test("two nodes on one database: writes through one, killed with SIGKILL halfway, then through the other, reach a listener on the second once each, in version order; every acknowledged write is stored")
+    func nodeKilledMidLoad() async throws {
+        try #require(CLIProcess.executable != nil, "tandem is not built; run `swift build --build-tests` first")
+        let (_, url) = try await PostgresClusterTrait.freshDatabase()
+        let (first, firstURL) = try await Self.node(url)
+        let (second, secondURL) = try await Self.node(url)
+        defer {
+            first.signal(SIGKILL)
+            second.signal(SIGTERM)
+        }
+        let listening = RunningClient(url: secondURL, id: "listener")
+        let batches = listening.client.listen(.collection(collectionPath("load"), Query()))
+        var acknowledged: [String: Version] = [:]
+        for n in 0..<60 {
+            if n == 30 {
+                // Killed between two writes it acknowledged: the writer moves to the other node.
+                first.signal(SIGKILL)
+                _ = await first.waitForExit()
+            }
+            let path = "load/w\(n)"
+            let version = await Self.write(n < 30 ? firstURL : secondURL, path: path, n: n)
+            acknowledged[path] = try #require(version, "write \(n) was not acknowledged")
+        }
+        var seen: [String: Version] = [:]
+        var last = Version.zero
+        var doubles = 0
+        for try await batch in batches {
+            if !batch.isSnapshot {
+                #expect(batch.version > last, "versions only increase")
+            }
+            last = max(last, batch.version)
+            for change in batch.changes {
+                if seen[change.path.description] != nil && !batch.isSnapshot { doubles += 1 }
+                seen[change.path.description] = change.version
+            }
+            if seen.count == acknowledged.count { break }
+        }
+        #expect(doubles == 0, "no change came twice")
+        #expect(seen == acknowledged, "the listener ends equal to what was acknowledged")
+        let store = try await PostgresServerStore.open(url: try PostgresURL(url))
+        let stored = try await store.read(.collection(collectionPath("load"), Query()))
+        #expect(Dictionary(uniqueKeysWithValues: stored.documents.map { ($0.path.description, $0.version) }) == acknowledged, "every acknowledged write is stored")
+        store.close()
+        await listening.stop()
     }
 }
