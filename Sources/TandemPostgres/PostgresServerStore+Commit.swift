@@ -106,7 +106,7 @@ extension PostgresServerStore {
         let time = ServerTime(WireTimestamp.date(milliseconds: WireTimestamp.milliseconds(configuration.now())))
         let told = published.withLock { $0 }
         do {
-            let (answers, start, last, earlier) = try await client.withConnection { connection in
+            let (answers, start, last, earlier) = try await withLease { connection in
                 try await connection.query("BEGIN", logger: self.logger)
                 do {
                     // The counter's lock first: from here until the commit, this is the only commit

@@ -243,16 +243,14 @@ public final class PostgresServerStore: ServerStore {
 
     public func changes(since version: Version, in target: ListenTarget?, limit: Int) async throws -> ChangePage {
         let limit = max(1, limit)
-        var scope = ""
-        var value: String?
-        switch target {
-        case .document(let path)?: (scope, value) = (" AND d.path = $2", path.description)
-        case .collection(let path, _)?: (scope, value) = (" AND d.collection = $2", path.description)
-        case .collectionGroup(let group, _)?: (scope, value) = (" AND d.collection_group = $2", group)
-        case nil: break
+        let (scope, value): (String, String?) = switch target {
+        case .document(let path)?: (" AND d.path = $2", path.description)
+        case .collection(let path, _)?: (" AND d.collection = $2", path.description)
+        case .collectionGroup(let group, _)?: (" AND d.collection_group = $2", group)
+        case nil: ("", nil)
         }
         let since = Int64(clamping: version.rawValue)
-        func binds(_ first: Int64, _ rest: Int64...) -> PostgresBindings {
+        @Sendable func binds(_ first: Int64, _ rest: Int64...) -> PostgresBindings {
             var binds = PostgresBindings()
             binds.append(first)
             if let value { binds.append(value) }
@@ -350,11 +348,46 @@ public final class PostgresServerStore: ServerStore {
         return binds
     }
 
-    /// Runs `body` on a connection of the pool; what PostgreSQL or the network fails with is
-    /// `unavailable`.
-    func reading<T: Sendable>(_ body: (PostgresConnection) async throws -> T) async throws -> T {
+    /// Runs `body` on a connection of the pool, once one is free. When none is within
+    /// `connectTimeout` (PostgreSQL is down or unreachable: the pool keeps trying to connect, and
+    /// a lease would wait for it), fails with `unavailable` instead of waiting on; a `body` that
+    /// started runs to its end (a statement on a dead connection fails by itself).
+    func withLease<T: Sendable>(_ body: @escaping @Sendable (PostgresConnection) async throws -> T) async throws -> T {
+        typealias Outcome = LeaseOutcome<T>
+        let started = LeaseStarted()
+        let timeout = configuration.connectTimeout
+        return try await withThrowingTaskGroup(of: Outcome.self) { group in
+            group.addTask {
+                .done(try await self.client.withConnection { connection in
+                    started.value.withLock { $0 = true }
+                    return try await body(connection)
+                })
+            }
+            group.addTask {
+                try await Task.sleep(for: timeout)
+                return .timedOut
+            }
+            while let outcome = try await group.next() {
+                switch outcome {
+                case .done(let value):
+                    group.cancelAll()
+                    return value
+                case .timedOut:
+                    if !started.value.withLock({ $0 }) {
+                        group.cancelAll()
+                        throw TandemError(.unavailable, "No connection to PostgreSQL at \(url) within \(timeout): the database is down or unreachable. Nothing was done; retry.")
+                    }
+                }
+            }
+            throw CancellationError()
+        }
+    }
+
+    /// Runs `body` on a connection of the pool (``withLease(_:)``); what PostgreSQL or the network
+    /// fails with is `unavailable`.
+    func reading<T: Sendable>(_ body: @escaping @Sendable (PostgresConnection) async throws -> T) async throws -> T {
         do {
-            return try await client.withConnection { connection in try await body(connection) }
+            return try await withLease(body)
         } catch let error as TandemError {
             throw error
         } catch is CancellationError {
@@ -365,15 +398,15 @@ public final class PostgresServerStore: ServerStore {
     }
 
     /// As ``reading(_:)``, in one read-only snapshot (REPEATABLE READ) across its statements.
-    func readingConsistently<T: Sendable>(_ body: (PostgresConnection) async throws -> T) async throws -> T {
+    func readingConsistently<T: Sendable>(_ body: @escaping @Sendable (PostgresConnection) async throws -> T) async throws -> T {
         try await reading { connection in
-            try await connection.query("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", logger: logger)
+            try await connection.query("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", logger: self.logger)
             do {
                 let result = try await body(connection)
-                try await connection.query("COMMIT", logger: logger)
+                try await connection.query("COMMIT", logger: self.logger)
                 return result
             } catch {
-                _ = try? await connection.query("ROLLBACK", logger: logger)
+                _ = try? await connection.query("ROLLBACK", logger: self.logger)
                 throw error
             }
         }
@@ -385,15 +418,15 @@ public final class PostgresServerStore: ServerStore {
     public func pruneTombstones(olderThan date: Date) async throws -> Int {
         let cutoff = WireTimestamp.milliseconds(date)
         return try await reading { connection in
-            try await connection.query("BEGIN", logger: logger)
+            try await connection.query("BEGIN", logger: self.logger)
             do {
                 // One node prunes at a time; another that finds it pruning skips its turn.
                 var locked = false
-                for try await taken in try await connection.query("SELECT pg_try_advisory_xact_lock(\(Self.pruneLock))", logger: logger).decode(Bool.self) {
+                for try await taken in try await connection.query("SELECT pg_try_advisory_xact_lock(\(Self.pruneLock))", logger: self.logger).decode(Bool.self) {
                     locked = taken
                 }
                 guard locked else {
-                    try await connection.query("COMMIT", logger: logger)
+                    try await connection.query("COMMIT", logger: self.logger)
                     return 0
                 }
                 // Each client's newest record stays: it is the client's high-water mark. What goes
@@ -407,26 +440,36 @@ public final class PostgresServerStore: ServerStore {
                 try await connection.query(PostgresQuery(unsafeSQL: """
                     INSERT INTO tandem_pruned_clients (client_id, sequence) SELECT r.client_id, max(r.sequence) \(prunable) GROUP BY r.client_id
                     ON CONFLICT (client_id) DO UPDATE SET sequence = greatest(tandem_pruned_clients.sequence, excluded.sequence)
-                    """, binds: binds), logger: logger)
-                try await connection.query(PostgresQuery(unsafeSQL: "DELETE \(prunable)", binds: binds), logger: logger)
+                    """, binds: binds), logger: self.logger)
+                try await connection.query(PostgresQuery(unsafeSQL: "DELETE \(prunable)", binds: binds), logger: self.logger)
                 var count = 0
                 var newest: Int64?
                 for try await (gone, version) in try await connection.query(PostgresQuery(unsafeSQL: """
                     WITH gone AS (DELETE FROM tandem_documents WHERE data IS NULL AND update_time < $1 RETURNING version)
                     SELECT count(*), max(version) FROM gone
-                    """, binds: binds), logger: logger).decode((Int64, Int64?).self) {
+                    """, binds: binds), logger: self.logger).decode((Int64, Int64?).self) {
                     count = Int(gone)
                     newest = version
                 }
                 if let newest {
-                    try await connection.query("UPDATE tandem_meta SET value = greatest(value, \(newest)) WHERE key = 'pruned_through'", logger: logger)
+                    try await connection.query("UPDATE tandem_meta SET value = greatest(value, \(newest)) WHERE key = 'pruned_through'", logger: self.logger)
                 }
-                try await connection.query("COMMIT", logger: logger)
+                try await connection.query("COMMIT", logger: self.logger)
                 return count
             } catch {
-                _ = try? await connection.query("ROLLBACK", logger: logger)
+                _ = try? await connection.query("ROLLBACK", logger: self.logger)
                 throw error
             }
         }
     }
+}
+
+/// Whether a lease's body started (``PostgresServerStore/withLease(_:)``).
+private final class LeaseStarted: Sendable {
+    let value = Mutex(false)
+}
+
+private enum LeaseOutcome<T: Sendable>: Sendable {
+    case done(T)
+    case timedOut
 }

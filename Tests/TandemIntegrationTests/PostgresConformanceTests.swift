@@ -15,6 +15,7 @@ struct PostgresConformanceTests {
         let configuration = {
             var configuration = PostgresServerStoreConfiguration()
             configuration.maximumConnections = 4
+            configuration.logger.logLevel = .critical
             return configuration
         }()
         let store = try await PostgresServerStore.open(url: try PostgresURL(url), configuration: configuration)

@@ -14,9 +14,11 @@ import TandemTesting
 @Suite("PostgreSQL nodes", .postgresCluster, .serialized,
        .enabled(if: PostgresClusterTrait.runs, Comment(rawValue: PostgresCluster.unavailableReason ?? "")))
 struct PostgresNodesTests {
-    static func open(_ url: String, clock: (any Clock<Duration>)? = nil) async throws -> PostgresServerStore {
+    static func open(_ url: String, clock: (any Clock<Duration>)? = nil, connectTimeout: Duration = .seconds(10)) async throws -> PostgresServerStore {
         var configuration = PostgresServerStoreConfiguration()
         configuration.maximumConnections = 6
+        configuration.connectTimeout = connectTimeout
+        configuration.logger.logLevel = .critical
         if let clock { configuration.clock = clock }
         return try await PostgresServerStore.open(url: try PostgresURL(url), configuration: configuration)
     }
@@ -102,6 +104,54 @@ struct PostgresNodesTests {
                 break
             }
         }
+    }
+
+    @Test("a node whose connections PostgreSQL terminated (pg_terminate_backend) listens again and hears what was committed meanwhile")
+    func listenConnectionTerminated() async throws {
+        let (cluster, url) = try await PostgresClusterTrait.freshDatabase()
+        let database = String(url.split(separator: "/").last!.split(separator: "?").first!)
+        let node = try await Self.open(url)
+        let notices = Self.notices(of: node)
+        let follower = Task { try await node.run() }
+        defer { follower.cancel() }
+        let writer = try await Self.open(url)
+        _ = try await writer.commit([Self.set("items/before", ["n": 0])])
+        for await notice in notices where notice.visibleThrough >= Version(1) { break }
+        // Every connection to the database goes, the listening one among them.
+        let terminated = try await cluster.psql("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = '\(database)' AND pid <> pg_backend_pid()")
+        #expect((Int(terminated) ?? 0) >= 1)
+        let other = try await Self.open(url)
+        _ = try await other.commit([Self.set("items/meanwhile", ["n": 1])])
+        for await notice in notices {
+            if notice.batches.contains(where: { $0.changes.contains { $0.path.description == "items/meanwhile" } }) { break }
+        }
+    }
+
+    @Test("PostgreSQL crashes and restarts under load: commits meanwhile fail with unavailable (never wait on), the nodes reconnect by themselves, and nothing acknowledged is lost")
+    func databaseRestarted() async throws {
+        let (cluster, url) = try await PostgresClusterTrait.freshDatabase()
+        // A short wait for a connection, so the commits while the database is down fail soon.
+        let nodes = [try await Self.open(url, connectTimeout: .milliseconds(500)), try await Self.open(url, connectTimeout: .milliseconds(500))]
+        var acknowledged: [String: Version] = [:]
+        var refusals: [TandemError.Code] = []
+        for n in 0..<30 {
+            let path = "crash/w\(n)"
+            if n == 10 { await cluster.crash() }
+            if n == 14 { try await cluster.restart() }
+            // After the restart, a writer sends again what failed, as a client does.
+            for _ in 0..<(n >= 14 ? 40 : 1) {
+                switch await nodes[n % 2].commit([[try Self.set(path, ["n": .int(n)])]], limits: ServerLimits(), clientID: nil)[0] {
+                case .success(let result): acknowledged[path] = result.acknowledgements[0].version
+                case .failure(let error): refusals.append(error.code)
+                }
+                if acknowledged[path] != nil { break }
+            }
+        }
+        #expect(refusals.count >= 4, "every commit while the database was down failed")
+        #expect(refusals.allSatisfy { $0 == .unavailable }, "\(refusals)")
+        #expect(acknowledged.count == 26, "the commits before the crash and after the restart were acknowledged: \(acknowledged.keys.sorted())")
+        let stored = try await nodes[0].read(.collection(try CollectionPath("crash"), Query()))
+        #expect(Dictionary(uniqueKeysWithValues: stored.documents.map { ($0.path.description, $0.version) }) == acknowledged)
     }
 
     @Test("a mutation sent again through another node is answered as it was first, and a writer id stays its client's on every node")
@@ -248,7 +298,11 @@ struct PostgresServeTests {
         }
         #expect(doubles == 0, "no change came twice")
         #expect(seen == acknowledged, "the listener ends equal to what was acknowledged")
-        let store = try await PostgresServerStore.open(url: try PostgresURL(url))
+        let store = try await PostgresServerStore.open(url: try PostgresURL(url), configuration: {
+            var configuration = PostgresServerStoreConfiguration()
+            configuration.logger.logLevel = .critical
+            return configuration
+        }())
         let stored = try await store.read(.collection(collectionPath("load"), Query()))
         #expect(Dictionary(uniqueKeysWithValues: stored.documents.map { ($0.path.description, $0.version) }) == acknowledged, "every acknowledged write is stored")
         store.close()
