@@ -62,6 +62,10 @@ extension PostgresServerStore {
             "CREATE TABLE tandem_meta (key text PRIMARY KEY, value bigint NOT NULL)",
             "INSERT INTO tandem_meta (key, value) VALUES ('pruned_through', 0)",
         ]),
+        ("v2: bodies indexed for containment", [
+            // Serves the filters a query can push down (`PostgresQueryFilter`).
+            "CREATE INDEX tandem_documents_body ON tandem_documents USING gin (body jsonb_path_ops)",
+        ]),
     ]
 
     /// The advisory lock that one node at a time holds while it migrates.

@@ -218,12 +218,17 @@ public final class PostgresServerStore: ServerStore {
         case .collection(let path, _): ("d.collection", path.description)
         case .collectionGroup(let group, _): ("d.collection_group", group)
         }
-        let (documents, version) = try await reading { connection -> ([Document], Version) in
+        // The filters PostgreSQL can apply without losing a match narrow what is read; the shared
+        // evaluator decides the rest, and every candidate, below.
+        let filter = target.query.flatMap { PostgresQueryFilter($0, firstPlaceholder: 2) }
+        var binds = Self.binds(value)
+        for text in filter?.values ?? [] { binds.append(text) }
+        let (documents, version) = try await reading { [binds] connection -> ([Document], Version) in
             let rows = try await connection.query(PostgresQuery(unsafeSQL: """
                 SELECT c.version, \(Self.documentColumns) FROM tandem_counter AS c
-                LEFT JOIN tandem_documents AS d ON \(scope) = $1 AND d.data IS NOT NULL
+                LEFT JOIN tandem_documents AS d ON \(scope) = $1 AND d.data IS NOT NULL\(filter.map { " AND \($0.sql)" } ?? "")
                 WHERE c.id = 1 ORDER BY d.path
-                """, binds: Self.binds(value)), logger: self.logger)
+                """, binds: binds), logger: self.logger)
             var documents: [Document] = []
             var version = Version.zero
             for try await row in rows {

@@ -309,3 +309,62 @@ struct PostgresServeTests {
         await listening.stop()
     }
 }
+
+/// Queries on the PostgreSQL store, whose filters it partly applies in SQL, against the memory
+/// store, which evaluates everything in Swift: the same answers, in the same order.
+@Suite("PostgreSQL queries", .postgresCluster, .serialized,
+       .enabled(if: PostgresClusterTrait.runs, Comment(rawValue: PostgresCluster.unavailableReason ?? "")))
+struct PostgresQueryTests {
+    @Test("seeded documents and queries: the PostgreSQL store answers each query exactly as the shared evaluator does", arguments: [UInt64(7), 1_234, 99_001])
+    func sameAnswers(seed: UInt64) async throws {
+        var random = SeededRandomNumberGenerator(seed: seed)
+        let (_, url) = try await PostgresClusterTrait.freshDatabase()
+        let postgres = try await PostgresNodesTests.open(url)
+        let memory = MemoryServerStore(clock: ManualClock())
+        // Values of every kind, numbers that are equal across int and double, near misses.
+        let values: [JSONValue] = [.null, true, false, 0, 1, 2, .double(1.0), .double(2.5), .double(-0.0), 9_007_199_254_740_993, .double(9_007_199_254_740_992),
+                                   "a", "b", "ab", "", "é", "\u{0000}x", .array([1, "a"]), .array([]), .array([.double(1.0)]), .object(["k": 1]), .object([:])]
+        func value() -> JSONValue { values[Int.random(in: 0..<values.count, using: &random)] }
+        var writes: [Mutation] = []
+        for index in 0..<80 {
+            var fields: JSONObject = [:]
+            if Bool.random(using: &random) { fields["a"] = value() }
+            if Bool.random(using: &random) { fields["b"] = .object(["c": value()]) }
+            if Bool.random(using: &random) { fields["tags"] = .array((0..<Int.random(in: 0..<3, using: &random)).map { _ in value() }) }
+            writes.append(Mutation(path: try DocumentPath("things/t\(index)"), kind: .set(fields)))
+        }
+        _ = try await postgres.commit(writes)
+        _ = try await memory.commit(writes)
+        let fields: [FieldPath] = ["a", try FieldPath(dotted: "b.c"), "tags"]
+        for _ in 0..<60 {
+            var query = Query()
+            for _ in 0..<Int.random(in: 1...2, using: &random) {
+                let op = Query.FilterOperator.allCases[Int.random(in: 0..<Query.FilterOperator.allCases.count, using: &random)]
+                let operand: JSONValue = [.in, .notIn, .arrayContainsAny].contains(op) ? .array([value(), value()]) : value()
+                query = query.whereField(fields[Int.random(in: 0..<fields.count, using: &random)], op, operand)
+            }
+            if Bool.random(using: &random) { query = query.limit(to: Int.random(in: 1...5, using: &random)) }
+            let target = ListenTarget.collection(try CollectionPath("things"), query)
+            let expected = await Result { try await memory.read(target).documents.map(\.path) }
+            let actual = await Result { try await postgres.read(target).documents.map(\.path) }
+            switch (expected, actual) {
+            case (.success(let expected), .success(let actual)):
+                #expect(actual == expected, "\(query)")
+            case (.failure(let expected as TandemError), .failure(let actual as TandemError)):
+                #expect(actual.code == expected.code, "\(query)")
+            default:
+                Issue.record("\(query): memory \(expected), PostgreSQL \(actual)")
+            }
+        }
+    }
+}
+
+extension Result where Failure == any Error {
+    init(catching body: () async throws -> Success) async {
+        do {
+            self = .success(try await body())
+        } catch {
+            self = .failure(error)
+        }
+    }
+}
