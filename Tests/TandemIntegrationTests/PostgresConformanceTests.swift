@@ -19,10 +19,11 @@ struct PostgresConformanceTests {
             return configuration
         }()
         let store = try await PostgresServerStore.open(url: try PostgresURL(url), configuration: configuration)
-        return .init(store: store) { try await PostgresServerStore.open(url: try PostgresURL(url), configuration: configuration) }
+        let open: @Sendable () async throws -> any ServerStore = { try await PostgresServerStore.open(url: try PostgresURL(url), configuration: configuration) }
+        return .init(store: store, reopen: open, openShared: open)
     }
 
-    @Test("PostgresServerStore", arguments: ServerStoreConformance.checks)
+    @Test("PostgresServerStore", arguments: ServerStoreConformance.checks + ServerStoreConformance.sharedChecks)
     func postgres(_ check: ServerStoreConformance.Check) async throws {
         try await check.run(on: Self.subject)
     }

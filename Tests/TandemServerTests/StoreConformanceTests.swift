@@ -16,7 +16,7 @@ struct StoreConformanceTests {
     static let memory = ServerStoreConformance.Subject(name: "memory") {
         // Memory keeps nothing across a restart of the process; a reopen is the same store.
         let store = MemoryServerStore(clock: ManualClock())
-        return .init(store: store) { store }
+        return .init(store: store, reopen: { store }, openShared: { store })
     }
 
     @Test("SQLiteServerStore", arguments: ServerStoreConformance.checks)
@@ -24,7 +24,7 @@ struct StoreConformanceTests {
         try await check.run(on: Self.sqlite)
     }
 
-    @Test("MemoryServerStore", arguments: ServerStoreConformance.checks)
+    @Test("MemoryServerStore", arguments: ServerStoreConformance.checks + ServerStoreConformance.sharedChecks)
     func memory(_ check: ServerStoreConformance.Check) async throws {
         try await check.run(on: Self.memory)
     }

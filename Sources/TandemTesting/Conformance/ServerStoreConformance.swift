@@ -34,10 +34,23 @@ public enum ServerStoreConformance {
     public struct OpenedStore: Sendable {
         public var store: any ServerStore
         public var reopen: @Sendable () async throws -> any ServerStore
+        /// Opens another instance over the same data while `store` stays open, as another server
+        /// node does (``sharedChecks``); nil for a store one process owns.
+        public var openShared: (@Sendable () async throws -> any ServerStore)?
 
-        public init(store: any ServerStore, reopen: @escaping @Sendable () async throws -> any ServerStore) {
+        public init(store: any ServerStore, reopen: @escaping @Sendable () async throws -> any ServerStore,
+                    openShared: (@Sendable () async throws -> any ServerStore)? = nil) {
             self.store = store
             self.reopen = reopen
+            self.openShared = openShared
+        }
+
+        /// Another instance over the same data (``openShared``).
+        func shared() async throws -> any ServerStore {
+            guard let openShared else {
+                throw ConformanceFailure(message: "this check needs a second instance over the same data: give the subject openShared", file: #fileID, line: #line)
+            }
+            return try await openShared()
         }
     }
 
