@@ -7,7 +7,7 @@ import TandemTesting
 
 /// The one conformance suite, unchanged, against the PostgreSQL store: each check on a new
 /// database of one private cluster.
-@Suite("PostgreSQL store conformance", .postgresCluster, .serialized,
+@Suite("PostgreSQL store conformance", .postgresCluster, .serialized, .timeLimit(.minutes(2)),
        .enabled(if: PostgresClusterTrait.runs, Comment(rawValue: PostgresCluster.unavailableReason ?? "")))
 struct PostgresConformanceTests {
     static let subject = ServerStoreConformance.Subject(name: "PostgreSQL") {

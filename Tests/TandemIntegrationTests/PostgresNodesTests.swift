@@ -5,13 +5,14 @@ import FoundationNetworking
 import Synchronization
 import Testing
 import TandemCore
-import TandemPostgres
+import PostgresNIO
+@testable import TandemPostgres
 import TandemServer
 import TandemTesting
 
 /// Several nodes on one PostgreSQL database: each a `PostgresServerStore` over it, as each
 /// `tandem serve --postgres` process holds one.
-@Suite("PostgreSQL nodes", .postgresCluster, .serialized,
+@Suite("PostgreSQL nodes", .postgresCluster, .serialized, .timeLimit(.minutes(2)),
        .enabled(if: PostgresClusterTrait.runs, Comment(rawValue: PostgresCluster.unavailableReason ?? "")))
 struct PostgresNodesTests {
     static func open(_ url: String, clock: (any Clock<Duration>)? = nil, connectTimeout: Duration = .seconds(10)) async throws -> PostgresServerStore {
@@ -154,6 +155,23 @@ struct PostgresNodesTests {
         #expect(Dictionary(uniqueKeysWithValues: stored.documents.map { ($0.path.description, $0.version) }) == acknowledged)
     }
 
+    @Test("tombstones are pruned by one node at a time: a node that finds another pruning skips its turn")
+    func pruningTakesTurns() async throws {
+        let (_, url) = try await PostgresClusterTrait.freshDatabase()
+        let node = try await Self.open(url)
+        for n in 0..<5 { _ = try await node.commit([Self.set("gone/d\(n)", ["n": .int(n)])]) }
+        for n in 0..<5 { _ = try await node.commit([Mutation(path: try DocumentPath("gone/d\(n)"), kind: .delete)]) }
+        // Another node pruning: it holds the pruning lock until its transaction ends.
+        let other = try await PostgresConnection.connect(configuration: try PostgresURL(url).connectionConfiguration(connectTimeout: .seconds(10)), id: 1, logger: Logger(label: "test"))
+        try await other.query("BEGIN", logger: Logger(label: "test"))
+        try await other.query("SELECT pg_advisory_xact_lock(\(PostgresServerStore.pruneLock))", logger: Logger(label: "test"))
+        #expect(try await node.pruneTombstones(olderThan: Date().addingTimeInterval(60)) == 0, "skipped while another node prunes")
+        try await other.query("COMMIT", logger: Logger(label: "test"))
+        try await other.close()
+        #expect(try await node.pruneTombstones(olderThan: Date().addingTimeInterval(60)) == 5)
+        await #expect(throws: TandemError.self) { _ = try await node.changes(since: Version(1), in: nil, limit: 10) }
+    }
+
     @Test("a mutation sent again through another node is answered as it was first, and a writer id stays its client's on every node")
     func retryThroughAnotherNode() async throws {
         let (_, url) = try await PostgresClusterTrait.freshDatabase()
@@ -220,7 +238,7 @@ struct PostgresNodesTests {
 }
 
 /// `tandem serve --postgres`, run as real processes on one database.
-@Suite("PostgreSQL serve nodes", .postgresCluster, .serialized,
+@Suite("PostgreSQL serve nodes", .postgresCluster, .serialized, .timeLimit(.minutes(2)),
        .enabled(if: PostgresClusterTrait.runs, Comment(rawValue: PostgresCluster.unavailableReason ?? "")))
 struct PostgresServeTests {
     /// Starts `tandem serve --postgres URL` on a free port; returns it with its URL.
@@ -310,9 +328,109 @@ struct PostgresServeTests {
     }
 }
 
+extension PostgresServeTests {
+    /// What one listener saw: each document's last version, and whether versions only increased
+    /// and nothing came twice.
+    struct Seen {
+        var documents: [String: Version] = [:]
+        var last = Version.zero
+        var inOrder = true
+        var doubles = 0
+
+        mutating func take(_ batch: RemoteChangeBatch) {
+            if !batch.isSnapshot && batch.version <= last { inOrder = false }
+            last = max(last, batch.version)
+            for change in batch.changes {
+                if !batch.isSnapshot, let known = documents[change.path.description], known >= change.version { doubles += 1 }
+                documents[change.path.description] = change.version
+            }
+        }
+    }
+
+    @Test("three nodes, writers and listeners spread across them; one node killed mid-load: its writer and its listener move to the others and resume, and every listener ends equal to the store, having seen versions only increase and nothing twice")
+    func threeNodes() async throws {
+        try #require(CLIProcess.executable != nil, "tandem is not built; run `swift build --build-tests` first")
+        let (_, url) = try await PostgresClusterTrait.freshDatabase()
+        var started: [(process: RunningProcess, url: URL)] = []
+        for _ in 0..<3 { started.append(try await Self.node(url)) }
+        let nodes = started
+        defer { for node in nodes { node.process.signal(SIGKILL) } }
+        let target = ListenTarget.collection(collectionPath("spread"), Query())
+        let listeners = nodes.enumerated().map { index, node in RunningClient(url: node.url, id: "listener\(index)") }
+        // Each listener's stream, read into what it saw: the first node's until its node is
+        // killed (then it moves), the others' until they have every write.
+        let total = 3 * 40
+        let seen = (0..<3).map { _ in Locked(Seen()) }
+        let streams = listeners.map { $0.client.listen(target) }
+        let readers = (0..<3).map { index in
+            Task {
+                for try await batch in streams[index] {
+                    seen[index].withLock { $0.take(batch) }
+                    if index > 0 && seen[index].value.documents.count >= total { return }
+                }
+            }
+        }
+        // Three writers, one a node; the first node's writer moves on when the node is killed.
+        let killed = Locked(false)
+        let acknowledged = try await withThrowingTaskGroup(of: [String: Version].self) { group in
+            for writer in 0..<3 {
+                group.addTask {
+                    var acknowledged: [String: Version] = [:]
+                    for n in 0..<40 {
+                        let node = writer == 0 && killed.value ? nodes[1].url : nodes[writer].url
+                        let path = "spread/w\(writer)-\(n)"
+                        guard let version = await Self.write(node, path: path, n: n) else {
+                            throw TandemError(.unavailable, "write \(path) through \(node) was not acknowledged")
+                        }
+                        acknowledged[path] = version
+                        if writer == 0 && n == 19 {
+                            nodes[0].process.signal(SIGKILL)
+                            _ = await nodes[0].process.waitForExit()
+                            killed.value = true
+                        }
+                    }
+                    return acknowledged
+                }
+            }
+            var all: [String: Version] = [:]
+            for try await part in group { all.merge(part) { $1 } }
+            return all
+        }
+        #expect(acknowledged.count == total)
+        // The first node's listener moves to the third node and resumes where it was.
+        readers[0].cancel()
+        _ = try? await readers[0].value
+        await listeners[0].stop()
+        let resumedFrom = seen[0].value.last
+        let moved = RunningClient(url: nodes[2].url, id: "listener0-moved")
+        let resumed = moved.client.listen(target, resumeFrom: resumedFrom)
+        for try await batch in resumed {
+            seen[0].withLock { $0.take(batch) }
+            if seen[0].value.documents == acknowledged { break }
+        }
+        for index in 1..<3 { _ = try? await readers[index].value }
+        let store = try await PostgresServerStore.open(url: try PostgresURL(url), configuration: {
+            var configuration = PostgresServerStoreConfiguration()
+            configuration.logger.logLevel = .critical
+            return configuration
+        }())
+        let stored = Dictionary(uniqueKeysWithValues: try await store.read(target).documents.map { ($0.path.description, $0.version) })
+        store.close()
+        #expect(stored == acknowledged, "every acknowledged write is stored")
+        for index in 0..<3 {
+            let view = seen[index].value
+            #expect(view.documents == stored, "listener \(index) ends equal to the store")
+            #expect(view.inOrder, "listener \(index) saw versions only increase")
+            #expect(view.doubles == 0, "listener \(index) saw nothing twice")
+        }
+        await moved.stop()
+        for listener in listeners.dropFirst() { await listener.stop() }
+    }
+}
+
 /// Queries on the PostgreSQL store, whose filters it partly applies in SQL, against the memory
 /// store, which evaluates everything in Swift: the same answers, in the same order.
-@Suite("PostgreSQL queries", .postgresCluster, .serialized,
+@Suite("PostgreSQL queries", .postgresCluster, .serialized, .timeLimit(.minutes(2)),
        .enabled(if: PostgresClusterTrait.runs, Comment(rawValue: PostgresCluster.unavailableReason ?? "")))
 struct PostgresQueryTests {
     @Test("seeded documents and queries: the PostgreSQL store answers each query exactly as the shared evaluator does", arguments: [UInt64(7), 1_234, 99_001])
