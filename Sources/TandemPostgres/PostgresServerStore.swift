@@ -19,6 +19,9 @@ public struct PostgresServerStoreConfiguration: Sendable {
     public var clock: any Clock<Duration> = ContinuousClock()
     /// How long opening a connection may take before it fails. Default 10 s.
     public var connectTimeout: Duration = .seconds(10)
+    /// How long a commit or read waits for a connection (PostgreSQL down or unreachable) before it
+    /// fails with `unavailable`. Default 10 s.
+    public var connectionWait: Duration = .seconds(10)
     /// The most connections this node opens. Default 20.
     public var maximumConnections = 20
     /// How long a node waits for word of other nodes' commits before it looks anyway (PostgreSQL's
@@ -354,13 +357,13 @@ public final class PostgresServerStore: ServerStore {
     }
 
     /// Runs `body` on a connection of the pool, once one is free. When none is within
-    /// `connectTimeout` (PostgreSQL is down or unreachable: the pool keeps trying to connect, and
+    /// `connectionWait` (PostgreSQL is down or unreachable: the pool keeps trying to connect, and
     /// a lease would wait for it), fails with `unavailable` instead of waiting on; a `body` that
     /// started runs to its end (a statement on a dead connection fails by itself).
     func withLease<T: Sendable>(_ body: @escaping @Sendable (PostgresConnection) async throws -> T) async throws -> T {
         typealias Outcome = LeaseOutcome<T>
         let started = LeaseStarted()
-        let timeout = configuration.connectTimeout
+        let timeout = configuration.connectionWait
         return try await withThrowingTaskGroup(of: Outcome.self) { group in
             group.addTask {
                 .done(try await self.client.withConnection { connection in
