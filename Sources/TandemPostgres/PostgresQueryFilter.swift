@@ -9,8 +9,9 @@ import TandemCore
 /// containment (`@>`, which a GIN index serves) can find without loss are translated: `==`, `in`,
 /// `array-contains` and `array-contains-any` with values that are strings (without NUL), booleans, null, or
 /// numbers whose JSON text PostgreSQL compares exactly (integers of magnitude below 2^53, whose
-/// double forms are written as those integers). A document whose body PostgreSQL could not store
-/// as `jsonb` is always a candidate.
+/// double forms are written as those integers). Bodies and values are compared in Unicode's NFC
+/// form, so strings and keys match by canonical equivalence, as Swift's do. A document whose body
+/// PostgreSQL could not store as `jsonb` is always a candidate.
 struct PostgresQueryFilter {
     /// The SQL condition over `d.body`, with `$n` placeholders numbered from the `first` given.
     var sql: String
@@ -23,9 +24,11 @@ struct PostgresQueryFilter {
         var values: [String] = []
         func placeholder(_ value: JSONValue) -> String {
             values.append(JSONText.encode(value))
-            return "$\(first + values.count - 1)::jsonb"
+            // Compared as the bodies are stored: normalized (NFC), so text compares as Swift's
+            // strings do, by canonical equivalence.
+            return "normalize($\(first + values.count - 1), NFC)::jsonb"
         }
-        for case .filter(let field, let op, let value) in query.operations {
+        for case .filter(let field, let op, let value) in query.operations where field.segments.allSatisfy(Self.storable) {
             switch op {
             case .equal:
                 guard Self.containable(value) else { continue }
@@ -34,7 +37,7 @@ struct PostgresQueryFilter {
                 guard Self.containable(value) else { continue }
                 conditions.append("d.body @> \(placeholder(Self.nest(.array([value]), at: field)))")
             case .in, .arrayContainsAny:
-                guard case .array(let wanted) = value, !wanted.isEmpty, wanted.allSatisfy(Self.containable) else { continue }
+                guard case .array(let wanted) = value, !wanted.isEmpty, wanted.count <= 100, wanted.allSatisfy(Self.containable) else { continue }
                 let alternatives = wanted.map { element in
                     "d.body @> \(placeholder(Self.nest(op == .in ? element : .array([element]), at: field)))"
                 }
@@ -52,12 +55,16 @@ struct PostgresQueryFilter {
     static func containable(_ value: JSONValue) -> Bool {
         switch value {
         case .null, .bool: return true
-        // PostgreSQL's jsonb cannot hold a NUL character (nor, so, the documents that do).
-        case .string(let string): return !string.unicodeScalars.contains("\u{0000}")
+        case .string(let string): return storable(string)
         case .int(let int): return int.magnitude < 1 << 53
         case .double(let double): return double.isFinite && double == double.rounded() && double.magnitude < 9_007_199_254_740_992
         case .array, .object: return false
         }
+    }
+
+    /// Whether jsonb can hold the text: not with a NUL character (nor, so, the documents that do).
+    static func storable(_ text: String) -> Bool {
+        !text.unicodeScalars.contains("\u{0000}")
     }
 
     /// `{"a": {"b": value}}` for the field `a.b`.

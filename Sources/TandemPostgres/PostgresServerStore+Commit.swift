@@ -22,8 +22,13 @@ extension PostgresServerStore {
         case catchUp
     }
 
-    /// Queues a catch-up: what other nodes committed reaches this node's observers.
+    /// Queues a catch-up: what other nodes committed reaches this node's observers. One at a time
+    /// waits in the queue: those asked for meanwhile are the same read.
     func catchUp() {
+        guard catchUpQueued.withLock({ queued in
+            defer { queued = true }
+            return !queued
+        }) else { return }
         Task {
             _ = try? await queue.submit(.catchUp, process: { work, mustReport in await self.drain(work, mustReport: mustReport) },
                                         idle: { self.publish(CommitNotice(batches: [], visibleThrough: self.published.withLock { $0 })) })
@@ -35,6 +40,9 @@ extension PostgresServerStore {
     func drain(_ work: [Work], mustReport: Bool) async -> [Result<[Result<CommitResult, TandemError>], any Error>] {
         var submissions: [Submission] = []
         for case .commit(let submission) in work { submissions.append(submission) }
+        if work.contains(where: { if case .catchUp = $0 { true } else { false } }) {
+            catchUpQueued.withLock { $0 = false }
+        }
         guard !submissions.isEmpty else {
             await catchUpNow(mustReport: mustReport)
             return work.map { _ in .success([]) }
@@ -161,11 +169,32 @@ extension PostgresServerStore {
             if last != told || !batches.isEmpty || mustReport { publish(CommitNotice(batches: batches, visibleThrough: last)) }
             return answers.map { .success($0) }
         } catch {
+            // PostgreSQL refused data of a request (a NUL character in a path, writer id or
+            // message, which its text cannot hold): each submission goes alone, so only the one
+            // holding it fails, with an error that says not to send it again.
+            if Self.isDataError(error) {
+                if submissions.count > 1 {
+                    var results: [Result<[Result<CommitResult, TandemError>], any Error>] = []
+                    for (index, submission) in submissions.enumerated() {
+                        results += await commitTogether([submission], mustReport: mustReport && index == submissions.count - 1)
+                    }
+                    return results
+                }
+                if mustReport { publish(CommitNotice(batches: [], visibleThrough: told)) }
+                return [.failure(TandemError(.invalidArgument, "PostgreSQL cannot store this write: \(Self.reason(error)). A path, writer id or message with a NUL character cannot be kept in PostgreSQL; nothing was written. Do not send it again as it is."))]
+            }
             if mustReport { publish(CommitNotice(batches: [], visibleThrough: told)) }
             let failure = TandemError(.unavailable, "The server database failed to commit: \(Self.reason(error)). Nothing was written; retry.", cause: error)
             logger.error("commit failed: \(Self.reason(error))")
             return submissions.map { _ in .failure(failure) }
         }
+    }
+
+    /// Whether PostgreSQL refused the data itself (SQLSTATE class 22, "data exception"): sending
+    /// the same again fails the same way.
+    static func isDataError(_ error: any Error) -> Bool {
+        guard let error = error as? PSQLError, let state = error.serverInfo?[.sqlState] else { return false }
+        return state.hasPrefix("22")
     }
 
     /// Changes in version order, grouped into one batch per version.
@@ -336,7 +365,7 @@ struct PostgresTransaction: StoreTransaction {
                 INSERT INTO tandem_documents (path, collection, collection_group, version, create_time, update_time, data, body, mutation_client, mutation_sequence)
                 SELECT p, c, g, v, ct, ut,
                     CASE WHEN l THEN d END,
-                    CASE WHEN l AND strpos(d, '\\u0000') = 0 THEN d::jsonb END,
+                    CASE WHEN l AND strpos(d, '\\u0000') = 0 THEN normalize(d, NFC)::jsonb END,
                     CASE WHEN w THEN mc END,
                     CASE WHEN w THEN ms END
                 FROM unnest(\(paths)::text[], \(collections)::text[], \(groups)::text[], \(versions)::bigint[], \(created)::bigint[], \(updated)::bigint[],

@@ -65,6 +65,8 @@ public final class PostgresServerStore: ServerStore {
     /// The newest version this node has told its observers of: every commit at or below it, from
     /// any node, was told (the drain of `queue` moves it, one drain at a time).
     let published: Mutex<Version>
+    /// A catch-up waits in `queue` (``catchUp()``).
+    let catchUpQueued = Mutex(false)
 
     /// Connects to the database at `url`, creates or migrates its schema, and opens the store.
     /// A URL it cannot use, a database it cannot reach or sign in to, or a schema it cannot create
@@ -176,7 +178,7 @@ public final class PostgresServerStore: ServerStore {
                             group.addTask {
                                 self.catchUp()
                                 for await _ in wakes {
-                                    try await connection.query("SELECT 1", logger: self.logger)
+                                    try await self.check(connection)
                                     self.catchUp()
                                 }
                             }
@@ -205,6 +207,20 @@ public final class PostgresServerStore: ServerStore {
         queue.promiseReport()
     }
 
+    /// Checks the listening connection: one that does not answer within `connectionWait` (cut
+    /// off without a word: no notification would come either) is closed, which ends the wait for
+    /// its notifications, and the node listens again on another.
+    private func check(_ connection: PostgresConnection) async throws {
+        let answered = Mutex(false)
+        let watchdog = Task {
+            try await Task.sleep(for: configuration.connectionWait)
+            if !answered.withLock({ $0 }) { try? await connection.close() }
+        }
+        defer { watchdog.cancel() }
+        try await connection.query("SELECT 1", logger: logger)
+        answered.withLock { $0 = true }
+    }
+
     // MARK: Reads
 
     /// The columns every document read selects, in this order.
@@ -221,6 +237,8 @@ public final class PostgresServerStore: ServerStore {
         case .collection(let path, _): ("d.collection", path.description)
         case .collectionGroup(let group, _): ("d.collection_group", group)
         }
+        // PostgreSQL's text cannot hold NUL, so no document it keeps is under such a path.
+        guard PostgresQueryFilter.storable(value) else { return StoreSnapshot(documents: [], version: try await currentVersion()) }
         // The filters PostgreSQL can apply without losing a match narrow what is read; the shared
         // evaluator decides the rest, and every candidate, below.
         let filter = target.query.flatMap { PostgresQueryFilter($0, firstPlaceholder: 2) }
@@ -256,6 +274,14 @@ public final class PostgresServerStore: ServerStore {
         case .collection(let path, _)?: (" AND d.collection = $2", path.description)
         case .collectionGroup(let group, _)?: (" AND d.collection_group = $2", group)
         case nil: ("", nil)
+        }
+        if let value, !PostgresQueryFilter.storable(value) {
+            // No document PostgreSQL keeps is under a path with NUL: nothing changed there.
+            let current = try await currentVersion()
+            if version > current {
+                throw TandemError(.outOfRange, "Version \(version) is beyond this server's newest, \(current): the server's data is not the history this version came from (restored from a backup, or replaced). Reload a full snapshot.")
+            }
+            return ChangePage(changes: [], version: current, hasMore: false)
         }
         let since = Int64(clamping: version.rawValue)
         @Sendable func binds(_ first: Int64, _ rest: Int64...) -> PostgresBindings {
@@ -367,7 +393,12 @@ public final class PostgresServerStore: ServerStore {
         return try await withThrowingTaskGroup(of: Outcome.self) { group in
             group.addTask {
                 .done(try await self.client.withConnection { connection in
-                    started.value.withLock { $0 = true }
+                    // Given up on meanwhile: the caller was told nothing was done, so nothing is.
+                    guard started.value.withLock({ state in
+                        guard state == .waiting else { return false }
+                        state = .started
+                        return true
+                    }) else { throw CancellationError() }
                     return try await body(connection)
                 })
             }
@@ -381,7 +412,12 @@ public final class PostgresServerStore: ServerStore {
                     group.cancelAll()
                     return value
                 case .timedOut:
-                    if !started.value.withLock({ $0 }) {
+                    let abandoned = started.value.withLock { state in
+                        guard state == .waiting else { return false }
+                        state = .abandoned
+                        return true
+                    }
+                    if abandoned {
                         group.cancelAll()
                         throw TandemError(.unavailable, "No connection to PostgreSQL at \(url) within \(timeout): the database is down or unreachable. Nothing was done; retry.")
                     }
@@ -445,11 +481,13 @@ public final class PostgresServerStore: ServerStore {
                     """
                 var binds = PostgresBindings()
                 binds.append(cutoff)
+                // One statement, so what is remembered is exactly what was deleted (a client's
+                // newer record committed meanwhile by another node changes neither).
                 try await connection.query(PostgresQuery(unsafeSQL: """
-                    INSERT INTO tandem_pruned_clients (client_id, sequence) SELECT r.client_id, max(r.sequence) \(prunable) GROUP BY r.client_id
+                    WITH gone AS (DELETE \(prunable) RETURNING r.client_id, r.sequence)
+                    INSERT INTO tandem_pruned_clients (client_id, sequence) SELECT client_id, max(sequence) FROM gone GROUP BY client_id
                     ON CONFLICT (client_id) DO UPDATE SET sequence = greatest(tandem_pruned_clients.sequence, excluded.sequence)
                     """, binds: binds), logger: self.logger)
-                try await connection.query(PostgresQuery(unsafeSQL: "DELETE \(prunable)", binds: binds), logger: self.logger)
                 var count = 0
                 var newest: Int64?
                 for try await (gone, version) in try await connection.query(PostgresQuery(unsafeSQL: """
@@ -474,7 +512,8 @@ public final class PostgresServerStore: ServerStore {
 
 /// Whether a lease's body started (``PostgresServerStore/withLease(_:)``).
 private final class LeaseStarted: Sendable {
-    let value = Mutex(false)
+    enum State { case waiting, started, abandoned }
+    let value = Mutex(State.waiting)
 }
 
 private enum LeaseOutcome<T: Sendable>: Sendable {

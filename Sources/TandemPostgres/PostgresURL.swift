@@ -5,7 +5,9 @@ import TandemCore
 /// Where a PostgreSQL database is and how to sign in to it, read from a connection URL:
 /// `postgres://user:password@host:5432/database?sslmode=disable` (`postgresql://` too).
 ///
-/// `sslmode` is `disable`, `prefer` (the default: TLS when the server offers it) or `require`.
+/// `sslmode` is as libpq's: `disable`; `prefer` (the default: TLS when the server offers it),
+/// `require` (TLS or nothing), neither checking the server's certificate; or `verify-full` (TLS,
+/// with the certificate checked against the system's trust roots and the host name).
 /// The password may instead come from the `PGPASSWORD` environment variable.
 public struct PostgresURL: Sendable, CustomStringConvertible {
     public var host: String
@@ -17,6 +19,7 @@ public struct PostgresURL: Sendable, CustomStringConvertible {
 
     public enum SSLMode: String, Sendable {
         case disable, prefer, require
+        case verifyFull = "verify-full"
     }
 
     /// Reads `text`; anything it cannot use is an `invalid-argument` saying what to write instead.
@@ -36,14 +39,15 @@ public struct PostgresURL: Sendable, CustomStringConvertible {
         }
         self.host = host
         port = components.port ?? 5432
-        username = user.removingPercentEncoding ?? user
-        password = components.password.map { $0.removingPercentEncoding ?? $0 } ?? environment["PGPASSWORD"]
+        // URLComponents decodes percent escapes in each of these already.
+        username = user
+        password = components.password ?? environment["PGPASSWORD"]
         let path = components.path.hasPrefix("/") ? String(components.path.dropFirst()) : components.path
-        database = path.isEmpty ? nil : (path.removingPercentEncoding ?? path)
+        database = path.isEmpty ? nil : path
         sslMode = .prefer
         for item in components.queryItems ?? [] where item.name == "sslmode" {
             guard let value = item.value, let mode = SSLMode(rawValue: value) else {
-                throw TandemError.invalidArgument("sslmode '\(item.value ?? "")' is not one of disable, prefer, require.")
+                throw TandemError.invalidArgument("sslmode '\(item.value ?? "")' is not one of disable, prefer, require, verify-full.")
             }
             sslMode = mode
         }
@@ -63,6 +67,7 @@ public struct PostgresURL: Sendable, CustomStringConvertible {
     /// The settings of one connection.
     func connectionConfiguration(connectTimeout: Duration) throws -> PostgresConnection.Configuration {
         var configuration = PostgresConnection.Configuration(host: host, port: port, username: username, password: password, database: database, tls: try connectionTLS())
+        configuration.options.additionalStartupParameters = Self.sessionSettings
         configuration.options.connectTimeout = .nanoseconds(Int64(connectTimeout.components.seconds) * 1_000_000_000 + connectTimeout.components.attoseconds / 1_000_000_000)
         return configuration
     }
@@ -71,23 +76,39 @@ public struct PostgresURL: Sendable, CustomStringConvertible {
     func clientConfiguration(connectTimeout: Duration, maximumConnections: Int) throws -> PostgresClient.Configuration {
         var configuration = PostgresClient.Configuration(host: host, port: port, username: username, password: password, database: database, tls: try clientTLS())
         configuration.options.connectTimeout = connectTimeout
-        configuration.options.maximumConnections = max(1, maximumConnections)
+        // One connection listens for other nodes' commits; at least one more serves the rest.
+        configuration.options.maximumConnections = max(2, maximumConnections)
+        configuration.options.additionalStartupParameters = Self.sessionSettings
+        return configuration
+    }
+
+    /// Each session's limits: a node that stops (paused, cut off) while it holds the version
+    /// counter's lock loses its transaction after 60 s idle in it, instead of holding every
+    /// node's commits until TCP gives up on it (hours); a commit that waits 15 s for a lock fails
+    /// with `unavailable`, to be sent again.
+    static let sessionSettings = [("idle_in_transaction_session_timeout", "60s"), ("lock_timeout", "15s")]
+
+    /// TLS as libpq does it: `prefer` and `require` encrypt without checking the certificate
+    /// (servers commonly offer a self-signed one); `verify-full` checks it.
+    private func tlsConfiguration() -> TLSConfiguration {
+        var configuration = TLSConfiguration.makeClientConfiguration()
+        if sslMode != .verifyFull { configuration.certificateVerification = .none }
         return configuration
     }
 
     private func connectionTLS() throws -> PostgresConnection.Configuration.TLS {
         switch sslMode {
         case .disable: return .disable
-        case .prefer: return .prefer(try NIOSSLContext(configuration: .makeClientConfiguration()))
-        case .require: return .require(try NIOSSLContext(configuration: .makeClientConfiguration()))
+        case .prefer: return .prefer(try NIOSSLContext(configuration: tlsConfiguration()))
+        case .require, .verifyFull: return .require(try NIOSSLContext(configuration: tlsConfiguration()))
         }
     }
 
     private func clientTLS() throws -> PostgresClient.Configuration.TLS {
         switch sslMode {
         case .disable: return .disable
-        case .prefer: return .prefer(.makeClientConfiguration())
-        case .require: return .require(.makeClientConfiguration())
+        case .prefer: return .prefer(tlsConfiguration())
+        case .require, .verifyFull: return .require(tlsConfiguration())
         }
     }
 }

@@ -1,3 +1,5 @@
+// The harness runs PostgreSQL's programs under Linux's process and user model (setpriv).
+#if os(Linux)
 import Dispatch
 import Foundation
 import Synchronization
@@ -124,7 +126,7 @@ public final class PostgresCluster: Sendable {
     /// flushed, recovery at the next start), and waits until it is gone.
     public func crash() async {
         guard let server = server.withLock({ server -> Server? in defer { server = nil }; return server }) else { return }
-        Glibc.kill(server.process.processIdentifier, SIGQUIT)
+        kill(server.process.processIdentifier, SIGQUIT)
         _ = try? await server.exited.value()
     }
 
@@ -136,7 +138,7 @@ public final class PostgresCluster: Sendable {
     /// Stops the server (fast shutdown) and deletes the cluster's files.
     public func stop() async {
         if let server = server.withLock({ server -> Server? in defer { server = nil }; return server }) {
-            Glibc.kill(server.process.processIdentifier, SIGINT)
+            kill(server.process.processIdentifier, SIGINT)
             _ = try? await server.exited.value()
         }
         try? FileManager.default.removeItem(at: directory)
@@ -144,7 +146,7 @@ public final class PostgresCluster: Sendable {
 
     deinit {
         // A cluster dropped without ``stop()`` does not outlive the tests that made it.
-        if let server = server.withLock({ $0 }) { Glibc.kill(server.process.processIdentifier, SIGKILL) }
+        if let server = server.withLock({ $0 }) { kill(server.process.processIdentifier, SIGKILL) }
     }
 
     // MARK: Processes
@@ -250,3 +252,4 @@ public struct ClusterError: Error, CustomStringConvertible {
 
     public init(message: String) { self.message = message }
 }
+#endif

@@ -1,3 +1,4 @@
+#if os(Linux)
 import Foundation
 import Testing
 import TandemTesting
@@ -42,3 +43,4 @@ struct PostgresClusterTrait: SuiteTrait, TestScoping {
 extension Trait where Self == PostgresClusterTrait {
     static var postgresCluster: PostgresClusterTrait { PostgresClusterTrait() }
 }
+#endif

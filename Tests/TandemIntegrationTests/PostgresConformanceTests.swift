@@ -1,3 +1,4 @@
+#if os(Linux)
 import Foundation
 import Testing
 import TandemCore
@@ -28,3 +29,4 @@ struct PostgresConformanceTests {
         try await check.run(on: Self.subject)
     }
 }
+#endif

@@ -1,3 +1,4 @@
+#if os(Linux)
 import Foundation
 #if canImport(FoundationNetworking)
 import FoundationNetworking
@@ -175,6 +176,22 @@ struct PostgresNodesTests {
         try await other.close()
         #expect(try await node.pruneTombstones(olderThan: Date().addingTimeInterval(60)) == 5)
         await #expect(throws: TandemError.self) { _ = try await node.changes(since: Version(1), in: nil, limit: 10) }
+    }
+
+    @Test("a write PostgreSQL cannot store (a NUL character in its path) is refused as invalid, nothing of it kept, and the store goes on")
+    func unstorableWrite() async throws {
+        let (_, url) = try await PostgresClusterTrait.freshDatabase()
+        let node = try await Self.open(url)
+        let result = await node.commit([[try Self.set("items/a\u{0000}b", ["n": 1])]], limits: ServerLimits(), clientID: nil)[0]
+        guard case .failure(let error) = result else {
+            Issue.record("a path with NUL was stored")
+            return
+        }
+        #expect(error.code == .invalidArgument)
+        #expect(try await node.document(at: try DocumentPath("items/a\u{0000}b")) == nil)
+        #expect(try await node.changes(since: .zero, in: .document(try DocumentPath("items/a\u{0000}b")), limit: 10).changes.isEmpty)
+        let next = try await node.commit([Self.set("items/ok", ["n": 2])])
+        #expect(next.acknowledgements[0].version == Version(1), "nothing of the refused write took a version")
     }
 
     @Test("a mutation sent again through another node is answered as it was first, and a writer id stays its client's on every node")
@@ -446,7 +463,7 @@ struct PostgresQueryTests {
         let memory = MemoryServerStore(clock: ManualClock())
         // Values of every kind, numbers that are equal across int and double, near misses.
         let values: [JSONValue] = [.null, true, false, 0, 1, 2, .double(1.0), .double(2.5), .double(-0.0), 9_007_199_254_740_993, .double(9_007_199_254_740_992),
-                                   "a", "b", "ab", "", "é", "\u{0000}x", .array([1, "a"]), .array([]), .array([.double(1.0)]), .object(["k": 1]), .object([:])]
+                                   "a", "b", "ab", "", "é", "e\u{301}", "K", "\u{212A}", "\u{0000}x", .array([1, "a"]), .array([]), .array([.double(1.0)]), .object(["k": 1]), .object([:])]
         func value() -> JSONValue { values[Int.random(in: 0..<values.count, using: &random)] }
         var writes: [Mutation] = []
         for index in 0..<80 {
@@ -491,3 +508,4 @@ extension Result where Failure == any Error {
         }
     }
 }
+#endif
