@@ -146,7 +146,10 @@ public final class PostgresCluster: Sendable {
 
     deinit {
         // A cluster dropped without ``stop()`` does not outlive the tests that made it.
-        if let server = server.withLock({ $0 }) { kill(server.process.processIdentifier, SIGKILL) }
+        if let server = server.withLock({ $0 }) {
+            kill(server.process.processIdentifier, SIGKILL)
+            try? FileManager.default.removeItem(at: directory)
+        }
     }
 
     // MARK: Processes
@@ -186,7 +189,20 @@ public final class PostgresCluster: Sendable {
             }
             ready.fulfill(.failure(ClusterError(message: "postgres exited before it accepted connections: \(lines.joined(separator: "\n"))")))
         }
-        try await ready.value()
+        // A server that never says it is ready (a recovery that does not end) fails the start
+        // after a minute instead of holding the tests.
+        let deadline = Task {
+            try await Task.sleep(for: .seconds(60))
+            ready.fulfill(.failure(ClusterError(message: "postgres did not accept connections within 60 s")))
+        }
+        defer { deadline.cancel() }
+        do {
+            try await ready.value()
+        } catch {
+            kill(process.processIdentifier, SIGKILL)
+            server.withLock { $0 = nil }
+            throw error
+        }
     }
 
     private func makeProcess(_ tool: String, _ arguments: [String]) -> Process {
