@@ -6,19 +6,11 @@ import TandemCore
 import TandemServer
 
 extension PostgresServerStore {
-    /// The requests of one `commit` call, checked, with the limits they were checked against.
-    struct Submission: Sendable {
-        var requests: [CommitPlanner.CheckedRequest]
-        var limits: ServerLimits
-        var clientID: String?
-        var authorizer: WriteAuthorizer?
-    }
-
     /// What the drain does: commit requests, or (told of another node's commit) tell this node's
     /// observers of what was committed since it last told them. One drain runs at a time, so the
     /// observers hear of every commit once, in version order.
     enum Work: Sendable {
-        case commit(Submission)
+        case commit(CommitSubmission)
         case catchUp
     }
 
@@ -29,16 +21,27 @@ extension PostgresServerStore {
             defer { queued = true }
             return !queued
         }) else { return }
-        Task {
-            _ = try? await queue.submit(.catchUp, process: { work, mustReport in await self.drain(work, mustReport: mustReport) },
-                                        idle: { self.publish(CommitNotice(batches: [], visibleThrough: self.published.withLock { $0 })) })
+        Task { _ = try? await submit(.catchUp) }
+    }
+
+    /// Queues work for the drain, starting one (in a task of its own, so a writer cancelled while
+    /// it waits never stops the others' commit) when none runs.
+    func submit(_ work: Work) async throws -> [Result<CommitResult, TandemError>] {
+        try await queue.submit(work) {
+            Task {
+                await self.queue.drain { work, mustReport in
+                    await self.drain(work, mustReport: mustReport)
+                } idle: {
+                    self.publish(CommitNotice(batches: [], visibleThrough: self.published.withLock { $0 }))
+                }
+            }
         }
     }
 
     /// One group of the drain: its commits in one transaction (which tells of other nodes' commits
     /// first), or, with none, a catch-up read.
     func drain(_ work: [Work], mustReport: Bool) async -> [Result<[Result<CommitResult, TandemError>], any Error>] {
-        var submissions: [Submission] = []
+        var submissions: [CommitSubmission] = []
         for case .commit(let submission) in work { submissions.append(submission) }
         if work.contains(where: { if case .catchUp = $0 { true } else { false } }) {
             catchUpQueued.withLock { $0 = false }
@@ -75,42 +78,14 @@ extension PostgresServerStore {
     }
 
     public func commit(_ requests: [[Mutation]], limits: ServerLimits, clientID: String?, authorizer: WriteAuthorizer?) async -> [Result<CommitResult, TandemError>] {
-        var checked: [Result<CommitPlanner.CheckedRequest, TandemError>] = []
-        checked.reserveCapacity(requests.count)
-        for mutations in requests {
-            do throws(TandemError) {
-                checked.append(.success(try CommitPlanner.check(mutations, limits: limits)))
-            } catch {
-                checked.append(.failure(error))
-            }
-        }
-        let valid = checked.compactMap { try? $0.get() }
-        guard !valid.isEmpty else { return checked.map { $0.map { _ in CommitResult(acknowledgements: [], batch: nil) } } }
-        let decided: Result<[Result<CommitResult, TandemError>], TandemError>
-        do {
-            decided = .success(try await queue.submit(.commit(Submission(requests: valid, limits: limits, clientID: clientID, authorizer: authorizer))) { work, mustReport in
-                await self.drain(work, mustReport: mustReport)
-            } idle: {
-                self.publish(CommitNotice(batches: [], visibleThrough: self.published.withLock { $0 }))
-            })
-        } catch {
-            decided = .failure(error as? TandemError ?? TandemError(.unavailable, "The commit did not finish: \(error). Nothing was written; retry.", cause: error))
-        }
-        var next = 0
-        return checked.map { entry in
-            switch entry {
-            case .failure(let error):
-                return .failure(error)
-            case .success:
-                defer { next += 1 }
-                return decided.flatMap { $0[next] }
-            }
+        await CommitPlanner.commit(requests, limits: limits, clientID: clientID, authorizer: authorizer) { submission in
+            try await submit(.commit(submission))
         }
     }
 
     /// Decides every queued submission in one transaction, in order, then tells the observers of
     /// what other nodes committed since this node last told them, and of this commit.
-    func commitTogether(_ submissions: [Submission], mustReport: Bool) async -> [Result<[Result<CommitResult, TandemError>], any Error>] {
+    func commitTogether(_ submissions: [CommitSubmission], mustReport: Bool) async -> [Result<[Result<CommitResult, TandemError>], any Error>] {
         let time = ServerTime(WireTimestamp.date(milliseconds: WireTimestamp.milliseconds(configuration.now())))
         let told = published.withLock { $0 }
         do {
@@ -129,18 +104,7 @@ extension PostgresServerStore {
                                                  binds: Self.binds(Int64(told.rawValue), Int64(start.rawValue)))
                         : []
                     var transaction = try await PostgresTransaction.prefetch(submissions.flatMap(\.requests), over: connection, logger: self.logger)
-                    var answers: [[Result<CommitResult, TandemError>]] = []
-                    var version = start
-                    for submission in submissions {
-                        let planner = CommitPlanner(limits: submission.limits, time: time, authorizer: submission.authorizer)
-                        var results: [Result<CommitResult, TandemError>] = []
-                        for request in submission.requests {
-                            let result = try planner.decide(request, in: &transaction, version: version.next, committed: version, clientID: submission.clientID)
-                            if case .success(let answer) = result, answer.batch != nil { version = version.next }
-                            results.append(result)
-                        }
-                        answers.append(results)
-                    }
+                    let (answers, version) = try CommitPlanner.decide(submissions, in: &transaction, time: time, after: start)
                     try await transaction.flush(over: connection, logger: self.logger)
                     if version != start {
                         try await connection.query("UPDATE tandem_counter SET version = \(Int64(version.rawValue)) WHERE id = 1", logger: self.logger)
@@ -422,76 +386,6 @@ struct PostgresTransaction: StoreTransaction {
             try await connection.query("""
                 INSERT INTO tandem_writers (client_id, owner) SELECT * FROM unnest(\(clients)::text[], \(owners)::text[])
                 """, logger: logger)
-        }
-    }
-}
-
-/// Lets concurrent writers on one node share one transaction: the first writer to find the queue
-/// idle starts a drain, which takes every request queued so far, commits them together, answers
-/// each, and repeats until the queue is empty. Writers that arrive meanwhile wait for the next one.
-final class CommitQueue<Request: Sendable, Response: Sendable>: Sendable {
-    private struct Entry: Sendable {
-        var request: Request
-        var ticket: Ticket<Response>
-    }
-    private struct State {
-        var queue: [Entry] = []
-        var draining = false
-        /// Someone was told the drain would report again (``promiseReport()``).
-        var promised = false
-    }
-    private let state = Mutex(State())
-
-    init() {}
-
-    /// Queues a request and waits for its answer; starts a drain (`process` for each group, `idle`
-    /// when a promised report is owed and nothing is left) when none is running.
-    func submit(_ request: Request,
-                process: @escaping @Sendable (_ requests: [Request], _ mustReport: Bool) async -> [Result<Response, any Error>],
-                idle: @escaping @Sendable () -> Void) async throws -> Response {
-        let ticket = Ticket<Response>()
-        let start = state.withLock { state -> Bool in
-            state.queue.append(Entry(request: request, ticket: ticket))
-            if state.draining { return false }
-            state.draining = true
-            return true
-        }
-        if start {
-            // Its own task: a writer cancelled while it waits never stops the others' commit.
-            Task { await self.drain(process, idle: idle) }
-        }
-        return try await ticket.value()
-    }
-
-    /// Whether a drain is running: true promises that it reports once more after this call.
-    func promiseReport() -> Bool {
-        state.withLock { state in
-            guard state.draining else { return false }
-            state.promised = true
-            return true
-        }
-    }
-
-    private func drain(_ process: @Sendable ([Request], Bool) async -> [Result<Response, any Error>], idle: @Sendable () -> Void) async {
-        while true {
-            let (entries, mustReport) = state.withLock { state -> ([Entry], Bool) in
-                let promised = state.promised
-                state.promised = false
-                if state.queue.isEmpty {
-                    state.draining = false
-                    return ([], promised)
-                }
-                defer { state.queue.removeAll(keepingCapacity: true) }
-                return (state.queue, promised)
-            }
-            if entries.isEmpty {
-                if mustReport { idle() }
-                return
-            }
-            let results = await process(entries.map(\.request), mustReport)
-            for (entry, result) in zip(entries, results) {
-                entry.ticket.fulfill(result)
-            }
         }
     }
 }

@@ -56,7 +56,7 @@ public final class PostgresServerStore: ServerStore {
     let client: PostgresClient
     private let clientTask: Task<Void, Never>
     let logger: Logger
-    let queue = CommitQueue<Work, [Result<CommitResult, TandemError>]>()
+    let queue = GroupCommitQueue<Work, [Result<CommitResult, TandemError>]>()
     /// This node's name in its notifications, so it skips its own.
     let node = UUID().uuidString
     /// The channel of the wake-ups that say a node committed.

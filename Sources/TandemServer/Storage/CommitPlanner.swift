@@ -244,3 +244,71 @@ public struct CommitPlanner: Sendable {
         return .success(Applied(acknowledgements: acknowledgements, changes: changes))
     }
 }
+
+/// The requests of one `commit` call, checked, with what they were checked against and who sent
+/// them: what a store's group commit queues, and decides with others in one transaction.
+package struct CommitSubmission: Sendable {
+    package var requests: [CommitPlanner.CheckedRequest]
+    package var limits: ServerLimits
+    package var clientID: String?
+    package var authorizer: WriteAuthorizer?
+}
+
+extension CommitPlanner {
+    /// A store's `commit`: each request checked first (off the store's writer, so it spends its
+    /// time committing), the valid ones decided together by `decide`, and the answers given in
+    /// the order of the requests. What `decide` throws fails every valid request with it
+    /// (`unavailable` unless it is a ``TandemError``).
+    package static func commit(_ requests: [[Mutation]], limits: ServerLimits, clientID: String?, authorizer: WriteAuthorizer?,
+                               decide: (CommitSubmission) async throws -> [Result<CommitResult, TandemError>]) async -> [Result<CommitResult, TandemError>] {
+        var checked: [Result<CheckedRequest, TandemError>] = []
+        checked.reserveCapacity(requests.count)
+        for mutations in requests {
+            do throws(TandemError) {
+                checked.append(.success(try check(mutations, limits: limits)))
+            } catch {
+                checked.append(.failure(error))
+            }
+        }
+        let valid = checked.compactMap { try? $0.get() }
+        guard !valid.isEmpty else { return checked.map { $0.map { _ in CommitResult(acknowledgements: [], batch: nil) } } }
+        let decided: Result<[Result<CommitResult, TandemError>], TandemError>
+        do {
+            decided = .success(try await decide(CommitSubmission(requests: valid, limits: limits, clientID: clientID, authorizer: authorizer)))
+        } catch {
+            decided = .failure(error as? TandemError ?? TandemError(.unavailable, "The commit did not finish: \(error). Nothing was written; retry.", cause: error))
+        }
+        var next = 0
+        return checked.map { entry in
+            switch entry {
+            case .failure(let error):
+                return .failure(error)
+            case .success:
+                defer { next += 1 }
+                return decided.flatMap { $0[next] }
+            }
+        }
+    }
+
+    /// Decides the submissions of one group commit in `transaction`, in order, each request that
+    /// applies taking the next version after `start`. Returns each submission's answers and the
+    /// last version taken. Throws what the transaction throws, which fails the whole group.
+    package static func decide<Transaction: StoreTransaction>(_ submissions: [CommitSubmission], in transaction: inout Transaction,
+                                                              time: ServerTime, after start: Version) throws -> (answers: [[Result<CommitResult, TandemError>]], last: Version) {
+        var answers: [[Result<CommitResult, TandemError>]] = []
+        answers.reserveCapacity(submissions.count)
+        var version = start
+        for submission in submissions {
+            let planner = CommitPlanner(limits: submission.limits, time: time, authorizer: submission.authorizer)
+            var results: [Result<CommitResult, TandemError>] = []
+            results.reserveCapacity(submission.requests.count)
+            for request in submission.requests {
+                let result = try planner.decide(request, in: &transaction, version: version.next, committed: version, clientID: submission.clientID)
+                if case .success(let answer) = result, answer.batch != nil { version = version.next }
+                results.append(result)
+            }
+            answers.append(results)
+        }
+        return (answers, version)
+    }
+}

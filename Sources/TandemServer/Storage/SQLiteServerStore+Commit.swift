@@ -3,20 +3,12 @@ import GRDB
 import TandemCore
 
 extension SQLiteServerStore {
-    /// The requests of one `commit` call, checked, with the limits they were checked against.
-    struct Submission: Sendable {
-        var requests: [CommitPlanner.CheckedRequest]
-        var limits: ServerLimits
-        var clientID: String?
-        var authorizer: WriteAuthorizer?
-    }
-
     /// Decides every queued submission in one transaction, in order. A refused request writes only
     /// the records of its refusal (the planner decides before it writes), so requests need no
     /// savepoints of their own; an error from SQLite fails every request of the transaction.
     /// Called by the one drain, on the database's writer; `mustReport` makes it tell the observers
     /// even when nothing changed (see ``commitsUnderWay()``).
-    func commitTogether(_ submissions: [Submission], db: Database, mustReport: Bool = false) -> [Result<[Result<CommitResult, TandemError>], any Error>] {
+    func commitTogether(_ submissions: [CommitSubmission], db: Database, mustReport: Bool = false) -> [Result<[Result<CommitResult, TandemError>], any Error>] {
         let time = ServerTime(WireTimestamp.date(milliseconds: WireTimestamp.milliseconds(configuration.now())))
         let start = lastVersion.withLock { $0 }
         var transaction = SQLiteTransaction(db: db, committedMarks: highWaterMarks.withLock { $0 }, committedOwners: owners.withLock { $0 })
@@ -24,19 +16,7 @@ extension SQLiteServerStore {
             var answers: [[Result<CommitResult, TandemError>]] = []
             var last = start
             try db.immediateTransaction {
-                answers = []
-                var version = start
-                for submission in submissions {
-                    let planner = CommitPlanner(limits: submission.limits, time: time, authorizer: submission.authorizer)
-                    var results: [Result<CommitResult, TandemError>] = []
-                    for request in submission.requests {
-                        let result = try planner.decide(request, in: &transaction, version: version.next, committed: version, clientID: submission.clientID)
-                        if case .success(let answer) = result, answer.batch != nil { version = version.next }
-                        results.append(result)
-                    }
-                    answers.append(results)
-                }
-                last = version
+                (answers, last) = try CommitPlanner.decide(submissions, in: &transaction, time: time, after: start)
             }
             lastVersion.withLock { $0 = last }
             let (newMarks, newOwners) = (transaction.marks, transaction.owners)

@@ -31,7 +31,7 @@ public final class SQLiteServerStore: ServerStore {
     package var requestsPerTransaction: Double {
         Double(requestsCommitted.load(ordering: .relaxed)) / Double(max(1, transactions.load(ordering: .relaxed)))
     }
-    private let queue = GroupCommitQueue<Submission, [Result<CommitResult, TandemError>]>()
+    private let queue = GroupCommitQueue<CommitSubmission, [Result<CommitResult, TandemError>]>()
     /// Each client's newest applied sequence, as committed, for the clients seen lately: a write
     /// checks it without a query. Only the drain reads and writes it.
     let highWaterMarks = Mutex<[String: Int64]>([:])
@@ -164,21 +164,8 @@ public final class SQLiteServerStore: ServerStore {
     }
 
     public func commit(_ requests: [[Mutation]], limits: ServerLimits, clientID: String?, authorizer: WriteAuthorizer?) async -> [Result<CommitResult, TandemError>] {
-        // Checked here, off the database writer, so its one thread spends its time committing.
-        var checked: [Result<CommitPlanner.CheckedRequest, TandemError>] = []
-        checked.reserveCapacity(requests.count)
-        for mutations in requests {
-            do throws(TandemError) {
-                checked.append(.success(try CommitPlanner.check(mutations, limits: limits)))
-            } catch {
-                checked.append(.failure(error))
-            }
-        }
-        let valid = checked.compactMap { try? $0.get() }
-        guard !valid.isEmpty else { return checked.map { $0.map { _ in CommitResult(acknowledgements: [], batch: nil) } } }
-        let decided: Result<[Result<CommitResult, TandemError>], TandemError>
-        do {
-            decided = .success(try await queue.submit(Submission(requests: valid, limits: limits, clientID: clientID, authorizer: authorizer)) {
+        await CommitPlanner.commit(requests, limits: limits, clientID: clientID, authorizer: authorizer) { submission in
+            try await queue.submit(submission) {
                 pool.asyncWriteWithoutTransaction { db in
                     self.queue.drain { submissions, mustReport in
                         self.commitTogether(submissions, db: db, mustReport: mustReport)
@@ -186,18 +173,6 @@ public final class SQLiteServerStore: ServerStore {
                         self.publish(CommitNotice(batches: [], visibleThrough: self.lastVersion.withLock { $0 }))
                     }
                 }
-            })
-        } catch {
-            decided = .failure(error as? TandemError ?? TandemError(.unavailable, "The commit did not finish: \(error). Nothing was written; retry.", cause: error))
-        }
-        var next = 0
-        return checked.map { entry in
-            switch entry {
-            case .failure(let error):
-                return .failure(error)
-            case .success:
-                defer { next += 1 }
-                return decided.flatMap { $0[next] }
             }
         }
     }
