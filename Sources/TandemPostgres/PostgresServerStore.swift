@@ -81,9 +81,13 @@ public final class PostgresServerStore: ServerStore {
         }
         let version: Version
         do {
+            try await checkServer(connection, url: url, logger: logger)
             try await migrate(connection, logger: logger)
             version = try await counter(connection, logger: logger)
             try? await connection.close()
+        } catch let error as TandemError {
+            try? await connection.close()
+            throw error
         } catch {
             try? await connection.close()
             throw TandemError(.unavailable, "Could not create or migrate Tandem's tables in PostgreSQL at \(url): \(Self.reason(error)). The user needs to be allowed to create tables in the database.", cause: error)
@@ -107,6 +111,21 @@ public final class PostgresServerStore: ServerStore {
     /// Closes the store's connections. Calls after this fail with `unavailable`.
     public func close() {
         clientTask.cancel()
+    }
+
+    /// The server must be PostgreSQL 13 or newer (for `normalize`) with a UTF-8 database.
+    private static func checkServer(_ connection: PostgresConnection, url: PostgresURL, logger: Logger) async throws {
+        var version = 0
+        var encoding = ""
+        for try await (number, name) in try await connection.query("SELECT current_setting('server_version_num')::int, current_setting('server_encoding')", logger: logger).decode((Int, String).self) {
+            (version, encoding) = (number, name)
+        }
+        guard version >= 130_000 else {
+            throw TandemError(.failedPrecondition, "PostgreSQL at \(url) is version \(version / 10_000); Tandem needs 13 or newer.")
+        }
+        guard encoding.uppercased() == "UTF8" else {
+            throw TandemError(.failedPrecondition, "The database at \(url) is encoded in \(encoding); Tandem needs a UTF8 database (CREATE DATABASE … ENCODING 'UTF8').")
+        }
     }
 
     /// What went wrong, in words: PostgreSQL's own message when it sent one.

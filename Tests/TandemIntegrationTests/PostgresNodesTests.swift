@@ -286,11 +286,13 @@ struct PostgresServeTests {
     func badDatabases() async throws {
         try #require(CLIProcess.executable != nil, "tandem is not built; run `swift build --build-tests` first")
         let cluster = try #require(PostgresClusterTrait.cluster)
+        try await cluster.psql("CREATE DATABASE ascii ENCODING 'SQL_ASCII' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0")
         let cases: [(String, String)] = [
             ("mysql://tandem@127.0.0.1/x", "starts with postgres://"),
             ("postgres://127.0.0.1/x", "names no user"),
             ("postgres://tandem@127.0.0.1:1/x?sslmode=disable", "Could not connect to PostgreSQL"),
             (cluster.url(database: "missing"), "does not exist"),
+            (cluster.url(database: "ascii"), "needs a UTF8 database"),
         ]
         for (url, message) in cases {
             let result = try await CLIProcess.run(["serve", "--port", "0", "--postgres", url])
