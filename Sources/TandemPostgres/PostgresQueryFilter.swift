@@ -1,3 +1,4 @@
+import PostgresNIO
 import TandemCore
 
 /// What of a query's filters PostgreSQL can apply to `body` (the documents' `jsonb`) while it
@@ -5,50 +6,71 @@ import TandemCore
 ///
 /// Each condition is a **superset** of the filter it comes from: it never leaves out a document the
 /// filter keeps, and the shared evaluator then decides every candidate exactly (types, missing
-/// fields, numbers compared exactly across int and double). So only filters whose matches
-/// containment (`@>`, which a GIN index serves) can find without loss are translated: `==`, `in`,
+/// fields, numbers compared exactly across int and double, strings by their bytes). So only filters
+/// whose matches containment (`@>`, which a GIN index serves) can find without loss are translated: `==`, `in`,
 /// `array-contains` and `array-contains-any` with values that are strings (without NUL), booleans, null, or
 /// numbers whose JSON text PostgreSQL compares exactly (integers of magnitude below 2^53, whose
 /// double forms are written as those integers). Bodies and values are compared in Unicode's NFC
-/// form, so strings and keys match by canonical equivalence, as Swift's do. A document whose body
+/// form, so keys match by canonical equivalence, as Swift's dictionaries find them, and values
+/// whose bytes are equal are found (with some that are only canonically equal, which the
+/// evaluator then leaves out). A document whose body
 /// PostgreSQL could not store as `jsonb` is always a candidate.
 struct PostgresQueryFilter {
     /// The SQL condition over `d.body`, with `$n` placeholders numbered from the `first` given.
     var sql: String
-    /// The JSON texts the placeholders stand for, in order.
-    var values: [String]
+    /// The conditions alone (without the documents PostgreSQL could not hold as `jsonb`).
+    var conditions: String
+    /// The values the placeholders stand for, in order.
+    var binds: [PostgresBind]
+    /// Whether the conditions keep exactly the documents the query's filters keep (the query has
+    /// none: each condition is a superset), so a limit may be applied with them.
+    var isExact: Bool
 
-    /// The condition for `query`'s filters, or nil when none can be translated.
+    /// The condition for `query`'s filters (nil when none can be translated), its placeholders
+    /// numbered from `first`.
     init?(_ query: Query, firstPlaceholder first: Int) {
         var conditions: [String] = []
-        var values: [String] = []
-        func placeholder(_ value: JSONValue) -> String {
-            values.append(JSONText.encode(value))
-            // Compared as the bodies are stored: normalized (NFC), so text compares as Swift's
-            // strings do, by canonical equivalence.
-            return "normalize($\(first + values.count - 1), NFC)::jsonb"
+        var binds: [PostgresBind] = []
+        var exact = true
+        func placeholder(_ bind: PostgresBind) -> String {
+            binds.append(bind)
+            return "$\(first + binds.count - 1)"
         }
-        for case .filter(let field, let op, let value) in query.operations where field.segments.allSatisfy(Self.storable) {
-            switch op {
-            case .equal:
-                guard Self.containable(value) else { continue }
-                conditions.append("d.body @> \(placeholder(Self.nest(value, at: field)))")
-            case .arrayContains:
-                guard Self.containable(value) else { continue }
-                conditions.append("d.body @> \(placeholder(Self.nest(.array([value]), at: field)))")
-            case .in, .arrayContainsAny:
-                guard case .array(let wanted) = value, !wanted.isEmpty, wanted.count <= 100, wanted.allSatisfy(Self.containable) else { continue }
-                let alternatives = wanted.map { element in
-                    "d.body @> \(placeholder(Self.nest(op == .in ? element : .array([element]), at: field)))"
-                }
-                conditions.append("(" + alternatives.joined(separator: " OR ") + ")")
-            case .notEqual, .lessThan, .lessThanOrEqual, .greaterThan, .greaterThanOrEqual, .notIn:
+        // Compared as the bodies are stored: normalized (NFC), so text compares as Swift's strings
+        // do, by canonical equivalence.
+        func json(_ value: JSONValue) -> String { "normalize(\(placeholder(.text(JSONText.encode(value)))), NFC)::jsonb" }
+        for case .filter(let field, let op, let value) in query.operations {
+            guard field.segments.allSatisfy(Self.storable) else {
+                exact = false
                 continue
             }
+            switch op {
+            case .equal:
+                exact = false
+                guard Self.containable(value) else { continue }
+                conditions.append("d.body @> \(json(Self.nest(value, at: field)))")
+            case .in:
+                exact = false
+                guard case .array(let wanted) = value, !wanted.isEmpty, wanted.count <= 100, wanted.allSatisfy(Self.containable) else { continue }
+                conditions.append("(" + wanted.map { "d.body @> \(json(Self.nest($0, at: field)))" }.joined(separator: " OR ") + ")")
+            case .arrayContains:
+                exact = false
+                guard Self.containable(value) else { continue }
+                conditions.append("d.body @> \(json(Self.nest(.array([value]), at: field)))")
+            case .arrayContainsAny:
+                exact = false
+                guard case .array(let wanted) = value, !wanted.isEmpty, wanted.count <= 100, wanted.allSatisfy(Self.containable) else { continue }
+                conditions.append("(" + wanted.map { "d.body @> \(json(Self.nest(.array([$0]), at: field)))" }.joined(separator: " OR ") + ")")
+            case .notEqual, .lessThan, .lessThanOrEqual, .greaterThan, .greaterThanOrEqual, .notIn:
+                exact = false
+            }
         }
-        guard !conditions.isEmpty else { return nil }
-        sql = "(d.body IS NULL OR (" + conditions.joined(separator: " AND ") + "))"
-        self.values = values
+        guard !conditions.isEmpty || exact else { return nil }
+        let all = conditions.isEmpty ? "TRUE" : conditions.joined(separator: " AND ")
+        sql = "(d.body IS NULL OR (" + all + "))"
+        self.conditions = all
+        self.binds = binds
+        isExact = exact
     }
 
     /// Whether containment finds every stored value equal to `value` in the query order.
@@ -70,5 +92,56 @@ struct PostgresQueryFilter {
     /// `{"a": {"b": value}}` for the field `a.b`.
     static func nest(_ value: JSONValue, at field: FieldPath) -> JSONValue {
         field.segments.reversed().reduce(value) { inner, key in .object([key: inner]) }
+    }
+}
+
+/// A value a query's SQL binds.
+enum PostgresBind: Sendable {
+    case text(String)
+    case textArray([String])
+    case int(Int64)
+
+    func append(to binds: inout PostgresBindings) {
+        switch self {
+        case .text(let text): binds.append(text)
+        case .textArray(let texts): binds.append(texts)
+        case .int(let value): binds.append(value)
+        }
+    }
+}
+
+/// A query's orders and first-`n` limit, in SQL: its first order field's coarse key, which never
+/// puts two documents in the opposite order to the query's (missing first, then by type; numbers by
+/// their integer part, within ±2^53; other values of one type tie). For a query with no filters,
+/// the documents up to the `n`-th one's keys, ties included, hold the query's first `n`: the shared
+/// evaluator picks them exactly. (With filters, those PostgreSQL applies are supersets, which
+/// would place the `n`-th key too early.)
+struct PostgresQueryLimit {
+    /// The keys, in the order to sort by (descending orders negated), as SQL over `d.body`.
+    var keys: [String]
+    var binds: [PostgresBind]
+    /// The placeholder of `n - 1` (the offset of the boundary row).
+    var offset: String
+
+    /// Nil unless the query has orders and a first-`n` limit (no cursors, no `limit(toLast:)`).
+    init?(_ query: Query, firstPlaceholder first: Int) {
+        guard let compiled = try? CompiledQuery(query), !compiled.orders.isEmpty, compiled.start == nil, compiled.end == nil,
+              case .first(let count)? = compiled.limit, count > 0,
+              compiled.orders.allSatisfy({ $0.field.segments.allSatisfy(PostgresQueryFilter.storable) }) else { return nil }
+        var binds: [PostgresBind] = []
+        var keys: [String] = []
+        // The first order only: its keys tie where the order does not (two strings), and a later
+        // order's keys would then put documents the first order tells apart in the wrong order.
+        for order in compiled.orders.prefix(1) {
+            binds.append(.textArray(order.field.segments))
+            let value = "d.body #> $\(first + binds.count - 1)"
+            let sign = order.descending ? "-" : ""
+            keys.append("\(sign)(CASE jsonb_typeof(\(value)) WHEN 'null' THEN 0 WHEN 'boolean' THEN 1 WHEN 'number' THEN 2 WHEN 'string' THEN 3 WHEN 'array' THEN 4 WHEN 'object' THEN 5 ELSE -1 END)")
+            keys.append("\(sign)(CASE WHEN jsonb_typeof(\(value)) = 'number' THEN greatest(least(floor((\(value))::numeric), 9007199254740992), -9007199254740992) ELSE 0 END)")
+        }
+        binds.append(.int(Int64(count - 1)))
+        offset = "$\(first + binds.count - 1)"
+        self.keys = keys
+        self.binds = binds
     }
 }

@@ -67,6 +67,8 @@ public final class PostgresServerStore: ServerStore {
     let published: Mutex<Version>
     /// A catch-up waits in `queue` (``catchUp()``).
     let catchUpQueued = Mutex(false)
+    /// Reads whose limit PostgreSQL applied (``PostgresQueryLimit``), for tests.
+    package let limitedReads = Atomic<Int>(0)
 
     /// Connects to the database at `url`, creates or migrates its schema, and opens the store.
     /// A URL it cannot use, a database it cannot reach or sign in to, or a schema it cannot create
@@ -258,17 +260,38 @@ public final class PostgresServerStore: ServerStore {
         }
         // PostgreSQL's text cannot hold NUL, so no document it keeps is under such a path.
         guard PostgresQueryFilter.storable(value) else { return StoreSnapshot(documents: [], version: try await currentVersion()) }
-        // The filters PostgreSQL can apply without losing a match narrow what is read; the shared
+        // The filters PostgreSQL can apply without losing a match narrow what is read; with exact
+        // filters, orders and a limit, so does the limit (``PostgresQueryLimit``). The shared
         // evaluator decides the rest, and every candidate, below.
         let filter = target.query.flatMap { PostgresQueryFilter($0, firstPlaceholder: 2) }
         var binds = Self.binds(value)
-        for text in filter?.values ?? [] { binds.append(text) }
-        let (documents, version) = try await reading { [binds] connection -> ([Document], Version) in
-            let rows = try await connection.query(PostgresQuery(unsafeSQL: """
+        for bind in filter?.binds ?? [] { bind.append(to: &binds) }
+        let limit = filter?.isExact == true ? target.query.flatMap { PostgresQueryLimit($0, firstPlaceholder: 2 + (filter?.binds.count ?? 0)) } : nil
+        for bind in limit?.binds ?? [] { bind.append(to: &binds) }
+        let sql: String
+        if let filter, let limit {
+            limitedReads.add(1, ordering: .relaxed)
+            let columns = limit.keys.enumerated().map { "\($1) AS k\($0)" }.joined(separator: ", ")
+            let order = limit.keys.indices.map { String($0 + 1) }.joined(separator: ", ")
+            sql = """
+                WITH boundary AS (
+                    SELECT \(columns) FROM tandem_documents AS d
+                    WHERE \(scope) = $1 AND d.data IS NOT NULL AND d.body IS NOT NULL AND \(filter.conditions)
+                    ORDER BY \(order) LIMIT 1 OFFSET \(limit.offset))
+                SELECT c.version, \(Self.documentColumns) FROM tandem_counter AS c
+                LEFT JOIN tandem_documents AS d ON \(scope) = $1 AND d.data IS NOT NULL AND (d.body IS NULL OR (\(filter.conditions)
+                    AND (NOT EXISTS (SELECT 1 FROM boundary) OR ROW(\(limit.keys.joined(separator: ", "))) <= (SELECT * FROM boundary))))
+                WHERE c.id = 1 ORDER BY d.path
+                """
+        } else {
+            sql = """
                 SELECT c.version, \(Self.documentColumns) FROM tandem_counter AS c
                 LEFT JOIN tandem_documents AS d ON \(scope) = $1 AND d.data IS NOT NULL\(filter.map { " AND \($0.sql)" } ?? "")
                 WHERE c.id = 1 ORDER BY d.path
-                """, binds: binds), logger: self.logger)
+                """
+        }
+        let (documents, version) = try await reading { [binds] connection -> ([Document], Version) in
+            let rows = try await connection.query(PostgresQuery(unsafeSQL: sql, binds: binds), logger: self.logger)
             var documents: [Document] = []
             var version = Version.zero
             for try await row in rows {
@@ -406,44 +429,31 @@ public final class PostgresServerStore: ServerStore {
     /// a lease would wait for it), fails with `unavailable` instead of waiting on; a `body` that
     /// started runs to its end (a statement on a dead connection fails by itself).
     func withLease<T: Sendable>(_ body: @escaping @Sendable (PostgresConnection) async throws -> T) async throws -> T {
-        typealias Outcome = LeaseOutcome<T>
-        let started = LeaseStarted()
-        let timeout = configuration.connectionWait
-        return try await withThrowingTaskGroup(of: Outcome.self) { group in
-            group.addTask {
-                .done(try await self.client.withConnection { connection in
+        let state = LeaseState()
+        let answer = Ticket<T>()
+        // Neither the lease nor the timer is waited for once the other answered: a lease the pool
+        // is slow to give up must not hold the caller past `connectionWait`.
+        let lease = Task {
+            do {
+                answer.fulfill(.success(try await self.client.withConnection { connection in
                     // Given up on meanwhile: the caller was told nothing was done, so nothing is.
-                    guard started.value.withLock({ state in
-                        guard state == .waiting else { return false }
-                        state = .started
-                        return true
-                    }) else { throw CancellationError() }
+                    guard state.start() else { throw CancellationError() }
                     return try await body(connection)
-                })
+                }))
+            } catch {
+                answer.fulfill(.failure(error))
             }
-            group.addTask {
-                try await Task.sleep(for: timeout)
-                return .timedOut
-            }
-            while let outcome = try await group.next() {
-                switch outcome {
-                case .done(let value):
-                    group.cancelAll()
-                    return value
-                case .timedOut:
-                    let abandoned = started.value.withLock { state in
-                        guard state == .waiting else { return false }
-                        state = .abandoned
-                        return true
-                    }
-                    if abandoned {
-                        group.cancelAll()
-                        throw TandemError(.unavailable, "No connection to PostgreSQL at \(url) within \(timeout): the database is down or unreachable. Nothing was done; retry.")
-                    }
-                }
-            }
-            throw CancellationError()
         }
+        let wait = configuration.connectionWait
+        let url = self.url
+        let timer = Task {
+            try await Task.sleep(for: wait)
+            guard state.abandon() else { return }
+            lease.cancel()
+            answer.fulfill(.failure(TandemError(.unavailable, "No connection to PostgreSQL at \(url) within \(wait): the database is down or unreachable. Nothing was done; retry.")))
+        }
+        defer { timer.cancel() }
+        return try await answer.value()
     }
 
     /// Runs `body` on a connection of the pool (``withLease(_:)``); what PostgreSQL or the network
@@ -529,13 +539,22 @@ public final class PostgresServerStore: ServerStore {
     }
 }
 
-/// Whether a lease's body started (``PostgresServerStore/withLease(_:)``).
-private final class LeaseStarted: Sendable {
-    enum State { case waiting, started, abandoned }
-    let value = Mutex(State.waiting)
-}
+/// Whether a lease's body started, or the caller gave up on it first (``PostgresServerStore/withLease(_:)``).
+private final class LeaseState: Sendable {
+    private enum State { case waiting, started, abandoned }
+    private let state = Mutex(State.waiting)
 
-private enum LeaseOutcome<T: Sendable>: Sendable {
-    case done(T)
-    case timedOut
+    /// Marks the body started; false when the caller gave up first.
+    func start() -> Bool { move(to: .started) }
+
+    /// Marks the lease given up on; false when its body started first.
+    func abandon() -> Bool { move(to: .abandoned) }
+
+    private func move(to next: State) -> Bool {
+        state.withLock { state in
+            guard state == .waiting else { return false }
+            state = next
+            return true
+        }
+    }
 }

@@ -37,6 +37,20 @@ struct JSONValueTests {
         #expect(JSONValue.compare(["a": 2], ["a": 1, "b": 1]) == .greater)
     }
 
+    @Test("strings that Swift calls equal but whose bytes differ (K and the Kelvin sign, é composed and not) are told apart, so the order is one total order whatever the input's order")
+    func stringOrderIsTotal() {
+        let kelvin: JSONValue = "\u{212A}", k: JSONValue = "K", e: JSONValue = "é", decomposed: JSONValue = "e\u{301}"
+        #expect(JSONValue.compare(k, kelvin) == .less)
+        #expect(!JSONValue.queryEquals(e, decomposed))
+        // Transitive: K < é < Kelvin, and K < Kelvin.
+        #expect(JSONValue.compare(k, e) == .less && JSONValue.compare(e, kelvin) == .less)
+        let values = [kelvin, e, k, decomposed]
+        let sorted = values.sorted { JSONValue.compare($0, $1) == .less }
+        for permutation in [values.reversed(), [e, k, kelvin, decomposed], [decomposed, kelvin, k, e]] {
+            #expect(permutation.sorted { JSONValue.compare($0, $1) == .less } == sorted)
+        }
+    }
+
     @Test("JSON text keeps ints and doubles apart and round-trips")
     func textRoundTrip() throws {
         let value = try JSONText.parse(#"{"i": 1, "d": 1.0, "e": 1e3, "s": "a\"b\\c\u00e9\ud83d\ude00", "n": null, "b": [true, false], "o": {"x": -0.5}}"#)

@@ -467,25 +467,35 @@ struct PostgresQueryTests {
         let values: [JSONValue] = [.null, true, false, 0, 1, 2, .double(1.0), .double(2.5), .double(-0.0), 9_007_199_254_740_993, .double(9_007_199_254_740_992),
                                    "a", "b", "ab", "", "é", "e\u{301}", "K", "\u{212A}", "\u{0000}x", .array([1, "a"]), .array([]), .array([.double(1.0)]), .object(["k": 1]), .object([:])]
         func value() -> JSONValue { values[Int.random(in: 0..<values.count, using: &random)] }
+        let scores: [JSONValue] = [0, 1, -1, 2, .double(1.5), .double(-0.5), .double(2.0), 9_007_199_254_740_991, 9_007_199_254_740_993, .double(9_007_199_254_740_992),
+                                   .double(1e300), .double(-1e300), .int(Int.max), .int(Int.min), "7", .null, true]
         var writes: [Mutation] = []
         for index in 0..<80 {
             var fields: JSONObject = [:]
             if Bool.random(using: &random) { fields["a"] = value() }
             if Bool.random(using: &random) { fields["b"] = .object(["c": value()]) }
             if Bool.random(using: &random) { fields["tags"] = .array((0..<Int.random(in: 0..<3, using: &random)).map { _ in value() }) }
+            // Numbers that order differently as text, as doubles and as integers, near and past 2^53.
+            if Int.random(in: 0..<4, using: &random) > 0 { fields["score"] = scores[Int.random(in: 0..<scores.count, using: &random)] }
             writes.append(Mutation(path: try DocumentPath("things/t\(index)"), kind: .set(fields)))
         }
         _ = try await postgres.commit(writes)
         _ = try await memory.commit(writes)
-        let fields: [FieldPath] = ["a", try FieldPath(dotted: "b.c"), "tags"]
-        for _ in 0..<60 {
+        let fields: [FieldPath] = ["a", try FieldPath(dotted: "b.c"), "tags", "score"]
+        for _ in 0..<120 {
             var query = Query()
-            for _ in 0..<Int.random(in: 1...2, using: &random) {
-                let op = Query.FilterOperator.allCases[Int.random(in: 0..<Query.FilterOperator.allCases.count, using: &random)]
+            // Half the queries only filter by equality (or none), so PostgreSQL may apply their limit.
+            let exactOnly = Bool.random(using: &random)
+            for _ in 0..<Int.random(in: 0...2, using: &random) {
+                let ops: [Query.FilterOperator] = exactOnly ? [.equal, .in] : Query.FilterOperator.allCases
+                let op = ops[Int.random(in: 0..<ops.count, using: &random)]
                 let operand: JSONValue = [.in, .notIn, .arrayContainsAny].contains(op) ? .array([value(), value()]) : value()
                 query = query.whereField(fields[Int.random(in: 0..<fields.count, using: &random)], op, operand)
             }
-            if Bool.random(using: &random) { query = query.limit(to: Int.random(in: 1...5, using: &random)) }
+            for _ in 0..<Int.random(in: 0...2, using: &random) {
+                query = query.order(by: [fields[3], fields[3], fields[0], fields[1]][Int.random(in: 0..<4, using: &random)], descending: Bool.random(using: &random))
+            }
+            if Int.random(in: 0..<4, using: &random) > 0 { query = query.limit(to: Int.random(in: 1...8, using: &random)) }
             let target = ListenTarget.collection(try CollectionPath("things"), query)
             let expected = await Result { try await memory.read(target).documents.map(\.path) }
             let actual = await Result { try await postgres.read(target).documents.map(\.path) }
@@ -498,6 +508,7 @@ struct PostgresQueryTests {
                 Issue.record("\(query): memory \(expected), PostgreSQL \(actual)")
             }
         }
+        #expect(postgres.limitedReads.load(ordering: .relaxed) > 5, "PostgreSQL applied the limit of some queries")
     }
 }
 

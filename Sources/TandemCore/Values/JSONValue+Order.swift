@@ -65,8 +65,10 @@ extension JSONValue {
         }
     }
 
+    /// By UTF-8 bytes alone: one total order. (Swift's `==` calls canonically equivalent strings
+    /// equal, "K" and the Kelvin sign among them, while their bytes order them apart from a third:
+    /// the order would not be transitive, and a sort or a limit would depend on its input's order.)
     static func compareStrings(_ a: String, _ b: String) -> Ordering {
-        if a == b { return .equal }
         var ia = a.utf8.makeIterator()
         var ib = b.utf8.makeIterator()
         while true {
