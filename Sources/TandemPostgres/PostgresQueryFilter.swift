@@ -10,7 +10,8 @@ import TandemCore
 /// whose matches containment (`@>`, which a GIN index serves) can find without loss are translated: `==`, `in`,
 /// `array-contains` and `array-contains-any` with values that are strings (without NUL), booleans, null, or
 /// numbers whose JSON text PostgreSQL compares exactly (integers of magnitude below 2^53, whose
-/// double forms are written as those integers). Bodies and values are compared in Unicode's NFC
+/// double forms are written as those integers). Ranges keep values of their value's type, and
+/// numbers by their integer part. Bodies and values are compared in Unicode's NFC
 /// form, so keys match by canonical equivalence, as Swift's dictionaries find them, and values
 /// whose bytes are equal are found (with some that are only canonically equal, which the
 /// evaluator then leaves out). A document whose body
@@ -61,7 +62,26 @@ struct PostgresQueryFilter {
                 exact = false
                 guard case .array(let wanted) = value, !wanted.isEmpty, wanted.count <= 100, wanted.allSatisfy(Self.containable) else { continue }
                 conditions.append("(" + wanted.map { "d.body @> \(json(Self.nest(.array([$0]), at: field)))" }.joined(separator: " OR ") + ")")
-            case .notEqual, .lessThan, .lessThanOrEqual, .greaterThan, .greaterThanOrEqual, .notIn:
+            case .lessThan, .lessThanOrEqual, .greaterThan, .greaterThanOrEqual:
+                exact = false
+                // A range keeps only values of its value's type; numbers also by their integer
+                // part (clamped to ±2^53), which never orders two numbers the wrong way round.
+                let type: String
+                switch value {
+                case .null: continue
+                case .bool: type = "boolean"
+                case .string: type = "string"
+                case .array: type = "array"
+                case .object: type = "object"
+                case .int, .double:
+                    guard let bound = Self.integerPart(value) else { continue }
+                    let path = placeholder(.textArray(field.segments))
+                    let comparison = op == .lessThan || op == .lessThanOrEqual ? "<=" : ">="
+                    conditions.append("jsonb_typeof(d.body #> \(path)) = 'number' AND \(Self.integerPartSQL("d.body #> \(path)")) \(comparison) \(placeholder(.int(bound)))")
+                    continue
+                }
+                conditions.append("jsonb_typeof(d.body #> \(placeholder(.textArray(field.segments)))) = '\(type)'")
+            case .notEqual, .notIn:
                 exact = false
             }
         }
@@ -82,6 +102,26 @@ struct PostgresQueryFilter {
         case .double(let double): return double.isFinite && double == double.rounded() && double.magnitude < 9_007_199_254_740_992
         case .array, .object: return false
         }
+    }
+
+    /// A number's integer part, clamped to ±2^53 (nil for NaN).
+    static func integerPart(_ value: JSONValue) -> Int64? {
+        let limit: Int64 = 9_007_199_254_740_992
+        switch value {
+        case .int(let int): return Int64(max(-limit, min(limit, Int64(int))))
+        case .double(let double):
+            guard !double.isNaN else { return nil }
+            let floor = double.rounded(.down)
+            if floor >= Double(limit) { return limit }
+            if floor <= -Double(limit) { return -limit }
+            return Int64(floor)
+        default: return nil
+        }
+    }
+
+    /// ``integerPart(_:)`` of a stored number, in SQL.
+    static func integerPartSQL(_ value: String) -> String {
+        "greatest(least(floor((\(value))::numeric), 9007199254740992), -9007199254740992)"
     }
 
     /// Whether jsonb can hold the text: not with a NUL character (nor, so, the documents that do).
@@ -137,7 +177,7 @@ struct PostgresQueryLimit {
             let value = "d.body #> $\(first + binds.count - 1)"
             let sign = order.descending ? "-" : ""
             keys.append("\(sign)(CASE jsonb_typeof(\(value)) WHEN 'null' THEN 0 WHEN 'boolean' THEN 1 WHEN 'number' THEN 2 WHEN 'string' THEN 3 WHEN 'array' THEN 4 WHEN 'object' THEN 5 ELSE -1 END)")
-            keys.append("\(sign)(CASE WHEN jsonb_typeof(\(value)) = 'number' THEN greatest(least(floor((\(value))::numeric), 9007199254740992), -9007199254740992) ELSE 0 END)")
+            keys.append("\(sign)(CASE WHEN jsonb_typeof(\(value)) = 'number' THEN \(PostgresQueryFilter.integerPartSQL(value)) ELSE 0 END)")
         }
         binds.append(.int(Int64(count - 1)))
         offset = "$\(first + binds.count - 1)"
