@@ -63,10 +63,7 @@ extension PostgresServerStore {
         do {
             let (changes, current) = try await readingConsistently { connection -> ([RemoteChange], Version) in
                 let current = try await Self.counter(connection, logger: self.logger)
-                guard current > told else { return ([], current) }
-                let changes = try await self.changes(connection, sql: "SELECT \(Self.documentColumns) FROM tandem_documents AS d WHERE d.version > $1 AND d.version <= $2 ORDER BY d.version, d.path",
-                                                     binds: Self.binds(Int64(told.rawValue), Int64(current.rawValue)))
-                return (changes, current)
+                return (try await self.committed(after: told, through: current, over: connection), current)
             }
             guard current > told || mustReport else { return }
             published.withLock { $0 = max($0, current) }
@@ -75,6 +72,14 @@ extension PostgresServerStore {
             if mustReport { publish(CommitNotice(batches: [], visibleThrough: told)) }
             logger.warning("catching up with other nodes' commits failed: \(Self.reason(error)); the next notification or poll tries again")
         }
+    }
+
+    /// The changes of the commits after `told` through `through`, in version order (none when
+    /// `through` is not above `told`).
+    private func committed(after told: Version, through: Version, over connection: PostgresConnection) async throws -> [RemoteChange] {
+        guard through > told else { return [] }
+        return try await changes(connection, sql: "SELECT \(Self.documentColumns) FROM tandem_documents AS d WHERE d.version > $1 AND d.version <= $2 ORDER BY d.version, d.path",
+                                 binds: Self.binds(Int64(told.rawValue), Int64(through.rawValue)))
     }
 
     public func commit(_ requests: [[Mutation]], limits: ServerLimits, clientID: String?, authorizer: WriteAuthorizer?) async -> [Result<CommitResult, TandemError>] {
@@ -89,7 +94,7 @@ extension PostgresServerStore {
         let time = ServerTime(WireTimestamp.date(milliseconds: WireTimestamp.milliseconds(configuration.now())))
         let told = published.withLock { $0 }
         do {
-            let (answers, start, last, earlier) = try await withLease { connection in
+            let (answers, last, earlier) = try await withLease { connection in
                 try await connection.query("BEGIN", logger: self.logger)
                 do {
                     // The counter's lock first: from here until the commit, this is the only commit
@@ -99,10 +104,7 @@ extension PostgresServerStore {
                         start = Version(UInt64(value))
                     }
                     // Commits of other nodes this one has not told its observers of yet.
-                    let earlier = start > told
-                        ? try await self.changes(connection, sql: "SELECT \(Self.documentColumns) FROM tandem_documents AS d WHERE d.version > $1 AND d.version <= $2 ORDER BY d.version, d.path",
-                                                 binds: Self.binds(Int64(told.rawValue), Int64(start.rawValue)))
-                        : []
+                    let earlier = try await self.committed(after: told, through: start, over: connection)
                     var transaction = try await PostgresTransaction.prefetch(submissions.flatMap(\.requests), over: connection, logger: self.logger)
                     let (answers, version) = try CommitPlanner.decide(submissions, in: &transaction, time: time, after: start)
                     try await transaction.flush(over: connection, logger: self.logger)
@@ -116,7 +118,7 @@ extension PostgresServerStore {
                         // Lost, it costs them a poll's delay, nothing more.
                         _ = try? await connection.query("SELECT pg_notify(\(Self.channel), \("\(self.node):\(version.rawValue)"))", logger: self.logger)
                     }
-                    return (answers, start, version, earlier)
+                    return (answers, version, earlier)
                 } catch {
                     _ = try? await connection.query("ROLLBACK", logger: self.logger)
                     throw error

@@ -157,18 +157,9 @@ public final class PostgresServerStore: ServerStore {
     }
 
     private func prune() async {
-        let configuration = self.configuration
-        while !Task.isCancelled {
-            do {
-                try await configuration.clock.sleep(for: configuration.pruneInterval)
-            } catch {
-                return
-            }
-            do {
-                try await pruneTombstones(olderThan: configuration.now().addingTimeInterval(-configuration.tombstoneRetention.doubleSeconds))
-            } catch {
-                logger.error("tombstone pruning failed: \(error); it runs again in \(configuration.pruneInterval)")
-            }
+        await pruneEvery(configuration.pruneInterval, on: configuration.clock, retention: configuration.tombstoneRetention,
+                         now: configuration.now, logger: logger) { date in
+            try await self.pruneTombstones(olderThan: date)
         }
     }
 

@@ -133,17 +133,9 @@ public final class SQLiteServerStore: ServerStore {
     public func run() async throws {
         let configuration = self.configuration
         await cancelWhenGracefulShutdown {
-            while !Task.isCancelled {
-                do {
-                    try await configuration.clock.sleep(for: configuration.pruneInterval)
-                } catch {
-                    return
-                }
-                do {
-                    try await self.pruneTombstones(olderThan: configuration.now().addingTimeInterval(-configuration.tombstoneRetention.doubleSeconds))
-                } catch {
-                    configuration.logger.error("tombstone pruning failed: \(error); it runs again in \(configuration.pruneInterval)")
-                }
+            await pruneEvery(configuration.pruneInterval, on: configuration.clock, retention: configuration.tombstoneRetention,
+                             now: configuration.now, logger: configuration.logger) { date in
+                try await self.pruneTombstones(olderThan: date)
             }
         }
     }
