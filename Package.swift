@@ -117,6 +117,7 @@ let package = Package(
                 "TandemServer",
                 "TandemPostgres",
                 "TandemTesting",
+                .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),

@@ -64,16 +64,18 @@ public struct PostgresURL: Sendable, CustomStringConvertible {
         return components.string ?? "the URL given"
     }
 
-    /// The settings of one connection.
-    func connectionConfiguration(connectTimeout: Duration) throws -> PostgresConnection.Configuration {
+    /// The settings of one connection to this URL's database, with the store's session limits
+    /// (``sessionSettings``).
+    public func connectionConfiguration(connectTimeout: Duration) throws -> PostgresConnection.Configuration {
         var configuration = PostgresConnection.Configuration(host: host, port: port, username: username, password: password, database: database, tls: try connectionTLS())
         configuration.options.additionalStartupParameters = Self.sessionSettings
         configuration.options.connectTimeout = .nanoseconds(Int64(connectTimeout.components.seconds) * 1_000_000_000 + connectTimeout.components.attoseconds / 1_000_000_000)
         return configuration
     }
 
-    /// The settings of a pool of connections.
-    func clientConfiguration(connectTimeout: Duration, maximumConnections: Int) throws -> PostgresClient.Configuration {
+    /// The settings of a pool of connections to this URL's database (at least two), with the
+    /// store's session limits (``sessionSettings``): for a `PostgresClient` beside the store's.
+    public func clientConfiguration(connectTimeout: Duration, maximumConnections: Int) throws -> PostgresClient.Configuration {
         var configuration = PostgresClient.Configuration(host: host, port: port, username: username, password: password, database: database, tls: try clientTLS())
         configuration.options.connectTimeout = connectTimeout
         // One connection listens for other nodes' commits; at least one more serves the rest.
@@ -86,7 +88,7 @@ public struct PostgresURL: Sendable, CustomStringConvertible {
     /// counter's lock loses its transaction after 60 s idle in it, instead of holding every
     /// node's commits until TCP gives up on it (hours); a commit that waits 15 s for a lock fails
     /// with `unavailable`, to be sent again.
-    static let sessionSettings = [("idle_in_transaction_session_timeout", "60s"), ("lock_timeout", "15s")]
+    public static let sessionSettings = [("idle_in_transaction_session_timeout", "60s"), ("lock_timeout", "15s")]
 
     /// TLS as libpq does it: `prefer` and `require` encrypt without checking the certificate
     /// (servers commonly offer a self-signed one); `verify-full` checks it.

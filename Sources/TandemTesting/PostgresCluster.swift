@@ -59,6 +59,7 @@ public final class PostgresCluster: Sendable {
     /// The unprivileged user's uid and gid when the tests run as root.
     private let runAs: (uid: UInt32, gid: UInt32)?
     private let server = Mutex<Server?>(nil)
+    private let flushes: Bool
 
     private final class Server: Sendable {
         let process: Process
@@ -69,7 +70,8 @@ public final class PostgresCluster: Sendable {
         }
     }
 
-    private init(directory: URL, port: Int, bin: URL, runAs: (uid: UInt32, gid: UInt32)?) {
+    private init(directory: URL, port: Int, bin: URL, runAs: (uid: UInt32, gid: UInt32)?, flushes: Bool) {
+        self.flushes = flushes
         self.directory = directory
         self.port = port
         self.bin = bin
@@ -77,7 +79,11 @@ public final class PostgresCluster: Sendable {
     }
 
     /// Creates a cluster and starts its server; returns once it accepts connections.
-    public static func start() async throws -> PostgresCluster {
+    ///
+    /// - Parameter flushes: whether the server flushes its writes to disk (`fsync`), as a
+    ///   production server does: for benchmarks. Tests leave it off; a crash of PostgreSQL's
+    ///   processes still loses nothing acknowledged, since the kernel keeps what was written.
+    public static func start(flushes: Bool = false) async throws -> PostgresCluster {
         guard let bin = binaries else { throw ClusterError(message: unavailableReason ?? "PostgreSQL is not installed") }
         var runAs: (uid: UInt32, gid: UInt32)?
         if getuid() == 0 {
@@ -89,7 +95,7 @@ public final class PostgresCluster: Sendable {
         let directory = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("tandem-pg-\(UUID().uuidString.prefix(8))")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         if let runAs { chown(directory.path, runAs.uid, runAs.gid) }
-        let cluster = PostgresCluster(directory: directory, port: try freePort(), bin: bin, runAs: runAs)
+        let cluster = PostgresCluster(directory: directory, port: try freePort(), bin: bin, runAs: runAs, flushes: flushes)
         do {
             let (status, output) = try await cluster.runTool("initdb", ["-D", cluster.dataDirectory.path, "-U", cluster.user, "--auth=trust", "-E", "UTF8", "--no-sync", "--no-instructions"])
             guard status == 0 else { throw ClusterError(message: "initdb failed (\(status)): \(output)") }
@@ -155,12 +161,13 @@ public final class PostgresCluster: Sendable {
     // MARK: Processes
 
     private func startServer() async throws {
+        // Tests lose nothing to a crash of PostgreSQL's processes without flushes to disk (the
+        // kernel keeps what was written); a commit still waits until its WAL is written
+        // (synchronous_commit on), as in production.
+        let durability = flushes ? [] : ["-c", "fsync=off", "-c", "full_page_writes=off"]
         let process = makeProcess("postgres", ["-D", dataDirectory.path, "-p", String(port), "-k", directory.path,
                                                "-c", "listen_addresses=127.0.0.1", "-c", "max_connections=300",
-                                               // Tests lose nothing to a crash of PostgreSQL's processes without flushes
-                                               // to disk (the kernel keeps what was written); a commit still waits until
-                                               // its WAL is written (synchronous_commit on), as in production.
-                                               "-c", "fsync=off", "-c", "full_page_writes=off", "-c", "logging_collector=off"])
+                                               "-c", "logging_collector=off"] + durability)
         let log = Pipe()
         process.standardError = log
         process.standardOutput = log

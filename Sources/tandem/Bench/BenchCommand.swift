@@ -90,6 +90,9 @@ struct ServerBench: AsyncParsableCommand {
     @Flag(help: "Measure what access control costs: writes and latency with an auth secret and a 20-rule file beside the open server's.")
     var auth = false
 
+    @Option(help: "Measure the server on PostgreSQL: writes beside postgres-nio's inserts, and latency on one node and from one node to another, beside SQLite's figures. Give a database URL (the run leaves its documents there), or 'private' to start a private cluster for the run (Linux).")
+    var postgres: String?
+
     func validate() throws {
         guard documents > 0, writes > 0, connections > 0 else {
             throw ValidationError("--documents, --writes and --connections must be positive.")
@@ -97,9 +100,17 @@ struct ServerBench: AsyncParsableCommand {
         if let only, !["writes", "fanout", "latency", "sync", "connections"].contains(only) {
             throw ValidationError("--only takes writes, fanout, latency, sync or connections.")
         }
+        if postgres != nil {
+            if auth { throw ValidationError("--postgres and --auth go separately.") }
+            if let only, !["writes", "latency"].contains(only) { throw ValidationError("With --postgres, --only takes writes or latency.") }
+        }
     }
 
     func run() async throws {
+        if let postgres {
+            try await PostgresBenchmarks.run(url: postgres == "private" ? nil : postgres, writes: writes, only: only).print()
+            return
+        }
         try await ServerBenchmarks.run(documents: documents, writes: writes, connections: connections, only: only, auth: auth).print()
     }
 }

@@ -76,7 +76,17 @@ extension ServerBenchmarks {
     static func writeRun(clients: Int, perClient: Int, directory: URL, configuration: SyncServerConfiguration, token: String?,
                          inspect: (LiveServer) -> Void = { _ in }) async throws -> (Duration, [Duration]) {
         let server = try await LiveServer.start(directory: directory, configuration: configuration)
-        let running = (0..<clients).map { client(server, "bench-writer-\($0)", token: token) }
+        let result = try await writeRun(clients: clients, perClient: perClient, on: server, token: token, inspect: inspect)
+        await server.stop()
+        return result
+    }
+
+    /// `clients` clients of `server` each committing `perClient` writes one at a time into
+    /// `collection`, as writer ids starting with `writerPrefix` (a store that outlives the run
+    /// needs new ones each run). Returns the time and each write's round trip, sorted.
+    static func writeRun(clients: Int, perClient: Int, on server: LiveServer, token: String?, collection: String = "items", writerPrefix: String = "bench-writer",
+                         inspect: (LiveServer) -> Void = { _ in }) async throws -> (Duration, [Duration]) {
+        let running = (0..<clients).map { client(server, "\(writerPrefix)-\($0)", token: token) }
         for (client, _) in running { await client.waitUntilConnected() }
         let roundTrips = Locked<[Duration]>([])
         let elapsed = try await ContinuousClock().measure {
@@ -85,8 +95,8 @@ extension ServerBenchmarks {
                     group.addTask {
                         for step in 0..<perClient {
                             let id = step * clients + index
-                            let mutation = Mutation.set(try DocumentPath("items/item-\(id)"), ownedBody(id))
-                                .identified(by: MutationID(clientID: "bench-writer-\(index)", sequence: UInt64(step + 1)))
+                            let mutation = Mutation.set(try DocumentPath("\(collection)/item-\(id)"), ownedBody(id))
+                                .identified(by: MutationID(clientID: "\(writerPrefix)-\(index)", sequence: UInt64(step + 1)))
                             let start = ContinuousClock.now
                             let acknowledgements = try await client.commit([mutation])
                             roundTrips.withLock { $0.append(ContinuousClock.now - start) }
@@ -97,11 +107,10 @@ extension ServerBenchmarks {
                 try await group.waitForAll()
             }
         }
-        let stored = try await server.store.read(.collection(try CollectionPath("items"), Query())).documents.count
+        let stored = try await server.store.read(.collection(try CollectionPath(collection), Query())).documents.count
         precondition(stored == clients * perClient, "bench: the server holds \(stored) of \(clients * perClient) documents")
         inspect(server)
         for (_, task) in running { task.cancel() }
-        await server.stop()
         return (elapsed, roundTrips.withLock { $0 }.sorted())
     }
 }

@@ -77,20 +77,30 @@ enum ServerBenchmarks {
     static func latency(listeners: Int, commits: Int, directory: URL, configuration: SyncServerConfiguration = SyncServerConfiguration(),
                         token: String? = nil, query: Query = Query(), body: JSONObject = [:]) async throws -> (commitToListener: [Duration], endToEnd: [Duration]) {
         let server = try await LiveServer.start(directory: directory.appendingPathComponent("latency-\(listeners)-\(UUID().uuidString)"), configuration: configuration)
+        let result = try await latency(listeners: listeners, commits: commits, writeTo: server, listenOn: server, token: token, query: query, body: body)
+        await server.stop()
+        return result
+    }
+
+    /// Commit-to-listener latency with `listeners` listeners of `listenOn`, spread over at most 20
+    /// connections, to commits written through `writeTo` (the same server, or another node on the
+    /// same store): from when `writeTo`'s store has committed to when each listener has the batch.
+    static func latency(listeners: Int, commits: Int, writeTo: LiveServer, listenOn: LiveServer, token: String? = nil, query: Query = Query(),
+                        body: JSONObject = [:], collection name: String = "latency") async throws -> (commitToListener: [Duration], endToEnd: [Duration]) {
         let clock = ContinuousClock()
         let published = Locked<[Version: ContinuousClock.Instant]>([:])
-        server.store.observeCommits { notice in
+        writeTo.store.observeCommits { notice in
             let now = ContinuousClock.now
             published.withLock { published in
                 for batch in notice.batches { published[batch.version] = now }
             }
         }
         let connections = min(listeners, 20)
-        let clients = (0..<connections).map { client(server, "bench-listener-\($0)", token: token) }
+        let clients = (0..<connections).map { client(listenOn, "bench-listener-\($0)", token: token) }
         for (client, _) in clients { await client.waitUntilConnected() }
         let arrivals = Arrivals()
         let ready = Locked(0)
-        let collection = try CollectionPath("latency")
+        let collection = try CollectionPath(name)
         var listening: [Task<Void, any Error>] = []
         for index in 0..<listeners {
             let (client, _) = clients[index % connections]
@@ -106,7 +116,7 @@ enum ServerBenchmarks {
             })
         }
         while ready.withLock({ $0 }) < listeners { try await Task.sleep(for: .milliseconds(1)) }
-        let (writer, writerTask) = client(server, "bench-latency-writer", token: token)
+        let (writer, writerTask) = client(writeTo, "bench-latency-writer", token: token)
         await writer.waitUntilConnected()
         var commitToListener: [Duration] = []
         var endToEnd: [Duration] = []
@@ -125,7 +135,6 @@ enum ServerBenchmarks {
         listening.forEach { $0.cancel() }
         writerTask.cancel()
         for (_, task) in clients { task.cancel() }
-        await server.stop()
         return (commitToListener.sorted(), endToEnd.sorted())
     }
 

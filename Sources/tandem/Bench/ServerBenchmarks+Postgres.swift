@@ -1,0 +1,150 @@
+import Foundation
+import Logging
+import PostgresNIO
+import TandemCore
+import TandemPostgres
+import TandemServer
+import TandemTesting
+
+/// `tandem bench server --postgres …`: the server's figures on PostgreSQL, beside the same
+/// inserts straight into PostgreSQL through postgres-nio and beside the single-node SQLite
+/// figures, all in the same run; and the latency from a commit on one node to listeners on another.
+enum PostgresBenchmarks {
+    /// Runs against the database at `url`, or, when `url` is nil, a private cluster started for
+    /// the run (with flushes to disk on, as in production) and deleted after it.
+    static func run(url: String?, writes: Int, only: String?) async throws -> BenchReport {
+        #if os(Linux)
+        var cluster: PostgresCluster?
+        let databaseURL: String
+        if let url {
+            databaseURL = url
+        } else {
+            Console.error("bench: starting a private PostgreSQL cluster")
+            let started = try await PostgresCluster.start(flushes: true)
+            try await started.createDatabase("bench")
+            cluster = started
+            databaseURL = started.url(database: "bench")
+        }
+        do {
+            let report = try await measure(url: databaseURL, privateCluster: cluster != nil, writes: writes, only: only)
+            await cluster?.stop()
+            return report
+        } catch {
+            await cluster?.stop()
+            throw error
+        }
+        #else
+        guard let url else {
+            throw TandemError(.unimplemented, "A private PostgreSQL cluster starts on Linux only; give --postgres a URL.")
+        }
+        return try await measure(url: url, privateCluster: false, writes: writes, only: only)
+        #endif
+    }
+
+    static func node(_ url: String) async throws -> LiveServer {
+        var configuration = PostgresServerStoreConfiguration()
+        configuration.logger.logLevel = .critical
+        let store = try await PostgresServerStore.open(url: try PostgresURL(url), configuration: configuration)
+        return try await LiveServer.start(store: store)
+    }
+
+    private static func measure(url: String, privateCluster: Bool, writes: Int, only: String?) async throws -> BenchReport {
+        var report = BenchReport(title: "tandem bench server --postgres")
+        // Names no earlier run used: a database given by URL keeps what each run writes.
+        let run = String(UInt32.random(in: 0...UInt32.max), radix: 36)
+        report.notes.append("postgres: \(privateCluster ? "a private cluster started for the run (fsync on)" : "the database at the given URL; this run's documents are in collections named bench-\(run)-…")")
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("tandem-bench-postgres-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let a = try await node(url)
+        let b = try await node(url)
+        if only == nil || only == "writes" {
+            Console.error("bench: writes on PostgreSQL")
+            var sqlite: [String] = []
+            for (clients, perClient) in [(1, writes), (16, max(1, writes / 8))] {
+                let (ours, roundTrips) = try await ServerBenchmarks.writeRun(clients: clients, perClient: perClient, on: a, token: nil,
+                                                                             collection: "bench-\(run)-writes-\(clients)", writerPrefix: "bench-\(run)-writer-\(clients)")
+                report.notes.append("postgres: one write's round trip with \(clients) client\(clients == 1 ? "" : "s"): \(ServerBenchmarks.percentiles(roundTrips))")
+                let baseline = try await inserts(url: url, table: "tandem_bench_\(run)_\(clients)", clients: clients, total: clients * perClient)
+                report.add("postgres: acknowledged writes/s, \(clients) client\(clients == 1 ? "" : "s") writing one at a time vs postgres-nio inserting the same documents, \(clients) per statement",
+                           ours: ours, baseline: baseline, operations: clients * perClient, unit: "writes", target: 4)
+                let (onSQLite, _) = try await ServerBenchmarks.writeRun(clients: clients, perClient: perClient, directory: directory.appendingPathComponent("sqlite-writes-\(clients)"),
+                                                                        configuration: SyncServerConfiguration(), token: nil)
+                sqlite.append("\(clients) client\(clients == 1 ? "" : "s") \(BenchReport.rate(Double(clients * perClient) / onSQLite.doubleSeconds)) writes/s")
+            }
+            report.notes.append("sqlite, the same writes in the same run (one node, its default store): \(sqlite.joined(separator: ", "))")
+        }
+        if only == nil || only == "latency" {
+            Console.error("bench: commit-to-listener latency on PostgreSQL, one node and across nodes")
+            for listeners in [1, 100] {
+                let (sameNode, _) = try await ServerBenchmarks.latency(listeners: listeners, commits: 200, writeTo: a, listenOn: a,
+                                                                       collection: "bench-\(run)-latency-\(listeners)")
+                report.notes.append("postgres: commit-to-listener latency on one node, \(listeners) listener\(listeners == 1 ? "" : "s"): \(ServerBenchmarks.percentiles(sameNode))")
+                let (crossNode, endToEnd) = try await ServerBenchmarks.latency(listeners: listeners, commits: 200, writeTo: a, listenOn: b,
+                                                                               collection: "bench-\(run)-cross-\(listeners)")
+                var line = "postgres: cross-node commit-to-listener latency (a commit on node A, listeners on node B), \(listeners) listener\(listeners == 1 ? "" : "s"): \(ServerBenchmarks.percentiles(crossNode)); write-sent-to-listener \(ServerBenchmarks.percentiles(endToEnd))"
+                if listeners == 100 {
+                    let p50 = crossNode[crossNode.count / 2], p99 = crossNode[crossNode.count * 99 / 100]
+                    line += " (target p50 ≤ 3 ms, p99 ≤ 15 ms: \(p50 <= .milliseconds(3) && p99 <= .milliseconds(15) ? "meets" : "MISSES"))"
+                }
+                report.notes.append(line)
+            }
+            let (sqlite, _) = try await ServerBenchmarks.latency(listeners: 100, commits: 200, directory: directory)
+            report.notes.append("sqlite, in the same run: commit-to-listener latency on one node, 100 listeners: \(ServerBenchmarks.percentiles(sqlite))")
+        }
+        await a.stop()
+        await b.stop()
+        return report
+    }
+
+    /// The baseline: `total` documents inserted straight into a table like the store's (the same
+    /// columns and indexes, the text and its `jsonb`), `clients` rows per statement (each its own
+    /// transaction, one round trip), through postgres-nio. The table is dropped after.
+    static func inserts(url: String, table: String, clients: Int, total: Int) async throws -> Duration {
+        let parsed = try PostgresURL(url)
+        var logger = Logger(label: "tandem.bench.postgres")
+        logger.logLevel = .critical
+        let client = PostgresClient(configuration: try parsed.clientConfiguration(connectTimeout: .seconds(10), maximumConnections: 2), backgroundLogger: logger)
+        let running = Task { await client.run() }
+        defer { running.cancel() }
+        let create: [String] = [
+            """
+            CREATE TABLE \(table) (path text PRIMARY KEY, collection text NOT NULL, collection_group text NOT NULL, version bigint NOT NULL,
+                create_time bigint NOT NULL, update_time bigint NOT NULL, data text, body jsonb, mutation_client text, mutation_sequence bigint)
+            """,
+            "CREATE INDEX \(table)_by_collection ON \(table) (collection, version)",
+            "CREATE INDEX \(table)_by_group ON \(table) (collection_group, version)",
+            "CREATE INDEX \(table)_by_version ON \(table) (version)",
+            "CREATE INDEX \(table)_body ON \(table) USING gin (body jsonb_path_ops)",
+        ]
+        for statement in create {
+            try await client.query(PostgresQuery(unsafeSQL: statement), logger: logger)
+        }
+        // The documents are encoded before the clock starts, as the server's clients encode theirs.
+        let texts = (0..<total).map { JSONText.encode(ServerBenchmarks.ownedBody($0)) }
+        let elapsed = try await ContinuousClock().measure {
+            var version: Int64 = 0
+            for start in stride(from: 0, to: total, by: clients) {
+                version += 1
+                let batch = start..<min(start + clients, total)
+                let paths = batch.map { "items/item-\($0)" }
+                let data = batch.map { texts[$0] }
+                let versions = [Int64](repeating: version, count: batch.count)
+                let clientIDs = batch.map { "bench-writer-\($0 % clients)" }
+                let sequences = batch.map { Int64($0 / clients + 1) }
+                var query = PostgresQuery(unsafeSQL: """
+                    INSERT INTO \(table) (path, collection, collection_group, version, create_time, update_time, data, body, mutation_client, mutation_sequence)
+                    SELECT p, 'items', 'items', v, 0, 0, d, d::jsonb, c, s FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::bigint[]) AS t(p, v, d, c, s)
+                    """)
+                query.binds.append(paths)
+                query.binds.append(versions)
+                query.binds.append(data)
+                query.binds.append(clientIDs)
+                query.binds.append(sequences)
+                try await client.query(query, logger: logger)
+            }
+        }
+        try await client.query(PostgresQuery(unsafeSQL: "DROP TABLE \(table)"), logger: logger)
+        return elapsed
+    }
+}
