@@ -103,20 +103,21 @@ extension PostgresServerStore {
                     for try await value in try await connection.query("SELECT version FROM tandem_counter WHERE id = 1 FOR UPDATE", logger: self.logger).decode(Int64.self) {
                         start = Version(UInt64(value))
                     }
-                    // Commits of other nodes this one has not told its observers of yet.
-                    let earlier = try await self.committed(after: told, through: start, over: connection)
-                    var transaction = try await PostgresTransaction.prefetch(submissions.flatMap(\.requests), over: connection, logger: self.logger)
+                    // What the requests read, with the commits of other nodes this one has not told
+                    // its observers of yet.
+                    var (transaction, earlier) = try await PostgresTransaction.prefetch(submissions.flatMap(\.requests), earlierAfter: told, through: start,
+                                                                                        over: connection, logger: self.logger)
                     let (answers, version) = try CommitPlanner.decide(submissions, in: &transaction, time: time, after: start)
-                    try await transaction.flush(over: connection, logger: self.logger)
-                    if version != start {
-                        try await connection.query("UPDATE tandem_counter SET version = \(Int64(version.rawValue)) WHERE id = 1", logger: self.logger)
-                    }
+                    try await transaction.flush(over: connection, movingCounterFrom: start, to: version, logger: self.logger)
                     try await connection.query("COMMIT", logger: self.logger)
                     if version != start {
                         // A wake-up for the other nodes, after the commit in a statement of its own
                         // (inside the transaction it would take a lock every commit waits for).
-                        // Lost, it costs them a poll's delay, nothing more.
-                        _ = try? await connection.query("SELECT pg_notify(\(Self.channel), \("\(self.node):\(version.rawValue)"))", logger: self.logger)
+                        // Lost, it costs them a poll's delay, nothing more: so it does not wait
+                        // for its own flush to disk (`synchronous_commit` off for it alone).
+                        _ = try? await connection.query("""
+                            SELECT set_config('synchronous_commit', 'off', true), pg_notify(\(Self.channel), \("\(self.node):\(version.rawValue)"))
+                            """, logger: self.logger)
                     }
                     return (answers, version, earlier)
                 } catch {
@@ -201,8 +202,16 @@ struct PostgresTransaction: StoreTransaction {
     var recordedOrder: [MutationID] = []
     var claims: [(clientID: String, owner: String)] = []
 
-    /// Reads what `requests` can ask for.
-    static func prefetch(_ requests: [CommitPlanner.CheckedRequest], over connection: PostgresConnection, logger: Logger) async throws -> PostgresTransaction {
+    /// Reads what `requests` can ask for, and the changes of the commits after `told` through
+    /// `through` (other nodes' commits this node has not told its observers of), in one statement:
+    /// each round trip to PostgreSQL is spent while every node's commits wait on the counter.
+    ///
+    /// Its rows are tagged by their first column: 0 a document the requests write, 1 a client's
+    /// highest recorded sequence, 2 its pruned sequence, 3 its owner, 4 the record of an id,
+    /// 5 a change of an earlier commit. Documents and changes hold ``PostgresServerStore/documentColumns``
+    /// from the second column on; the others use the same columns as their types allow.
+    static func prefetch(_ requests: [CommitPlanner.CheckedRequest], earlierAfter told: Version, through: Version,
+                         over connection: PostgresConnection, logger: Logger) async throws -> (PostgresTransaction, earlier: [RemoteChange]) {
         var transaction = PostgresTransaction()
         var paths: Set<String> = []
         var clients: Set<String> = []
@@ -218,51 +227,65 @@ struct PostgresTransaction: StoreTransaction {
             }
         }
         let pathList = Array(paths)
-        for try await row in try await connection.query("""
-            SELECT \(unescaped: PostgresServerStore.documentColumns) FROM tandem_documents AS d WHERE d.path = ANY(\(pathList)) AND d.data IS NOT NULL
-            """, logger: logger) {
-            if let change = try PostgresServerStore.change(row.makeRandomAccess(), from: 0), let document = change.document {
-                transaction.documents[change.path] = .some(document)
-            }
-        }
-        guard !clients.isEmpty else { return transaction }
         let clientList = Array(clients)
-        for try await (client, sequence) in try await connection.query("""
-            SELECT client_id, max(sequence) FROM tandem_mutation_results WHERE client_id = ANY(\(clientList)) GROUP BY client_id
-            """, logger: logger).decode((String, Int64).self) {
-            transaction.highest[client] = UInt64(bitPattern: sequence)
-        }
-        for try await (client, sequence) in try await connection.query("""
-            SELECT client_id, sequence FROM tandem_pruned_clients WHERE client_id = ANY(\(clientList))
-            """, logger: logger).decode((String, Int64).self) {
-            transaction.pruned[client] = UInt64(bitPattern: sequence)
-        }
-        for try await (client, owner) in try await connection.query("""
-            SELECT client_id, owner FROM tandem_writers WHERE client_id = ANY(\(clientList))
-            """, logger: logger).decode((String, String).self) {
-            transaction.owners[client] = owner
-        }
         let idClients = ids.map(\.clientID)
         let idSequences = ids.map { Int64(bitPattern: $0.sequence) }
-        for try await (client, sequence, version, time, document, status, code, message, digest) in try await connection.query("""
-            SELECT r.client_id, r.sequence, r.version, r.commit_time, r.document, r.status, r.error_code, r.error_message, r.digest
-            FROM tandem_mutation_results AS r JOIN unnest(\(idClients)::text[], \(idSequences)::bigint[]) AS wanted(client_id, sequence)
-                ON r.client_id = wanted.client_id AND r.sequence = wanted.sequence
-            """, logger: logger).decode((String, Int64, Int64, Int64, String?, String?, String?, String?, Int64?).self) {
-            let id = MutationID(clientID: client, sequence: UInt64(bitPattern: sequence))
-            let at = Version(UInt64(version))
-            let acknowledgement: WriteAcknowledgement
-            if status == WriteStatus.refused.rawValue {
-                acknowledgement = .refused(id, TandemError(TandemError.Code(rawValue: code ?? "unknown"), message ?? ""), at: at)
-            } else if let document {
-                acknowledgement = WriteAcknowledgement(id: id, version: at, document: try Document(wire: try JSONText.parse(document)))
-            } else {
-                acknowledgement = WriteAcknowledgement(id: id, version: at, document: nil)
+        let (earlierFrom, earlierThrough) = through > told ? (Int64(told.rawValue), Int64(through.rawValue)) : (0, 0)
+        var earlier: [RemoteChange] = []
+        // Columns: kind, t1, n1, n2, n3, t2, t3, n4, t4, t5, n5.
+        let rows = try await connection.query("""
+            SELECT 0, \(unescaped: PostgresServerStore.documentColumns), NULL::text, NULL::text, NULL::bigint
+                FROM tandem_documents AS d WHERE d.path = ANY(\(pathList)::text[]) AND d.data IS NOT NULL
+            UNION ALL
+            SELECT 1, c, (SELECT max(r.sequence) FROM tandem_mutation_results AS r WHERE r.client_id = c), NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+                FROM unnest(\(clientList)::text[]) AS c
+            UNION ALL
+            SELECT 2, client_id, sequence, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM tandem_pruned_clients WHERE client_id = ANY(\(clientList)::text[])
+            UNION ALL
+            SELECT 3, client_id, NULL, NULL, NULL, owner, NULL, NULL, NULL, NULL, NULL FROM tandem_writers WHERE client_id = ANY(\(clientList)::text[])
+            UNION ALL
+            SELECT 4, r.client_id, r.sequence, r.version, r.commit_time, r.document, r.status, NULL, r.error_code, r.error_message, r.digest
+                FROM tandem_mutation_results AS r JOIN unnest(\(idClients)::text[], \(idSequences)::bigint[]) AS wanted(client_id, sequence)
+                    ON r.client_id = wanted.client_id AND r.sequence = wanted.sequence
+            UNION ALL
+            SELECT 5, \(unescaped: PostgresServerStore.documentColumns), NULL::text, NULL::text, NULL::bigint
+                FROM tandem_documents AS d WHERE d.version > \(earlierFrom) AND d.version <= \(earlierThrough)
+            ORDER BY 1, 3, 2
+            """, logger: logger)
+        for try await row in rows {
+            let cells = row.makeRandomAccess()
+            switch try cells[0].decode(Int.self) {
+            case 0:
+                if let change = try PostgresServerStore.change(cells, from: 1), let document = change.document {
+                    transaction.documents[change.path] = .some(document)
+                }
+            case 1:
+                if let sequence = try cells[2].decode(Int64?.self) {
+                    transaction.highest[try cells[1].decode(String.self)] = UInt64(bitPattern: sequence)
+                }
+            case 2:
+                transaction.pruned[try cells[1].decode(String.self)] = UInt64(bitPattern: try cells[2].decode(Int64.self))
+            case 3:
+                transaction.owners[try cells[1].decode(String.self)] = try cells[5].decode(String.self)
+            case 4:
+                let id = MutationID(clientID: try cells[1].decode(String.self), sequence: UInt64(bitPattern: try cells[2].decode(Int64.self)))
+                let at = Version(UInt64(try cells[3].decode(Int64.self)))
+                let acknowledgement: WriteAcknowledgement
+                if try cells[6].decode(String?.self) == WriteStatus.refused.rawValue {
+                    acknowledgement = .refused(id, TandemError(TandemError.Code(rawValue: try cells[8].decode(String?.self) ?? "unknown"),
+                                                               try cells[9].decode(String?.self) ?? ""), at: at)
+                } else if let document = try cells[5].decode(String?.self) {
+                    acknowledgement = WriteAcknowledgement(id: id, version: at, document: try Document(wire: try JSONText.parse(document)))
+                } else {
+                    acknowledgement = WriteAcknowledgement(id: id, version: at, document: nil)
+                }
+                transaction.records[id] = MutationRecord(acknowledgement: acknowledgement, digest: try cells[10].decode(Int64?.self).map { UInt64(bitPattern: $0) },
+                                                         time: WireTimestamp.date(milliseconds: try cells[4].decode(Int64.self)))
+            default:
+                if let change = try PostgresServerStore.change(cells, from: 1) { earlier.append(change) }
             }
-            transaction.records[id] = MutationRecord(acknowledgement: acknowledgement, digest: digest.map { UInt64(bitPattern: $0) },
-                                                     time: WireTimestamp.date(milliseconds: time))
         }
-        return transaction
+        return (transaction, earlier)
     }
 
     mutating func document(at path: DocumentPath) throws -> Document? {
@@ -306,28 +329,64 @@ struct PostgresTransaction: StoreTransaction {
         highest[id.clientID] = max(highest[id.clientID] ?? 0, id.sequence)
     }
 
-    /// Writes what the requests wrote: documents, records and claims, a statement each.
-    func flush(over connection: PostgresConnection, logger: Logger) async throws {
-        if !writtenOrder.isEmpty {
-            var paths: [String] = [], collections: [String] = [], groups: [String] = []
-            var versions: [Int64] = [], created: [Int64] = [], updated: [Int64] = []
-            var live: [Bool] = [], data: [String] = [], hasWriter: [Bool] = [], writerClients: [String] = [], writerSequences: [Int64] = []
-            for path in writtenOrder {
-                let entry = written[path]!
-                let time = WireTimestamp.milliseconds(entry.time)
-                paths.append(path.description)
-                collections.append(path.parent.description)
-                groups.append(path.collectionGroup)
-                versions.append(Int64(entry.version.rawValue))
-                created.append(entry.document.map { WireTimestamp.milliseconds($0.createTime) } ?? time)
-                updated.append(time)
-                live.append(entry.document != nil)
-                data.append(entry.document.map { entry.encodedData ?? JSONText.encode($0.data) } ?? "")
-                hasWriter.append(entry.writer != nil)
-                writerClients.append(entry.writer?.clientID ?? "")
-                writerSequences.append(entry.writer.map { Int64(bitPattern: $0.sequence) } ?? 0)
+    /// Writes what the requests wrote (documents, records and claims) and moves the counter from
+    /// `start` to `version`, in one statement: each round trip to PostgreSQL is spent while every
+    /// node's commits wait on the counter. Its row stays locked until the commit, so the versions
+    /// taken still follow every commit visible before this one.
+    func flush(over connection: PostgresConnection, movingCounterFrom start: Version, to version: Version, logger: Logger) async throws {
+        guard !writtenOrder.isEmpty || !recordedOrder.isEmpty || !claims.isEmpty || version != start else { return }
+        var paths: [String] = [], collections: [String] = [], groups: [String] = []
+        var versions: [Int64] = [], created: [Int64] = [], updated: [Int64] = []
+        var live: [Bool] = [], data: [String] = [], hasWriter: [Bool] = [], writerClients: [String] = [], writerSequences: [Int64] = []
+        for path in writtenOrder {
+            let entry = written[path]!
+            let time = WireTimestamp.milliseconds(entry.time)
+            paths.append(path.description)
+            collections.append(path.parent.description)
+            groups.append(path.collectionGroup)
+            versions.append(Int64(entry.version.rawValue))
+            created.append(entry.document.map { WireTimestamp.milliseconds($0.createTime) } ?? time)
+            updated.append(time)
+            live.append(entry.document != nil)
+            data.append(entry.document.map { entry.encodedData ?? JSONText.encode($0.data) } ?? "")
+            hasWriter.append(entry.writer != nil)
+            writerClients.append(entry.writer?.clientID ?? "")
+            writerSequences.append(entry.writer.map { Int64(bitPattern: $0.sequence) } ?? 0)
+        }
+        var clients: [String] = [], sequences: [Int64] = [], recordVersions: [Int64] = [], times: [Int64] = []
+        var hasDocument: [Bool] = [], documents: [String] = [], refused: [Bool] = [], codes: [String] = [], messages: [String] = []
+        var hasDigest: [Bool] = [], digests: [Int64] = []
+        for id in recordedOrder {
+            let record = recorded[id]!
+            let answer = record.acknowledgement
+            clients.append(id.clientID)
+            sequences.append(Int64(bitPattern: id.sequence))
+            recordVersions.append(Int64(answer.version.rawValue))
+            times.append(WireTimestamp.milliseconds(record.time))
+            if let document = answer.document {
+                var writer = WireWriter(capacity: (answer.encodedData?.utf8.count ?? 64) + 160)
+                if let data = answer.encodedData {
+                    writer.document(document, encodedData: data)
+                } else {
+                    writer.document(document)
+                }
+                hasDocument.append(true)
+                documents.append(writer.text)
+            } else {
+                hasDocument.append(false)
+                documents.append("")
             }
-            try await connection.query("""
+            refused.append(answer.status == .refused)
+            codes.append(answer.error?.code.rawValue ?? "")
+            messages.append(answer.error?.message ?? "")
+            hasDigest.append(record.digest != nil)
+            digests.append(record.digest.map { Int64(bitPattern: $0) } ?? 0)
+        }
+        let claimClients = claims.map(\.clientID)
+        let claimOwners = claims.map(\.owner)
+        let newest = Int64(version.rawValue)
+        try await connection.query("""
+            WITH written AS (
                 INSERT INTO tandem_documents (path, collection, collection_group, version, create_time, update_time, data, body, mutation_client, mutation_sequence)
                 SELECT p, c, g, v, ct, ut,
                     CASE WHEN l THEN d END,
@@ -339,55 +398,19 @@ struct PostgresTransaction: StoreTransaction {
                     AS t(p, c, g, v, ct, ut, l, d, w, mc, ms)
                 ON CONFLICT (path) DO UPDATE SET version = excluded.version, create_time = excluded.create_time, update_time = excluded.update_time,
                     data = excluded.data, body = excluded.body, mutation_client = excluded.mutation_client, mutation_sequence = excluded.mutation_sequence
-                """, logger: logger)
-        }
-        if !recordedOrder.isEmpty {
-            var clients: [String] = [], sequences: [Int64] = [], versions: [Int64] = [], times: [Int64] = []
-            var hasDocument: [Bool] = [], documents: [String] = [], refused: [Bool] = [], codes: [String] = [], messages: [String] = []
-            var hasDigest: [Bool] = [], digests: [Int64] = []
-            for id in recordedOrder {
-                let record = recorded[id]!
-                let answer = record.acknowledgement
-                clients.append(id.clientID)
-                sequences.append(Int64(bitPattern: id.sequence))
-                versions.append(Int64(answer.version.rawValue))
-                times.append(WireTimestamp.milliseconds(record.time))
-                if let document = answer.document {
-                    var writer = WireWriter(capacity: (answer.encodedData?.utf8.count ?? 64) + 160)
-                    if let data = answer.encodedData {
-                        writer.document(document, encodedData: data)
-                    } else {
-                        writer.document(document)
-                    }
-                    hasDocument.append(true)
-                    documents.append(writer.text)
-                } else {
-                    hasDocument.append(false)
-                    documents.append("")
-                }
-                refused.append(answer.status == .refused)
-                codes.append(answer.error?.code.rawValue ?? "")
-                messages.append(answer.error?.message ?? "")
-                hasDigest.append(record.digest != nil)
-                digests.append(record.digest.map { Int64(bitPattern: $0) } ?? 0)
-            }
-            try await connection.query("""
+            ), recorded AS (
                 INSERT INTO tandem_mutation_results (client_id, sequence, version, commit_time, document, status, error_code, error_message, digest)
                 SELECT c, s, v, t, CASE WHEN hd THEN d END, CASE WHEN r THEN 'refused' END, CASE WHEN r THEN code END, CASE WHEN r THEN message END,
                     CASE WHEN hg THEN g END
-                FROM unnest(\(clients)::text[], \(sequences)::bigint[], \(versions)::bigint[], \(times)::bigint[], \(hasDocument)::bool[], \(documents)::text[],
+                FROM unnest(\(clients)::text[], \(sequences)::bigint[], \(recordVersions)::bigint[], \(times)::bigint[], \(hasDocument)::bool[], \(documents)::text[],
                             \(refused)::bool[], \(codes)::text[], \(messages)::text[], \(hasDigest)::bool[], \(digests)::bigint[])
                     AS x(c, s, v, t, hd, d, r, code, message, hg, g)
                 ON CONFLICT (client_id, sequence) DO UPDATE SET version = excluded.version, commit_time = excluded.commit_time, document = excluded.document,
                     status = excluded.status, error_code = excluded.error_code, error_message = excluded.error_message, digest = excluded.digest
-                """, logger: logger)
-        }
-        if !claims.isEmpty {
-            let clients = claims.map(\.clientID)
-            let owners = claims.map(\.owner)
-            try await connection.query("""
-                INSERT INTO tandem_writers (client_id, owner) SELECT * FROM unnest(\(clients)::text[], \(owners)::text[])
-                """, logger: logger)
-        }
+            ), claimed AS (
+                INSERT INTO tandem_writers (client_id, owner) SELECT * FROM unnest(\(claimClients)::text[], \(claimOwners)::text[])
+            )
+            UPDATE tandem_counter SET version = \(newest) WHERE id = 1 AND version <> \(newest)
+            """, logger: logger)
     }
 }

@@ -321,8 +321,9 @@ struct PostgresServeTests {
                 _ = await first.waitForExit()
             }
             let path = "load/w\(n)"
-            let version = await Self.write(n < 30 ? firstURL : secondURL, path: path, n: n)
-            acknowledged[path] = try #require(version, "write \(n) was not acknowledged")
+            // Typed, so #require unwraps (assigned straight into the dictionary it checked nothing).
+            let version: Version = try #require(await Self.write(n < 30 ? firstURL : secondURL, path: path, n: n), "write \(n) was not acknowledged")
+            acknowledged[path] = version
         }
         var seen: [String: Version] = [:]
         var last = Version.zero
