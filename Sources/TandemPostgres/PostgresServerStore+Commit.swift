@@ -95,36 +95,17 @@ extension PostgresServerStore {
         let told = published.withLock { $0 }
         do {
             let (answers, last, earlier) = try await withLease { connection in
-                try await connection.query("BEGIN", logger: self.logger)
-                do {
-                    // The counter's lock first: from here until the commit, this is the only commit
-                    // on any node, and the versions it takes follow every one visible before it.
-                    var start = Version.zero
-                    for try await value in try await connection.query("SELECT version FROM tandem_counter WHERE id = 1 FOR UPDATE", logger: self.logger).decode(Int64.self) {
-                        start = Version(UInt64(value))
-                    }
-                    // What the requests read, with the commits of other nodes this one has not told
-                    // its observers of yet.
-                    var (transaction, earlier) = try await PostgresTransaction.prefetch(submissions.flatMap(\.requests), earlierAfter: told, through: start,
-                                                                                        over: connection, logger: self.logger)
-                    let (answers, version) = try CommitPlanner.decide(submissions, in: &transaction, time: time, after: start)
-                    try await transaction.flush(over: connection, movingCounterFrom: start, to: version, logger: self.logger)
-                    try await connection.query("COMMIT", logger: self.logger)
-                    if version != start {
-                        // A wake-up for the other nodes, after the commit in a statement of its own
-                        // (inside the transaction it would take a lock every commit waits for).
-                        // Lost, it costs them a poll's delay, nothing more: so it does not wait
-                        // for its own flush to disk (`synchronous_commit` off for it alone).
-                        _ = try? await connection.query("""
-                            SELECT set_config('synchronous_commit', 'off', true), pg_notify(\(Self.channel), \("\(self.node):\(version.rawValue)"))
-                            """, logger: self.logger)
-                    }
-                    return (answers, version, earlier)
-                } catch {
-                    _ = try? await connection.query("ROLLBACK", logger: self.logger)
-                    throw error
+                let requests = submissions.flatMap(\.requests)
+                // First without a transaction: read, decide, then write only if no commit came
+                // between (one statement each, two round trips). Should one have come, again
+                // under the counter's lock, which cannot miss.
+                if let decided = try await self.commitUnlocked(submissions, requests: requests, told: told, time: time, over: connection) {
+                    return decided
                 }
+                self.conflicts.add(1, ordering: .relaxed)
+                return try await self.commitLocked(submissions, requests: requests, told: told, time: time, over: connection)
             }
+            if last != told { wakeOtherNodes(last) }
             // Durable and visible now: tell the observers, in version order, before answering.
             var batches = Self.batches(earlier)
             for results in answers {
@@ -154,6 +135,84 @@ extension PostgresServerStore {
             let failure = TandemError(.unavailable, "The server database failed to commit: \(Self.reason(error)). Nothing was written; retry.", cause: error)
             logger.error("commit failed: \(Self.reason(error))")
             return submissions.map { _ in .failure(failure) }
+        }
+    }
+
+    typealias Decided = (answers: [[Result<CommitResult, TandemError>]], last: Version, earlier: [RemoteChange])
+
+    /// Reads what the requests can read in one statement (one snapshot), decides them, and writes
+    /// what they wrote in one statement that first takes the counter's lock and checks that no
+    /// commit came since the read (the counter's `commits` moved), writing nothing if one did.
+    /// Nil when one did. Each statement commits on its own: the write's is the commit.
+    private func commitUnlocked(_ submissions: [CommitSubmission], requests: [CommitPlanner.CheckedRequest], told: Version, time: ServerTime,
+                                over connection: PostgresConnection) async throws -> Decided? {
+        var (transaction, read) = try await PostgresTransaction.prefetch(requests, earlierAfter: told, over: connection, logger: logger)
+        let (answers, version) = try CommitPlanner.decide(submissions, in: &transaction, time: time, after: read.version)
+        // Nothing written (every request a replay answered from its record, or refused before
+        // it wrote): the answers hold as of the read, with no lock to take.
+        guard transaction.writes || version != read.version else { return (answers, version, read.earlier) }
+        if let hook = betweenReadAndWrite.withLock({ $0 }) { await hook.body() }
+        guard try await transaction.flush(over: connection, expectingCommits: read.commits, to: version, logger: logger) else { return nil }
+        return (answers, version, read.earlier)
+    }
+
+    /// The same in a transaction holding the counter's lock from the start: from then until the
+    /// commit, this is the only commit on any node, and the versions it takes follow every one
+    /// visible before it.
+    private func commitLocked(_ submissions: [CommitSubmission], requests: [CommitPlanner.CheckedRequest], told: Version, time: ServerTime,
+                              over connection: PostgresConnection) async throws -> Decided {
+        try await connection.query("BEGIN", logger: logger)
+        do {
+            try await connection.query("SELECT version FROM tandem_counter WHERE id = 1 FOR UPDATE", logger: logger)
+            var (transaction, read) = try await PostgresTransaction.prefetch(requests, earlierAfter: told, over: connection, logger: logger)
+            let (answers, version) = try CommitPlanner.decide(submissions, in: &transaction, time: time, after: read.version)
+            if transaction.writes || version != read.version {
+                guard try await transaction.flush(over: connection, expectingCommits: read.commits, to: version, logger: logger) else {
+                    throw TandemError(.internal, "The version counter moved while this commit held its lock.")
+                }
+            }
+            try await connection.query("COMMIT", logger: logger)
+            return (answers, version, read.earlier)
+        } catch {
+            _ = try? await connection.query("ROLLBACK", logger: logger)
+            throw error
+        }
+    }
+
+    /// Wakes the other nodes (``follow()``) to read the commits through `version`: after the
+    /// commit, in a statement of its own (inside the transaction it would take a lock that every
+    /// node's commits wait for), on a connection of its own so the writer's answer does not wait
+    /// for it, and without waiting for its own flush to disk (`synchronous_commit` off for it
+    /// alone). One at a time: those asked for meanwhile become one. Lost, it costs the other
+    /// nodes a poll's delay, nothing more.
+    func wakeOtherNodes(_ version: Version) {
+        let start = wakeUps.withLock { state -> Bool in
+            state.newest = max(state.newest, version)
+            defer { state.sending = true }
+            return !state.sending
+        }
+        guard start else { return }
+        Task {
+            while true {
+                let newest = wakeUps.withLock { $0.newest }
+                do {
+                    try await withLease { connection in
+                        try await connection.query("""
+                            SELECT set_config('synchronous_commit', 'off', true), pg_notify(\(Self.channel), \("\(self.node):\(newest.rawValue)"))
+                            """, logger: self.logger)
+                    }
+                } catch {
+                    logger.warning("waking the other nodes failed: \(Self.reason(error)); they find the commit at their next poll")
+                }
+                let done = wakeUps.withLock { state -> Bool in
+                    if state.newest == newest {
+                        state.sending = false
+                        return true
+                    }
+                    return false
+                }
+                if done { return }
+            }
         }
     }
 
@@ -202,16 +261,21 @@ struct PostgresTransaction: StoreTransaction {
     var recordedOrder: [MutationID] = []
     var claims: [(clientID: String, owner: String)] = []
 
-    /// Reads what `requests` can ask for, and the changes of the commits after `told` through
-    /// `through` (other nodes' commits this node has not told its observers of), in one statement:
-    /// each round trip to PostgreSQL is spent while every node's commits wait on the counter.
-    ///
-    /// Its rows are tagged by their first column: 0 a document the requests write, 1 a client's
-    /// highest recorded sequence, 2 its pruned sequence, 3 its owner, 4 the record of an id,
-    /// 5 a change of an earlier commit. Documents and changes hold ``PostgresServerStore/documentColumns``
-    /// from the second column on; the others use the same columns as their types allow.
-    static func prefetch(_ requests: [CommitPlanner.CheckedRequest], earlierAfter told: Version, through: Version,
-                         over connection: PostgresConnection, logger: Logger) async throws -> (PostgresTransaction, earlier: [RemoteChange]) {
+    /// What ``prefetch(_:earlierAfter:over:logger:)`` read besides what the requests can ask for.
+    struct Read {
+        /// The counter: the newest version, and how many commits wrote (which moves on each).
+        var version = Version.zero
+        var commits: Int64 = 0
+        /// The changes of the commits after the version this node last told its observers of,
+        /// through `version`, in version order.
+        var earlier: [RemoteChange] = []
+    }
+
+    /// Reads what `requests` can ask for, the counter, and the changes of the commits after
+    /// `told` (other nodes' commits this node has not told its observers of), in one statement
+    /// ([Prefetch]), so one snapshot: each round trip to PostgreSQL is spent while other commits wait.
+    static func prefetch(_ requests: [CommitPlanner.CheckedRequest], earlierAfter told: Version,
+                         over connection: PostgresConnection, logger: Logger) async throws -> (PostgresTransaction, Read) {
         var transaction = PostgresTransaction()
         var paths: Set<String> = []
         var clients: Set<String> = []
@@ -230,28 +294,9 @@ struct PostgresTransaction: StoreTransaction {
         let clientList = Array(clients)
         let idClients = ids.map(\.clientID)
         let idSequences = ids.map { Int64(bitPattern: $0.sequence) }
-        let (earlierFrom, earlierThrough) = through > told ? (Int64(told.rawValue), Int64(through.rawValue)) : (0, 0)
-        var earlier: [RemoteChange] = []
-        // Columns: kind, t1, n1, n2, n3, t2, t3, n4, t4, t5, n5.
-        let rows = try await connection.query("""
-            SELECT 0, \(unescaped: PostgresServerStore.documentColumns), NULL::text, NULL::text, NULL::bigint
-                FROM tandem_documents AS d WHERE d.path = ANY(\(pathList)::text[]) AND d.data IS NOT NULL
-            UNION ALL
-            SELECT 1, c, (SELECT max(r.sequence) FROM tandem_mutation_results AS r WHERE r.client_id = c), NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
-                FROM unnest(\(clientList)::text[]) AS c
-            UNION ALL
-            SELECT 2, client_id, sequence, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM tandem_pruned_clients WHERE client_id = ANY(\(clientList)::text[])
-            UNION ALL
-            SELECT 3, client_id, NULL, NULL, NULL, owner, NULL, NULL, NULL, NULL, NULL FROM tandem_writers WHERE client_id = ANY(\(clientList)::text[])
-            UNION ALL
-            SELECT 4, r.client_id, r.sequence, r.version, r.commit_time, r.document, r.status, NULL, r.error_code, r.error_message, r.digest
-                FROM tandem_mutation_results AS r JOIN unnest(\(idClients)::text[], \(idSequences)::bigint[]) AS wanted(client_id, sequence)
-                    ON r.client_id = wanted.client_id AND r.sequence = wanted.sequence
-            UNION ALL
-            SELECT 5, \(unescaped: PostgresServerStore.documentColumns), NULL::text, NULL::text, NULL::bigint
-                FROM tandem_documents AS d WHERE d.version > \(earlierFrom) AND d.version <= \(earlierThrough)
-            ORDER BY 1, 3, 2
-            """, logger: logger)
+        var read = Read()
+        let rows = try await connection.execute(Prefetch(paths: pathList, clients: clientList, idClients: idClients, idSequences: idSequences,
+                                                         told: Int64(told.rawValue)), logger: logger)
         for try await row in rows {
             let cells = row.makeRandomAccess()
             switch try cells[0].decode(Int.self) {
@@ -281,11 +326,64 @@ struct PostgresTransaction: StoreTransaction {
                 }
                 transaction.records[id] = MutationRecord(acknowledgement: acknowledgement, digest: try cells[10].decode(Int64?.self).map { UInt64(bitPattern: $0) },
                                                          time: WireTimestamp.date(milliseconds: try cells[4].decode(Int64.self)))
+            case 5:
+                if let change = try PostgresServerStore.change(cells, from: 1) { read.earlier.append(change) }
             default:
-                if let change = try PostgresServerStore.change(cells, from: 1) { earlier.append(change) }
+                read.version = Version(UInt64(try cells[2].decode(Int64.self)))
+                read.commits = try cells[3].decode(Int64.self)
             }
         }
-        return (transaction, earlier)
+        return (transaction, read)
+    }
+
+    /// ``prefetch(_:earlierAfter:over:logger:)``'s statement, prepared once per connection.
+    ///
+    /// Its rows are tagged by their first column: 0 a document the requests write, 1 a client's
+    /// highest recorded sequence, 2 its pruned sequence, 3 its owner, 4 the record of an id,
+    /// 5 a change of a commit after `told`, 6 the counter. Documents and changes hold
+    /// ``PostgresServerStore/documentColumns`` from the second column on; the others use the
+    /// same columns as their types allow.
+    struct Prefetch: PostgresPreparedStatement {
+        static let name = "tandem_prefetch_v1"
+        static let sql = """
+            SELECT 0, \(PostgresServerStore.documentColumns), NULL::text, NULL::text, NULL::bigint
+                FROM tandem_documents AS d WHERE d.path = ANY($1::text[]) AND d.data IS NOT NULL
+            UNION ALL
+            SELECT 1, c, (SELECT max(r.sequence) FROM tandem_mutation_results AS r WHERE r.client_id = c), NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+                FROM unnest($2::text[]) AS c
+            UNION ALL
+            SELECT 2, client_id, sequence, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM tandem_pruned_clients WHERE client_id = ANY($2::text[])
+            UNION ALL
+            SELECT 3, client_id, NULL, NULL, NULL, owner, NULL, NULL, NULL, NULL, NULL FROM tandem_writers WHERE client_id = ANY($2::text[])
+            UNION ALL
+            SELECT 4, r.client_id, r.sequence, r.version, r.commit_time, r.document, r.status, NULL, r.error_code, r.error_message, r.digest
+                FROM tandem_mutation_results AS r JOIN unnest($3::text[], $4::bigint[]) AS wanted(client_id, sequence)
+                    ON r.client_id = wanted.client_id AND r.sequence = wanted.sequence
+            UNION ALL
+            SELECT 5, \(PostgresServerStore.documentColumns), NULL::text, NULL::text, NULL::bigint
+                FROM tandem_documents AS d WHERE d.version > $5::bigint AND d.version <= (SELECT version FROM tandem_counter WHERE id = 1)
+            UNION ALL
+            SELECT 6, NULL, version, commits, NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM tandem_counter WHERE id = 1
+            ORDER BY 1, 3, 2
+            """
+
+        var paths: [String]
+        var clients: [String]
+        var idClients: [String]
+        var idSequences: [Int64]
+        var told: Int64
+
+        func makeBindings() -> PostgresBindings {
+            var bindings = PostgresBindings()
+            bindings.append(paths)
+            bindings.append(clients)
+            bindings.append(idClients)
+            bindings.append(idSequences)
+            bindings.append(told)
+            return bindings
+        }
+
+        func decodeRow(_ row: PostgresRow) -> PostgresRow { row }
     }
 
     mutating func document(at path: DocumentPath) throws -> Document? {
@@ -329,12 +427,14 @@ struct PostgresTransaction: StoreTransaction {
         highest[id.clientID] = max(highest[id.clientID] ?? 0, id.sequence)
     }
 
-    /// Writes what the requests wrote (documents, records and claims) and moves the counter from
-    /// `start` to `version`, in one statement: each round trip to PostgreSQL is spent while every
-    /// node's commits wait on the counter. Its row stays locked until the commit, so the versions
-    /// taken still follow every commit visible before this one.
-    func flush(over connection: PostgresConnection, movingCounterFrom start: Version, to version: Version, logger: Logger) async throws {
-        guard !writtenOrder.isEmpty || !recordedOrder.isEmpty || !claims.isEmpty || version != start else { return }
+    /// Whether the requests wrote anything: a document, a record or a claim.
+    var writes: Bool { !writtenOrder.isEmpty || !recordedOrder.isEmpty || !claims.isEmpty }
+
+    /// Writes what the requests wrote (documents, records and claims) and moves the counter to
+    /// `version`, in one statement ([Flush]), which first takes the counter's lock and checks that
+    /// it counts `commits` commits still: false, writing nothing, when another commit came since
+    /// the requests read. Inside a transaction that holds the lock already, the check passes.
+    func flush(over connection: PostgresConnection, expectingCommits commits: Int64, to version: Version, logger: Logger) async throws -> Bool {
         var paths: [String] = [], collections: [String] = [], groups: [String] = []
         var versions: [Int64] = [], created: [Int64] = [], updated: [Int64] = []
         var live: [Bool] = [], data: [String] = [], hasWriter: [Bool] = [], writerClients: [String] = [], writerSequences: [Int64] = []
@@ -382,35 +482,95 @@ struct PostgresTransaction: StoreTransaction {
             hasDigest.append(record.digest != nil)
             digests.append(record.digest.map { Int64(bitPattern: $0) } ?? 0)
         }
-        let claimClients = claims.map(\.clientID)
-        let claimOwners = claims.map(\.owner)
-        let newest = Int64(version.rawValue)
-        try await connection.query("""
-            WITH written AS (
-                INSERT INTO tandem_documents (path, collection, collection_group, version, create_time, update_time, data, body, mutation_client, mutation_sequence)
-                SELECT p, c, g, v, ct, ut,
-                    CASE WHEN l THEN d END,
-                    CASE WHEN l AND strpos(d, '\\u0000') = 0 THEN normalize(d, NFC)::jsonb END,
-                    CASE WHEN w THEN mc END,
-                    CASE WHEN w THEN ms END
-                FROM unnest(\(paths)::text[], \(collections)::text[], \(groups)::text[], \(versions)::bigint[], \(created)::bigint[], \(updated)::bigint[],
-                            \(live)::bool[], \(data)::text[], \(hasWriter)::bool[], \(writerClients)::text[], \(writerSequences)::bigint[])
-                    AS t(p, c, g, v, ct, ut, l, d, w, mc, ms)
-                ON CONFLICT (path) DO UPDATE SET version = excluded.version, create_time = excluded.create_time, update_time = excluded.update_time,
-                    data = excluded.data, body = excluded.body, mutation_client = excluded.mutation_client, mutation_sequence = excluded.mutation_sequence
-            ), recorded AS (
-                INSERT INTO tandem_mutation_results (client_id, sequence, version, commit_time, document, status, error_code, error_message, digest)
-                SELECT c, s, v, t, CASE WHEN hd THEN d END, CASE WHEN r THEN 'refused' END, CASE WHEN r THEN code END, CASE WHEN r THEN message END,
-                    CASE WHEN hg THEN g END
-                FROM unnest(\(clients)::text[], \(sequences)::bigint[], \(recordVersions)::bigint[], \(times)::bigint[], \(hasDocument)::bool[], \(documents)::text[],
-                            \(refused)::bool[], \(codes)::text[], \(messages)::text[], \(hasDigest)::bool[], \(digests)::bigint[])
-                    AS x(c, s, v, t, hd, d, r, code, message, hg, g)
-                ON CONFLICT (client_id, sequence) DO UPDATE SET version = excluded.version, commit_time = excluded.commit_time, document = excluded.document,
-                    status = excluded.status, error_code = excluded.error_code, error_message = excluded.error_message, digest = excluded.digest
-            ), claimed AS (
-                INSERT INTO tandem_writers (client_id, owner) SELECT * FROM unnest(\(claimClients)::text[], \(claimOwners)::text[])
-            )
-            UPDATE tandem_counter SET version = \(newest) WHERE id = 1 AND version <> \(newest)
-            """, logger: logger)
+        let statement = Flush(paths: paths, collections: collections, groups: groups, versions: versions, created: created, updated: updated,
+                              live: live, data: data, hasWriter: hasWriter, writerClients: writerClients, writerSequences: writerSequences,
+                              clients: clients, sequences: sequences, recordVersions: recordVersions, times: times, hasDocument: hasDocument,
+                              documents: documents, refused: refused, codes: codes, messages: messages, hasDigest: hasDigest, digests: digests,
+                              claimClients: claims.map(\.clientID), claimOwners: claims.map(\.owner), commits: commits, version: Int64(version.rawValue))
+        var passed = false
+        for try await count in try await connection.execute(statement, logger: logger) {
+            passed = count == 1
+        }
+        return passed
     }
+}
+
+/// ``PostgresTransaction/flush(over:expectingCommits:to:logger:)``'s statement, prepared once per
+/// connection. The gate takes the counter's lock (waiting for a commit that holds it) and passes
+/// only if the counter, as that commit left it, still counts the commits expected; every write
+/// reads the gate first, so none happens before the lock is held, or at all when it did not pass.
+struct Flush: PostgresPreparedStatement {
+    static let name = "tandem_flush_v1"
+    static let sql = """
+        WITH gate AS (
+            SELECT version FROM tandem_counter WHERE id = 1 AND commits = $25::bigint FOR UPDATE
+        ), written AS (
+            INSERT INTO tandem_documents (path, collection, collection_group, version, create_time, update_time, data, body, mutation_client, mutation_sequence)
+            SELECT p, c, g, v, ct, ut,
+                CASE WHEN l THEN d END,
+                CASE WHEN l AND strpos(d, '\\u0000') = 0 THEN normalize(d, NFC)::jsonb END,
+                CASE WHEN w THEN mc END,
+                CASE WHEN w THEN ms END
+            FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::bigint[], $6::bigint[], $7::bool[], $8::text[], $9::bool[], $10::text[], $11::bigint[])
+                AS t(p, c, g, v, ct, ut, l, d, w, mc, ms)
+            WHERE EXISTS (SELECT 1 FROM gate)
+            ON CONFLICT (path) DO UPDATE SET version = excluded.version, create_time = excluded.create_time, update_time = excluded.update_time,
+                data = excluded.data, body = excluded.body, mutation_client = excluded.mutation_client, mutation_sequence = excluded.mutation_sequence
+        ), recorded AS (
+            INSERT INTO tandem_mutation_results (client_id, sequence, version, commit_time, document, status, error_code, error_message, digest)
+            SELECT c, s, v, t, CASE WHEN hd THEN d END, CASE WHEN r THEN 'refused' END, CASE WHEN r THEN code END, CASE WHEN r THEN message END,
+                CASE WHEN hg THEN g END
+            FROM unnest($12::text[], $13::bigint[], $14::bigint[], $15::bigint[], $16::bool[], $17::text[], $18::bool[], $19::text[], $20::text[], $21::bool[], $22::bigint[])
+                AS x(c, s, v, t, hd, d, r, code, message, hg, g)
+            WHERE EXISTS (SELECT 1 FROM gate)
+            ON CONFLICT (client_id, sequence) DO UPDATE SET version = excluded.version, commit_time = excluded.commit_time, document = excluded.document,
+                status = excluded.status, error_code = excluded.error_code, error_message = excluded.error_message, digest = excluded.digest
+        ), claimed AS (
+            INSERT INTO tandem_writers (client_id, owner) SELECT * FROM unnest($23::text[], $24::text[]) WHERE EXISTS (SELECT 1 FROM gate)
+        ), moved AS (
+            UPDATE tandem_counter SET version = $26::bigint, commits = commits + 1 WHERE id = 1 AND EXISTS (SELECT 1 FROM gate)
+        )
+        SELECT count(*) FROM gate
+        """
+
+    var paths: [String], collections: [String], groups: [String], versions: [Int64], created: [Int64], updated: [Int64]
+    var live: [Bool], data: [String], hasWriter: [Bool], writerClients: [String], writerSequences: [Int64]
+    var clients: [String], sequences: [Int64], recordVersions: [Int64], times: [Int64], hasDocument: [Bool]
+    var documents: [String], refused: [Bool], codes: [String], messages: [String], hasDigest: [Bool], digests: [Int64]
+    var claimClients: [String], claimOwners: [String]
+    var commits: Int64
+    var version: Int64
+
+    func makeBindings() -> PostgresBindings {
+        var bindings = PostgresBindings(capacity: 26)
+        bindings.append(paths)
+        bindings.append(collections)
+        bindings.append(groups)
+        bindings.append(versions)
+        bindings.append(created)
+        bindings.append(updated)
+        bindings.append(live)
+        bindings.append(data)
+        bindings.append(hasWriter)
+        bindings.append(writerClients)
+        bindings.append(writerSequences)
+        bindings.append(clients)
+        bindings.append(sequences)
+        bindings.append(recordVersions)
+        bindings.append(times)
+        bindings.append(hasDocument)
+        bindings.append(documents)
+        bindings.append(refused)
+        bindings.append(codes)
+        bindings.append(messages)
+        bindings.append(hasDigest)
+        bindings.append(digests)
+        bindings.append(claimClients)
+        bindings.append(claimOwners)
+        bindings.append(commits)
+        bindings.append(version)
+        return bindings
+    }
+
+    func decodeRow(_ row: PostgresRow) throws -> Int64 { try row.decode(Int64.self) }
 }

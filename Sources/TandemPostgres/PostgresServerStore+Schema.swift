@@ -7,9 +7,9 @@ extension PostgresServerStore {
     /// and recorded in `tandem_migrations`; a node that starts against a database another node is
     /// migrating waits for it (an advisory lock), then finds the steps done.
     ///
-    /// - `tandem_counter`: one row, the newest version. Every commit locks it first and moves it
-    ///   last, in the same transaction as its rows, so commits are numbered in the order they
-    ///   become visible, on every node.
+    /// - `tandem_counter`: one row, the newest version and how many commits wrote. Every commit
+    ///   holds its lock while it writes and moves it in the same transaction as its rows, so
+    ///   commits are numbered in the order they become visible, on every node.
     /// - `tandem_documents`: each document's newest state, or its tombstone (`data` NULL): the
     ///   exact JSON text the server answers with (`data`) and the same as `jsonb` (`body`, NULL when
     ///   PostgreSQL cannot hold it: a string with a NUL character), with its path, collection,
@@ -65,6 +65,11 @@ extension PostgresServerStore {
         ("v2: bodies indexed for containment", [
             // Serves the filters a query can push down (`PostgresQueryFilter`).
             "CREATE INDEX tandem_documents_body ON tandem_documents USING gin (body jsonb_path_ops)",
+        ]),
+        ("v3: commits counted", [
+            // Moved by every commit that writes: a commit that read without the counter's lock
+            // writes only if it has not moved since (`Flush`).
+            "ALTER TABLE tandem_counter ADD COLUMN commits bigint NOT NULL DEFAULT 0",
         ]),
     ]
 

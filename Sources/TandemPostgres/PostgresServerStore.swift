@@ -69,6 +69,15 @@ public final class PostgresServerStore: ServerStore {
     let catchUpQueued = Mutex(false)
     /// Reads whose limit PostgreSQL applied (``PostgresQueryLimit``), for tests.
     package let limitedReads = Atomic<Int>(0)
+    /// Commits that found another commit had come between their read and their write, and were
+    /// decided again under the counter's lock, for tests.
+    package let conflicts = Atomic<Int>(0)
+    /// Runs between a commit's unlocked read and its write, for tests that commit through another
+    /// node in that gap.
+    package let betweenReadAndWrite = Mutex<TestHook?>(nil)
+    /// The wake-up to other nodes under way, and the newest version one must still tell of
+    /// (``wakeOtherNodes(_:)``).
+    let wakeUps = Mutex<(sending: Bool, newest: Version)>((false, .zero))
 
     /// Connects to the database at `url`, creates or migrates its schema, and opens the store.
     /// A URL it cannot use, a database it cannot reach or sign in to, or a schema it cannot create
@@ -528,6 +537,12 @@ public final class PostgresServerStore: ServerStore {
             }
         }
     }
+}
+
+/// Code a test runs at a point of a commit (boxed, so the mutex holds a reference).
+package final class TestHook: Sendable {
+    let body: @Sendable () async -> Void
+    package init(_ body: @escaping @Sendable () async -> Void) { self.body = body }
 }
 
 /// Whether a lease's body started, or the caller gave up on it first (``PostgresServerStore/withLease(_:)``).

@@ -215,6 +215,37 @@ struct PostgresNodesTests {
         #expect(try await a.currentVersion() == first.acknowledgements[0].version)
     }
 
+    @Test("a commit through another node between a commit's read and its write sends it back to be decided again under the lock: it sees that commit, and overwrites nothing")
+    func commitBetweenReadAndWrite() async throws {
+        let (_, url) = try await PostgresClusterTrait.freshDatabase()
+        let a = try await Self.open(url)
+        let b = try await Self.open(url)
+        let between = Locked<CommitResult?>(nil)
+        a.betweenReadAndWrite.withLock { hook in
+            hook = TestHook {
+                a.betweenReadAndWrite.withLock { $0 = nil }
+                between.withLock { $0 = nil }
+                let result = try? await b.commit([[try! Self.set("items/x", ["by": "b"])]], limits: ServerLimits(), clientID: "b")[0].get()
+                between.withLock { $0 = result }
+            }
+        }
+        // Read when items/x was not there; b creates it before a writes.
+        let created = try Self.set("items/x", ["by": "a"]).requiring(.exists(false))
+        let result = await a.commit([[created], [try Self.set("items/y", ["by": "a"])]], limits: ServerLimits(), clientID: "a")
+        let byB = try #require(between.withLock { $0 }, "b committed in the gap")
+        #expect(a.conflicts.load(ordering: .relaxed) == 1, "a's write found b's commit and went again under the lock")
+        let first = try result[0].get().acknowledgements[0]
+        #expect(first.status == .refused, "a's create must not overwrite b's document")
+        #expect(first.error?.code == .failedPrecondition)
+        #expect(first.document?.data["by"] == "b", "the refusal shows the document that is there")
+        let second = try result[1].get()
+        #expect(second.acknowledgements[0].version > byB.acknowledgements[0].version, "a's version follows b's, which became visible first")
+        let x = try await a.read(.document(try DocumentPath("items/x")))
+        #expect(x.documents.first?.data["by"] == "b")
+        #expect(x.documents.first?.version == byB.acknowledgements[0].version)
+        #expect(b.conflicts.load(ordering: .relaxed) == 0)
+    }
+
     @Test("while writers on two nodes commit, a reader following the change feed from a third misses no commit and sees versions only increase")
     func feedFollowsVisibility() async throws {
         let (_, url) = try await PostgresClusterTrait.freshDatabase()
