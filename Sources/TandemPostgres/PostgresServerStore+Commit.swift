@@ -343,8 +343,12 @@ struct PostgresTransaction: StoreTransaction {
     /// 5 a change of a commit after `told`, 6 the counter. Documents and changes hold
     /// ``PostgresServerStore/documentColumns`` from the second column on; the others use the
     /// same columns as their types allow.
+    ///
+    /// Every part reads through an index whatever the values bound: the plan PostgreSQL keeps
+    /// for a prepared statement does not know them (the records are looked up one id at a time,
+    /// `LIMIT 1` keeping that from becoming a join that reads them all).
     struct Prefetch: PostgresPreparedStatement {
-        static let name = "tandem_prefetch_v1"
+        static let name = "tandem_prefetch_v2"
         static let sql = """
             SELECT 0, \(PostgresServerStore.documentColumns), NULL::text, NULL::text, NULL::bigint
                 FROM tandem_documents AS d WHERE d.path = ANY($1::text[]) AND d.data IS NOT NULL
@@ -357,8 +361,8 @@ struct PostgresTransaction: StoreTransaction {
             SELECT 3, client_id, NULL, NULL, NULL, owner, NULL, NULL, NULL, NULL, NULL FROM tandem_writers WHERE client_id = ANY($2::text[])
             UNION ALL
             SELECT 4, r.client_id, r.sequence, r.version, r.commit_time, r.document, r.status, NULL, r.error_code, r.error_message, r.digest
-                FROM tandem_mutation_results AS r JOIN unnest($3::text[], $4::bigint[]) AS wanted(client_id, sequence)
-                    ON r.client_id = wanted.client_id AND r.sequence = wanted.sequence
+                FROM unnest($3::text[], $4::bigint[]) AS wanted(client_id, sequence),
+                    LATERAL (SELECT * FROM tandem_mutation_results AS r WHERE r.client_id = wanted.client_id AND r.sequence = wanted.sequence LIMIT 1) AS r
             UNION ALL
             SELECT 5, \(PostgresServerStore.documentColumns), NULL::text, NULL::text, NULL::bigint
                 FROM tandem_documents AS d WHERE d.version > $5::bigint AND d.version <= (SELECT version FROM tandem_counter WHERE id = 1)
