@@ -57,13 +57,24 @@ extension PostgresServerStore {
         }
     }
 
-    /// Reads what was committed after the version this node last told of, and tells it.
+    /// Reads what was committed after the version this node last told of, and tells it. One
+    /// statement, so one snapshot: the counter and the changes through it agree.
     private func catchUpNow(mustReport: Bool) async {
         let told = published.withLock { $0 }
         do {
-            let (changes, current) = try await readingConsistently { connection -> ([RemoteChange], Version) in
-                let current = try await Self.counter(connection, logger: self.logger)
-                return (try await self.committed(after: told, through: current, over: connection), current)
+            let (changes, current) = try await reading { connection -> ([RemoteChange], Version) in
+                var changes: [RemoteChange] = []
+                var current = told
+                for try await row in try await connection.query("""
+                    SELECT c.version, \(unescaped: Self.documentColumns) FROM tandem_counter AS c
+                    LEFT JOIN tandem_documents AS d ON d.version > \(Int64(told.rawValue)) AND d.version <= c.version
+                    WHERE c.id = 1 ORDER BY d.version, d.path
+                    """, logger: self.logger) {
+                    let cells = row.makeRandomAccess()
+                    current = Version(UInt64(try cells[0].decode(Int64.self)))
+                    if let change = try Self.change(cells, from: 1) { changes.append(change) }
+                }
+                return (changes, current)
             }
             guard current > told || mustReport else { return }
             published.withLock { $0 = max($0, current) }
@@ -72,14 +83,6 @@ extension PostgresServerStore {
             if mustReport { publish(CommitNotice(batches: [], visibleThrough: told)) }
             logger.warning("catching up with other nodes' commits failed: \(Self.reason(error)); the next notification or poll tries again")
         }
-    }
-
-    /// The changes of the commits after `told` through `through`, in version order (none when
-    /// `through` is not above `told`).
-    private func committed(after told: Version, through: Version, over connection: PostgresConnection) async throws -> [RemoteChange] {
-        guard through > told else { return [] }
-        return try await changes(connection, sql: "SELECT \(Self.documentColumns) FROM tandem_documents AS d WHERE d.version > $1 AND d.version <= $2 ORDER BY d.version, d.path",
-                                 binds: Self.binds(Int64(told.rawValue), Int64(through.rawValue)))
     }
 
     public func commit(_ requests: [[Mutation]], limits: ServerLimits, clientID: String?, authorizer: WriteAuthorizer?) async -> [Result<CommitResult, TandemError>] {

@@ -182,24 +182,26 @@ public final class PostgresServerStore: ServerStore {
             do {
                 try await client.withConnection { connection in
                     try await connection.listen(on: Self.channel) { notifications in
-                        let (wakes, wake) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
+                        // Each wake-up says whether it is the poll's: a notification shows the
+                        // connection alive, so only the poll checks it.
+                        let (wakes, wake) = AsyncStream.makeStream(of: Bool.self, bufferingPolicy: .bufferingNewest(1))
                         try await withThrowingTaskGroup(of: Void.self) { group in
                             group.addTask {
                                 for try await notification in notifications where !notification.payload.hasPrefix("\(self.node):") {
-                                    wake.yield()
+                                    wake.yield(false)
                                 }
                                 throw TandemError(.unavailable, "The connection listening for other nodes' commits closed.")
                             }
                             group.addTask {
                                 while true {
                                     try await self.configuration.clock.sleep(for: self.configuration.pollInterval)
-                                    wake.yield()
+                                    wake.yield(true)
                                 }
                             }
                             group.addTask {
                                 self.catchUp()
-                                for await _ in wakes {
-                                    try await self.check(connection)
+                                for await polled in wakes {
+                                    if polled { try await self.check(connection) }
                                     self.catchUp()
                                 }
                             }

@@ -84,11 +84,15 @@ public struct PostgresURL: Sendable, CustomStringConvertible {
         return configuration
     }
 
-    /// Each session's limits: a node that stops (paused, cut off) while it holds the version
-    /// counter's lock loses its transaction after 60 s idle in it, instead of holding every
-    /// node's commits until TCP gives up on it (hours); a commit that waits 15 s for a lock fails
-    /// with `unavailable`, to be sent again.
-    public static let sessionSettings = [("idle_in_transaction_session_timeout", "60s"), ("lock_timeout", "15s")]
+    /// Each session's settings:
+    /// - a node that stops (paused, cut off) while it holds the version counter's lock loses its
+    ///   transaction after 60 s idle in it, instead of holding every node's commits until TCP gives
+    ///   up on it (hours);
+    /// - a commit that waits 15 s for a lock fails with `unavailable`, to be sent again;
+    /// - the store's prepared statements (a commit's read and write) are planned once per
+    ///   connection, not at each commit: every part of them reads through an index whatever the
+    ///   values bound, and planning them again cost more than running them.
+    public static let sessionSettings = [("idle_in_transaction_session_timeout", "60s"), ("lock_timeout", "15s"), ("plan_cache_mode", "force_generic_plan")]
 
     /// TLS as libpq does it: `prefer` and `require` encrypt without checking the certificate
     /// (servers commonly offer a self-signed one); `verify-full` checks it.
