@@ -64,9 +64,14 @@ enum PostgresBenchmarks {
                 let (ours, roundTrips) = try await ServerBenchmarks.writeRun(clients: clients, perClient: perClient, on: a, token: nil,
                                                                              collection: "bench-\(run)-writes-\(clients)", writerPrefix: "bench-\(run)-writer-\(clients)")
                 report.notes.append("postgres: one write's round trip with \(clients) client\(clients == 1 ? "" : "s"): \(ServerBenchmarks.percentiles(roundTrips))")
-                let baseline = try await inserts(url: url, table: "tandem_bench_\(run)_\(clients)", clients: clients, total: clients * perClient)
-                report.add("postgres: acknowledged writes/s, \(clients) client\(clients == 1 ? "" : "s") writing one at a time vs postgres-nio inserting the same documents, \(clients) per statement",
+                let baseline = try await inserts(url: url, table: "tandem_bench_\(run)_\(clients)", clients: clients, total: clients * perClient, shape: .rowPerStatement)
+                report.add("postgres: acknowledged writes/s, \(clients) client\(clients == 1 ? "" : "s") writing one at a time vs postgres-nio inserting the same documents, \(clients) per transaction",
                            ours: ours, baseline: baseline, operations: clients * perClient, unit: "writes", target: 4)
+                if clients > 1 {
+                    let rows = try await inserts(url: url, table: "tandem_bench_\(run)_\(clients)_rows", clients: clients, total: clients * perClient, shape: .rowsPerStatement)
+                    report.add("postgres: the same, vs postgres-nio inserting \(clients) documents per statement (one round trip per transaction)",
+                               ours: ours, baseline: rows, operations: clients * perClient, unit: "writes", target: nil)
+                }
                 let (onSQLite, _) = try await ServerBenchmarks.writeRun(clients: clients, perClient: perClient, directory: directory.appendingPathComponent("sqlite-writes-\(clients)"),
                                                                         configuration: SyncServerConfiguration(), token: nil)
                 sqlite.append("\(clients) client\(clients == 1 ? "" : "s") \(BenchReport.rate(Double(clients * perClient) / onSQLite.doubleSeconds)) writes/s")
@@ -99,10 +104,20 @@ enum PostgresBenchmarks {
         return report
     }
 
-    /// The baseline: `total` documents inserted straight into a table like the store's (the same
-    /// columns and indexes, the text and its `jsonb`), `clients` rows per statement (each its own
-    /// transaction, one round trip), through postgres-nio. The table is dropped after.
-    static func inserts(url: String, table: String, clients: Int, total: Int) async throws -> Duration {
+    /// How a baseline sends its inserts.
+    enum InsertShape {
+        /// One INSERT per document, `clients` of them per transaction, as the SQLite figures'
+        /// baseline does with GRDB (a transaction of one is the INSERT alone).
+        case rowPerStatement
+        /// One INSERT of `clients` rows (`unnest` of arrays), each its own transaction: one round
+        /// trip per transaction, as the store writes a group commit's documents.
+        case rowsPerStatement
+    }
+
+    /// A baseline: `total` documents inserted straight into a table like the store's (the same
+    /// columns and indexes, the text and its `jsonb`), `clients` per transaction, through
+    /// postgres-nio. The table is dropped after.
+    static func inserts(url: String, table: String, clients: Int, total: Int, shape: InsertShape) async throws -> Duration {
         let parsed = try PostgresURL(url)
         var logger = Logger(label: "tandem.bench.postgres")
         logger.logLevel = .critical
@@ -124,26 +139,41 @@ enum PostgresBenchmarks {
         }
         // The documents are encoded before the clock starts, as the server's clients encode theirs.
         let texts = (0..<total).map { JSONText.encode(ServerBenchmarks.ownedBody($0)) }
-        let elapsed = try await ContinuousClock().measure {
-            var version: Int64 = 0
-            for start in stride(from: 0, to: total, by: clients) {
-                version += 1
-                let batch = start..<min(start + clients, total)
-                let paths = batch.map { "items/item-\($0)" }
-                let data = batch.map { texts[$0] }
-                let versions = [Int64](repeating: version, count: batch.count)
-                let clientIDs = batch.map { "bench-writer-\($0 % clients)" }
-                let sequences = batch.map { Int64($0 / clients + 1) }
-                var query = PostgresQuery(unsafeSQL: """
-                    INSERT INTO \(table) (path, collection, collection_group, version, create_time, update_time, data, body, mutation_client, mutation_sequence)
-                    SELECT p, 'items', 'items', v, 0, 0, d, d::jsonb, c, s FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::bigint[]) AS t(p, v, d, c, s)
-                    """)
-                query.binds.append(paths)
-                query.binds.append(versions)
-                query.binds.append(data)
-                query.binds.append(clientIDs)
-                query.binds.append(sequences)
-                try await client.query(query, logger: logger)
+        let elapsed = try await client.withConnection { connection in
+            try await ContinuousClock().measure {
+                var version: Int64 = 0
+                for start in stride(from: 0, to: total, by: clients) {
+                    version += 1
+                    let batch = start..<min(start + clients, total)
+                    switch shape {
+                    case .rowPerStatement:
+                        if batch.count > 1 { try await connection.query("BEGIN", logger: logger) }
+                        for id in batch {
+                            var query = PostgresQuery(unsafeSQL: """
+                                INSERT INTO \(table) (path, collection, collection_group, version, create_time, update_time, data, body, mutation_client, mutation_sequence)
+                                VALUES ($1, 'items', 'items', $2, 0, 0, $3, $3::jsonb, $4, $5)
+                                """)
+                            query.binds.append("items/item-\(id)")
+                            query.binds.append(version)
+                            query.binds.append(texts[id])
+                            query.binds.append("bench-writer-\(id % clients)")
+                            query.binds.append(Int64(id / clients + 1))
+                            try await connection.query(query, logger: logger)
+                        }
+                        if batch.count > 1 { try await connection.query("COMMIT", logger: logger) }
+                    case .rowsPerStatement:
+                        var query = PostgresQuery(unsafeSQL: """
+                            INSERT INTO \(table) (path, collection, collection_group, version, create_time, update_time, data, body, mutation_client, mutation_sequence)
+                            SELECT p, 'items', 'items', v, 0, 0, d, d::jsonb, c, s FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::bigint[]) AS t(p, v, d, c, s)
+                            """)
+                        query.binds.append(batch.map { "items/item-\($0)" })
+                        query.binds.append([Int64](repeating: version, count: batch.count))
+                        query.binds.append(batch.map { texts[$0] })
+                        query.binds.append(batch.map { "bench-writer-\($0 % clients)" })
+                        query.binds.append(batch.map { Int64($0 / clients + 1) })
+                        try await connection.query(query, logger: logger)
+                    }
+                }
             }
         }
         try await client.query(PostgresQuery(unsafeSQL: "DROP TABLE \(table)"), logger: logger)
