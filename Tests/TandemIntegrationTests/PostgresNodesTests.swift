@@ -313,6 +313,30 @@ struct PostgresServeTests {
         return Version(UInt64(version))
     }
 
+    @Test("bench server --postgres runs at a small size against a database and prints each figure beside its baseline and target")
+    func benchServerPostgres() async throws {
+        try #require(CLIProcess.executable != nil, "tandem is not built; run `swift build --build-tests` first")
+        let (cluster, url) = try await PostgresClusterTrait.freshDatabase()
+        // Timings here mean nothing (a debug build, a tiny size): only that every part runs and reports.
+        let result = try await CLIProcess.run(["bench", "server", "--postgres", url, "--writes", "16"])
+        #expect(result.status == 0, "\(result.err)")
+        for figure in ["1 client writing one at a time vs postgres-nio inserting the same documents, 1 per transaction",
+                       "16 clients writing one at a time vs postgres-nio inserting the same documents, 16 per transaction",
+                       "vs postgres-nio inserting 16 documents per statement",
+                       "sqlite, the same writes in the same run",
+                       "commit-to-listener latency on one node, 100 listeners:",
+                       "cross-node commit-to-listener latency (a commit on node A, listeners on node B), 100 listeners:",
+                       "(target p50 ≤ 3 ms, p99 ≤ 15 ms:",
+                       "sqlite, in the same run: commit-to-listener latency on one node, 100 listeners:"] {
+            #expect(result.out.contains(figure), "missing: \(figure)")
+        }
+        #expect(result.out.components(separatedBy: "baseline:").count - 1 == 3)
+        // The baselines' tables are gone; the store's documents stay, under this run's names.
+        let database = String(url.split(separator: "/").last!.split(separator: "?").first!)
+        let tables = try await cluster.psql("SELECT count(*) FROM pg_tables WHERE tablename LIKE 'tandem\\_bench\\_%'", database: database)
+        #expect(tables == "0")
+    }
+
     @Test("a URL it cannot use, a server it cannot reach and a database that is not there stop tandem serve at once with exit 2 and say which")
     func badDatabases() async throws {
         try #require(CLIProcess.executable != nil, "tandem is not built; run `swift build --build-tests` first")
