@@ -39,12 +39,20 @@ public struct PostgresServerStoreConfiguration: Sendable {
 /// refusals, versions, change feeds and pruning behave the same, and the same conformance suite
 /// checks both. Concurrent writers on one node share a transaction (group commit).
 ///
-/// **Versions in visibility order.** Each commit locks the one-row version counter first and moves
-/// it last, in the same transaction as its rows. The lock is held until the commit, so the commits
-/// of every node are numbered in the order they become visible: a reader who has seen version v
-/// has seen every commit numbered below v. (A number drawn from a sequence before the commit would
-/// not be: a commit numbered lower could become visible after a higher one.) The price is that the
-/// commits of all nodes take turns, as they do on one SQLite file.
+/// **Versions in visibility order.** A commit takes its versions from a one-row counter whose lock
+/// it holds while it writes its rows and moves the counter, in one transaction. The lock is held
+/// until the commit, so the commits of every node are numbered in the order they become visible: a
+/// reader who has seen version v has seen every commit numbered below v. (A number drawn from a
+/// sequence before the commit would not be: a commit numbered lower could become visible after a
+/// higher one.) The price is that the commits of all nodes take turns, as they do on one SQLite
+/// file.
+///
+/// **Two round trips a commit.** A group commit reads what its requests depend on in one statement
+/// (one snapshot, which also reads the counter and how many commits it has counted), decides in
+/// memory, then writes in one statement that takes the counter's lock first and writes only if the
+/// count has not moved; that statement's transaction is the commit. If another commit came
+/// between, nothing is written and the group is decided again in a transaction that holds the lock
+/// from the start.
 ///
 /// ```swift
 /// let store = try await PostgresServerStore.open(url: PostgresURL("postgres://tandem@127.0.0.1/tandem"))
