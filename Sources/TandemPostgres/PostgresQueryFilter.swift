@@ -150,38 +150,61 @@ enum PostgresBind: Sendable {
     }
 }
 
-/// A query's orders and first-`n` limit, in SQL: its first order field's coarse key, which never
-/// puts two documents in the opposite order to the query's (missing first, then by type; numbers by
-/// their integer part, within ±2^53; other values of one type tie). For a query with no filters,
-/// the documents up to the `n`-th one's keys, ties included, hold the query's first `n`: the shared
-/// evaluator picks them exactly. (With filters, those PostgreSQL applies are supersets, which
-/// would place the `n`-th key too early.)
-struct PostgresQueryLimit {
-    /// The keys, in the order to sort by (descending orders negated), as SQL over `d.body`.
+/// A query's first order in SQL, as a coarse key that never puts two documents in the opposite
+/// order to the query's: missing first, then by type, then numbers by their integer part within
+/// ±2^53 (other values of one type tie), negated for a descending order. With it PostgreSQL reads
+/// in the query's order, so:
+///
+/// - **cursors** narrow what is read: a document whose key lies before the start cursor's (or
+///   after the end cursor's) lies before (after) the cursor itself;
+/// - **limits**, `limit(to:)` and `limit(toLast:)`, with or without filters: the store reads in
+///   key order, a page at a time, until the documents read whose keys lie wholly before the last
+///   one read hold `n` that pass the query exactly; no document unread can come before them.
+///
+/// The shared evaluator then decides every candidate exactly, ties included.
+struct PostgresQueryOrder {
+    /// The key, SQL over `d.body`, each part a `bigint`.
     var keys: [String]
+    /// Conditions from the cursors over ``keys``: the documents that can pass them.
+    var bounds: [String]
     var binds: [PostgresBind]
-    /// The placeholder of `n - 1` (the offset of the boundary row).
-    var offset: String
+    var limit: CompiledQuery.Limit?
 
-    /// Nil unless the query has orders and a first-`n` limit (no cursors, no `limit(toLast:)`).
-    init?(_ query: Query, firstPlaceholder first: Int) {
-        guard let compiled = try? CompiledQuery(query), !compiled.orders.isEmpty, compiled.start == nil, compiled.end == nil,
-              case .first(let count)? = compiled.limit, count > 0,
-              compiled.orders.allSatisfy({ $0.field.segments.allSatisfy(PostgresQueryFilter.storable) }) else { return nil }
-        var binds: [PostgresBind] = []
-        var keys: [String] = []
-        // The first order only: its keys tie where the order does not (two strings), and a later
-        // order's keys would then put documents the first order tells apart in the wrong order.
-        for order in compiled.orders.prefix(1) {
-            binds.append(.textArray(order.field.segments))
-            let value = "d.body #> $\(first + binds.count - 1)"
-            let sign = order.descending ? "-" : ""
-            keys.append("\(sign)(CASE jsonb_typeof(\(value)) WHEN 'null' THEN 0 WHEN 'boolean' THEN 1 WHEN 'number' THEN 2 WHEN 'string' THEN 3 WHEN 'array' THEN 4 WHEN 'object' THEN 5 ELSE -1 END)")
-            keys.append("\(sign)(CASE WHEN jsonb_typeof(\(value)) = 'number' THEN \(PostgresQueryFilter.integerPartSQL(value)) ELSE 0 END)")
+    /// Nil unless the query has orders on fields PostgreSQL can hold, and cursors or a limit.
+    init?(_ compiled: CompiledQuery, firstPlaceholder first: Int) {
+        guard let order = compiled.orders.first, order.field.segments.allSatisfy(PostgresQueryFilter.storable),
+              compiled.limit != nil || compiled.start != nil || compiled.end != nil else { return nil }
+        var binds: [PostgresBind] = [.textArray(order.field.segments)]
+        let value = "d.body #> $\(first)"
+        let sign = order.descending ? "-" : ""
+        keys = [
+            "\(sign)(CASE jsonb_typeof(\(value)) WHEN 'null' THEN 0 WHEN 'boolean' THEN 1 WHEN 'number' THEN 2 WHEN 'string' THEN 3 WHEN 'array' THEN 4 WHEN 'object' THEN 5 ELSE -1 END)::bigint",
+            "\(sign)(CASE WHEN jsonb_typeof(\(value)) = 'number' THEN \(PostgresQueryFilter.integerPartSQL(value)) ELSE 0 END)::bigint",
+        ]
+        var bounds: [String] = []
+        for (cursor, comparison) in [(compiled.start, ">="), (compiled.end, "<=")] {
+            guard let cursor, let bound = cursor.values.first, let key = Self.key(of: bound, descending: order.descending) else { continue }
+            binds.append(.int(key[0]))
+            binds.append(.int(key[1]))
+            bounds.append("ROW(\(keys.joined(separator: ", "))) \(comparison) ROW($\(first + binds.count - 2)::bigint, $\(first + binds.count - 1)::bigint)")
         }
-        binds.append(.int(Int64(count - 1)))
-        offset = "$\(first + binds.count - 1)"
-        self.keys = keys
+        guard compiled.limit != nil || !bounds.isEmpty else { return nil }
+        self.bounds = bounds
         self.binds = binds
+        limit = compiled.limit
+    }
+
+    /// ``keys`` of a value, as PostgreSQL computes them of a stored one (nil for NaN, which JSON
+    /// cannot hold).
+    static func key(of value: JSONValue, descending: Bool) -> [Int64]? {
+        var key: [Int64] = [Int64(value.typeOrder), 0]
+        switch value {
+        case .int, .double:
+            guard let part = PostgresQueryFilter.integerPart(value) else { return nil }
+            key[1] = part
+        default:
+            break
+        }
+        return descending ? key.map { -$0 } : key
     }
 }

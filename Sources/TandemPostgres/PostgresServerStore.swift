@@ -262,7 +262,6 @@ public final class PostgresServerStore: ServerStore {
     }
 
     public func read(_ target: ListenTarget) async throws -> StoreSnapshot {
-        // One statement, so one snapshot: the counter and the rows agree.
         let (scope, value): (String, String) = switch target {
         case .document(let path): ("d.path", path.description)
         case .collection(let path, _): ("d.collection", path.description)
@@ -270,52 +269,107 @@ public final class PostgresServerStore: ServerStore {
         }
         // PostgreSQL's text cannot hold NUL, so no document it keeps is under such a path.
         guard PostgresQueryFilter.storable(value) else { return StoreSnapshot(documents: [], version: try await currentVersion()) }
-        // The filters PostgreSQL can apply without losing a match narrow what is read; with exact
-        // filters, orders and a limit, so does the limit (``PostgresQueryLimit``). The shared
+        // The filters PostgreSQL can apply without losing a match, and the cursors and limit it
+        // can apply in the query's order (``PostgresQueryOrder``), narrow what is read. The shared
         // evaluator decides the rest, and every candidate, below.
+        let compiled = try target.query.map { query throws(TandemError) in try CompiledQuery(query) }
         let filter = target.query.flatMap { PostgresQueryFilter($0, firstPlaceholder: 2) }
+        let order = compiled.flatMap { PostgresQueryOrder($0, firstPlaceholder: 2 + (filter?.binds.count ?? 0)) }
         var binds = Self.binds(value)
-        for bind in filter?.binds ?? [] { bind.append(to: &binds) }
-        let limit = filter?.isExact == true ? target.query.flatMap { PostgresQueryLimit($0, firstPlaceholder: 2 + (filter?.binds.count ?? 0)) } : nil
-        for bind in limit?.binds ?? [] { bind.append(to: &binds) }
-        let sql: String
-        if let filter, let limit {
-            limitedReads.add(1, ordering: .relaxed)
-            let columns = limit.keys.enumerated().map { "\($1) AS k\($0)" }.joined(separator: ", ")
-            let order = limit.keys.indices.map { String($0 + 1) }.joined(separator: ", ")
-            sql = """
-                WITH boundary AS (
-                    SELECT \(columns) FROM tandem_documents AS d
-                    WHERE \(scope) = $1 AND d.data IS NOT NULL AND d.body IS NOT NULL AND \(filter.conditions)
-                    ORDER BY \(order) LIMIT 1 OFFSET \(limit.offset))
-                SELECT c.version, \(Self.documentColumns) FROM tandem_counter AS c
-                LEFT JOIN tandem_documents AS d ON \(scope) = $1 AND d.data IS NOT NULL AND (d.body IS NULL OR (\(filter.conditions)
-                    AND (NOT EXISTS (SELECT 1 FROM boundary) OR ROW(\(limit.keys.joined(separator: ", "))) <= (SELECT * FROM boundary))))
-                WHERE c.id = 1 ORDER BY d.path
-                """
+        for bind in (filter?.binds ?? []) + (order?.binds ?? []) { bind.append(to: &binds) }
+        let conditions = ((filter.map { [$0.conditions] } ?? []) + (order?.bounds ?? [])).joined(separator: " AND ")
+        let documents: [Document]
+        let version: Version
+        if let compiled, let order, let limit = order.limit {
+            (documents, version) = try await readInOrder(scope: scope, value: value, binds: binds, conditions: conditions, keys: order.keys, limit: limit, compiled: compiled)
         } else {
-            sql = """
+            // One statement, so one snapshot: the counter and the rows agree.
+            let sql = """
                 SELECT c.version, \(Self.documentColumns) FROM tandem_counter AS c
-                LEFT JOIN tandem_documents AS d ON \(scope) = $1 AND d.data IS NOT NULL\(filter.map { " AND \($0.sql)" } ?? "")
+                LEFT JOIN tandem_documents AS d ON \(scope) = $1 AND d.data IS NOT NULL\(conditions.isEmpty ? "" : " AND (d.body IS NULL OR (\(conditions)))")
                 WHERE c.id = 1 ORDER BY d.path
                 """
-        }
-        let (documents, version) = try await reading { [binds] connection -> ([Document], Version) in
-            let rows = try await connection.query(PostgresQuery(unsafeSQL: sql, binds: binds), logger: self.logger)
-            var documents: [Document] = []
-            var version = Version.zero
-            for try await row in rows {
-                let cells = row.makeRandomAccess()
-                version = Version(UInt64(try cells[0].decode(Int64.self)))
-                if let change = try Self.change(cells, from: 1), let document = change.document { documents.append(document) }
+            (documents, version) = try await reading { [binds] connection -> ([Document], Version) in
+                let rows = try await connection.query(PostgresQuery(unsafeSQL: sql, binds: binds), logger: self.logger)
+                var documents: [Document] = []
+                var version = Version.zero
+                for try await row in rows {
+                    let cells = row.makeRandomAccess()
+                    version = Version(UInt64(try cells[0].decode(Int64.self)))
+                    if let change = try Self.change(cells, from: 1), let document = change.document { documents.append(document) }
+                }
+                return (documents, version)
             }
-            return (documents, version)
         }
         switch target {
         case .document:
             return StoreSnapshot(documents: documents, version: version)
-        case .collection(_, let query), .collectionGroup(_, let query):
-            return StoreSnapshot(documents: try query.evaluate(documents), version: version)
+        case .collection, .collectionGroup:
+            return StoreSnapshot(documents: compiled?.evaluate(documents) ?? documents, version: version)
+        }
+    }
+
+    /// The candidates of a limited query, read in its order (`keys`, then path) a page at a time,
+    /// in one snapshot: until the documents read whose keys lie wholly before the last one read
+    /// hold `limit`'s count that pass the query exactly (then no document unread comes before
+    /// them), or none is left. With the documents PostgreSQL could not hold as `jsonb`, which are
+    /// always candidates. `binds` holds `$1` (the scope's `value`) and the placeholders of
+    /// `conditions` and `keys`.
+    private func readInOrder(scope: String, value: String, binds: PostgresBindings, conditions: String, keys: [String], limit: CompiledQuery.Limit,
+                             compiled: CompiledQuery) async throws -> ([Document], Version) {
+        let (count, backward) = switch limit {
+        case .first(let count): (count, false)
+        case .last(let count): (count, true)
+        }
+        limitedReads.add(1, ordering: .relaxed)
+        let direction = backward ? "DESC" : "ASC"
+        let beyond = backward ? "<" : ">"
+        let ordering = (keys.indices.map { "k\($0) \(direction)" } + ["path \(direction)"]).joined(separator: ", ")
+        let selected = keys.enumerated().map { "\($1) AS k\($0)" }.joined(separator: ", ")
+        let row = "ROW(\(keys.indices.map { "k\($0)" }.joined(separator: ", ")), path)"
+        return try await readingConsistently { [binds] connection -> ([Document], Version) in
+            let version = try await Self.counter(connection, logger: self.logger)
+            var documents = try await self.changes(connection, sql: """
+                SELECT \(Self.documentColumns) FROM tandem_documents AS d WHERE \(scope) = $1 AND d.data IS NOT NULL AND d.body IS NULL
+                """, binds: Self.binds(value)).compactMap(\.document)
+            guard count > 0 else { return (documents, version) }
+            var pageSize = count + 1
+            var last: (keys: [Int64], path: String)?
+            // The keys of the documents read that pass the query exactly.
+            var passing: [[Int64]] = []
+            while true {
+                var pageBinds = binds
+                var after = ""
+                if let last {
+                    let first = pageBinds.count + 1
+                    for key in last.keys { pageBinds.append(key) }
+                    pageBinds.append(last.path)
+                    after = " WHERE \(row) \(beyond) ROW(\((0..<keys.count).map { "$\(first + $0)::bigint" }.joined(separator: ", ")), $\(first + keys.count)::text)"
+                }
+                pageBinds.append(Int64(pageSize))
+                let sql = """
+                    SELECT * FROM (
+                        SELECT \(selected), d.path AS path, \(Self.documentColumns.replacingOccurrences(of: "d.path, ", with: "")) FROM tandem_documents AS d
+                        WHERE \(scope) = $1 AND d.data IS NOT NULL AND d.body IS NOT NULL\(conditions.isEmpty ? "" : " AND \(conditions)")
+                    ) AS candidates\(after)
+                    ORDER BY \(ordering) LIMIT $\(pageBinds.count)
+                    """
+                var read = 0
+                for try await cells in try await connection.query(PostgresQuery(unsafeSQL: sql, binds: pageBinds), logger: self.logger) {
+                    let cells = cells.makeRandomAccess()
+                    read += 1
+                    let rowKeys = try keys.indices.map { try cells[$0].decode(Int64.self) }
+                    guard let change = try Self.change(cells, from: keys.count), let document = change.document else { continue }
+                    documents.append(document)
+                    if compiled.matchesFiltersAndCursors(document.data) { passing.append(rowKeys) }
+                    last = (rowKeys, document.path.description)
+                }
+                guard read == pageSize, let last else { break }
+                let before = passing.count { keys in backward ? last.keys.lexicographicallyPrecedes(keys) : keys.lexicographicallyPrecedes(last.keys) }
+                if before >= count { break }
+                pageSize = min(pageSize * 4, 4_096)
+            }
+            return (documents, version)
         }
     }
 

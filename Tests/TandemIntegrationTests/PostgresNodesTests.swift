@@ -540,7 +540,7 @@ struct PostgresQueryTests {
         let fields: [FieldPath] = ["a", try FieldPath(dotted: "b.c"), "tags", "score"]
         for _ in 0..<120 {
             var query = Query()
-            // Half the queries only filter by equality (or none), so PostgreSQL may apply their limit.
+            // Half the queries only filter by equality (or none), which PostgreSQL applies as a superset.
             let exactOnly = Bool.random(using: &random)
             for _ in 0..<Int.random(in: 0...2, using: &random) {
                 let ops: [Query.FilterOperator] = exactOnly ? [.equal, .in] : Query.FilterOperator.allCases
@@ -548,10 +548,23 @@ struct PostgresQueryTests {
                 let operand: JSONValue = [.in, .notIn, .arrayContainsAny].contains(op) ? .array([value(), value()]) : value()
                 query = query.whereField(fields[Int.random(in: 0..<fields.count, using: &random)], op, operand)
             }
-            for _ in 0..<Int.random(in: 0...2, using: &random) {
+            let orders = Int.random(in: 0...2, using: &random)
+            for _ in 0..<orders {
                 query = query.order(by: [fields[3], fields[3], fields[0], fields[1]][Int.random(in: 0..<4, using: &random)], descending: Bool.random(using: &random))
             }
-            if Int.random(in: 0..<4, using: &random) > 0 { query = query.limit(to: Int.random(in: 1...8, using: &random)) }
+            // Cursors, one or two at a time, of the first order's value (numbers near the keys'
+            // edges, and values of every type).
+            if orders > 0 {
+                for position: Query.CursorPosition in [.startAt, .startAfter, .endAt, .endBefore] where Int.random(in: 0..<4, using: &random) == 0 {
+                    let bound = Bool.random(using: &random) ? scores[Int.random(in: 0..<scores.count, using: &random)] : value()
+                    query = query.cursor(position, values: orders > 1 && Bool.random(using: &random) ? [bound, value()] : [bound])
+                }
+            }
+            switch Int.random(in: 0..<4, using: &random) {
+            case 0: break
+            case 1 where orders > 0: query = query.limit(toLast: Int.random(in: 0...8, using: &random))
+            default: query = query.limit(to: Int.random(in: 0...8, using: &random))
+            }
             let target = ListenTarget.collection(try CollectionPath("things"), query)
             let expected = await Result { try await memory.read(target).documents.map(\.path) }
             let actual = await Result { try await postgres.read(target).documents.map(\.path) }
