@@ -182,13 +182,14 @@ extension PostgresServerStore {
         }
     }
 
-    /// Wakes the other nodes (``follow()``) to read the commits through `version`: after the
-    /// commit, in a statement of its own (inside the transaction it would take a lock that every
-    /// node's commits wait for), on a connection of its own so the writer's answer does not wait
-    /// for it, and without waiting for its own flush to disk (`synchronous_commit` off for it
-    /// alone). One at a time: those asked for meanwhile become one. Lost, it costs the other
-    /// nodes a poll's delay, nothing more.
+    /// Wakes the other nodes (``follow()``) to read the commits through `version`, when any
+    /// listens (``otherNodesListening``): after the commit, in a statement of its own (inside the
+    /// transaction it would take a lock that every node's commits wait for), on a connection of
+    /// its own so the writer's answer does not wait for it, and without waiting for its own flush
+    /// to disk (`synchronous_commit` off for it alone). One at a time: those asked for meanwhile
+    /// become one. Lost, it costs the other nodes a poll's delay, nothing more.
     func wakeOtherNodes(_ version: Version) {
+        guard otherNodesListening else { return }
         let start = wakeUps.withLock { state -> Bool in
             state.newest = max(state.newest, version)
             defer { state.sending = true }
@@ -197,6 +198,7 @@ extension PostgresServerStore {
         guard start else { return }
         Task {
             while true {
+                wakeUpsSent.add(1, ordering: .relaxed)
                 let newest = wakeUps.withLock { $0.newest }
                 do {
                     try await withLease { connection in

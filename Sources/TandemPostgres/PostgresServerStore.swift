@@ -86,6 +86,12 @@ public final class PostgresServerStore: ServerStore {
     /// The wake-up to other nodes under way, and the newest version one must still tell of
     /// (``wakeOtherNodes(_:)``).
     let wakeUps = Mutex<(sending: Bool, newest: Version)>((false, .zero))
+    /// Wake-ups sent to other nodes, for tests.
+    package let wakeUpsSent = Atomic<Int>(0)
+    /// This node's polls, and the poll at which it last heard another node (``otherNodesListening``).
+    let others = Mutex<(polls: Int, heardAt: Int?)>((0, nil))
+    /// Runs when this node hears another node after hearing none, for tests.
+    package let otherNodeHeard = Mutex<TestHook?>(nil)
 
     /// Connects to the database at `url`, creates or migrates its schema, and opens the store.
     /// A URL it cannot use, a database it cannot reach or sign in to, or a schema it cannot create
@@ -181,10 +187,11 @@ public final class PostgresServerStore: ServerStore {
     }
 
     /// Tells this node's observers of what other nodes commit. On a connection of its own: LISTEN
-    /// first, then read what was committed since this node last told (``catchUp()``), then wait
-    /// for a notification, or `pollInterval` without one (a lost notification costs that delay),
-    /// and read again; each wait also checks the connection. After any failure, a new connection
-    /// does the same, in the same order, so nothing committed meanwhile is missed.
+    /// first, then say this node is there and read what was committed since this node last told
+    /// (``catchUp()``), then wait for a notification, or `pollInterval` without one (a lost
+    /// notification costs that delay), and read again; each poll also says again that this node is
+    /// there, which checks the connection. After any failure, a new connection does the same, in
+    /// the same order, so nothing committed meanwhile is missed.
     func follow() async {
         while !Task.isCancelled {
             do {
@@ -196,20 +203,23 @@ public final class PostgresServerStore: ServerStore {
                         try await withThrowingTaskGroup(of: Void.self) { group in
                             group.addTask {
                                 for try await notification in notifications where !notification.payload.hasPrefix("\(self.node):") {
-                                    wake.yield(false)
+                                    self.heardOtherNode()
+                                    if !notification.payload.hasSuffix(Self.presence) { wake.yield(false) }
                                 }
                                 throw TandemError(.unavailable, "The connection listening for other nodes' commits closed.")
                             }
                             group.addTask {
                                 while true {
                                     try await self.configuration.clock.sleep(for: self.configuration.pollInterval)
+                                    self.others.withLock { $0.polls += 1 }
                                     wake.yield(true)
                                 }
                             }
                             group.addTask {
+                                try await self.announce(over: connection)
                                 self.catchUp()
                                 for await polled in wakes {
-                                    if polled { try await self.check(connection) }
+                                    if polled { try await self.announce(over: connection) }
                                     self.catchUp()
                                 }
                             }
@@ -226,6 +236,42 @@ public final class PostgresServerStore: ServerStore {
         }
     }
 
+    /// The end of a notification that says only that its node is there (``announce(over:)``).
+    static let presence = ":here"
+
+    /// Whether another node has said it is there within the last three polls of this one: only
+    /// then do this node's commits wake other nodes (``wakeOtherNodes(_:)``). A node alone sends
+    /// no wake-ups; one that starts says so at once, and a commit it hears of no sooner is found by
+    /// its first read, or its poll.
+    var otherNodesListening: Bool {
+        others.withLock { state in state.heardAt.map { state.polls - $0 <= 3 } ?? false }
+    }
+
+    func heardOtherNode() {
+        let first = others.withLock { state -> Bool in
+            defer { state.heardAt = state.polls }
+            return state.heardAt.map { state.polls - $0 > 3 } ?? true
+        }
+        if first, let hook = otherNodeHeard.withLock({ $0 }) { Task { await hook.body() } }
+    }
+
+    /// Tells the other nodes this one is there, on the listening connection, which this checks:
+    /// one that does not answer within `connectionWait` (cut off without a word: no notification
+    /// would come either) is closed, which ends the wait for its notifications, and the node
+    /// listens again on another. Not flushed to disk: it matters only while the node runs.
+    private func announce(over connection: PostgresConnection) async throws {
+        let answered = Mutex(false)
+        let watchdog = Task {
+            try await Task.sleep(for: configuration.connectionWait)
+            if !answered.withLock({ $0 }) { try? await connection.close() }
+        }
+        defer { watchdog.cancel() }
+        try await connection.query("""
+            SELECT set_config('synchronous_commit', 'off', true), pg_notify(\(Self.channel), \("\(node)\(Self.presence)"))
+            """, logger: logger)
+        answered.withLock { $0 = true }
+    }
+
     public func observeCommits(_ observer: @escaping @Sendable (CommitNotice) -> Void) {
         observers.withLock { $0.append(observer) }
     }
@@ -236,20 +282,6 @@ public final class PostgresServerStore: ServerStore {
 
     public func commitsUnderWay() -> Bool {
         queue.promiseReport()
-    }
-
-    /// Checks the listening connection: one that does not answer within `connectionWait` (cut
-    /// off without a word: no notification would come either) is closed, which ends the wait for
-    /// its notifications, and the node listens again on another.
-    private func check(_ connection: PostgresConnection) async throws {
-        let answered = Mutex(false)
-        let watchdog = Task {
-            try await Task.sleep(for: configuration.connectionWait)
-            if !answered.withLock({ $0 }) { try? await connection.close() }
-        }
-        defer { watchdog.cancel() }
-        try await connection.query("SELECT 1", logger: logger)
-        answered.withLock { $0 = true }
     }
 
     // MARK: Reads

@@ -29,6 +29,62 @@ struct PostgresNodesTests {
         Mutation(path: try DocumentPath(path), kind: .set(fields), id: id)
     }
 
+    /// Returns a function that returns once each of `nodes` has heard another node.
+    static func hearing(_ nodes: PostgresServerStore...) -> @Sendable () async -> Void {
+        let (heard, hear) = AsyncStream.makeStream(of: Void.self)
+        for node in nodes {
+            node.otherNodeHeard.withLock { $0 = TestHook { hear.yield() } }
+        }
+        let count = nodes.count
+        return {
+            var seen = 0
+            for await _ in heard {
+                seen += 1
+                if seen == count { return }
+            }
+        }
+    }
+
+    @Test("a node alone wakes no other node; once another says it is there, each commit wakes it, and its listeners hear the commit without waiting for a poll")
+    func wakeUpsOnlyWhenOthersListen() async throws {
+        let (_, url) = try await PostgresClusterTrait.freshDatabase()
+        let clock = ManualClock()
+        let a = try await Self.open(url, clock: clock)
+        let runningA = Task { try await a.run() }
+        defer { runningA.cancel() }
+        _ = try await a.commit([Self.set("items/alone", ["n": 1])])
+        #expect(a.wakeUpsSent.load(ordering: .relaxed) == 0, "no other node listens")
+        #expect(!a.otherNodesListening)
+        let heard = Self.hearing(a)
+        // b's polls never come (a manual clock no one advances): only a wake-up can tell it.
+        let b = try await Self.open(url, clock: ManualClock())
+        let notices = Self.notices(of: b)
+        let runningB = Task { try await b.run() }
+        defer { runningB.cancel() }
+        await heard()
+        #expect(a.otherNodesListening)
+        let result = try await a.commit([Self.set("items/heard", ["n": 2])])
+        let version = result.acknowledgements[0].version
+        for await notice in notices where notice.visibleThrough >= version {
+            #expect(notice.batches.last?.version == version)
+            break
+        }
+        #expect(a.wakeUpsSent.load(ordering: .relaxed) >= 1)
+        // Polls of a without hearing b again (gone), and a stops waking it after three.
+        runningB.cancel()
+        _ = try? await runningB.value
+        var polls = 0
+        while polls < 20 {
+            // a's poll and its pruning sleep on the clock: the poll before has been counted.
+            await clock.waitForSleepers(count: 2)
+            if !a.otherNodesListening { break }
+            clock.advance(by: .seconds(1))
+            polls += 1
+        }
+        #expect(!a.otherNodesListening)
+        #expect(polls == 4, "a kept waking b for three polls after last hearing it")
+    }
+
     /// A node's notices, as a stream.
     static func notices(of store: PostgresServerStore) -> AsyncStream<CommitNotice> {
         let (stream, continuation) = AsyncStream.makeStream(of: CommitNotice.self)
@@ -43,8 +99,11 @@ struct PostgresNodesTests {
         let b = try await Self.open(url)
         let c = try await Self.open(url)
         let notices = Self.notices(of: c)
-        let follower = Task { try await c.run() }
-        defer { follower.cancel() }
+        // Every node runs, as in `tandem serve`; the writers wake c once they have heard it.
+        let hearC = Self.hearing(a, b)
+        let running = [a, b, c].map { node in Task { try await node.run() } }
+        defer { running.forEach { $0.cancel() } }
+        await hearC()
         let versions = try await withThrowingTaskGroup(of: [Version].self) { group in
             for (name, node) in [("a", a), ("b", b)] {
                 group.addTask {
