@@ -243,7 +243,7 @@ public final class PostgresServerStore: ServerStore {
     /// then do this node's commits wake other nodes (``wakeOtherNodes(_:)``). A node alone sends
     /// no wake-ups; one that starts says so at once, and a commit it hears of no sooner is found by
     /// its first read, or its poll.
-    var otherNodesListening: Bool {
+    package var otherNodesListening: Bool {
         others.withLock { state in state.heardAt.map { state.polls - $0 <= 3 } ?? false }
     }
 

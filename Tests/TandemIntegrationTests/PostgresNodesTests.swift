@@ -383,6 +383,7 @@ struct PostgresServeTests {
                        "16 clients writing one at a time vs postgres-nio inserting the same documents, 16 per transaction",
                        "vs postgres-nio inserting 16 documents per statement",
                        "sqlite, the same writes in the same run",
+                       "the same writes through node A while node B runs",
                        "commit-to-listener latency on one node, 100 listeners:",
                        "cross-node commit-to-listener latency (a commit on node A, listeners on node B), 100 listeners:",
                        "(target p50 ≤ 3 ms, p99 ≤ 15 ms:",

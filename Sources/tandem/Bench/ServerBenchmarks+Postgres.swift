@@ -41,6 +41,16 @@ enum PostgresBenchmarks {
         #endif
     }
 
+    /// Returns once the node of `server` has heard another node (and so wakes it at each commit).
+    static func heard(by server: LiveServer) async {
+        guard let store = server.store as? PostgresServerStore, !store.otherNodesListening else { return }
+        let (heard, hear) = AsyncStream.makeStream(of: Void.self)
+        store.otherNodeHeard.withLock { $0 = TestHook { hear.yield() } }
+        // Heard between the two looks: the hook was set too late to run.
+        if store.otherNodesListening { return }
+        for await _ in heard { return }
+    }
+
     static func node(_ url: String) async throws -> LiveServer {
         var configuration = PostgresServerStoreConfiguration()
         configuration.logger.logLevel = .critical
@@ -95,6 +105,15 @@ enum PostgresBenchmarks {
             // A second node for the cross-node figures only: following A's commits, it would
             // read each of them, which the write figures (one node's, as on SQLite) leave out.
             let b = try await node(url)
+            await heard(by: a)
+            // What a second node costs the writes: each commit wakes it, and it reads each.
+            var withTwo: [String] = []
+            for (clients, perClient) in [(1, writes), (16, max(1, writes / 8))] {
+                let (elapsed, _) = try await ServerBenchmarks.writeRun(clients: clients, perClient: perClient, on: a, token: nil,
+                                                                       collection: "bench-\(run)-two-nodes-\(clients)", writerPrefix: "bench-\(run)-two-nodes-\(clients)")
+                withTwo.append("\(clients) client\(clients == 1 ? "" : "s") \(BenchReport.rate(Double(clients * perClient) / elapsed.doubleSeconds)) writes/s")
+            }
+            report.notes.append("postgres: the same writes through node A while node B runs (one round each, for information): \(withTwo.joined(separator: ", "))")
             for listeners in [1, 100] {
                 let (sameNode, _) = try await ServerBenchmarks.latency(listeners: listeners, commits: 200, writeTo: a, listenOn: a,
                                                                        collection: "bench-\(run)-latency-\(listeners)")
