@@ -62,7 +62,7 @@ extension PostgresServerStore {
     private func catchUpNow(mustReport: Bool) async {
         let told = published.withLock { $0 }
         do {
-            let (changes, current) = try await reading { connection -> ([RemoteChange], Version) in
+            let (changes, current) = try await withDrainConnection { connection -> ([RemoteChange], Version) in
                 var changes: [RemoteChange] = []
                 var current = told
                 for try await row in try await connection.query("""
@@ -97,7 +97,7 @@ extension PostgresServerStore {
         let time = ServerTime(WireTimestamp.date(milliseconds: WireTimestamp.milliseconds(configuration.now())))
         let told = published.withLock { $0 }
         do {
-            let (answers, last, earlier) = try await withLease { connection in
+            let (answers, last, earlier) = try await withDrainConnection { connection in
                 let requests = submissions.flatMap(\.requests)
                 // First without a transaction: read, decide, then write only if no commit came
                 // between (one statement each, two round trips). Should one have come, again
@@ -201,10 +201,17 @@ extension PostgresServerStore {
                 wakeUpsSent.add(1, ordering: .relaxed)
                 let newest = wakeUps.withLock { $0.newest }
                 do {
-                    try await withLease { connection in
+                    // On the connection this node listens on, idle between notifications, when it
+                    // has one: no lease to wait for.
+                    let notify: @Sendable (PostgresConnection) async throws -> Void = { connection in
                         try await connection.query("""
                             SELECT set_config('synchronous_commit', 'off', true), pg_notify(\(Self.channel), \("\(self.node):\(newest.rawValue)"))
                             """, logger: self.logger)
+                    }
+                    if let listening = listeningConnection.withLock({ $0 }) {
+                        try await notify(listening)
+                    } else {
+                        try await withLease(notify)
                     }
                 } catch {
                     logger.warning("waking the other nodes failed: \(Self.reason(error)); they find the commit at their next poll")

@@ -86,6 +86,12 @@ public final class PostgresServerStore: ServerStore {
     /// The wake-up to other nodes under way, and the newest version one must still tell of
     /// (``wakeOtherNodes(_:)``).
     let wakeUps = Mutex<(sending: Bool, newest: Version)>((false, .zero))
+    /// The connection the drain commits and catches up on (``withDrainConnection(_:)``), and how
+    /// many it has opened, for tests.
+    let drainConnection = Mutex<PostgresConnection?>(nil)
+    package let drainConnections = Atomic<Int>(0)
+    /// The connection this node listens on, while it does (``follow()``).
+    let listeningConnection = Mutex<PostgresConnection?>(nil)
     /// Wake-ups sent to other nodes, for tests.
     package let wakeUpsSent = Atomic<Int>(0)
     /// This node's polls, and the poll at which it last heard another node (``otherNodesListening``).
@@ -130,12 +136,16 @@ public final class PostgresServerStore: ServerStore {
     }
 
     deinit {
-        clientTask.cancel()
+        close()
     }
 
     /// Closes the store's connections. Calls after this fail with `unavailable`.
     public func close() {
         clientTask.cancel()
+        // The task keeps the connection until it is closed (dropped open, postgres-nio traps).
+        if let connection = drainConnection.withLock({ connection in defer { connection = nil }; return connection }) {
+            Task { try? await connection.close() }
+        }
     }
 
     /// The server must be PostgreSQL 13 or newer (for `normalize`) with a UTF-8 database.
@@ -196,6 +206,8 @@ public final class PostgresServerStore: ServerStore {
         while !Task.isCancelled {
             do {
                 try await client.withConnection { connection in
+                    self.listeningConnection.withLock { $0 = connection }
+                    defer { self.listeningConnection.withLock { if $0 === connection { $0 = nil } } }
                     try await connection.listen(on: Self.channel) { notifications in
                         // Each wake-up says whether it is the poll's: a notification shows the
                         // connection alive, so only the poll checks it.
@@ -518,6 +530,32 @@ public final class PostgresServerStore: ServerStore {
         var binds = PostgresBindings()
         for value in values { binds.append(value) }
         return binds
+    }
+
+    /// Runs `body` on the drain's own connection, outside the pool: commits and catch-ups run one
+    /// at a time (``GroupCommitQueue``), so one connection serves them, without a lease for each.
+    /// Opened when there is none, within `connectTimeout` or `unavailable`; after any failure it is
+    /// closed (a transaction it left open must not meet the next commit) and the next opens another.
+    func withDrainConnection<T>(_ body: (PostgresConnection) async throws -> T) async throws -> T {
+        let connection: PostgresConnection
+        if let open = drainConnection.withLock({ $0 }), !open.isClosed {
+            connection = open
+        } else {
+            do {
+                connection = try await PostgresConnection.connect(configuration: try url.connectionConfiguration(connectTimeout: configuration.connectTimeout),
+                                                                  id: drainConnections.add(1, ordering: .relaxed).newValue, logger: logger)
+            } catch {
+                throw TandemError(.unavailable, "Could not connect to PostgreSQL at \(url): \(Self.reason(error)). Nothing was done; retry.", cause: error)
+            }
+            drainConnection.withLock { $0 = connection }
+        }
+        do {
+            return try await body(connection)
+        } catch {
+            drainConnection.withLock { if $0 === connection { $0 = nil } }
+            try? await connection.close()
+            throw error
+        }
     }
 
     /// Runs `body` on a connection of the pool, once one is free. When none is within
