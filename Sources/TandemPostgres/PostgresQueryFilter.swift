@@ -140,20 +140,22 @@ enum PostgresBind: Sendable {
     case text(String)
     case textArray([String])
     case int(Int64)
+    case bytes([UInt8])
 
     func append(to binds: inout PostgresBindings) {
         switch self {
         case .text(let text): binds.append(text)
         case .textArray(let texts): binds.append(texts)
         case .int(let value): binds.append(value)
+        case .bytes(let bytes): binds.append(ByteBuffer(bytes: bytes))
         }
     }
 }
 
-/// A query's first order in SQL, as a coarse key that never puts two documents in the opposite
-/// order to the query's: missing first, then by type, then numbers by their integer part within
-/// ±2^53 (other values of one type tie), negated for a descending order. With it PostgreSQL reads
-/// in the query's order, so:
+/// A query's first order in SQL, as a key that never puts two documents in the opposite order to
+/// the query's: missing first, then by type, then numbers by their integer part within ±2^53 and
+/// strings by their UTF-8 bytes (read from the exact text, as `body` holds them normalized);
+/// arrays and objects tie. With it PostgreSQL reads in the query's order, so:
 ///
 /// - **cursors** narrow what is read: a document whose key lies before the start cursor's (or
 ///   after the end cursor's) lies before (after) the cursor itself;
@@ -163,30 +165,51 @@ enum PostgresBind: Sendable {
 ///
 /// The shared evaluator then decides every candidate exactly, ties included.
 struct PostgresQueryOrder {
-    /// The key, SQL over `d.body`, each part a `bigint`.
+    /// The key's parts, SQL over `d.body` and `d.data`: a `bigint`, a `bigint` and a `bytea`,
+    /// compared in the order's direction (``descending``).
     var keys: [String]
+    var descending: Bool
     /// Conditions from the cursors over ``keys``: the documents that can pass them.
     var bounds: [String]
     var binds: [PostgresBind]
     var limit: CompiledQuery.Limit?
+
+    /// A key's value, as PostgreSQL computes it.
+    struct Key: Comparable {
+        var rank: Int64
+        var integerPart: Int64
+        var bytes: [UInt8]
+
+        static func < (a: Key, b: Key) -> Bool {
+            if a.rank != b.rank { return a.rank < b.rank }
+            if a.integerPart != b.integerPart { return a.integerPart < b.integerPart }
+            return a.bytes.lexicographicallyPrecedes(b.bytes)
+        }
+    }
 
     /// Nil unless the query has orders on fields PostgreSQL can hold, and cursors or a limit.
     init?(_ compiled: CompiledQuery, firstPlaceholder first: Int) {
         guard let order = compiled.orders.first, order.field.segments.allSatisfy(PostgresQueryFilter.storable),
               compiled.limit != nil || compiled.start != nil || compiled.end != nil else { return nil }
         var binds: [PostgresBind] = [.textArray(order.field.segments)]
-        let value = "d.body #> $\(first)"
-        let sign = order.descending ? "-" : ""
+        let path = "$\(first)"
+        let value = "d.body #> \(path)"
         keys = [
-            "\(sign)(CASE jsonb_typeof(\(value)) WHEN 'null' THEN 0 WHEN 'boolean' THEN 1 WHEN 'number' THEN 2 WHEN 'string' THEN 3 WHEN 'array' THEN 4 WHEN 'object' THEN 5 ELSE -1 END)::bigint",
-            "\(sign)(CASE WHEN jsonb_typeof(\(value)) = 'number' THEN \(PostgresQueryFilter.integerPartSQL(value)) ELSE 0 END)::bigint",
+            "(CASE jsonb_typeof(\(value)) WHEN 'null' THEN 0 WHEN 'boolean' THEN 1 WHEN 'number' THEN 2 WHEN 'string' THEN 3 WHEN 'array' THEN 4 WHEN 'object' THEN 5 ELSE -1 END)::bigint",
+            "(CASE WHEN jsonb_typeof(\(value)) = 'number' THEN \(PostgresQueryFilter.integerPartSQL(value)) ELSE 0 END)::bigint",
+            "(CASE WHEN jsonb_typeof(\(value)) = 'string' THEN convert_to(d.data::jsonb #>> \(path), 'UTF8') ELSE ''::bytea END)",
         ]
+        descending = order.descending
         var bounds: [String] = []
-        for (cursor, comparison) in [(compiled.start, ">="), (compiled.end, "<=")] {
-            guard let cursor, let bound = cursor.values.first, let key = Self.key(of: bound, descending: order.descending) else { continue }
-            binds.append(.int(key[0]))
-            binds.append(.int(key[1]))
-            bounds.append("ROW(\(keys.joined(separator: ", "))) \(comparison) ROW($\(first + binds.count - 2)::bigint, $\(first + binds.count - 1)::bigint)")
+        // In the order's direction: a start cursor keeps what is on or after it, an end cursor
+        // what is on or before it.
+        for (cursor, isStart) in [(compiled.start, true), (compiled.end, false)] {
+            guard let cursor, let bound = cursor.values.first, let key = Self.key(of: bound) else { continue }
+            binds.append(.int(key.rank))
+            binds.append(.int(key.integerPart))
+            binds.append(.bytes(key.bytes))
+            let comparison = isStart != descending ? ">=" : "<="
+            bounds.append("ROW(\(keys.joined(separator: ", "))) \(comparison) ROW($\(first + binds.count - 3)::bigint, $\(first + binds.count - 2)::bigint, $\(first + binds.count - 1)::bytea)")
         }
         guard compiled.limit != nil || !bounds.isEmpty else { return nil }
         self.bounds = bounds
@@ -196,15 +219,17 @@ struct PostgresQueryOrder {
 
     /// ``keys`` of a value, as PostgreSQL computes them of a stored one (nil for NaN, which JSON
     /// cannot hold).
-    static func key(of value: JSONValue, descending: Bool) -> [Int64]? {
-        var key: [Int64] = [Int64(value.typeOrder), 0]
+    static func key(of value: JSONValue) -> Key? {
+        var key = Key(rank: Int64(value.typeOrder), integerPart: 0, bytes: [])
         switch value {
         case .int, .double:
             guard let part = PostgresQueryFilter.integerPart(value) else { return nil }
-            key[1] = part
+            key.integerPart = part
+        case .string(let string):
+            key.bytes = Array(string.utf8)
         default:
             break
         }
-        return descending ? key.map { -$0 } : key
+        return key
     }
 }

@@ -325,7 +325,7 @@ public final class PostgresServerStore: ServerStore {
         let documents: [Document]
         let version: Version
         if let compiled, let order, let limit = order.limit {
-            (documents, version) = try await readInOrder(scope: scope, value: value, binds: binds, conditions: conditions, keys: order.keys, limit: limit, compiled: compiled)
+            (documents, version) = try await readInOrder(scope: scope, value: value, binds: binds, conditions: conditions, order: order, limit: limit, compiled: compiled)
         } else {
             // One statement, so one snapshot: the counter and the rows agree.
             let sql = """
@@ -359,15 +359,18 @@ public final class PostgresServerStore: ServerStore {
     /// them), or none is left. With the documents PostgreSQL could not hold as `jsonb`, which are
     /// always candidates. `binds` holds `$1` (the scope's `value`) and the placeholders of
     /// `conditions` and `keys`.
-    private func readInOrder(scope: String, value: String, binds: PostgresBindings, conditions: String, keys: [String], limit: CompiledQuery.Limit,
+    private func readInOrder(scope: String, value: String, binds: PostgresBindings, conditions: String, order: PostgresQueryOrder, limit: CompiledQuery.Limit,
                              compiled: CompiledQuery) async throws -> ([Document], Version) {
         let (count, backward) = switch limit {
         case .first(let count): (count, false)
         case .last(let count): (count, true)
         }
         limitedReads.add(1, ordering: .relaxed)
-        let direction = backward ? "DESC" : "ASC"
-        let beyond = backward ? "<" : ">"
+        // Read from the end the limit keeps: in the order's direction, or against it for the last n.
+        let downward = order.descending != backward
+        let direction = downward ? "DESC" : "ASC"
+        let beyond = downward ? "<" : ">"
+        let keys = order.keys
         let ordering = (keys.indices.map { "k\($0) \(direction)" } + ["path \(direction)"]).joined(separator: ", ")
         let selected = keys.enumerated().map { "\($1) AS k\($0)" }.joined(separator: ", ")
         let row = "ROW(\(keys.indices.map { "k\($0)" }.joined(separator: ", ")), path)"
@@ -378,17 +381,19 @@ public final class PostgresServerStore: ServerStore {
                 """, binds: Self.binds(value)).compactMap(\.document)
             guard count > 0 else { return (documents, version) }
             var pageSize = count + 1
-            var last: (keys: [Int64], path: String)?
+            var last: (key: PostgresQueryOrder.Key, path: String)?
             // The keys of the documents read that pass the query exactly.
-            var passing: [[Int64]] = []
+            var passing: [PostgresQueryOrder.Key] = []
             while true {
                 var pageBinds = binds
                 var after = ""
                 if let last {
                     let first = pageBinds.count + 1
-                    for key in last.keys { pageBinds.append(key) }
+                    pageBinds.append(last.key.rank)
+                    pageBinds.append(last.key.integerPart)
+                    pageBinds.append(ByteBuffer(bytes: last.key.bytes))
                     pageBinds.append(last.path)
-                    after = " WHERE \(row) \(beyond) ROW(\((0..<keys.count).map { "$\(first + $0)::bigint" }.joined(separator: ", ")), $\(first + keys.count)::text)"
+                    after = " WHERE \(row) \(beyond) ROW($\(first)::bigint, $\(first + 1)::bigint, $\(first + 2)::bytea, $\(first + 3)::text)"
                 }
                 pageBinds.append(Int64(pageSize))
                 let sql = """
@@ -402,14 +407,15 @@ public final class PostgresServerStore: ServerStore {
                 for try await cells in try await connection.query(PostgresQuery(unsafeSQL: sql, binds: pageBinds), logger: self.logger) {
                     let cells = cells.makeRandomAccess()
                     read += 1
-                    let rowKeys = try keys.indices.map { try cells[$0].decode(Int64.self) }
+                    let key = PostgresQueryOrder.Key(rank: try cells[0].decode(Int64.self), integerPart: try cells[1].decode(Int64.self),
+                                                     bytes: Array(try cells[2].decode(ByteBuffer.self).readableBytesView))
                     guard let change = try Self.change(cells, from: keys.count), let document = change.document else { continue }
                     documents.append(document)
-                    if compiled.matchesFiltersAndCursors(document.data) { passing.append(rowKeys) }
-                    last = (rowKeys, document.path.description)
+                    if compiled.matchesFiltersAndCursors(document.data) { passing.append(key) }
+                    last = (key, document.path.description)
                 }
                 guard read == pageSize, let last else { break }
-                let before = passing.count { keys in backward ? last.keys.lexicographicallyPrecedes(keys) : keys.lexicographicallyPrecedes(last.keys) }
+                let before = passing.count { key in downward ? last.key < key : key < last.key }
                 if before >= count { break }
                 pageSize = min(pageSize * 4, 4_096)
             }
