@@ -17,15 +17,18 @@ public struct PostgresServerStoreConfiguration: Sendable {
     public var now: @Sendable () -> Date = { Date() }
     /// The clock `run()` waits on between prunings; tests pass a manual one.
     public var clock: any Clock<Duration> = ContinuousClock()
-    /// How long opening a connection may take before it fails. Default 10 s.
+    /// How long opening a connection may take before it fails: a commit that must open one (the
+    /// commits' own connection, after a failure) fails with `unavailable` past it. Default 10 s.
     public var connectTimeout: Duration = .seconds(10)
-    /// How long a commit or read waits for a connection (PostgreSQL down or unreachable) before it
-    /// fails with `unavailable`. Default 10 s.
+    /// How long a read waits for a connection of the pool (PostgreSQL down or unreachable) before
+    /// it fails with `unavailable`. Default 10 s.
     public var connectionWait: Duration = .seconds(10)
-    /// The most connections this node opens. Default 20.
+    /// The most connections of this node's pool, for reads and listening (at least two); commits
+    /// have one more of their own. Default 20.
     public var maximumConnections = 20
     /// How long a node waits for word of other nodes' commits before it looks anyway (PostgreSQL's
-    /// notifications are wake-ups, and may be lost). Default 1 s.
+    /// notifications are wake-ups, and may be lost), and how often it tells them it is there (a
+    /// node heard of within three of its polls is woken at each commit). Default 1 s.
     public var pollInterval: Duration = .seconds(1)
     /// Where failures and housekeeping are logged.
     public var logger = Logger(label: "tandem.postgres")
