@@ -647,9 +647,13 @@ public final class PostgresServerStore: ServerStore {
                 }
                 // Each client's newest record stays: it is the client's high-water mark. What goes
                 // is remembered per client, so a replay of it is answered unknown, not taken as new.
+                // Rows a commit holds are skipped (`SKIP LOCKED`), left to the next pruning:
+                // pruning never waits for a commit, so the two never wait for each other.
                 let prunable = """
-                    FROM tandem_mutation_results AS r WHERE r.commit_time < $1 AND r.sequence <
-                        (SELECT max(newer.sequence) FROM tandem_mutation_results AS newer WHERE newer.client_id = r.client_id)
+                    FROM tandem_mutation_results AS r WHERE (r.client_id, r.sequence) IN (
+                        SELECT o.client_id, o.sequence FROM tandem_mutation_results AS o WHERE o.commit_time < $1 AND o.sequence <
+                            (SELECT max(newer.sequence) FROM tandem_mutation_results AS newer WHERE newer.client_id = o.client_id)
+                        FOR UPDATE SKIP LOCKED)
                     """
                 var binds = PostgresBindings()
                 binds.append(cutoff)
@@ -663,7 +667,8 @@ public final class PostgresServerStore: ServerStore {
                 var count = 0
                 var newest: Int64?
                 for try await (gone, version) in try await connection.query(PostgresQuery(unsafeSQL: """
-                    WITH gone AS (DELETE FROM tandem_documents WHERE data IS NULL AND update_time < $1 RETURNING version)
+                    WITH gone AS (DELETE FROM tandem_documents WHERE path IN (
+                        SELECT path FROM tandem_documents WHERE data IS NULL AND update_time < $1 FOR UPDATE SKIP LOCKED) RETURNING version)
                     SELECT count(*), max(version) FROM gone
                     """, binds: binds), logger: self.logger).decode((Int64, Int64?).self) {
                     count = Int(gone)
