@@ -72,7 +72,7 @@ public final class PostgresServerStore: ServerStore {
     let node = UUID().uuidString
     /// The channel of the wake-ups that say a node committed.
     static let channel = "tandem_commits"
-    private let observers = Mutex<[@Sendable (CommitNotice) -> Void]>([])
+    private let observers = CommitObservers()
     /// The newest version this node has told its observers of: every commit at or below it, from
     /// any node, was told (the drain of `queue` moves it, one drain at a time).
     let published: Mutex<Version>
@@ -288,11 +288,11 @@ public final class PostgresServerStore: ServerStore {
     }
 
     public func observeCommits(_ observer: @escaping @Sendable (CommitNotice) -> Void) {
-        observers.withLock { $0.append(observer) }
+        observers.add(observer)
     }
 
     func publish(_ notice: CommitNotice) {
-        for observer in observers.withLock({ $0 }) { observer(notice) }
+        observers.publish(notice)
     }
 
     public func commitsUnderWay() -> Bool {

@@ -1,3 +1,4 @@
+import Synchronization
 import TandemCore
 
 /// What one commit changed: its version, and each document's state after it.
@@ -26,5 +27,22 @@ public struct CommitNotice: Sendable, Hashable {
     public init(batches: [CommittedBatch], visibleThrough: Version) {
         self.batches = batches
         self.visibleThrough = visibleThrough
+    }
+}
+
+/// The observers a store tells of its commits (``ServerStore/observeCommits(_:)``), each called in
+/// the order they were added.
+package final class CommitObservers: Sendable {
+    private let observers = Mutex<[@Sendable (CommitNotice) -> Void]>([])
+
+    package init() {}
+
+    package func add(_ observer: @escaping @Sendable (CommitNotice) -> Void) {
+        observers.withLock { $0.append(observer) }
+    }
+
+    /// Tells every observer, outside the lock that keeps them.
+    package func publish(_ notice: CommitNotice) {
+        for observer in observers.withLock({ $0 }) { observer(notice) }
     }
 }

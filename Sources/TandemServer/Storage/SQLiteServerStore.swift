@@ -20,7 +20,7 @@ import TandemCore
 public final class SQLiteServerStore: ServerStore {
     let pool: DatabasePool
     let configuration: SQLiteServerStoreConfiguration
-    private let observers = Mutex<[@Sendable (CommitNotice) -> Void]>([])
+    private let observers = CommitObservers()
     /// The last committed version; touched only by the one drain that commits at a time.
     let lastVersion: Mutex<Version>
     /// Transactions committed and requests they held, for the benchmark's figures.
@@ -141,11 +141,11 @@ public final class SQLiteServerStore: ServerStore {
     }
 
     public func observeCommits(_ observer: @escaping @Sendable (CommitNotice) -> Void) {
-        observers.withLock { $0.append(observer) }
+        observers.add(observer)
     }
 
     func publish(_ notice: CommitNotice) {
-        for observer in observers.withLock({ $0 }) { observer(notice) }
+        observers.publish(notice)
     }
 
     // MARK: Writes
