@@ -407,6 +407,8 @@ struct PostgresServeTests {
             ("postgres://127.0.0.1/x", "names no user"),
             ("postgres://tandem@127.0.0.1:1/x?sslmode=disable", "Could not connect to PostgreSQL"),
             (cluster.url(database: "missing"), "does not exist"),
+            // Credentials it refuses: the cluster trusts its one user, so a user it does not know.
+            ("postgres://intruder@127.0.0.1:\(cluster.port)/postgres?sslmode=disable", #"role "intruder" does not exist"#),
             (cluster.url(database: "ascii"), "needs a UTF8 database"),
         ]
         for (url, message) in cases {
