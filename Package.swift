@@ -41,6 +41,9 @@ let package = Package(
         .package(url: "https://github.com/pointfreeco/swift-identified-collections.git", from: "1.1.1"),
         // The PostgreSQL store (`tandem serve --postgres`).
         .package(url: "https://github.com/vapor/postgres-nio.git", from: "1.33.2"),
+        // Metrics: swift-metrics' API, kept and written in Prometheus' text format.
+        .package(url: "https://github.com/apple/swift-metrics.git", from: "2.13.0"),
+        .package(url: "https://github.com/swift-server/swift-prometheus.git", from: "2.4.1"),
     ],
     targets: [
         // Values, paths, queries, patches, mutations, wire messages, errors. No I/O.
@@ -83,6 +86,8 @@ let package = Package(
                 .product(name: "NIOHTTP1", package: "swift-nio"),
                 // WebSocket frames, written by each session straight onto its channel.
                 .product(name: "NIOWebSocket", package: "swift-nio"),
+                .product(name: "CoreMetrics", package: "swift-metrics"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "JWTKit", package: "jwt-kit"),

@@ -20,14 +20,17 @@ public final class LiveServer: Sendable {
     public let url: URL
     public let port: Int
     public let store: any ServerStore
+    /// What the server counts, which `GET /metrics` writes.
+    public let metrics: ServerMetrics
     /// The directory holding the SQLite database, for a server started on one.
     public let directory: URL
     private let task: Task<Void, any Error>
     /// The server's listener count as it reports it, and those awaiting a count.
     private let listeners: WatchedValue<Int>
 
-    private init(url: URL, port: Int, store: any ServerStore, directory: URL, task: Task<Void, any Error>, listeners: WatchedValue<Int>) {
+    private init(url: URL, port: Int, store: any ServerStore, metrics: ServerMetrics, directory: URL, task: Task<Void, any Error>, listeners: WatchedValue<Int>) {
         self.listeners = listeners
+        self.metrics = metrics
         self.url = url
         self.port = port
         self.store = store
@@ -78,7 +81,7 @@ public final class LiveServer: Sendable {
         }
         let bound = try await ready.value()
         let scheme = configuration.tls == nil ? "http" : "https"
-        return LiveServer(url: URL(string: "\(scheme)://127.0.0.1:\(bound)")!, port: bound, store: store, directory: directory, task: task, listeners: listeners)
+        return LiveServer(url: URL(string: "\(scheme)://127.0.0.1:\(bound)")!, port: bound, store: store, metrics: server.metrics, directory: directory, task: task, listeners: listeners)
     }
 
     /// How many listeners the server runs now, over every connection.

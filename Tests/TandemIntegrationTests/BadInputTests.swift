@@ -344,18 +344,16 @@ struct SlowConsumerTests {
         let gate = Exit()
         var logger = Logger(label: "slow")
         logger.logLevel = .critical
-        let client = WebSocketClient(url: "ws://127.0.0.1:\(server.port)/v1/stream", logger: logger) { _, outbound, _ in
+        // Frames as large as the server sends: a smaller limit would have the client close the
+        // connection itself, which is not what is tested.
+        let client = WebSocketClient(url: "ws://127.0.0.1:\(server.port)/v1/stream", configuration: .init(maxFrameSize: 1 << 24), logger: logger) { _, outbound, _ in
             try await outbound.writeTextMessage(ClientMessage.hello(clientID: "slow", protocolVersion: TandemVersion.wireProtocol, token: nil).text)
             try await outbound.writeTextMessage(ClientMessage.listen(id: 1, target: .collection(collectionPath("big"), Query()), resumeFrom: nil).text)
             _ = await gate.wait()
         }
         let task = Task { try await client.run() }
-        let metrics = URL(string: "\(server.url.absoluteString)/metrics")!
-        func listeners() async throws -> String {
-            String(decoding: try await URLSession.shared.data(from: metrics).0, as: UTF8.self)
-        }
         await server.waitForListeners(count: 1)
-        #expect(try await listeners().contains("tandem_listeners 1"))
+        #expect(try await MetricsTests.scrape(server)["tandem_listeners"] == 1)
         let big = String(repeating: "x", count: 200_000)
         for index in 0..<150 {
             _ = try await server.store.commit([.set(documentPath("big/\(index)"), ["s": .string(big)])])
@@ -363,7 +361,9 @@ struct SlowConsumerTests {
         }
         // The server dropped the slow connection, and its listener with it.
         await server.waitForListeners(count: 0)
-        #expect(try await listeners().contains("tandem_listeners 0"))
+        let after = try await MetricsTests.scrape(server)
+        #expect(after["tandem_listeners"] == 0)
+        #expect(after["tandem_slow_consumers_disconnected_total"] == 1)
         gate.fire(0)
         task.cancel()
         await server.stop()

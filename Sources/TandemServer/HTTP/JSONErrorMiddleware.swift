@@ -7,25 +7,31 @@ import TandemCore
 /// path takes.
 struct JSONErrorMiddleware: RouterMiddleware {
     typealias Context = CallerRequestContext
+    /// Counts the errors it answers.
+    var metrics: ServerMetrics?
 
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
         let path = request.uri.path
         let allowed = Self.methods(for: path)
         if request.method == .options {
-            guard let allowed else { return HTTPAPI.errorResponse(Self.noRoute(path)) }
+            guard let allowed else { return answer(Self.noRoute(path)) }
             return Response(status: .noContent, headers: [.allow: allowed.joined(separator: ", ")])
         }
         do {
             return try await next(request, context)
         } catch let error as HTTPError where error.status == .notFound {
-            guard let allowed, !allowed.contains(request.method.rawValue) else { return HTTPAPI.errorResponse(Self.noRoute(path)) }
-            var response = HTTPAPI.json(.object(["error": .object([
-                "code": .string(TandemError.Code.unimplemented.rawValue),
-                "message": .string("\(path) does not take \(request.method.rawValue); it takes \(allowed.joined(separator: ", ")).")
-            ])]), status: .methodNotAllowed)
+            guard let allowed, !allowed.contains(request.method.rawValue) else { return answer(Self.noRoute(path)) }
+            let error = TandemError(.unimplemented, "\(path) does not take \(request.method.rawValue); it takes \(allowed.joined(separator: ", ")).")
+            metrics?.answered(error)
+            var response = HTTPAPI.json(.object(["error": error.wireValue]), status: .methodNotAllowed)
             response.headers[.allow] = allowed.joined(separator: ", ")
             return response
         }
+    }
+
+    private func answer(_ error: TandemError) -> Response {
+        metrics?.answered(error)
+        return HTTPAPI.errorResponse(error)
     }
 
     /// The methods a path takes, or nil when no route serves it.

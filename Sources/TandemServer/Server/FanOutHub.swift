@@ -34,8 +34,12 @@ final class FanOutHub: Service, Sendable {
     private let pending = Mutex(PendingNotices())
     private struct PendingNotices {
         var notices: [CommitNotice] = []
+        /// When the first of `notices` came.
+        var since: ContinuousClock.Instant?
         var stopped = false
     }
+    /// Counts the fan-out's latency (``ServerMetrics``).
+    let metrics: ServerMetrics?
     private let wake: AsyncStream<Void>
     private let wakeContinuation: AsyncStream<Void>.Continuation
     private let requeries: AsyncStream<(ListenerKey, Int)>
@@ -53,8 +57,9 @@ final class FanOutHub: Service, Sendable {
     let onListenerCountChange: (@Sendable (Int) -> Void)?
 
     init(store: any ServerStore, framing: Int = 500, holding: Int = 4, pacing: FanOutPacing? = nil,
-         clock: ServerClock = ServerClock(ContinuousClock()), logger: Logger = Logger(label: "tandem.fanout"),
+         clock: ServerClock = ServerClock(ContinuousClock()), logger: Logger = Logger(label: "tandem.fanout"), metrics: ServerMetrics? = nil,
          onListenerCountChange: (@Sendable (Int) -> Void)? = nil) {
+        self.metrics = metrics
         self.onListenerCountChange = onListenerCountChange
         self.store = store
         self.framing = framing
@@ -71,6 +76,7 @@ final class FanOutHub: Service, Sendable {
     func receive(_ notice: CommitNotice) {
         let queued = pending.withLock { pending -> Bool in
             guard !pending.stopped else { return false }
+            if pending.notices.isEmpty { pending.since = .now }
             pending.notices.append(notice)
             return true
         }
@@ -84,19 +90,24 @@ final class FanOutHub: Service, Sendable {
             await withDiscardingTaskGroup { group in
                 group.addTask {
                     var hold = DeliveryHold(limit: self.holding, pacing: self.pacing)
+                    // When the oldest commit not yet delivered was told of, for the latency.
+                    var waitingSince: ContinuousClock.Instant?
                     for await _ in self.wake {
-                        var released = self.release()
+                        var (released, since) = self.release()
                         deciding: while true {
+                            if !released.isEmpty, waitingSince == nil { waitingSince = since }
                             switch hold.receive(released, now: self.clock.now(), commitsUnderWay: { self.store.commitsUnderWay() }) {
                             case .deliver(let batches):
                                 self.publish(batches)
+                                if let start = waitingSince, !batches.isEmpty { self.metrics?.delivered(after: .now - start) }
+                                waitingSince = nil
                                 break deciding
                             case .wait:
                                 break deciding
                             case .waitUntil(let deadline):
                                 // Notices that come meanwhile wait in `pending` and go with these.
                                 guard (try? await self.clock.sleepUntil(deadline)) != nil else { break deciding }  // shutting down
-                                released = self.release()
+                                (released, since) = self.release()
                             }
                         }
                     }
@@ -114,10 +125,13 @@ final class FanOutHub: Service, Sendable {
 
     /// The batches the notices queued since the last call release, in version order, without
     /// those that change nothing.
-    private func release() -> [CommittedBatch] {
-        let notices = pending.withLock { pending in
-            defer { pending.notices.removeAll(keepingCapacity: true) }
-            return pending.notices
+    private func release() -> ([CommittedBatch], since: ContinuousClock.Instant?) {
+        let (notices, since) = pending.withLock { pending in
+            defer {
+                pending.notices.removeAll(keepingCapacity: true)
+                pending.since = nil
+            }
+            return (pending.notices, pending.since)
         }
         var ready: [CommittedBatch] = []
         for notice in notices {
@@ -127,7 +141,7 @@ final class FanOutHub: Service, Sendable {
             }
             ready += released.lazy.filter { !$0.changes.isEmpty }
         }
-        return ready
+        return (ready, since)
     }
 
     var listenerCount: Int { state.withLock { $0.table.count } }

@@ -22,16 +22,8 @@ struct HTTPAPI: Sendable {
         }
         router.get("/metrics") { _, _ in
             let version = try await service.currentVersion()
-            let text = """
-                # TYPE tandem_commit_version gauge
-                tandem_commit_version \(version.rawValue)
-                # TYPE tandem_listeners gauge
-                tandem_listeners \(service.hub.listenerCount)
-                # TYPE tandem_stream_sessions gauge
-                tandem_stream_sessions \(service.streamSessions.load(ordering: .relaxed))
-
-                """
-            return Response(status: .ok, headers: [.contentType: "text/plain; version=0.0.4"], body: .init(byteBuffer: ByteBuffer(string: text)))
+            let text = service.metrics.scrape(listeners: service.hub.listenerCount, sessions: service.streamSessions.load(ordering: .relaxed), version: version)
+            return Response(status: .ok, headers: [.contentType: "text/plain; version=0.0.4; charset=utf-8"], body: .init(byteBuffer: ByteBuffer(bytes: text)))
         }
         router.get("/v1/stream") { _, _ in
             var response = Self.json(.object(["error": .object([
@@ -148,7 +140,9 @@ struct HTTPAPI: Sendable {
         do {
             return Self.json(try await body())
         } catch {
-            return Self.errorResponse(SyncService.tandemError(error))
+            let error = SyncService.tandemError(error)
+            service.metrics.answered(error)
+            return Self.errorResponse(error)
         }
     }
 

@@ -33,6 +33,8 @@ final class SessionOutbox: Sendable {
 
     private let state = Mutex(State())
     private let budget: Int
+    /// Counts the bytes queued and the errors answered (``ServerMetrics``).
+    private let metrics: ServerMetrics?
     private let overflowHandler = Mutex<Callback?>(nil)
 
     /// The overflow handler and the attached writer, kept in a box: a closure stored directly in a
@@ -48,14 +50,16 @@ final class SessionOutbox: Sendable {
         set { overflowHandler.withLock { $0 = newValue.map(Callback.init) } }
     }
 
-    init(budget: Int) {
+    init(budget: Int, metrics: ServerMetrics? = nil) {
         self.budget = budget
+        self.metrics = metrics
     }
 
     /// Queues a message; false when the connection is over its budget (or closed) and must go.
     @discardableResult
     func send(_ message: ServerMessage) -> Bool {
-        send(text: message.text)
+        if case .error(_, let error) = message { metrics?.answered(error) }
+        return send(text: message.text)
     }
 
     /// Queues a message already written as text.
@@ -95,6 +99,8 @@ final class SessionOutbox: Sendable {
         let (accepted, waiter) = state.withLock { state -> (Bool, CheckedContinuation<Void, Never>?) in
             if state.closed || state.overflowed { return (false, nil) }
             if state.queuedBytes + bytes > budget {
+                // Counted in the same step, so whoever sees the connection dropped sees it counted.
+                metrics?.disconnectedSlowConsumer()
                 state.overflowed = true
                 state.drain = nil
                 overflowedNow = true
@@ -112,6 +118,7 @@ final class SessionOutbox: Sendable {
         }
         waiter?.resume()
         drain?.call()
+        if accepted { metrics?.sent(bytes: bytes) }
         if overflowedNow { onOverflow?() }
         return accepted
     }

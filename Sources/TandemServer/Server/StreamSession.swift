@@ -94,7 +94,7 @@ final class StreamSession: Sendable {
         self.service = service
         self.configuration = configuration
         self.clock = clock
-        outbox = SessionOutbox(budget: configuration.maximumQueuedBytesPerConnection)
+        outbox = SessionOutbox(budget: configuration.maximumQueuedBytesPerConnection, metrics: service.metrics)
         state = Mutex(State(counters: Admission.ConnectionCounters(limits: configuration.limits)))
         (wake, wakeContinuation) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
     }
@@ -107,6 +107,7 @@ final class StreamSession: Sendable {
     /// Handles one text message, as the UTF-8 bytes that came; reads and listens run in `tasks`,
     /// writes go to the write queue.
     func handle(_ bytes: UnsafeRawBufferPointer, tasks: inout DiscardingTaskGroup) {
+        service.metrics.received(bytes: bytes.count)
         // The cheap checks first, before the message is parsed: its size and the connection's
         // message rate. A refusal answers the id its first bytes name.
         if let refusal = state.withLock({ service.admission.admitMessage(bytes: bytes.count, on: &$0.counters) }) {

@@ -23,6 +23,8 @@ import TandemCore
 public struct SyncServer: Service {
     public let store: any ServerStore
     public let configuration: SyncServerConfiguration
+    /// What this server counts, which `GET /metrics` writes (``ServerMetrics``).
+    public let metrics = ServerMetrics()
     private let onListening: @Sendable (_ host: String, _ port: Int) async -> Void
 
     /// - Parameter onListening: called once the server accepts connections, with the bound port
@@ -38,12 +40,14 @@ public struct SyncServer: Service {
         let configuration = self.configuration
         let store = self.store
         let clock = ServerClock(configuration.clock)
-        let hub = FanOutHub(store: store, pacing: configuration.fanOutPacing, clock: clock, logger: configuration.logger, onListenerCountChange: configuration.onListenerCountChange)
+        let metrics = self.metrics
+        let hub = FanOutHub(store: store, pacing: configuration.fanOutPacing, clock: clock, logger: configuration.logger, metrics: metrics,
+                            onListenerCountChange: configuration.onListenerCountChange)
         store.observeCommits { hub.receive($0) }
-        let service = SyncService(store: store, hub: hub, limits: configuration.limits, access: configuration.access, now: clock.now)
+        let service = SyncService(store: store, hub: hub, limits: configuration.limits, access: configuration.access, metrics: metrics, now: clock.now)
         // HEAD is answered like GET without the body.
         let router = Router(context: CallerRequestContext.self, options: .autoGenerateHeadEndpoints)
-        router.add(middleware: JSONErrorMiddleware())
+        router.add(middleware: JSONErrorMiddleware(metrics: metrics))
         HTTPAPI(service: service).register(on: router)
         let sessions = Atomic<Int>(0)
         let watchdog = SessionWatchdog(interval: configuration.heartbeatInterval, clock: clock, logger: configuration.logger)

@@ -13,12 +13,16 @@ final class SyncService: Sendable {
     let access: AccessControl?
     /// WebSocket sessions open now, for `/metrics`.
     let streamSessions = Atomic<Int>(0)
+    /// What the server counts (``ServerMetrics``).
+    let metrics: ServerMetrics
     /// Connections and writes a second, per signed-in user.
     /// Every limit and quota a request passes before it is acted on.
     let admission: Admission
 
     /// - Parameter now: the server's clock, for the per-user write rate.
-    init(store: any ServerStore, hub: FanOutHub, limits: ServerLimits, access: AccessControl? = nil, now: @escaping @Sendable () -> Duration) {
+    init(store: any ServerStore, hub: FanOutHub, limits: ServerLimits, access: AccessControl? = nil, metrics: ServerMetrics = ServerMetrics(),
+         now: @escaping @Sendable () -> Duration) {
+        self.metrics = metrics
         self.store = store
         self.hub = hub
         self.limits = limits
@@ -131,8 +135,12 @@ final class SyncService: Sendable {
                 early[index] = error
             }
         }
-        var decided = admitted.isEmpty ? [] : await store.commit(admitted, limits: limits, clientID: context.writerOwner,
-                                                                         authorizer: access?.writeAuthorizer(for: context.identity))[...]
+        var decided: ArraySlice<Result<CommitResult, TandemError>> = []
+        if !admitted.isEmpty {
+            let started = ContinuousClock.now
+            decided = await store.commit(admitted, limits: limits, clientID: context.writerOwner, authorizer: access?.writeAuthorizer(for: context.identity))[...]
+            metrics.committed(decided, in: ContinuousClock.now - started)
+        }
         if let access {
             // A write's answer carries the document it left: only to a caller who may read it.
             for index in decided.indices {

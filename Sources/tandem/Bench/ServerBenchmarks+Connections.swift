@@ -139,7 +139,8 @@ final class ChildServer: Sendable {
         let url = URL(string: "http://127.0.0.1:\(port)/metrics")!
         while true {
             let (data, _) = try await URLSession.shared.data(from: url)
-            if String(decoding: data, as: UTF8.self).contains("tandem_stream_sessions 0\n") { return }
+            let sessions = String(decoding: data, as: UTF8.self).split(separator: "\n").first { $0.hasPrefix("tandem_stream_sessions ") }
+            if let sessions, Double(sessions.dropFirst("tandem_stream_sessions ".count)) == 0 { return }
             try await Task.sleep(for: .milliseconds(10))
         }
     }

@@ -1,0 +1,107 @@
+import CoreMetrics
+import Prometheus
+import Synchronization
+import TandemCore
+
+/// What a server counts, in swift-metrics' types over a registry of its own, which `GET /metrics`
+/// writes in Prometheus' text format. One per server, so two servers in one process (tests, an app
+/// embedding one) keep their counts apart; nothing is bootstrapped globally.
+///
+/// | Metric | Type | What |
+/// |---|---|---|
+/// | `tandem_commits_total{outcome}` | counter | write requests decided: `committed`, `failed` (nothing written) |
+/// | `tandem_mutations_total{outcome}` | counter | the mutations of committed requests, by answer: `applied`, `replayed`, `refused`, `unknown` |
+/// | `tandem_commit_duration_seconds` | histogram | from a request reaching the store to its answer, from 50 µs |
+/// | `tandem_fanout_latency_seconds` | histogram | from the store telling the server of a commit to its changes queued on every listener's connection, from 50 µs |
+/// | `tandem_errors_total{code}` | counter | error answers sent, HTTP and stream, by code |
+/// | `tandem_rate_limited_total` | counter | requests refused for going over a rate (`resource-exhausted` with `retryAfter`) |
+/// | `tandem_slow_consumers_disconnected_total` | counter | connections closed for reading too slowly |
+/// | `tandem_received_bytes_total`, `tandem_sent_bytes_total` | counter | stream messages' bytes, in and out |
+/// | `tandem_listeners`, `tandem_stream_sessions`, `tandem_commit_version` | gauge | now, at the scrape |
+public final class ServerMetrics: Sendable {
+    /// Where the metrics are kept: `emitToString()` writes them in Prometheus' text format.
+    public let registry: PrometheusCollectorRegistry
+    private let committed: CoreMetrics.Counter
+    private let failed: CoreMetrics.Counter
+    private let mutations: [WriteStatus: CoreMetrics.Counter]
+    private let commitDuration: CoreMetrics.Timer
+    private let fanOutLatency: CoreMetrics.Timer
+    private let errors: [TandemError.Code: CoreMetrics.Counter]
+    private let otherErrors: CoreMetrics.Counter
+    private let rateLimited: CoreMetrics.Counter
+    private let slowConsumers: CoreMetrics.Counter
+    private let receivedBytes: CoreMetrics.Counter
+    private let sentBytes: CoreMetrics.Counter
+    private let listeners: CoreMetrics.Gauge
+    private let sessions: CoreMetrics.Gauge
+    private let version: CoreMetrics.Gauge
+
+    /// The buckets of both latency histograms: 50 µs to 10 s (the library's defaults start at
+    /// 5 ms, coarser than a fan-out takes).
+    public static let latencyBuckets: [Duration] = [
+        .microseconds(50), .microseconds(100), .microseconds(250), .microseconds(500),
+        .milliseconds(1), .microseconds(2_500), .milliseconds(5), .milliseconds(10), .milliseconds(25),
+        .milliseconds(50), .milliseconds(100), .milliseconds(250), .milliseconds(500), .seconds(1), .seconds(10),
+    ]
+
+    public init() {
+        let registry = PrometheusCollectorRegistry()
+        self.registry = registry
+        var factory = PrometheusMetricsFactory(registry: registry)
+        factory.defaultDurationHistogramBuckets = Self.latencyBuckets
+        committed = CoreMetrics.Counter(label: "tandem_commits_total", dimensions: [("outcome", "committed")], factory: factory)
+        failed = CoreMetrics.Counter(label: "tandem_commits_total", dimensions: [("outcome", "failed")], factory: factory)
+        mutations = Dictionary(uniqueKeysWithValues: WriteStatus.allCases.map { status in
+            (status, CoreMetrics.Counter(label: "tandem_mutations_total", dimensions: [("outcome", status.rawValue)], factory: factory))
+        })
+        commitDuration = CoreMetrics.Timer(label: "tandem_commit_duration_seconds", factory: factory)
+        fanOutLatency = CoreMetrics.Timer(label: "tandem_fanout_latency_seconds", factory: factory)
+        errors = Dictionary(uniqueKeysWithValues: TandemError.Code.all.map { code in
+            (code, CoreMetrics.Counter(label: "tandem_errors_total", dimensions: [("code", code.rawValue)], factory: factory))
+        })
+        otherErrors = CoreMetrics.Counter(label: "tandem_errors_total", dimensions: [("code", "other")], factory: factory)
+        rateLimited = CoreMetrics.Counter(label: "tandem_rate_limited_total", factory: factory)
+        slowConsumers = CoreMetrics.Counter(label: "tandem_slow_consumers_disconnected_total", factory: factory)
+        receivedBytes = CoreMetrics.Counter(label: "tandem_received_bytes_total", factory: factory)
+        sentBytes = CoreMetrics.Counter(label: "tandem_sent_bytes_total", factory: factory)
+        listeners = CoreMetrics.Gauge(label: "tandem_listeners", factory: factory)
+        sessions = CoreMetrics.Gauge(label: "tandem_stream_sessions", factory: factory)
+        version = CoreMetrics.Gauge(label: "tandem_commit_version", factory: factory)
+    }
+
+    /// Counts the answers to write requests that reached the store, and how long they took.
+    func committed(_ results: some Sequence<Result<CommitResult, TandemError>>, in duration: Duration) {
+        commitDuration.recordNanoseconds(duration.components.seconds * 1_000_000_000 + duration.components.attoseconds / 1_000_000_000)
+        for result in results {
+            switch result {
+            case .success(let result):
+                committed.increment()
+                for acknowledgement in result.acknowledgements { mutations[acknowledgement.status]?.increment() }
+            case .failure:
+                failed.increment()
+            }
+        }
+    }
+
+    /// Counts an error answer sent, HTTP or stream.
+    func answered(_ error: TandemError) {
+        (errors[error.code] ?? otherErrors).increment()
+        if error.code == .resourceExhausted, error.retryAfter != nil { rateLimited.increment() }
+    }
+
+    func delivered(after latency: Duration) {
+        fanOutLatency.recordNanoseconds(latency.components.seconds * 1_000_000_000 + latency.components.attoseconds / 1_000_000_000)
+    }
+
+    func disconnectedSlowConsumer() { slowConsumers.increment() }
+    func received(bytes: Int) { receivedBytes.increment(by: bytes) }
+    func sent(bytes: Int) { sentBytes.increment(by: bytes) }
+
+    /// The metrics in Prometheus' text format, with the gauges read now.
+    func scrape(listeners: Int, sessions: Int, version: Version) -> [UInt8] {
+        self.listeners.record(listeners)
+        self.sessions.record(sessions)
+        self.version.record(Int64(bitPattern: version.rawValue))
+        return registry.emitToBuffer()
+    }
+}

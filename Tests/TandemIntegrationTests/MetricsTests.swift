@@ -1,0 +1,128 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import Logging
+import Testing
+import WSClient
+import Tandem
+import TandemCore
+import TandemServer
+import TandemTesting
+
+/// `GET /metrics` after known traffic, over HTTP and the stream: the counts are exact.
+@Suite("Metrics", .timeLimit(.minutes(2)))
+struct MetricsTests {
+    /// The samples of a scrape, by name and labels as written (`tandem_commits_total{outcome="committed"}`).
+    static func scrape(_ server: LiveServer) async throws -> [String: Double] {
+        let (data, response) = try await URLSession.shared.data(from: server.url.appendingPathComponent("metrics"))
+        #expect((response as? HTTPURLResponse)?.value(forHTTPHeaderField: "Content-Type")?.hasPrefix("text/plain; version=0.0.4") == true)
+        var samples: [String: Double] = [:]
+        for line in String(decoding: data, as: UTF8.self).split(separator: "\n") where !line.hasPrefix("#") {
+            guard let space = line.lastIndex(of: " "), let value = Double(line[line.index(after: space)...]) else { continue }
+            samples[String(line[..<space])] = value
+        }
+        return samples
+    }
+
+    static func post(_ server: LiveServer, _ path: String, _ body: String) async throws -> Int {
+        var request = URLRequest(url: server.url.appendingPathComponent(path))
+        request.httpMethod = "POST"
+        request.setValue("application/json", forHTTPHeaderField: "Content-Type")
+        request.httpBody = Data(body.utf8)
+        let (_, response) = try await URLSession.shared.data(for: request)
+        return (response as? HTTPURLResponse)?.statusCode ?? 0
+    }
+
+    @Test("after known writes, refusals and errors over HTTP and the stream, each counter holds exactly what happened")
+    func countsAreExact() async throws {
+        let server = try await LiveServer.start()
+        defer { Task { await server.stop() } }
+        let before = try await Self.scrape(server)
+        #expect(before["tandem_commits_total{outcome=\"committed\"}"] == 0)
+        #expect(before["tandem_errors_total{code=\"not-found\"}"] == 0, "every code is there from the start")
+
+        // HTTP: three writes, one of them refused by its precondition; a path no route serves;
+        // a body that is not JSON.
+        #expect(try await Self.post(server, "v1/commit", #"{"writes": [{"op": "set", "path": "items/a", "data": {"n": 1}}]}"#) == 200)
+        #expect(try await Self.post(server, "v1/commit", #"{"writes": [{"op": "set", "path": "items/b", "data": {"n": 2}}]}"#) == 200)
+        // Refused: answered over HTTP as an error with the refusal's code.
+        #expect(try await Self.post(server, "v1/commit", #"{"writes": [{"op": "set", "path": "items/a", "data": {"n": 3}, "precondition": {"exists": false}}]}"#) == 412)
+        let (_, missing) = try await URLSession.shared.data(from: server.url.appendingPathComponent("nowhere"))
+        #expect((missing as? HTTPURLResponse)?.statusCode == 404)
+        #expect(try await Self.post(server, "v1/commit", "{not json") == 400)
+
+        // The stream: two writes in one request, and a listen the server refuses.
+        let client = TandemClient(url: server.url, configuration: {
+            var configuration = TandemClientConfiguration()
+            configuration.clientID = "metrics"
+            configuration.logger.logLevel = .critical
+            return configuration
+        }())
+        let running = Task { try await client.run() }
+        defer { running.cancel() }
+        await client.waitUntilConnected()
+        _ = try await client.commit([.set(try DocumentPath("items/c"), ["n": 4]), .set(try DocumentPath("items/d"), ["n": 5])])
+        await #expect(throws: TandemError.self) {
+            for try await _ in client.listen(.collection(try CollectionPath("items"), Query().limit(to: -1))) {}
+        }
+
+        let after = try await Self.scrape(server)
+        #expect(after["tandem_commits_total{outcome=\"committed\"}"] == 4)
+        #expect(after["tandem_commits_total{outcome=\"failed\"}"] == 0)
+        #expect(after["tandem_mutations_total{outcome=\"applied\"}"] == 4)
+        #expect(after["tandem_mutations_total{outcome=\"refused\"}"] == 1)
+        #expect(after["tandem_mutations_total{outcome=\"replayed\"}"] == 0)
+        #expect(after["tandem_errors_total{code=\"not-found\"}"] == 1)
+        #expect(after["tandem_errors_total{code=\"failed-precondition\"}"] == 1)
+        #expect(after["tandem_errors_total{code=\"invalid-argument\"}"] == 2, "the body that is not JSON, and the listen with a negative limit")
+        #expect(after["tandem_commit_duration_seconds_count"] == 4)
+        #expect(after["tandem_commit_version"] == 3)
+        #expect(after["tandem_stream_sessions"] == 1)
+        #expect((after["tandem_received_bytes_total"] ?? 0) > 0)
+        #expect((after["tandem_sent_bytes_total"] ?? 0) > 0)
+        #expect(after["tandem_rate_limited_total"] == 0)
+        // The buckets start at 50 µs.
+        #expect(after.keys.contains("tandem_fanout_latency_seconds_bucket{le=\"0.00005\"}"))
+    }
+
+    @Test("messages over a connection's rate are refused with retryAfter, and counted as rate-limited and as resource-exhausted, each once")
+    func rateLimitedCounted() async throws {
+        var configuration = SyncServerConfiguration()
+        configuration.limits.maximumMessagesPerSecond = 2
+        // Time stands still: the second's budget never refills, so what is refused is exact.
+        configuration.clock = ManualClock()
+        let server = try await LiveServer.start(configuration: configuration)
+        var logger = Logger(label: "rate")
+        logger.logLevel = .critical
+        let replies = Locked<[String]>([])
+        let client = WebSocketClient(url: "ws://127.0.0.1:\(server.port)/v1/stream", logger: logger) { inbound, outbound, _ in
+            var messages = inbound.messages(maxSize: 1 << 20).makeAsyncIterator()
+            try await outbound.writeTextMessage(ClientMessage.hello(clientID: "rate", protocolVersion: TandemVersion.wireProtocol, token: nil).text)
+            _ = try await messages.next()  // welcome
+            for _ in 0..<4 { try await outbound.writeTextMessage(ClientMessage.heartbeat.text) }
+            for _ in 0..<4 {
+                if case .text(let text) = try await messages.next() { replies.withLock { $0.append(text) } }
+            }
+            try await outbound.close(.normalClosure, reason: nil)
+        }
+        try await client.run()
+        // The hello and one heartbeat fit in the two a second; three heartbeats do not.
+        #expect(replies.withLock { $0.filter { $0.contains("resource-exhausted") }.count } == 3)
+        let after = try await Self.scrape(server)
+        #expect(after["tandem_rate_limited_total"] == 3)
+        #expect(after["tandem_errors_total{code=\"resource-exhausted\"}"] == 3)
+        await server.stop()
+    }
+
+    @Test("two servers in one process keep their counts apart")
+    func serversCountApart() async throws {
+        let first = try await LiveServer.start()
+        let second = try await LiveServer.start()
+        #expect(try await Self.post(first, "v1/commit", #"{"writes": [{"op": "set", "path": "items/a", "data": {"n": 1}}]}"#) == 200)
+        #expect(try await Self.scrape(first)["tandem_commits_total{outcome=\"committed\"}"] == 1)
+        #expect(try await Self.scrape(second)["tandem_commits_total{outcome=\"committed\"}"] == 0)
+        await first.stop()
+        await second.stop()
+    }
+}
