@@ -115,6 +115,29 @@ struct MetricsTests {
         await server.stop()
     }
 
+    @Test("on a secured server the metrics are for a token with an admin claim: none is unauthenticated, another is denied, and both are counted")
+    func securedMetrics() async throws {
+        let tokens = try await BearerTokens(secret: "the-metrics-secret-that-is-long-enough")
+        var configuration = SyncServerConfiguration()
+        configuration.access = AccessControl(tokens: tokens)
+        let server = try await LiveServer.start(configuration: configuration)
+        func status(_ token: String?) async throws -> (Int, String) {
+            var request = URLRequest(url: server.url.appendingPathComponent("metrics"))
+            if let token { request.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization") }
+            let (data, response) = try await URLSession.shared.data(for: request)
+            return ((response as? HTTPURLResponse)?.statusCode ?? 0, String(decoding: data, as: UTF8.self))
+        }
+        let (none, _) = try await status(nil)
+        #expect(none == 401)
+        let (user, _) = try await status(try tokens.mint(subject: "ada"))
+        #expect(user == 403)
+        let (admin, text) = try await status(try tokens.mint(subject: "ops", claims: ["admin": true]))
+        #expect(admin == 200)
+        #expect(text.contains("tandem_errors_total{code=\"unauthenticated\"} 1"))
+        #expect(text.contains("tandem_errors_total{code=\"permission-denied\"} 1"))
+        await server.stop()
+    }
+
     @Test("two servers in one process keep their counts apart")
     func serversCountApart() async throws {
         let first = try await LiveServer.start()

@@ -100,6 +100,18 @@ public struct AccessControl: Sendable {
         throw error
     }
 
+    /// The server's metrics (`GET /metrics`): operators only, as they count every user's traffic.
+    func checkMetrics(by identity: Principal.Identity) throws(TandemError) {
+        guard case .user(let user) = identity, user.claims["admin"] == .bool(true) else {
+            switch identity {
+            case .anonymous:
+                throw TandemError(.unauthenticated, "Sign in to read the metrics: they are for a token with \"admin\": true.")
+            case .user(let user):
+                throw TandemError(.permissionDenied, "\(user.uid) may not read the metrics: they are for a token with \"admin\": true.")
+            }
+        }
+    }
+
     /// The change feed of every document: operators only.
     func checkWholeChangeFeed(by identity: Principal.Identity) throws(TandemError) {
         guard case .user(let user) = identity, user.claims["admin"] == .bool(true) else {

@@ -20,7 +20,17 @@ struct HTTPAPI: Sendable {
         router.get("/health") { _, _ in
             Self.json(.object(["status": "ok", "version": .string(TandemVersion.current), "protocol": .int(TandemVersion.wireProtocol)]))
         }
-        router.get("/metrics") { _, _ in
+        router.get("/metrics") { request, context in
+            // On a secured server, for operators only (a token with "admin": true).
+            if let access = service.access {
+                do {
+                    try access.checkMetrics(by: try self.caller(request, context).identity)
+                } catch {
+                    let error = SyncService.tandemError(error)
+                    service.metrics.answered(error)
+                    return Self.errorResponse(error)
+                }
+            }
             let version = try await service.currentVersion()
             let text = service.metrics.scrape(listeners: service.hub.listenerCount, sessions: service.streamSessions.load(ordering: .relaxed), version: version)
             return Response(status: .ok, headers: [.contentType: "text/plain; version=0.0.4; charset=utf-8"], body: .init(byteBuffer: ByteBuffer(bytes: text)))
