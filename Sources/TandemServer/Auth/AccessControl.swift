@@ -102,24 +102,22 @@ public struct AccessControl: Sendable {
 
     /// The server's metrics (`GET /metrics`): operators only, as they count every user's traffic.
     func checkMetrics(by identity: Principal.Identity) throws(TandemError) {
-        guard case .user(let user) = identity, user.claims["admin"] == .bool(true) else {
-            switch identity {
-            case .anonymous:
-                throw TandemError(.unauthenticated, "Sign in to read the metrics: they are for a token with \"admin\": true.")
-            case .user(let user):
-                throw TandemError(.permissionDenied, "\(user.uid) may not read the metrics: they are for a token with \"admin\": true.")
-            }
-        }
+        try requireAdmin(identity, toRead: "the metrics: they are", instead: nil)
     }
 
     /// The change feed of every document: operators only.
     func checkWholeChangeFeed(by identity: Principal.Identity) throws(TandemError) {
+        try requireAdmin(identity, toRead: "the whole change feed: it is", instead: "Read the changes of one target instead.")
+    }
+
+    /// Refuses a caller whose token has no `"admin": true`: `unauthenticated` without one.
+    private func requireAdmin(_ identity: Principal.Identity, toRead what: String, instead: String?) throws(TandemError) {
         guard case .user(let user) = identity, user.claims["admin"] == .bool(true) else {
             switch identity {
             case .anonymous:
-                throw TandemError(.unauthenticated, "Sign in to read the whole change feed: it is for a token with \"admin\": true.")
+                throw TandemError(.unauthenticated, "Sign in to read \(what) for a token with \"admin\": true.")
             case .user(let user):
-                throw TandemError(.permissionDenied, "\(user.uid) may not read the whole change feed: it is for a token with \"admin\": true. Read the changes of one target instead.")
+                throw TandemError(.permissionDenied, "\(user.uid) may not read \(what) for a token with \"admin\": true.\(instead.map { " \($0)" } ?? "")")
             }
         }
     }
