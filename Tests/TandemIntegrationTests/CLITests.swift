@@ -164,6 +164,20 @@ struct CLITests {
         }
     }
 
+    @Test("bench metrics writes a scrape beside the same lines written by hand, byte for byte the same size")
+    func benchMetrics() async throws {
+        let result = try await CLIProcess.run(["bench", "metrics", "--series", "200", "--repetitions", "2"])
+        #expect(result.status == 0, "\(result.err)")
+        let line = result.out.split(separator: "\n").first { $0.contains("a scrape of 200 series") }
+        #expect(line != nil, "missing the scrape's figure: \(result.out)")
+        if let line {
+            // "(N bytes) through swift-prometheus vs the same lines appended by hand (N bytes)"
+            let sizes = line.split(separator: "(").dropFirst().compactMap { $0.split(separator: " ").first.flatMap { Int($0) } }
+            #expect(sizes.count == 2 && sizes[0] == sizes[1], "\(line)")
+        }
+        #expect(result.out.contains("(target ≤ 5 ms:"))
+    }
+
     @Test("bench changes runs at a small size and prints each figure beside the plain calls'")
     func benchChanges() async throws {
         // Timings here mean nothing (a debug build, a tiny size): only that every part runs and reports.

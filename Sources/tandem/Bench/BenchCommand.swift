@@ -7,7 +7,7 @@ struct BenchCommand: AsyncParsableCommand {
         commandName: "bench",
         abstract: "Run benchmarks; each figure is printed beside a baseline measured in the same run.",
         discussion: "Build in release mode for meaningful figures: swift run -c release tandem bench core",
-        subcommands: [CoreBench.self, EnginesBench.self, ServerBench.self, ReconcileBench.self, SyncedBench.self, ChangesBench.self]
+        subcommands: [CoreBench.self, EnginesBench.self, ServerBench.self, ReconcileBench.self, SyncedBench.self, ChangesBench.self, MetricsBench.self]
     )
 }
 
@@ -189,5 +189,26 @@ struct ChangesBench: AsyncParsableCommand {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("tandem-bench-changes-\(UUID().uuidString)")
         defer { try? FileManager.default.removeItem(at: directory) }
         try await ChangeSyncBenchmarks.run(records: records, rounds: rounds, directory: directory).print()
+    }
+}
+
+struct MetricsBench: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "metrics",
+        abstract: "A /metrics scrape of many series through swift-prometheus, beside the same lines written by hand."
+    )
+
+    @Option(help: "Series in the scrape.")
+    var series = 5_000
+
+    @Option(help: "Repetitions; the best time of each is reported.")
+    var repetitions = 20
+
+    func validate() throws {
+        guard series > 0, repetitions > 0 else { throw ValidationError("--series and --repetitions must be positive.") }
+    }
+
+    func run() async throws {
+        MetricsBenchmarks.run(series: series, repetitions: repetitions).print()
     }
 }
