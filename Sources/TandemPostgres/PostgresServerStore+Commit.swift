@@ -50,6 +50,7 @@ extension PostgresServerStore {
             await catchUpNow(mustReport: mustReport)
             return work.map { _ in .success([]) }
         }
+        groupSizes.publish(submissions.count)
         var results = await commitTogether(submissions, mustReport: mustReport)[...]
         return work.map { entry in
             guard case .commit = entry else { return .success([]) }

@@ -73,6 +73,8 @@ public final class PostgresServerStore: ServerStore {
     /// The channel of the wake-ups that say a node committed.
     static let channel = "tandem_commits"
     private let observers = CommitObservers()
+    /// Told each group commit's number of requests.
+    let groupSizes = Observers<Int>()
     /// The newest version this node has told its observers of: every commit at or below it, from
     /// any node, was told (the drain of `queue` moves it, one drain at a time).
     let published: Mutex<Version>
@@ -297,6 +299,21 @@ public final class PostgresServerStore: ServerStore {
 
     public func commitsUnderWay() -> Bool {
         queue.promiseReport()
+    }
+
+    public func observeGroupCommits(_ observer: @escaping @Sendable (Int) -> Void) {
+        groupSizes.add(observer)
+    }
+
+    /// The database's size as PostgreSQL counts it (`pg_database_size`), which other nodes share.
+    public func storeSize() async -> Int? {
+        try? await reading { connection in
+            var size = 0
+            for try await bytes in try await connection.query("SELECT pg_database_size(current_database())", logger: self.logger).decode(Int64.self) {
+                size = Int(bytes)
+            }
+            return size
+        }
     }
 
     // MARK: Reads

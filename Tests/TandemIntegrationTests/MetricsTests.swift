@@ -77,6 +77,8 @@ struct MetricsTests {
         #expect(after["tandem_errors_total{code=\"failed-precondition\"}"] == 1)
         #expect(after["tandem_errors_total{code=\"invalid-argument\"}"] == 2, "the body that is not JSON, and the listen with a negative limit")
         #expect(after["tandem_commit_duration_seconds_count"] == 4)
+        #expect(after["tandem_group_commit_requests_sum"] == 4, "every request that reached the store was in one group commit")
+        #expect((after["tandem_store_bytes"] ?? 0) > 0)
         #expect(after["tandem_commit_version"] == 3)
         #expect(after["tandem_stream_sessions"] == 1)
         #expect((after["tandem_received_bytes_total"] ?? 0) > 0)

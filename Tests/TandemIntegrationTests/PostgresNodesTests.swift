@@ -272,6 +272,12 @@ struct PostgresNodesTests {
         }
         #expect(error.code == .permissionDenied)
         #expect(try await a.currentVersion() == first.acknowledgements[0].version)
+        // For the server's metrics: the database's size, and each group commit's requests.
+        #expect((await a.storeSize() ?? 0) > 0)
+        let grouped = Locked<[Int]>([])
+        b.observeGroupCommits { count in grouped.withLock { $0.append(count) } }
+        _ = try await b.commit([Self.set("items/z", ["n": 3])])
+        #expect(grouped.withLock { $0 } == [1])
     }
 
     @Test("a commit through another node between a commit's read and its write sends it back to be decided again under the lock: it sees that commit, and overwrites nothing")

@@ -32,7 +32,8 @@ struct HTTPAPI: Sendable {
                 }
             }
             let version = try await service.currentVersion()
-            let text = service.metrics.scrape(listeners: service.hub.listenerCount, sessions: service.streamSessions.load(ordering: .relaxed), version: version)
+            let text = service.metrics.scrape(listeners: service.hub.listenerCount, sessions: service.streamSessions.load(ordering: .relaxed), version: version,
+                                              storeBytes: await service.store.storeSize())
             return Response(status: .ok, headers: [.contentType: "text/plain; version=0.0.4; charset=utf-8"], body: .init(byteBuffer: ByteBuffer(bytes: text)))
         }
         router.get("/v1/stream") { _, _ in

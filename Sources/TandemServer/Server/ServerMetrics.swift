@@ -12,12 +12,13 @@ import TandemCore
 /// | `tandem_commits_total{outcome}` | counter | write requests decided: `committed`, `failed` (nothing written) |
 /// | `tandem_mutations_total{outcome}` | counter | the mutations of committed requests, by answer: `applied`, `replayed`, `refused`, `unknown` |
 /// | `tandem_commit_duration_seconds` | histogram | from a request reaching the store to its answer, from 50 µs |
+/// | `tandem_group_commit_requests` | histogram | write requests that shared one group commit |
 /// | `tandem_fanout_latency_seconds` | histogram | from the store telling the server of a commit to its changes queued on every listener's connection, from 50 µs |
 /// | `tandem_errors_total{code}` | counter | error answers sent, HTTP and stream, by code |
 /// | `tandem_rate_limited_total` | counter | requests refused for going over a rate (`resource-exhausted` with `retryAfter`) |
 /// | `tandem_slow_consumers_disconnected_total` | counter | connections closed for reading too slowly |
 /// | `tandem_received_bytes_total`, `tandem_sent_bytes_total` | counter | stream messages' bytes, in and out |
-/// | `tandem_listeners`, `tandem_stream_sessions`, `tandem_commit_version` | gauge | now, at the scrape |
+/// | `tandem_listeners`, `tandem_stream_sessions`, `tandem_commit_version`, `tandem_store_bytes` | gauge | now, at the scrape |
 public final class ServerMetrics: Sendable {
     /// Where the metrics are kept: `emitToString()` writes them in Prometheus' text format.
     public let registry: PrometheusCollectorRegistry
@@ -25,6 +26,7 @@ public final class ServerMetrics: Sendable {
     private let failed: CoreMetrics.Counter
     private let mutations: [WriteStatus: CoreMetrics.Counter]
     private let commitDuration: CoreMetrics.Timer
+    private let groupSize: Recorder
     private let fanOutLatency: CoreMetrics.Timer
     private let errors: [TandemError.Code: CoreMetrics.Counter]
     private let otherErrors: CoreMetrics.Counter
@@ -35,6 +37,7 @@ public final class ServerMetrics: Sendable {
     private let listeners: CoreMetrics.Gauge
     private let sessions: CoreMetrics.Gauge
     private let version: CoreMetrics.Gauge
+    private let storeBytes: CoreMetrics.Gauge
 
     /// The buckets of both latency histograms: 50 µs to 10 s (the library's defaults start at
     /// 5 ms, coarser than a fan-out takes).
@@ -49,12 +52,14 @@ public final class ServerMetrics: Sendable {
         self.registry = registry
         var factory = PrometheusMetricsFactory(registry: registry)
         factory.defaultDurationHistogramBuckets = Self.latencyBuckets
+        factory.valueHistogramBuckets["tandem_group_commit_requests"] = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
         committed = CoreMetrics.Counter(label: "tandem_commits_total", dimensions: [("outcome", "committed")], factory: factory)
         failed = CoreMetrics.Counter(label: "tandem_commits_total", dimensions: [("outcome", "failed")], factory: factory)
         mutations = Dictionary(uniqueKeysWithValues: WriteStatus.allCases.map { status in
             (status, CoreMetrics.Counter(label: "tandem_mutations_total", dimensions: [("outcome", status.rawValue)], factory: factory))
         })
         commitDuration = CoreMetrics.Timer(label: "tandem_commit_duration_seconds", factory: factory)
+        groupSize = Recorder(label: "tandem_group_commit_requests", factory: factory)
         fanOutLatency = CoreMetrics.Timer(label: "tandem_fanout_latency_seconds", factory: factory)
         errors = Dictionary(uniqueKeysWithValues: TandemError.Code.all.map { code in
             (code, CoreMetrics.Counter(label: "tandem_errors_total", dimensions: [("code", code.rawValue)], factory: factory))
@@ -67,6 +72,7 @@ public final class ServerMetrics: Sendable {
         listeners = CoreMetrics.Gauge(label: "tandem_listeners", factory: factory)
         sessions = CoreMetrics.Gauge(label: "tandem_stream_sessions", factory: factory)
         version = CoreMetrics.Gauge(label: "tandem_commit_version", factory: factory)
+        storeBytes = CoreMetrics.Gauge(label: "tandem_store_bytes", factory: factory)
     }
 
     /// Counts the answers to write requests that reached the store, and how long they took.
@@ -93,12 +99,14 @@ public final class ServerMetrics: Sendable {
         fanOutLatency.recordNanoseconds(latency.components.seconds * 1_000_000_000 + latency.components.attoseconds / 1_000_000_000)
     }
 
+    func grouped(_ requests: Int) { groupSize.record(requests) }
     func disconnectedSlowConsumer() { slowConsumers.increment() }
     func received(bytes: Int) { receivedBytes.increment(by: bytes) }
     func sent(bytes: Int) { sentBytes.increment(by: bytes) }
 
     /// The metrics in Prometheus' text format, with the gauges read now.
-    func scrape(listeners: Int, sessions: Int, version: Version) -> [UInt8] {
+    func scrape(listeners: Int, sessions: Int, version: Version, storeBytes: Int?) -> [UInt8] {
+        if let storeBytes { self.storeBytes.record(storeBytes) }
         self.listeners.record(listeners)
         self.sessions.record(sessions)
         self.version.record(Int64(bitPattern: version.rawValue))

@@ -44,6 +44,7 @@ public struct SyncServer: Service {
         let hub = FanOutHub(store: store, pacing: configuration.fanOutPacing, clock: clock, logger: configuration.logger, metrics: metrics,
                             onListenerCountChange: configuration.onListenerCountChange)
         store.observeCommits { hub.receive($0) }
+        store.observeGroupCommits { metrics.grouped($0) }
         let service = SyncService(store: store, hub: hub, limits: configuration.limits, access: configuration.access, metrics: metrics, now: clock.now)
         // HEAD is answered like GET without the body.
         let router = Router(context: CallerRequestContext.self, options: .autoGenerateHeadEndpoints)

@@ -30,19 +30,22 @@ public struct CommitNotice: Sendable, Hashable {
     }
 }
 
-/// The observers a store tells of its commits (``ServerStore/observeCommits(_:)``), each called in
-/// the order they were added.
-package final class CommitObservers: Sendable {
-    private let observers = Mutex<[@Sendable (CommitNotice) -> Void]>([])
+/// Functions a store calls with what it did (its commits, the size of its group commits), each
+/// in the order they were added.
+package final class Observers<Value: Sendable>: Sendable {
+    private let observers = Mutex<[@Sendable (Value) -> Void]>([])
 
     package init() {}
 
-    package func add(_ observer: @escaping @Sendable (CommitNotice) -> Void) {
+    package func add(_ observer: @escaping @Sendable (Value) -> Void) {
         observers.withLock { $0.append(observer) }
     }
 
     /// Tells every observer, outside the lock that keeps them.
-    package func publish(_ notice: CommitNotice) {
-        for observer in observers.withLock({ $0 }) { observer(notice) }
+    package func publish(_ value: Value) {
+        for observer in observers.withLock({ $0 }) { observer(value) }
     }
 }
+
+/// The observers a store tells of its commits (``ServerStore/observeCommits(_:)``).
+package typealias CommitObservers = Observers<CommitNotice>

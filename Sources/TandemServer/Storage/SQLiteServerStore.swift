@@ -21,6 +21,8 @@ public final class SQLiteServerStore: ServerStore {
     let pool: DatabasePool
     let configuration: SQLiteServerStoreConfiguration
     private let observers = CommitObservers()
+    /// Told each group commit's number of requests.
+    let groupSizes = Observers<Int>()
     /// The last committed version; touched only by the one drain that commits at a time.
     let lastVersion: Mutex<Version>
     /// Transactions committed and requests they held, for the benchmark's figures.
@@ -155,12 +157,25 @@ public final class SQLiteServerStore: ServerStore {
         queue.promiseReport()
     }
 
+    public func observeGroupCommits(_ observer: @escaping @Sendable (Int) -> Void) {
+        groupSizes.add(observer)
+    }
+
+    /// The database's files: the main file, its write-ahead log and its shared-memory index.
+    public func storeSize() async -> Int? {
+        let path = pool.path
+        return [path, path + "-wal", path + "-shm"].reduce(0) { total, file in
+            total + ((try? FileManager.default.attributesOfItem(atPath: file)[.size] as? Int) ?? 0)
+        }
+    }
+
     public func commit(_ requests: [[Mutation]], limits: ServerLimits, clientID: String?, authorizer: WriteAuthorizer?) async -> [Result<CommitResult, TandemError>] {
         await CommitPlanner.commit(requests, limits: limits, clientID: clientID, authorizer: authorizer) { submission in
             try await queue.submit(submission) {
                 pool.asyncWriteWithoutTransaction { db in
                     self.queue.drain { submissions, mustReport in
-                        self.commitTogether(submissions, db: db, mustReport: mustReport)
+                        self.groupSizes.publish(submissions.count)
+                        return self.commitTogether(submissions, db: db, mustReport: mustReport)
                     } idle: {
                         self.publish(CommitNotice(batches: [], visibleThrough: self.lastVersion.withLock { $0 }))
                     }

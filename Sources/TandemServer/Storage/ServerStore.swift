@@ -94,6 +94,14 @@ public protocol ServerStore: Service {
     /// at once. The default, false, makes the fan-out deliver every notice as it comes.
     func commitsUnderWay() -> Bool
 
+    /// Registers a function called with the number of write requests each group commit held, for
+    /// the server's metrics. The default registers nothing (a store without group commits).
+    func observeGroupCommits(_ observer: @escaping @Sendable (Int) -> Void)
+
+    /// The bytes the store's data takes now (its files, or its database), for the server's
+    /// metrics; nil when unknown (the default).
+    func storeSize() async -> Int?
+
     /// Deletes tombstones, and the records of decided mutations, last written before `date`,
     /// keeping each client's newest record. Returns how many tombstones went. Change feeds from
     /// before the newest pruned tombstone become `out-of-range`; a pruned record is answered
@@ -104,6 +112,10 @@ public protocol ServerStore: Service {
 
 extension ServerStore {
     public func commitsUnderWay() -> Bool { false }
+
+    public func observeGroupCommits(_ observer: @escaping @Sendable (Int) -> Void) {}
+
+    public func storeSize() async -> Int? { nil }
 
     /// Commits requests that no access rules stand in front of.
     public func commit(_ requests: [[Mutation]], limits: ServerLimits, clientID: String?) async -> [Result<CommitResult, TandemError>] {
