@@ -17,22 +17,17 @@ import TandemCore
 /// evaluator then leaves out). A document whose body
 /// PostgreSQL could not store as `jsonb` is always a candidate.
 struct PostgresQueryFilter {
-    /// The SQL condition over `d.body`, with `$n` placeholders numbered from the `first` given.
-    var sql: String
-    /// The conditions alone (without the documents PostgreSQL could not hold as `jsonb`).
+    /// The conditions over `d.body`, with `$n` placeholders numbered from the `first` given; a
+    /// document PostgreSQL could not hold as `jsonb` (its `body` NULL) is read beside them.
     var conditions: String
     /// The values the placeholders stand for, in order.
     var binds: [PostgresBind]
-    /// Whether the conditions keep exactly the documents the query's filters keep (the query has
-    /// none: each condition is a superset), so a limit may be applied with them.
-    var isExact: Bool
 
     /// The condition for `query`'s filters (nil when none can be translated), its placeholders
     /// numbered from `first`.
     init?(_ query: Query, firstPlaceholder first: Int) {
         var conditions: [String] = []
         var binds: [PostgresBind] = []
-        var exact = true
         func placeholder(_ bind: PostgresBind) -> String {
             binds.append(bind)
             return "$\(first + binds.count - 1)"
@@ -41,29 +36,21 @@ struct PostgresQueryFilter {
         // do, by canonical equivalence.
         func json(_ value: JSONValue) -> String { "normalize(\(placeholder(.text(JSONText.encode(value)))), NFC)::jsonb" }
         for case .filter(let field, let op, let value) in query.operations {
-            guard field.segments.allSatisfy(Self.storable) else {
-                exact = false
-                continue
-            }
+            guard field.segments.allSatisfy(Self.storable) else { continue }
             switch op {
             case .equal:
-                exact = false
                 guard Self.containable(value) else { continue }
                 conditions.append("d.body @> \(json(Self.nest(value, at: field)))")
             case .in:
-                exact = false
                 guard case .array(let wanted) = value, !wanted.isEmpty, wanted.count <= 100, wanted.allSatisfy(Self.containable) else { continue }
                 conditions.append("(" + wanted.map { "d.body @> \(json(Self.nest($0, at: field)))" }.joined(separator: " OR ") + ")")
             case .arrayContains:
-                exact = false
                 guard Self.containable(value) else { continue }
                 conditions.append("d.body @> \(json(Self.nest(.array([value]), at: field)))")
             case .arrayContainsAny:
-                exact = false
                 guard case .array(let wanted) = value, !wanted.isEmpty, wanted.count <= 100, wanted.allSatisfy(Self.containable) else { continue }
                 conditions.append("(" + wanted.map { "d.body @> \(json(Self.nest(.array([$0]), at: field)))" }.joined(separator: " OR ") + ")")
             case .lessThan, .lessThanOrEqual, .greaterThan, .greaterThanOrEqual:
-                exact = false
                 // A range keeps only values of its value's type; numbers also by their integer
                 // part (clamped to ±2^53), which never orders two numbers the wrong way round.
                 let type: String
@@ -82,15 +69,12 @@ struct PostgresQueryFilter {
                 }
                 conditions.append("jsonb_typeof(d.body #> \(placeholder(.textArray(field.segments)))) = '\(type)'")
             case .notEqual, .notIn:
-                exact = false
+                continue  // keeps nearly everything: read it all
             }
         }
-        guard !conditions.isEmpty || exact else { return nil }
-        let all = conditions.isEmpty ? "TRUE" : conditions.joined(separator: " AND ")
-        sql = "(d.body IS NULL OR (" + all + "))"
-        self.conditions = all
+        guard !conditions.isEmpty else { return nil }
+        self.conditions = conditions.joined(separator: " AND ")
         self.binds = binds
-        isExact = exact
     }
 
     /// Whether containment finds every stored value equal to `value` in the query order.

@@ -552,11 +552,6 @@ public final class PostgresServerStore: ServerStore {
         return binds
     }
 
-    static func binds(_ values: Int64...) -> PostgresBindings {
-        var binds = PostgresBindings()
-        for value in values { binds.append(value) }
-        return binds
-    }
 
     /// Runs `body` on the drain's own connection, outside the pool: commits and catch-ups run one
     /// at a time (``GroupCommitQueue``), so one connection serves them, without a lease for each.
