@@ -382,8 +382,9 @@ struct PostgresServeTests {
     func benchServerPostgres() async throws {
         try #require(CLIProcess.executable != nil, "tandem is not built; run `swift build --build-tests` first")
         let (cluster, url) = try await PostgresClusterTrait.freshDatabase()
-        // Timings here mean nothing (a debug build, a tiny size): only that every part runs and reports.
-        let result = try await CLIProcess.run(["bench", "server", "--postgres", url, "--writes", "16", "--rounds", "2"])
+        // Timings here mean nothing (a debug build, a tiny size): only that every part runs and
+        // reports. Kept small: it runs beside the other suites, on the same two cores.
+        let result = try await CLIProcess.run(["bench", "server", "--postgres", url, "--writes", "16", "--rounds", "2", "--latency-commits", "10"])
         #expect(result.status == 0, "\(result.err)")
         for figure in ["1 client writing one at a time vs postgres-nio inserting the same documents, 1 per transaction (the fastest of 2 rounds each, in turns)",
                        "16 clients writing one at a time vs postgres-nio inserting the same documents, 16 per transaction",

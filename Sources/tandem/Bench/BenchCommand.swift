@@ -96,6 +96,9 @@ struct ServerBench: AsyncParsableCommand {
     @Option(help: "With --postgres: rounds of the write figures, run in turns with their baselines; each figure is the fastest.")
     var rounds = 3
 
+    @Option(help: "With --postgres: commits timed by each latency figure.")
+    var latencyCommits = 200
+
     func validate() throws {
         guard documents > 0, writes > 0, connections > 0 else {
             throw ValidationError("--documents, --writes and --connections must be positive.")
@@ -103,7 +106,7 @@ struct ServerBench: AsyncParsableCommand {
         if let only, !["writes", "fanout", "latency", "sync", "connections"].contains(only) {
             throw ValidationError("--only takes writes, fanout, latency, sync or connections.")
         }
-        guard rounds > 0 else { throw ValidationError("--rounds must be positive.") }
+        guard rounds > 0, latencyCommits > 0 else { throw ValidationError("--rounds and --latency-commits must be positive.") }
         if postgres != nil {
             if auth { throw ValidationError("--postgres and --auth go separately.") }
             if let only, !["writes", "latency"].contains(only) { throw ValidationError("With --postgres, --only takes writes or latency.") }
@@ -112,7 +115,7 @@ struct ServerBench: AsyncParsableCommand {
 
     func run() async throws {
         if let postgres {
-            try await PostgresBenchmarks.run(url: postgres == "private" ? nil : postgres, writes: writes, rounds: rounds, only: only).print()
+            try await PostgresBenchmarks.run(url: postgres == "private" ? nil : postgres, writes: writes, rounds: rounds, latencyCommits: latencyCommits, only: only).print()
             return
         }
         try await ServerBenchmarks.run(documents: documents, writes: writes, connections: connections, only: only, auth: auth).print()

@@ -12,7 +12,7 @@ import TandemTesting
 enum PostgresBenchmarks {
     /// Runs against the database at `url`, or, when `url` is nil, a private cluster started for
     /// the run (with flushes to disk on, as in production) and deleted after it.
-    static func run(url: String?, writes: Int, rounds: Int, only: String?) async throws -> BenchReport {
+    static func run(url: String?, writes: Int, rounds: Int, latencyCommits: Int = 200, only: String?) async throws -> BenchReport {
         #if os(Linux)
         var cluster: PostgresCluster?
         let databaseURL: String
@@ -26,7 +26,7 @@ enum PostgresBenchmarks {
             databaseURL = started.url(database: "bench")
         }
         do {
-            let report = try await measure(url: databaseURL, privateCluster: cluster != nil, writes: writes, rounds: rounds, only: only)
+            let report = try await measure(url: databaseURL, privateCluster: cluster != nil, writes: writes, rounds: rounds, latencyCommits: latencyCommits, only: only)
             await cluster?.stop()
             return report
         } catch {
@@ -37,7 +37,7 @@ enum PostgresBenchmarks {
         guard let url else {
             throw TandemError(.unimplemented, "A private PostgreSQL cluster starts on Linux only; give --postgres a URL.")
         }
-        return try await measure(url: url, privateCluster: false, writes: writes, rounds: rounds, only: only)
+        return try await measure(url: url, privateCluster: false, writes: writes, rounds: rounds, latencyCommits: latencyCommits, only: only)
         #endif
     }
 
@@ -58,7 +58,7 @@ enum PostgresBenchmarks {
         return try await LiveServer.start(store: store)
     }
 
-    private static func measure(url: String, privateCluster: Bool, writes: Int, rounds: Int, only: String?) async throws -> BenchReport {
+    private static func measure(url: String, privateCluster: Bool, writes: Int, rounds: Int, latencyCommits: Int, only: String?) async throws -> BenchReport {
         var report = BenchReport(title: "tandem bench server --postgres")
         // Names no earlier run used: a database given by URL keeps what each run writes.
         let run = String(UInt32.random(in: 0...UInt32.max), radix: 36)
@@ -115,10 +115,10 @@ enum PostgresBenchmarks {
             }
             report.notes.append("postgres: the same writes through node A while node B runs (one round each, for information): \(withTwo.joined(separator: ", "))")
             for listeners in [1, 100] {
-                let (sameNode, _) = try await ServerBenchmarks.latency(listeners: listeners, commits: 200, writeTo: a, listenOn: a,
+                let (sameNode, _) = try await ServerBenchmarks.latency(listeners: listeners, commits: latencyCommits, writeTo: a, listenOn: a,
                                                                        collection: "bench-\(run)-latency-\(listeners)")
                 report.notes.append("postgres: commit-to-listener latency on one node, \(listeners) listener\(listeners == 1 ? "" : "s"): \(ServerBenchmarks.percentiles(sameNode))")
-                let (crossNode, endToEnd) = try await ServerBenchmarks.latency(listeners: listeners, commits: 200, writeTo: a, listenOn: b,
+                let (crossNode, endToEnd) = try await ServerBenchmarks.latency(listeners: listeners, commits: latencyCommits, writeTo: a, listenOn: b,
                                                                                collection: "bench-\(run)-cross-\(listeners)")
                 var line = "postgres: cross-node commit-to-listener latency (a commit on node A, listeners on node B), \(listeners) listener\(listeners == 1 ? "" : "s"): \(ServerBenchmarks.percentiles(crossNode)); write-sent-to-listener \(ServerBenchmarks.percentiles(endToEnd))"
                 if listeners == 100 {
@@ -127,7 +127,7 @@ enum PostgresBenchmarks {
                 }
                 report.notes.append(line)
             }
-            let (sqlite, _) = try await ServerBenchmarks.latency(listeners: 100, commits: 200, directory: directory)
+            let (sqlite, _) = try await ServerBenchmarks.latency(listeners: 100, commits: latencyCommits, directory: directory)
             report.notes.append("sqlite, in the same run: commit-to-listener latency on one node, 100 listeners: \(ServerBenchmarks.percentiles(sqlite))")
             await b.stop()
         }
