@@ -93,6 +93,8 @@ let package = Package(
                 .product(name: "JWTKit", package: "jwt-kit"),
                 .product(name: "Yams", package: "Yams"),
             ],
+            // The web console's pages (`/console`).
+            resources: [.copy("Console")],
             swiftSettings: swiftSettings
         ),
         // The server store on PostgreSQL, shared by several `tandem serve` nodes.

@@ -325,6 +325,30 @@ public final class PostgresServerStore: ServerStore {
         try await reading { connection in try await Self.counter(connection, logger: self.logger) }
     }
 
+    public func collectionIDs(under parent: DocumentPath?) async throws -> [String] {
+        let prefix = CollectionListing.prefix(of: parent)
+        guard PostgresQueryFilter.storable(prefix) else { return [] }
+        return try await reading { connection in
+            var collections: [String] = []
+            for try await collection in try await connection.query(
+                "SELECT DISTINCT collection FROM tandem_documents WHERE data IS NOT NULL AND starts_with(collection, \(prefix))",
+                logger: self.logger).decode(String.self) {
+                collections.append(collection)
+            }
+            return CollectionListing.sorted(collections.compactMap { CollectionListing.directChild($0, prefix: prefix) })
+        }
+    }
+
+    public func collectionGroups() async throws -> [String] {
+        try await reading { connection in
+            var groups: [String] = []
+            for try await group in try await connection.query("SELECT DISTINCT collection_group FROM tandem_documents WHERE data IS NOT NULL", logger: self.logger).decode(String.self) {
+                groups.append(group)
+            }
+            return CollectionListing.sorted(groups)
+        }
+    }
+
     public func read(_ target: ListenTarget) async throws -> StoreSnapshot {
         let (scope, value): (String, String) = switch target {
         case .document(let path): ("d.path", path.description)

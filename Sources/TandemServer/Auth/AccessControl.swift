@@ -100,6 +100,14 @@ public struct AccessControl: Sendable {
         throw error
     }
 
+    /// Whether a browsing caller is shown `target` (a whole collection or group) in a listing:
+    /// when the rules let it list the target without filters, or when it is an operator (a token
+    /// with `"admin": true`), who is shown every name though the rules still decide every read.
+    func mayBrowse(_ target: ListenTarget, by identity: Principal.Identity) -> Bool {
+        if case .user(let user) = identity, user.claims["admin"] == .bool(true) { return true }
+        return rules.decideList(target, auth: identity.user).truth == .yes
+    }
+
     /// The server's metrics (`GET /metrics`): operators only, as they count every user's traffic.
     func checkMetrics(by identity: Principal.Identity) throws(TandemError) {
         try requireAdmin(identity, toRead: "the metrics: they are", instead: nil)

@@ -18,7 +18,10 @@ struct HTTPAPI: Sendable {
 
     func register(on router: Router<CallerRequestContext>) {
         router.get("/health") { _, _ in
-            Self.json(.object(["status": "ok", "version": .string(TandemVersion.current), "protocol": .int(TandemVersion.wireProtocol)]))
+            // `access`, for a console: "open" (no access control), "rules" (rules, every caller
+            // anonymous) or "token" (rules, and bearer tokens say who calls).
+            Self.json(.object(["status": "ok", "version": .string(TandemVersion.current), "protocol": .int(TandemVersion.wireProtocol),
+                               "access": .string(service.access == nil ? "open" : (service.access?.tokens == nil ? "rules" : "token"))]))
         }
         router.get("/metrics") { request, context in
             // On a secured server, for operators only (a token with "admin": true).
@@ -78,6 +81,21 @@ struct HTTPAPI: Sendable {
                 let asker = try self.caller(request, context)
                 let path = try Self.documentPath(context)
                 return try await commitOne(Mutation.delete(path).requiring(Self.precondition(request)), as: asker)
+            }
+        }
+        router.get("/v1/collections") { request, context in
+            try await handle {
+                let asker = try self.caller(request, context)
+                let parent = try request.uri.queryParameters.get("parent").map { text throws(TandemError) in
+                    try DocumentPath(text)
+                }
+                return .object(["collections": .array(try await service.collectionIDs(under: parent, context: asker).map(JSONValue.string))])
+            }
+        }
+        router.get("/v1/groups") { request, context in
+            try await handle {
+                let asker = try self.caller(request, context)
+                return .object(["groups": .array(try await service.collectionGroups(context: asker).map(JSONValue.string))])
             }
         }
         router.post("/v1/query") { request, context in

@@ -1,4 +1,5 @@
 import CoreMetrics
+import Foundation
 import Prometheus
 import Synchronization
 import TandemCore
@@ -19,6 +20,7 @@ import TandemCore
 /// | `tandem_slow_consumers_disconnected_total` | counter | connections closed for reading too slowly |
 /// | `tandem_received_bytes_total`, `tandem_sent_bytes_total` | counter | stream messages' bytes, in and out |
 /// | `tandem_listeners`, `tandem_stream_sessions`, `tandem_commit_version`, `tandem_store_bytes` | gauge | now, at the scrape |
+/// | `tandem_start_time_seconds` | gauge | when the server's metrics began (it started), in seconds since 1970 |
 public final class ServerMetrics: Sendable {
     /// Where the metrics are kept: `emitToString()` writes them in Prometheus' text format.
     public let registry: PrometheusCollectorRegistry
@@ -73,6 +75,7 @@ public final class ServerMetrics: Sendable {
         sessions = CoreMetrics.Gauge(label: "tandem_stream_sessions", factory: factory)
         version = CoreMetrics.Gauge(label: "tandem_commit_version", factory: factory)
         storeBytes = CoreMetrics.Gauge(label: "tandem_store_bytes", factory: factory)
+        CoreMetrics.Gauge(label: "tandem_start_time_seconds", factory: factory).record(Date().timeIntervalSince1970)
     }
 
     /// Counts the answers to write requests that reached the store, and how long they took.

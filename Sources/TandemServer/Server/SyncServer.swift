@@ -49,6 +49,9 @@ public struct SyncServer: Service {
         // HEAD is answered like GET without the body.
         let router = Router(context: CallerRequestContext.self, options: .autoGenerateHeadEndpoints)
         router.add(middleware: JSONErrorMiddleware(metrics: metrics))
+        if configuration.console {
+            router.add(middleware: ConsoleMiddleware(console: .bundled, metrics: metrics))
+        }
         HTTPAPI(service: service).register(on: router)
         let sessions = Atomic<Int>(0)
         let watchdog = SessionWatchdog(interval: configuration.heartbeatInterval, clock: clock, logger: configuration.logger)

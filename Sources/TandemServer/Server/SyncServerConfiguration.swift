@@ -43,6 +43,9 @@ public struct SyncServerConfiguration: Sendable {
     public var tls: TLSConfiguration?
     /// The server's logger.
     public var logger = Logger(label: "tandem.server")
+    /// Whether the web console is served at `/console` (``ConsoleFiles``). It is a client like any
+    /// other: it reads and writes through the HTTP API and the stream, as the caller's token allows.
+    public var console = true
     /// Called with the number of live listeners each time a listener comes or goes, in the order of
     /// the changes: for metrics, and for tests that await a listener's arrival or departure. It is
     /// called while the server holds its listener table: keep it short and never call the server.

@@ -68,6 +68,26 @@ final class SyncService: Sendable {
         return try await store.read(target)
     }
 
+    /// The ids of the collections under `parent` (the root when nil) that hold a document and that
+    /// the caller may list whole (on an open server, all of them). An id the caller may not list
+    /// is left out, as if it held nothing, so the answer tells nothing the caller could not read.
+    func collectionIDs(under parent: DocumentPath?, context: Principal) async throws -> [String] {
+        if let parent { try checkDepth(parent.segments.count + 1, of: parent.description) }
+        let ids = try await store.collectionIDs(under: parent)
+        guard let access else { return ids }
+        return ids.filter { id in
+            guard let path = try? parent.map({ try $0.collection(id) }) ?? CollectionPath(id) else { return false }
+            return access.mayBrowse(.collection(path, Query()), by: context.identity)
+        }
+    }
+
+    /// The collection-group names that hold a document and that the caller may list whole.
+    func collectionGroups(context: Principal) async throws -> [String] {
+        let groups = try await store.collectionGroups()
+        guard let access else { return groups }
+        return groups.filter { access.mayBrowse(.collectionGroup($0, Query()), by: context.identity) }
+    }
+
     /// A page of the change feed after `version`, over everything (`target` nil) or one target.
     /// The most changes one page of a change feed holds (a `fetch`'s or `/v1/changes`' `limit` above
     /// it is lowered to it).

@@ -191,6 +191,21 @@ public final class MemoryServerStore<C: Clock>: ServerStore where C.Duration == 
         }
     }
 
+    public func collectionIDs(under parent: DocumentPath?) async throws -> [String] {
+        let prefix = CollectionListing.prefix(of: parent)
+        return storage.withLock { storage in
+            CollectionListing.sorted(storage.rows.compactMap { path, row in
+                row.document == nil ? nil : CollectionListing.directChild(path.parent.description, prefix: prefix)
+            })
+        }
+    }
+
+    public func collectionGroups() async throws -> [String] {
+        storage.withLock { storage in
+            CollectionListing.sorted(storage.rows.compactMap { path, row in row.document == nil ? nil : path.collectionGroup })
+        }
+    }
+
     public func changes(since version: Version, in target: ListenTarget?, limit: Int) async throws -> ChangePage {
         let limit = max(1, limit)
         var (rows, current) = try storage.withLock { storage throws(TandemError) -> ([Row], Version) in

@@ -237,6 +237,25 @@ public final class SQLiteServerStore: ServerStore {
         }
     }
 
+    public func collectionIDs(under parent: DocumentPath?) async throws -> [String] {
+        let prefix = CollectionListing.prefix(of: parent)
+        return try await readDatabase { db in
+            // Every collection at or below the parent, through the collection index; the ones
+            // directly under it are picked here.
+            let collections = try String.fetchAll(db, sql: """
+                SELECT DISTINCT collection FROM documents
+                WHERE data IS NOT NULL AND substr(collection, 1, length(?1)) = ?1
+                """, arguments: [prefix])
+            return CollectionListing.sorted(collections.compactMap { CollectionListing.directChild($0, prefix: prefix) })
+        }
+    }
+
+    public func collectionGroups() async throws -> [String] {
+        try await readDatabase { db in
+            CollectionListing.sorted(try String.fetchAll(db, sql: "SELECT DISTINCT collection_group FROM documents WHERE data IS NOT NULL"))
+        }
+    }
+
     public func changes(since version: Version, in target: ListenTarget?, limit: Int) async throws -> ChangePage {
         let limit = max(1, limit)
         return try await readDatabase { db in

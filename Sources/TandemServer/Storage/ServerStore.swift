@@ -83,6 +83,15 @@ public protocol ServerStore: Service {
     /// The visible watermark: every commit at or below it is durable and visible.
     func currentVersion() async throws -> Version
 
+    /// The ids of the collections directly under `parent` (at the root when nil) that hold at
+    /// least one document, in byte order: what a console browses. A collection whose documents
+    /// are all deleted is not listed.
+    func collectionIDs(under parent: DocumentPath?) async throws -> [String]
+
+    /// The collection-group names (a collection's last segment) that hold at least one document,
+    /// in byte order.
+    func collectionGroups() async throws -> [String]
+
     /// Registers a function called after commits become visible, before their writers are
     /// answered. It must return at once (queue the notice, do not work in it).
     func observeCommits(_ observer: @escaping @Sendable (CommitNotice) -> Void)

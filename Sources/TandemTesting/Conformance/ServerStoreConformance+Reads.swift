@@ -21,6 +21,22 @@ extension ServerStoreConformance {
                 let group = try await store.read(.collectionGroup("q", Query().whereField("n", isLessThan: 3)))
                 try expectEqual(group.documents.map(\.path.id), ["b"], "a group query's filter")
             },
+            Check("collections are listed by parent, and groups by name, only while they hold a document") { opened in
+                let store = opened.store
+                _ = try await store.commit([.set(path("users/ada"), [:]), .set(path("users/ada/notes/1"), [:]), .set(path("users/ada/tasks/1"), [:]),
+                                            .set(path("users/bob/notes/1"), [:]), .set(path("users/bob/notes/1/tags/x"), [:]),
+                                            .set(path("rooms/a"), [:]), .set(path("usersx/z"), [:]), .set(path("Émile/a"), [:]), .set(path("Zed/a"), [:])])
+                try expectEqual(try await store.collectionIDs(under: nil), ["Zed", "rooms", "users", "usersx", "Émile"], "the root's collections, in byte order")
+                try expectEqual(try await store.collectionIDs(under: path("users/ada")), ["notes", "tasks"], "a document's collections")
+                try expectEqual(try await store.collectionIDs(under: path("users/bob")), ["notes"], "a missing document's collections")
+                try expectEqual(try await store.collectionIDs(under: path("users/bob/notes/1")), ["tags"], "a nested document's collections")
+                try expectEqual(try await store.collectionIDs(under: path("users/carl")), [], "a document with nothing under it")
+                try expectEqual(try await store.collectionGroups(), ["Zed", "notes", "rooms", "tags", "tasks", "users", "usersx", "Émile"], "the groups")
+                _ = try await store.commit([.delete(path("users/ada/tasks/1")), .delete(path("usersx/z"))])
+                try expectEqual(try await store.collectionIDs(under: path("users/ada")), ["notes"], "a collection whose documents were deleted")
+                try expectEqual(try await store.collectionIDs(under: nil), ["Zed", "rooms", "users", "Émile"], "the root after deletes")
+                try expectEqual(try await store.collectionGroups(), ["Zed", "notes", "rooms", "tags", "users", "Émile"], "the groups after deletes")
+            },
             Check("the change feed pages by version, never splitting a commit, and reports deletes and documents leaving a query") { opened in
                 let store = opened.store
                 _ = try await store.commit([.set(path("c/1"), ["x": 1]), .set(path("c/2"), [:]), .set(path("c/3"), [:])])  // v1

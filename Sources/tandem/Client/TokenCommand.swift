@@ -25,25 +25,31 @@ struct TokenCommand: AsyncParsableCommand {
 
     func run() async throws {
         try await reportingErrors {
-            guard let secret = secret ?? ProcessInfo.processInfo.environment["TANDEM_AUTH_SECRET"].flatMap({ $0.isEmpty ? nil : $0 }) else {
-                throw TandemError.invalidArgument("Give the server's secret with --secret or TANDEM_AUTH_SECRET.")
-            }
-            let lifetime = try Self.duration(ttl)
-            var claims: JSONObject = [:]
-            for entry in claim {
-                guard let equals = entry.firstIndex(of: "="), equals != entry.startIndex else {
-                    throw TandemError.invalidArgument("--claim takes key=value; got '\(entry)'.")
-                }
-                let key = String(entry[..<equals])
-                let text = String(entry[entry.index(after: equals)...])
-                guard !["sub", "exp", "iat"].contains(key) else {
-                    throw TandemError.invalidArgument("--claim \(key) is set by the command itself; use --sub or --ttl.")
-                }
-                claims[key] = (try? JSONText.parse(text)) ?? .string(text)
-            }
-            let tokens = try await BearerTokens(secret: secret)
-            Console.out(try tokens.mint(subject: sub, lifetime: lifetime, claims: claims))
+            Console.out(try await Self.mint(sub: sub, secret: secret, ttl: ttl, claims: claim))
         }
+    }
+
+    /// A token for `sub`, signed with `secret` (or `$TANDEM_AUTH_SECRET`), valid for `ttl`, with
+    /// the `key=value` claims given.
+    static func mint(sub: String, secret: String?, ttl: String, claims entries: [String]) async throws -> String {
+        guard let secret = secret ?? ProcessInfo.processInfo.environment["TANDEM_AUTH_SECRET"].flatMap({ $0.isEmpty ? nil : $0 }) else {
+            throw TandemError.invalidArgument("Give the server's secret with --secret or TANDEM_AUTH_SECRET.")
+        }
+        let lifetime = try duration(ttl)
+        var claims: JSONObject = [:]
+        for entry in entries {
+            guard let equals = entry.firstIndex(of: "="), equals != entry.startIndex else {
+                throw TandemError.invalidArgument("--claim takes key=value; got '\(entry)'.")
+            }
+            let key = String(entry[..<equals])
+            let text = String(entry[entry.index(after: equals)...])
+            guard !["sub", "exp", "iat"].contains(key) else {
+                throw TandemError.invalidArgument("--claim \(key) is set by the command itself; use --sub or --ttl.")
+            }
+            claims[key] = (try? JSONText.parse(text)) ?? .string(text)
+        }
+        let tokens = try await BearerTokens(secret: secret)
+        return try tokens.mint(subject: sub, lifetime: lifetime, claims: claims)
     }
 
     /// `90`, `90s`, `15m`, `1h`, `2d`; nil for `0`.

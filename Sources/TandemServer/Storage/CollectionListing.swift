@@ -1,0 +1,24 @@
+import TandemCore
+
+/// What a store's collection listing shares: picking the collections directly under a parent out
+/// of collection paths, and sorting ids the way every store does (by their UTF-8 bytes).
+public enum CollectionListing {
+    /// The path prefix of the collections directly under `parent` ("" at the root).
+    public static func prefix(of parent: DocumentPath?) -> String {
+        parent.map { $0.description + "/" } ?? ""
+    }
+
+    /// The id of `collection` when it lies directly under the parent whose ``prefix(of:)`` is
+    /// `prefix`; nil otherwise.
+    public static func directChild(_ collection: some StringProtocol, prefix: String) -> String? {
+        guard collection.hasPrefix(prefix) else { return nil }
+        let rest = collection.dropFirst(prefix.count)
+        guard !rest.isEmpty, !rest.contains("/") else { return nil }
+        return String(rest)
+    }
+
+    /// `ids` without repeats, in the order of their UTF-8 bytes.
+    public static func sorted(_ ids: some Sequence<String>) -> [String] {
+        Set(ids).sorted { $0.utf8.lexicographicallyPrecedes($1.utf8) }
+    }
+}
