@@ -197,6 +197,43 @@ struct AuthorizationTests {
         return .other("closed")
     }
 
+    @Test("collection and group listings name only what the caller may list whole (an operator sees every name); a name the caller may not list reads as empty")
+    func listings() async throws {
+        // The first rule covering a document decides: `shared` comes before the catch-all.
+        let rules = Self.rules.replacingOccurrences(of: "rules:\n", with: """
+            rules:
+              - match: notes/{note}
+                read: true
+              - match: users/{uid}/shared/{doc}
+                read: true
+
+            """)
+        let (server, tokens) = try await start(rules: rules)
+        _ = try await server.store.commit([.set(path("users/ada"), [:]), .set(path("users/ada/notes/1"), [:]), .set(path("users/ada/shared/1"), [:]),
+                                           .set(path("users/bob/notes/1"), [:]), .set(path("rooms/a"), ["owner": "ada"]), .set(path("notes/x"), [:])])
+        func names(_ who: Who, _ path: String) async throws -> [String] {
+            let (status, body) = try await call(server, "GET", path, token: try await token(who, tokens))
+            #expect(status == 200, "\(who) \(path): \(body)")
+            return (body[field: "collections"] ?? body[field: "groups"])?.arrayValue?.compactMap(\.stringValue) ?? []
+        }
+        #expect(try await names(.admin, "/v1/collections") == ["notes", "rooms", "users"])
+        #expect(try await names(.admin, "/v1/collections?parent=users/bob") == ["notes"])
+        #expect(try await names(.admin, "/v1/groups") == ["notes", "rooms", "shared", "users"])
+        // ada may list her own collections, and the open `notes`; not `users` or `rooms` whole.
+        #expect(try await names(.owner, "/v1/collections") == ["notes"])
+        #expect(try await names(.owner, "/v1/collections?parent=users/ada") == ["notes", "shared"])
+        // bob sees under ada only what anyone may read, and his own listing of nothing reads the same.
+        #expect(try await names(.other, "/v1/collections?parent=users/ada") == ["shared"])
+        #expect(try await names(.other, "/v1/collections?parent=users/nobody") == [])
+        // A group spans every depth (`x/shared/y` too, which no rule lets anyone read): none is
+        // listable whole by these rules.
+        #expect(try await names(.owner, "/v1/groups") == [])
+        let (status, body) = try await call(server, "GET", "/v1/collections?parent=users", token: try await token(.owner, tokens))
+        #expect(status == 400 && body[field: "error"]?[field: "code"] == "invalid-argument")
+        #expect(try await call(server, "GET", "/v1/collections", token: try await token(.forged, tokens)).0 == 401)
+        await server.stop()
+    }
+
     @Test("rules reading documents: writes checked before and after, queries allowed by their filters, a document listener stopped once its document stops satisfying the rule")
     func documentRules() async throws {
         let (server, tokens) = try await start()

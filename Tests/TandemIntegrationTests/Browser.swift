@@ -248,14 +248,19 @@ struct BrowserPage: Sendable {
     }
 
     /// Waits until the JavaScript `condition` is truthy, checking it whenever the page's document
-    /// changes (a `MutationObserver`, not a timer), and returns its value.
+    /// changes (a `MutationObserver`, not a timer), and returns its value. A condition still false
+    /// after a minute fails, naming itself: a guard against hanging, not a measure of speed.
     @discardableResult
     func waitFor(_ condition: String) async throws -> JSONValue {
         try await evaluate("""
-            new Promise(resolve => {
-              const check = () => { let value; try { value = (\(condition)); } catch (_) {} if (value) { observer.disconnect(); resolve(value); return true; } return false; };
+            new Promise((resolve, reject) => {
+              let guard;
+              const check = () => { let value; try { value = (\(condition)); } catch (_) {} if (value) { observer.disconnect(); clearTimeout(guard); resolve(value); return true; } return false; };
               const observer = new MutationObserver(check);
-              if (!check()) observer.observe(document, { subtree: true, childList: true, characterData: true, attributes: true });
+              if (!check()) {
+                observer.observe(document, { subtree: true, childList: true, characterData: true, attributes: true });
+                guard = setTimeout(() => { observer.disconnect(); reject(new Error('still false after a minute: ' + \(Self.quoted(condition)) + ' (page: ' + document.querySelector('main')?.textContent.slice(0, 300) + ')')); }, 60000);
+              }
             })
             """)
     }

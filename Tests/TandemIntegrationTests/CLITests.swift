@@ -314,6 +314,26 @@ extension CLITests {
         #expect(await server.waitForExit() == 0)
     }
 
+    @Test("console prints the console's address; with --as, one whose fragment holds a token the server accepts for that user; a secret without --as is refused")
+    func consoleCommand() async throws {
+        try #require(CLIProcess.executable != nil, "tandem is not built; run `swift build --build-tests` first")
+        var result = try await CLIProcess.run(["console"])
+        #expect(result.status == 0 && result.out == "http://127.0.0.1:8080/console/\n")
+        result = try await CLIProcess.run(["console", "--url", "https://example.com:9443/"])
+        #expect(result.out == "https://example.com:9443/console/\n")
+        let secret = String(repeating: "s", count: 40)
+        result = try await CLIProcess.run(["console", "--as", "ada", "--secret", secret, "--claim", "admin=true", "--url", "http://127.0.0.1:9000"])
+        let address = result.out.trimmingCharacters(in: .whitespacesAndNewlines)
+        let prefix = "http://127.0.0.1:9000/console/#token="
+        try #require(address.hasPrefix(prefix), "\(address) \(result.err)")
+        let user = try await BearerTokens(secret: secret).verify(String(address.dropFirst(prefix.count)))
+        #expect(user.uid == "ada" && user.claims["admin"] == true)
+        result = try await CLIProcess.run(["console", "--secret", secret])
+        #expect(result.status == 1 && result.err.contains("invalid-argument") && result.err.contains("--as"))
+        result = try await CLIProcess.run(["console", "--url", "ftp://x"])
+        #expect(result.status == 1 && result.err.contains("--url"))
+    }
+
     @Test("serve --tls-cert/--tls-key: listening on https; one flag alone or a bad file stops it at start with exit 2")
     func tls() async throws {
         try #require(CLIProcess.executable != nil, "tandem is not built; run `swift build --build-tests` first")

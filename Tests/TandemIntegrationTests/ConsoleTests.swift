@@ -59,6 +59,7 @@ struct ConsoleTests {
         try #require(CLIProcess.executable != nil, "tandem is not built; run `swift build --build-tests` first")
         let directory = TemporaryDirectory()
         var (server, url) = try await CLITests.serve(directory.url)
+        defer { if server.process.isRunning { server.signal(SIGKILL) } }
         let port = try #require(URL(string: url)?.port)
         try await Self.cli(["set", "users/ada", #"{"name": "Ada", "age": 36, "score": 1.5, "tags": ["math", "code"], "address": {"city": "London"}}"#], url: url)
         try await Self.cli(["set", "users/bob", #"{"name": "Bob", "age": 17}"#], url: url)
@@ -160,7 +161,8 @@ struct ConsoleTests {
             try await page.waitFor("document.querySelectorAll('#groups a').length === 3")
             try await Self.shoot(page, "console-groups.png")
             try await page.go("#/server")
-            try await page.waitFor("document.querySelector('#commits')")
+            // The rate needs two readings of the metrics, the page's own two seconds apart.
+            try await page.waitFor("document.querySelector('#commits')?.textContent.endsWith('/s)') && !document.querySelector('#commits').textContent.includes('…')")
             #expect(try await page.text("#server-access") == "open")
             #expect(try await page.text("#connections") == "1")
             #expect(try await page.text("#uptime").hasSuffix("s"))
@@ -178,6 +180,7 @@ struct ConsoleTests {
         let directory = TemporaryDirectory()
         let secret = "console-test-secret-console-test-secret"
         let server = try RunningProcess(["serve", "--port", "0", "--data-dir", directory.url.path, "--auth-secret", secret])
+        defer { if server.process.isRunning { server.signal(SIGKILL) } }
         let line = try #require(await server.nextLine())
         let url = String(line.dropFirst("listening on ".count))
         let port = try #require(URL(string: url)?.port)
@@ -198,6 +201,7 @@ struct ConsoleTests {
             let page = try await browser.openPage()
             try await page.open(address)
             #expect(try await page.text("#signed-in-as") == "ada")
+            #expect(try await page.evaluate("document.querySelector('#access').textContent") == "Signed in as adaSign out")
             // The token left the address bar.
             #expect(try await page.evaluate("location.hash") == "#/data/")
             // ada may not list `users` whole (the rules allow her own document only).

@@ -330,10 +330,10 @@ function renderAccess() {
   }
   if (state.token) {
     const claims = tokenClaims(state.token) || {};
-    access.replaceChildren(
+    access.replaceChildren(...[
       el('span', { id: 'access-mode', 'data-mode': 'token' }, 'Signed in as ', el('strong', { id: 'signed-in-as' }, String(claims.sub || '?'))),
       claims.admin === true ? el('span', { class: 'pill' }, 'admin') : null,
-      el('button', { id: 'sign-out', onclick: () => setToken(null) }, 'Sign out'));
+      el('button', { id: 'sign-out', onclick: () => setToken(null) }, 'Sign out')].filter(node => node));
     return;
   }
   const input = el('input', { id: 'token-input', type: 'password', placeholder: 'a bearer token', autocomplete: 'off' });
