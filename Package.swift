@@ -66,6 +66,8 @@ let package = Package(
                 .product(name: "IdentifiedCollections", package: "swift-identified-collections"),
                 // Encrypted record properties (`ChangeSyncEngine`): AES-GCM.
                 .product(name: "Crypto", package: "swift-crypto"),
+                // Client metrics (`ClientMetrics`), off unless the app sets them.
+                .product(name: "CoreMetrics", package: "swift-metrics"),
             ],
             swiftSettings: swiftSettings
         ),
@@ -181,6 +183,7 @@ let package = Package(
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "X509", package: "swift-certificates"),
+                .product(name: "MetricsTestKit", package: "swift-metrics"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "SwiftASN1", package: "swift-asn1"),
                 // The README's change-sync example keeps its notes in a GRDB table.

@@ -3,6 +3,7 @@ import Foundation
 import FoundationNetworking
 #endif
 import Logging
+import MetricsTestKit
 import Testing
 import WSClient
 import Tandem
@@ -149,5 +150,51 @@ struct MetricsTests {
         #expect(try await Self.scrape(second)["tandem_commits_total{outcome=\"committed\"}"] == 0)
         await first.stop()
         await second.stop()
+    }
+}
+
+/// The client's metrics, through swift-metrics' test factory.
+@Suite("Client metrics", .timeLimit(.minutes(1)))
+struct ClientMetricsTests {
+    @Test("the client reports each reconnection, each engine's outbox depth and the writes refused to it by code; a client without metrics gives its engines none")
+    func clientMetrics() async throws {
+        let server = try await LiveServer.start(store: MemoryServerStore(clock: ManualClock()))
+        let metrics = TestMetrics()
+        let running = RunningClient(server, id: "metered") { $0.metrics = ClientMetrics(factory: metrics, dimensions: [("app", "tests")]) }
+        var options = EngineConfiguration()
+        options.changeDelivery = .immediate
+        let notes = CollectionSyncEngine<Note>(remote: TandemRemoteCollectionService(client: running.client, collection: collectionPath("notes")),
+                                               managerKey: "notes", persistence: nil, configuration: options)
+        await running.client.waitUntilConnected()
+        let reconnects = try metrics.expectCounter("tandem_client_reconnects_total", [("app", "tests")])
+        let depth = try metrics.expectGauge("tandem_client_outbox_depth", [("app", "tests"), ("engine", "notes")])
+        #expect(reconnects.totalValue == 0)
+
+        // Offline, three writes wait; back online, they drain and the client counts one reconnection.
+        running.client.setOnline(false)
+        for id in ["a", "b", "c"] { try await notes.saveDocument(Note(id: id, text: "x")) }
+        #expect(depth.lastValue == 3)
+        running.client.setOnline(true)
+        #expect(await notes.waitUntil { !notes.hasPendingWrites })
+        #expect(depth.lastValue == 0)
+        #expect(depth.values.max() == 3)
+        #expect(reconnects.totalValue == 1)
+
+        // Two writes over the document limit are refused for good: counted by code.
+        let huge = String(repeating: "x", count: 2 << 20)
+        try? await notes.saveDocument(Note(id: "big1", text: huge))
+        try? await notes.saveDocument(Note(id: "big2", text: huge))
+        #expect(await notes.waitUntil { notes.rejectedWrites.count == 2 })
+        let refused = try metrics.expectCounter("tandem_client_rejected_writes_total", [("app", "tests"), ("engine", "notes"), ("code", "resource-exhausted")])
+        #expect(refused.totalValue == 2)
+        #expect(metrics.counters(label: "tandem_client_rejected_writes_total").map(\.totalValue).reduce(0, +) == 2)
+        #expect(depth.lastValue == 0)
+
+        // Off by default: no metrics reach the engines of a client without them.
+        let plain = RunningClient(server, id: "plain")
+        #expect(TandemRemoteCollectionService(client: plain.client, collection: collectionPath("notes")).metrics == nil)
+        await plain.stop()
+        await running.stop()
+        await server.stop()
     }
 }

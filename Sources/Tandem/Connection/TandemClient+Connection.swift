@@ -91,6 +91,8 @@ extension TandemClient {
         var sleepFailures: Int?
         var gaveUpAfter: Int?
         var connected = false
+        /// A connection attempt after the first, for ``ClientMetrics``.
+        var reconnecting = false
     }
 
     static func take(_ actions: [ConnectionStateMachine.Action], in state: inout State) -> ConnectionEffects {
@@ -102,6 +104,7 @@ extension TandemClient {
             case .connect(let attempt):
                 state.connectionAttempts += 1
                 effects.command = .connect(attempt: attempt)
+                if state.connectionAttempts > 1 { effects.reconnecting = true }
             case .sendHello:
                 state.connection?.frames.yield(state.hello)
             case .sendHeartbeat:
@@ -180,6 +183,7 @@ extension TandemClient {
 
     func perform(_ effects: ConnectionEffects) {
         if effects.connected { configuration.logger.info("connected to \(streamURL)") }
+        if effects.reconnecting { configuration.metrics?.reconnects.increment() }
         if let failures = effects.sleepFailures {
             configuration.logger.notice("reconnecting to \(streamURL) after \(failures) failed attempt(s)")
         }

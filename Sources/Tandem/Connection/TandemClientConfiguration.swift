@@ -36,6 +36,9 @@ public struct TandemClientConfiguration: Sendable {
     /// The largest message accepted from the server. Default 256 MiB.
     public var maximumMessageBytes = 256 << 20
     public var logger = Logger(label: "tandem.client")
+    /// Where the client and the engines bound to it report reconnections, outbox depths and
+    /// refused writes through swift-metrics (``ClientMetrics``); nil, the default, reports nothing.
+    public var metrics: ClientMetrics?
 
     public init() {}
 }

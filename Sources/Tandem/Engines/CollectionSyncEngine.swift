@@ -79,6 +79,7 @@ public final class CollectionSyncEngine<T: SyncModel>: Sendable, RegistrarObserv
                 }
                 return try await remote.getDocument(id: path.id)
             },
+            metrics: remote.metrics,
             didChange: { box.fire($0) }
         )
         core.bindConnection(of: remote)

@@ -61,6 +61,7 @@ public final class DocumentSyncEngine<T: SyncModel>: Sendable {
                 }
                 return try await remote.getDocument(id: path.id)
             },
+            metrics: remote.metrics,
             didChange: { relay.fire($0) }
         )
         core.bindConnection(of: remote)

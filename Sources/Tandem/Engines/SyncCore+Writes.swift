@@ -354,6 +354,7 @@ extension SyncCore {
         }
         for case (let entry, .rejected(let error)) in rejected {
             log("writeRejected", ["document_id": entry.path.id, "error_description": error.message], severity: .severe)
+            metrics?.rejected(error)
         }
         if let failure = settlement.failure {
             var parameters: [String: any Sendable] = ["error_description": "\(failure)", "retry_count": state.withLock { $0.sender.failures }, "pending_write_count": pendingWriteCount]

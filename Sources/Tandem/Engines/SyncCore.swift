@@ -69,6 +69,9 @@ package final class SyncCore<T: SyncModel>: Sendable {
 
     let managerKey: String
     let logger: (any DataSyncLogger)?
+    /// Where the outbox's depth and refused writes are reported, when the remote's client has
+    /// metrics (``ClientMetrics``).
+    let metrics: EngineMetrics?
     let clock: any Clock<Duration>
     let retryPolicy: RetryPolicy
     let randomness: RetryRandomness
@@ -106,9 +109,11 @@ package final class SyncCore<T: SyncModel>: Sendable {
         random: any RandomNumberGenerator & Sendable, persistence: EnginePersistence, space: OpenedSpace,
         commit: @escaping @Sendable ([WriteRequest]) async -> [Result<[WriteAcknowledgement], any Error>],
         refetch: (@Sendable (DocumentPath) async throws -> Document?)? = nil,
+        metrics: ClientMetrics? = nil,
         didChange: @escaping @Sendable (EngineChanges) -> Void
     ) {
         self.managerKey = managerKey
+        self.metrics = metrics?.engine(managerKey)
         self.logger = logger
         self.clock = clock
         self.retryPolicy = retryPolicy
@@ -600,6 +605,14 @@ package final class SyncCore<T: SyncModel>: Sendable {
     /// whatever order two publishers get here in.
     func publish() {
         let snapshot = state.withLock { Self.snapshot(of: &$0) }
+        // Reported before readers see the snapshot, newest last, under a lock no reader takes.
+        if let metrics {
+            metrics.reported.withLock { reported in
+                guard snapshot.generation > reported else { return }
+                reported = snapshot.generation
+                metrics.outboxDepth.record(snapshot.pendingWrites.count)
+            }
+        }
         let replaced = published.withLock { published -> Published? in
             guard snapshot.generation > published.snapshot.generation else { return nil }
             // A change that left the shown models as they were keeps the array a reader made of them.

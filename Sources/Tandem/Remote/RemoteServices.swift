@@ -125,6 +125,10 @@ public protocol ReachabilityReporting: Sendable {
     /// follow. An engine that hears `signedOut` detaches its listener and holds its outbox, as
     /// when the connection is down; `signedIn` again, it attaches once and sends.
     func observeAuthState(_ handler: @escaping @Sendable (AuthState) -> Void) -> ConnectionObservation?
+
+    /// Where the remote's engine reports its outbox's depth and the writes refused to it (nil:
+    /// nowhere). The `TandemRemote…Service`s give their client's ``TandemClientConfiguration/metrics``.
+    var metrics: ClientMetrics? { get }
 }
 
 extension ReachabilityReporting {
@@ -133,6 +137,9 @@ extension ReachabilityReporting {
 
     /// A remote with no sign-in to follow.
     public func observeAuthState(_ handler: @escaping @Sendable (AuthState) -> Void) -> ConnectionObservation? { nil }
+
+    /// A remote whose engine reports no metrics.
+    public var metrics: ClientMetrics? { nil }
 }
 
 /// A registration for connection events: cancelling it (or freeing it) stops the calls.

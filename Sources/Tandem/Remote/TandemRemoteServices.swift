@@ -72,6 +72,8 @@ public struct TandemRemoteCollectionService: RemoteCollectionService, Reachabili
         client.observeConnection(handler)
     }
 
+    public var metrics: ClientMetrics? { client.configuration.metrics }
+
     public func observeAuthState(_ handler: @escaping @Sendable (AuthState) -> Void) -> ConnectionObservation? {
         client.usesCredentials ? client.observeAuthState(handler) : nil
     }
@@ -112,6 +114,8 @@ public struct TandemRemoteDocumentService: RemoteDocumentService, ReachabilityRe
         collection.observeConnection(handler)
     }
 
+    public var metrics: ClientMetrics? { collection.metrics }
+
     public func observeAuthState(_ handler: @escaping @Sendable (AuthState) -> Void) -> ConnectionObservation? {
         collection.observeAuthState(handler)
     }
@@ -138,6 +142,8 @@ public struct TandemRemoteCollectionGroupService: RemoteCollectionGroupService, 
     public func observeConnection(_ handler: @escaping @Sendable (ConnectionEvent) -> Void) -> ConnectionObservation? {
         client.observeConnection(handler)
     }
+
+    public var metrics: ClientMetrics? { client.configuration.metrics }
 
     public func observeAuthState(_ handler: @escaping @Sendable (AuthState) -> Void) -> ConnectionObservation? {
         client.usesCredentials ? client.observeAuthState(handler) : nil
