@@ -44,6 +44,8 @@ let package = Package(
         // Metrics: swift-metrics' API, kept and written in Prometheus' text format.
         .package(url: "https://github.com/apple/swift-metrics.git", from: "2.13.0"),
         .package(url: "https://github.com/swift-server/swift-prometheus.git", from: "2.4.1"),
+        // Tests check the HTTP API's OpenAPI description is valid OpenAPI 3.1 (no external loading).
+        .package(url: "https://github.com/mattpolzin/OpenAPIKit.git", from: "6.4.0", traits: []),
     ],
     targets: [
         // Values, paths, queries, patches, mutations, wire messages, errors. No I/O.
@@ -183,6 +185,7 @@ let package = Package(
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "X509", package: "swift-certificates"),
+                .product(name: "OpenAPIKit", package: "OpenAPIKit"),
                 .product(name: "MetricsTestKit", package: "swift-metrics"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "SwiftASN1", package: "swift-asn1"),

@@ -25,6 +25,22 @@ struct PathTests {
         #expect(!(try CollectionPath("users/ada/posts")).contains(doc))
     }
 
+    @Test("a path splits at every '/' byte, even one a combining mark or an emoji modifier joins into one Character; a stored path reads back the same")
+    func slashesBeforeCombiningMarks() throws {
+        // "/\u{301}" and "/🏻" are each one Character.
+        for text in ["a/\u{301}b", "rooms/🏻x", "a/b/\u{301}/c"] {
+            let path = try DocumentPath(text)
+            #expect(path.segments == text.utf8.split(separator: UInt8(ascii: "/"), omittingEmptySubsequences: false).map { String(decoding: $0, as: UTF8.self) })
+            #expect(path.segments.count % 2 == 0 && path.description == text)
+            // What a store reads back (`init?(trusted:)`) is the same path.
+            #expect(DocumentPath(trusted: text) == path)
+            #expect(DocumentPath(trusted: text)?.segments == path.segments)
+        }
+        #expect(PathRules.splitAtSlashes("/🏻//x") == ["", "🏻", "", "x"])
+        #expect(throws: TandemError.self) { try DocumentPath("a//\u{301}") }
+        #expect(throws: TandemError.self) { try CollectionPath("a/\u{301}b") }
+    }
+
     @Test("every invalid path throws invalid-argument naming the path and the rule")
     func invalidPaths() throws {
         let cases: [(String, String, Bool)] = [

@@ -178,6 +178,8 @@ struct WireTests {
         (#"{"type":"write","id":1,"mutations":[{"op":"set","path":"a/b","data":{"n":{"$incr":1}}}]}"#, "Unknown transform"),
         (#"{"type":"write","id":1,"mutations":[{"op":"update","path":"a/b","fields":{"n":{"$increment":"x"}}}]}"#, "needs a number"),
         (#"{"type":"write","id":1,"mutations":[{"op":"upsert","path":"a/b"}]}"#, "Unknown write op"),
+        (#"{"type":"query","id":1,"target":{"group":"g","query":[{"where":"a","op":"==","value":1,"startAt":[1]}]}}"#, "names where and startAt"),
+        (#"{"type":"write","id":1,"mutations":[{"op":"set","path":"a/b","data":{"n":1},"mergeFields":["n"]}]}"#, "applies with \"merge\": true"),
         (#"{"type":"query","id":1,"target":{"collection":"c","query":[{"where":"a","op":"~","value":1}]}}"#, "Unknown filter operator"),
         (#"{"type":"listen","id":1,"target":{"collection":"c"},"resumeFrom":-3}"#, "negative"),
         (#"[1,2]"#, "JSON object"),

@@ -47,7 +47,7 @@ public struct DocumentPath: Sendable, Hashable, Comparable, Codable, CustomStrin
     /// A path Tandem itself wrote and validated before (a cache row): split, with only the checks
     /// that keep `id` and `parent` safe (an even, non-zero number of segments); nil otherwise.
     package init?(trusted path: String) {
-        let segments = path.split(separator: "/", omittingEmptySubsequences: false).map(String.init)
+        let segments = PathRules.splitAtSlashes(path)
         guard !segments.isEmpty, segments.count % 2 == 0 else { return nil }
         self.segments = segments
         self.joined = path

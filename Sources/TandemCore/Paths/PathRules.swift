@@ -6,17 +6,24 @@ public enum PathRules {
     /// The most segments a path may have.
     public static let maximumDepth = 100
 
+    /// Splits `text` at every `/` byte. Never at `Character`s: a `/` followed by a combining mark or
+    /// an emoji modifier is one `Character` with it, and a split by `Character` would keep it inside
+    /// a segment.
+    package static func splitAtSlashes(_ text: some StringProtocol) -> [String] {
+        text.utf8.split(separator: UInt8(ascii: "/"), omittingEmptySubsequences: false).map { String(decoding: $0, as: UTF8.self) }
+    }
+
     /// Splits and validates a slash-separated path. A single leading or trailing `/` is tolerated.
     static func segments(of path: String, kind: String) throws(TandemError) -> [String] {
         if let segments = validSegments(of: path) { return segments }
         // The path breaks a rule: the slow way finds which, and says so.
         var trimmed = Substring(path)
-        if trimmed.hasPrefix("/") { trimmed = trimmed.dropFirst() }
-        if trimmed.hasSuffix("/") { trimmed = trimmed.dropLast() }
+        if trimmed.utf8.first == UInt8(ascii: "/") { trimmed = Substring(trimmed.utf8.dropFirst()) }
+        if trimmed.utf8.last == UInt8(ascii: "/") { trimmed = Substring(trimmed.utf8.dropLast()) }
         guard !trimmed.isEmpty else {
             throw TandemError.invalidArgument("The \(kind) path '\(path)' is empty; write it as collection/id[/subcollection/id…].")
         }
-        let segments = trimmed.split(separator: "/", omittingEmptySubsequences: false).map(String.init)
+        let segments = splitAtSlashes(trimmed)
         try validate(segments, original: path, kind: kind)
         return segments
     }

@@ -94,6 +94,10 @@ extension Mutation {
                 }
                 kind = .merge(data, fields: fields)
             } else {
+                // Ignoring it would replace the whole body where the writer meant to write a few fields.
+                if object.has("mergeFields") {
+                    throw TandemError.invalidArgument("mergeFields of \(path) applies with \"merge\": true; add it to write only those fields, or drop mergeFields to replace the whole body.")
+                }
                 kind = .set(data)
             }
         case "update":

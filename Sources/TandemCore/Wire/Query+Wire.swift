@@ -27,6 +27,11 @@ extension Query {
         var operations: [Operation] = []
         for (index, entry) in entries.enumerated() {
             let object = try WireObject(entry, context: "query operation \(index + 1)")
+            // One operation an object: one that names two is refused, not read as either.
+            let named = Self.operationKeys.filter { object.has($0) }
+            if named.count > 1 {
+                throw TandemError.invalidArgument("Query operation \(index + 1) names \(named.joined(separator: " and ")); give each its own operation, one key each.")
+            }
             if object.has("where") {
                 let opText = try object.string("op")
                 guard let op = FilterOperator(rawValue: opText) else {
@@ -49,4 +54,7 @@ extension Query {
         self.init(operations: operations)
         _ = try CompiledQuery(self)
     }
+
+    /// The key that says which operation an object of a wire query is.
+    static let operationKeys = ["where", "orderBy", "limit", "limitToLast", "startAt", "startAfter", "endAt", "endBefore"]
 }

@@ -40,7 +40,7 @@ struct JSONErrorMiddleware: RouterMiddleware {
         case "/health", "/metrics", "/v1/changes": return ["GET", "HEAD", "OPTIONS"]
         case "/v1/query", "/v1/commit": return ["POST", "OPTIONS"]
         case "/v1/stream": return ["GET", "OPTIONS"]
-        case "/v1/collections", "/v1/groups": return ["GET", "HEAD", "OPTIONS"]
+        case "/v1/collections", "/v1/groups", "/v1/openapi.json": return ["GET", "HEAD", "OPTIONS"]
         default:
             if path == "/console" || path.hasPrefix("/console/") { return ["GET", "HEAD", "OPTIONS"] }
             if path.hasPrefix("/v1/documents/") { return ["GET", "HEAD", "PUT", "PATCH", "DELETE", "OPTIONS"] }
@@ -49,6 +49,6 @@ struct JSONErrorMiddleware: RouterMiddleware {
     }
 
     static func noRoute(_ path: String) -> TandemError {
-        TandemError(.notFound, "No endpoint at \(path). The API is under /v1: documents/{path}, query, commit, changes, collections, groups, stream; and /health, /metrics; the web console is at /console.")
+        TandemError(.notFound, "No endpoint at \(path). The API is under /v1: documents/{path}, query, commit, changes, collections, groups, stream, openapi.json (this API described); and /health, /metrics; the web console is at /console.")
     }
 }

@@ -39,6 +39,9 @@ struct HTTPAPI: Sendable {
                                               storeBytes: await service.store.storeSize())
             return Response(status: .ok, headers: [.contentType: "text/plain; version=0.0.4; charset=utf-8"], body: .init(byteBuffer: ByteBuffer(bytes: text)))
         }
+        router.get("/v1/openapi.json") { _, _ in
+            Self.json(OpenAPIDescription.document(limits: limits))
+        }
         router.get("/v1/stream") { _, _ in
             var response = Self.json(.object(["error": .object([
                 "code": .string(TandemError.Code.failedPrecondition.rawValue),
@@ -62,7 +65,7 @@ struct HTTPAPI: Sendable {
                 let asker = try self.caller(request, context)
                 let path = try Self.documentPath(context)
                 let body = try await Self.body(request, limits: limits)
-                let merge = request.uri.queryParameters.get("merge") == "true"
+                let merge = try Self.flag(request.uri.queryParameters.get("merge"), name: "merge") ?? false
                 let mutation = try Mutation(wire: .object(["op": "set", "path": .string(path.description), "data": body, "merge": .bool(merge)]), context: "the request body")
                 return try await commitOne(mutation.requiring(Self.precondition(request)), as: asker)
             }
@@ -177,8 +180,12 @@ struct HTTPAPI: Sendable {
 
     // MARK: Parsing
 
+    /// The document path after `/v1/documents/`. A `/` written `%2F` separates segments too (no
+    /// segment may hold one), as URL builders that encode a whole path write it.
     static func documentPath(_ context: CallerRequestContext) throws -> DocumentPath {
-        let segments = context.parameters.getCatchAll().map { String($0).removingPercentEncoding ?? String($0) }
+        let segments = context.parameters.getCatchAll().flatMap { raw in
+            PathRules.splitAtSlashes(String(raw).removingPercentEncoding ?? String(raw))
+        }
         return try DocumentPath(segments: segments)
     }
 
@@ -198,15 +205,21 @@ struct HTTPAPI: Sendable {
 
     static func precondition(_ request: Request) throws -> Mutation.Precondition? {
         let parameters = request.uri.queryParameters
-        if let exists = parameters.get("exists") {
-            guard exists == "true" || exists == "false" else { throw TandemError.invalidArgument("exists must be true or false, got '\(exists)'.") }
-            return .exists(exists == "true")
+        if let exists = try flag(parameters.get("exists"), name: "exists") {
+            return .exists(exists)
         }
         if let version = try integer(parameters.get("version"), name: "version") {
             guard version >= 0 else { throw TandemError.invalidArgument("version must be 0 or more.") }
             return .version(Version(UInt64(version)))
         }
         return nil
+    }
+
+    /// A query parameter that is `true` or `false`; nil when absent.
+    static func flag(_ text: String?, name: String) throws(TandemError) -> Bool? {
+        guard let text else { return nil }
+        guard text == "true" || text == "false" else { throw TandemError.invalidArgument("\(name) must be true or false, got '\(text)'.") }
+        return text == "true"
     }
 
     static func integer(_ text: String?, name: String) throws -> Int? {

@@ -10,11 +10,12 @@ public enum CollectionListing {
 
     /// The id of `collection` when it lies directly under the parent whose ``prefix(of:)`` is
     /// `prefix`; nil otherwise.
+    /// Compared byte by byte, not by `Character`s (a `/` and a combining mark after it are one).
     public static func directChild(_ collection: some StringProtocol, prefix: String) -> String? {
-        guard collection.hasPrefix(prefix) else { return nil }
-        let rest = collection.dropFirst(prefix.count)
-        guard !rest.isEmpty, !rest.contains("/") else { return nil }
-        return String(rest)
+        guard collection.utf8.starts(with: prefix.utf8) else { return nil }
+        let rest = collection.utf8.dropFirst(prefix.utf8.count)
+        guard !rest.isEmpty, !rest.contains(UInt8(ascii: "/")) else { return nil }
+        return String(decoding: rest, as: UTF8.self)
     }
 
     /// `ids` without repeats, in the order of their UTF-8 bytes.

@@ -40,7 +40,7 @@ struct QueryOptions: ParsableArguments {
             }
             return .collectionGroup(path, try query())
         }
-        let segments = path.split(separator: "/", omittingEmptySubsequences: false)
+        let segments = PathRules.splitAtSlashes(path)
         if allowDocument && segments.count % 2 == 0 {
             guard filters.isEmpty, orders.isEmpty, limit == nil else {
                 throw TandemError.invalidArgument("\(path) is a document; --where, --order-by and --limit apply to collections.")

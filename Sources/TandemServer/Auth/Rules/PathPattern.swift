@@ -35,7 +35,7 @@ struct PathPattern: Sendable, CustomStringConvertible {
         var segments: [Segment] = []
         var names: [String] = []
         var offset = 0
-        let parts = text.split(separator: "/", omittingEmptySubsequences: false)
+        let parts = PathRules.splitAtSlashes(text)
         for (index, part) in parts.enumerated() {
             defer { offset += part.unicodeScalars.count + 1 }
             if part.isEmpty {
