@@ -226,6 +226,9 @@ struct HTTPHardeningTests {
     func connectionCap() async throws {
         var configuration = Self.configuration
         configuration.maximumConnections = 2
+        // The first connection stays open, idle, until the test closes it: beside the whole suite
+        // on two cores the round trips below have taken over 30 s.
+        configuration.idleTimeout = .seconds(600)
         let server = try await LiveServer.start(store: MemoryServerStore(clock: ManualClock()), configuration: configuration)
         let first = try await RawConnection.open(port: server.port)
         let second = try await RawConnection.open(port: server.port)
