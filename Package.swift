@@ -44,6 +44,8 @@ let package = Package(
         // Metrics: swift-metrics' API, kept and written in Prometheus' text format.
         .package(url: "https://github.com/apple/swift-metrics.git", from: "2.13.0"),
         .package(url: "https://github.com/swift-server/swift-prometheus.git", from: "2.4.1"),
+        // `swift package generate-documentation`: the DocC catalogs. The URL OpenAPIKit names too.
+        .package(url: "https://github.com/apple/swift-docc-plugin", from: "1.5.0"),
         // Tests check the HTTP API's OpenAPI description is valid OpenAPI 3.1 (no external loading).
         .package(url: "https://github.com/mattpolzin/OpenAPIKit.git", from: "6.4.0", traits: []),
     ],

@@ -1,7 +1,12 @@
 /// A path to a field inside a document: `address.city` is the `city` field of the `address` map.
 ///
-/// A key that itself contains a dot (or a backtick) is quoted with backticks: `` `a.b`.c `` is the
-/// field `c` inside the field named `a.b`. Inside backticks, `\` escapes the next character.
+/// A key that itself contains a dot (or a backtick) is quoted with backticks; inside them, `\`
+/// escapes the next character. This is the field `c` inside the field named `a.b`:
+///
+/// ```
+/// `a.b`.c
+/// ```
+///
 /// Or build the path from its segments: `FieldPath(["a.b", "c"])`.
 public struct FieldPath: Sendable, Hashable, Codable, CustomStringConvertible, ExpressibleByStringLiteral {
     /// The keys from the top of the document down.
@@ -21,7 +26,8 @@ public struct FieldPath: Sendable, Hashable, Codable, CustomStringConvertible, E
         self.invalidLiteral = nil
     }
 
-    /// Parses a dotted path such as `address.city` or `` `a.b`.c ``.
+    /// Parses a dotted path such as `address.city`, with keys that hold a dot in backticks (see
+    /// ``FieldPath``).
     public init(dotted: String) throws(TandemError) {
         try self.init(Self.parse(dotted))
     }

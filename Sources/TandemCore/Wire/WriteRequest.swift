@@ -1,4 +1,5 @@
-/// One write request among several sent together (``RemoteCollectionService/commit(requests:)``):
+/// One write request among several sent together (`RemoteCollectionService.commit(requests:)` in
+/// `Tandem`):
 /// its mutations, applied all together or decided one by one.
 public struct WriteRequest: Sendable, Hashable {
     public var mutations: [Mutation]
