@@ -33,7 +33,7 @@ public struct ServerLimits: Sendable, Hashable {
     public var maximumConnectionsPerAddress = 1_000
     /// How deep arrays and objects may nest in a request or message, the envelope included; deeper
     /// is refused with `invalid-argument` before anything of it is used. Default 64; at most
-    /// ``JSONText/maximumDepth`` (256), which the parser never exceeds.
+    /// `JSONText.maximumDepth` (256), which the parser never exceeds.
     public var maximumJSONDepth = 64
 
     /// The most listeners one connection may run at once. Default 1,000.

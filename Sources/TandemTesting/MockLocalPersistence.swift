@@ -3,7 +3,7 @@ import Synchronization
 import Tandem
 import TandemCore
 
-/// An in-memory ``LocalDocumentPersistence`` for previews and tests.
+/// An in-memory `LocalDocumentPersistence` for previews and tests.
 ///
 /// ```swift
 /// let persistence = MockLocalDocumentPersistence(document: UserModel.mocks[0], collectionPath: "users")
@@ -52,7 +52,7 @@ public final class MockLocalDocumentPersistence: LocalDocumentPersistence {
     }
 }
 
-/// An in-memory ``LocalCollectionPersistence`` for previews and tests.
+/// An in-memory `LocalCollectionPersistence` for previews and tests.
 ///
 /// ```swift
 /// let persistence = MockLocalCollectionPersistence(collection: Product.mocks, collectionPath: "products")

@@ -10,7 +10,7 @@ func mockDocuments<T: SyncModel>(_ models: [T], in collection: String) -> [Docum
     }
 }
 
-/// A ``RemoteCollectionService`` over a ``MockServer``: a `TandemRemoteCollectionService` on the
+/// A `RemoteCollectionService` over a ``MockServer``: a `TandemRemoteCollectionService` on the
 /// mock's in-process client, so writes, listeners and faults behave as against a real server.
 ///
 /// ```swift
@@ -53,7 +53,7 @@ public final class MockRemoteCollectionService: RemoteCollectionService, Reachab
     }
 }
 
-/// A ``RemoteDocumentService`` over a ``MockServer``.
+/// A `RemoteDocumentService` over a ``MockServer``.
 public final class MockRemoteDocumentService: RemoteDocumentService, ReachabilityReporting, MockServerBacked {
     public let store: MockServer
     private let remote: TandemRemoteDocumentService
@@ -80,7 +80,7 @@ public final class MockRemoteDocumentService: RemoteDocumentService, Reachabilit
     }
 }
 
-/// A read-only ``RemoteCollectionGroupService`` over a ``MockServer``.
+/// A read-only `RemoteCollectionGroupService` over a ``MockServer``.
 public final class MockRemoteCollectionGroupService: RemoteCollectionGroupService, ReachabilityReporting {
     public let store: MockServer
     private let remote: TandemRemoteCollectionGroupService

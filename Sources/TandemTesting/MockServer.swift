@@ -6,7 +6,7 @@ import TandemServer
 
 /// A Tandem server in memory for previews and tests, with the real semantics, and a client
 /// connected to it in process: the mock remotes are thin wrappers over that client. The store is a
-/// ``MemoryServerStore`` (versions per commit, exactly-once by `MutationID`, resume from a
+/// `MemoryServerStore` (versions per commit, exactly-once by `MutationID`, resume from a
 /// version), behind the server's real sessions and fan-out. Faults are injected in the connection,
 /// where a network would cause them.
 ///

@@ -1,7 +1,7 @@
 import Synchronization
 import Tandem
 
-/// A ``DataSyncLogger`` that keeps every event, for tests to assert on.
+/// A `DataSyncLogger` that keeps every event, for tests to assert on.
 public final class RecordingDataSyncLogger: DataSyncLogger {
     private let recorded = Locked<[DataSyncLogEvent]>([])
 

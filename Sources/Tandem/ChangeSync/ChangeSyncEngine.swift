@@ -22,7 +22,7 @@ import TandemCore
 /// - Token: a version of the zone's change feed. Change tag: each record's version, which a
 ///   modification is sent against (a record changed meanwhile on the server is a conflict).
 ///
-/// Operations run one at a time (``ChangeSyncStateMachine`` decides which, and when): make the
+/// Operations run one at a time (a pure state machine decides which, and when): make the
 /// zone, subscribe, send (batches of at most 400 records and 2 MB), fetch (pages, following
 /// `hasMore`). Failures that may pass are retried with a backoff (or after the server's
 /// `retryAfter`); after `maxRetries`, or an error no retry changes, the engine halts and tells its
@@ -134,6 +134,8 @@ public final class ChangeSyncEngine: Observable, Sendable {
     private let sendLane: AsyncStream<SendJob>.Continuation
 
     /// - Parameters:
+    ///   - client: the connection to the server the zone lives on.
+    ///   - configuration: the zone, batch sizes, retries and encryption.
     ///   - state: what the app stored of the last engine's ``state`` (nil the first time).
     public init(client: TandemClient, configuration: Configuration = Configuration(), state: State? = nil) throws {
         guard RecordFields.isValidID(configuration.zoneName) else {

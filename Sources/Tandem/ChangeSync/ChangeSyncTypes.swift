@@ -32,7 +32,7 @@ public struct FailedRecord: Sendable {
     public let recordID: String
     /// The mutation of a failed send (nil for a fetch).
     public let mutationID: MutationID?
-    /// A ``TandemError`` from the server, or a ``RecordEncryptionError``.
+    /// A `TandemError` from the server, or a ``RecordEncryptionError``.
     public let error: any Error
 }
 

@@ -13,7 +13,7 @@ enum ConnectionCommand: Sendable {
 
 extension TandemClient {
     /// Keeps the connection up until the task is cancelled or the service group shuts down. The
-    /// decisions are ``ConnectionStateMachine``'s; this loop runs the sockets and sleeps it asks for.
+    /// decisions are a pure state machine's; this loop runs the sockets and sleeps it asks for.
     public func run() async throws {
         let first = state.withLock { state -> Bool in
             guard !state.running, !state.machine.isStopped else { return false }

@@ -120,7 +120,9 @@ public final class TandemClient: Service, Sendable, Observable {
     /// Tells observers of ``status`` (SwiftUI, `withObservationTracking`) when it changes.
     let registrar = ObservationRegistrar()
 
-    /// - Parameter url: the server's base URL (`http://` or `ws://`, with host and port).
+    /// - Parameters:
+    ///   - url: the server's base URL (`http://` or `ws://`, with host and port).
+    ///   - configuration: the client id, storage, tokens, heartbeats, reconnection and metrics.
     public convenience init(url: URL, configuration: TandemClientConfiguration = TandemClientConfiguration()) {
         var components = URLComponents(url: url, resolvingAgainstBaseURL: false) ?? URLComponents()
         components.scheme = (components.scheme == "https" || components.scheme == "wss") ? "wss" : "ws"

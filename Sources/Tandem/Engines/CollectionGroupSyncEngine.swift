@@ -28,7 +28,11 @@ public final class CollectionGroupSyncEngine<T: SyncModel>: Sendable, RegistrarO
     }
 
     /// - Parameters:
+    ///   - remote: the server side.
+    ///   - managerKey: names this engine's cache and analytics events.
     ///   - enableLocalPersistence: keep the cache in SQLite across launches (default).
+    ///   - logger: receives `{managerKey}_{event}` analytics events.
+    ///   - changeDelivery: where observers hear of changes (``ChangeDelivery``).
     public convenience init(remote: any RemoteCollectionGroupService, managerKey: String, enableLocalPersistence: Bool = true, logger: (any DataSyncLogger)? = nil, changeDelivery: ChangeDelivery = .automatic) {
         var persistence: (any LocalCollectionPersistence)?
         var openError: (any Error)?

@@ -41,6 +41,7 @@ public final class CollectionSyncEngine<T: SyncModel>: Sendable, RegistrarObserv
     ///   - enableLocalPersistence: keep the cache and outbox in SQLite across launches (default); when
     ///     false they live in memory only.
     ///   - logger: receives `{managerKey}_{event}` analytics events.
+    ///   - changeDelivery: where observers hear of changes (``ChangeDelivery``).
     public convenience init(remote: any RemoteCollectionService, managerKey: String, enableLocalPersistence: Bool = true, logger: (any DataSyncLogger)? = nil, changeDelivery: ChangeDelivery = .automatic) {
         var persistence: (any LocalCollectionPersistence)?
         var openError: (any Error)?

@@ -34,6 +34,8 @@ public final class DocumentSyncEngine<T: SyncModel>: Sendable {
     ///   - managerKey: names this engine's saved state and analytics events.
     ///   - enableLocalPersistence: keep the document, its id and the outbox in a file across launches
     ///     (default); when false they live in memory only.
+    ///   - logger: receives `{managerKey}_{event}` analytics events.
+    ///   - changeDelivery: where observers hear of changes (``ChangeDelivery``).
     public convenience init(remote: any RemoteDocumentService, managerKey: String, enableLocalPersistence: Bool = true, logger: (any DataSyncLogger)? = nil, changeDelivery: ChangeDelivery = .automatic) {
         self.init(remote: remote, managerKey: managerKey,
                   persistence: enableLocalPersistence ? FileDocumentPersistence(managerKey: managerKey) : nil, logger: logger,

@@ -49,7 +49,7 @@ public struct WriteBatch<T: SyncModel> {
     }
 }
 
-/// The mutations of one atomic request to ``TandemClient/commit(_:)-(([Mutation])``, built in
+/// The mutations of one atomic request to `TandemClient.commit(_:)`, built in
 /// ``TandemClient/commit(batch:)``.
 ///
 /// ```swift

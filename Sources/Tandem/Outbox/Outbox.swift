@@ -9,7 +9,7 @@ import TandemCore
 /// an update or a set, a merge after a merge; a delete supersedes), keeping the older entry's id
 /// and place, so sequence numbers stay in queue order and order across documents is kept.
 public struct Outbox: Sendable, Hashable, Codable {
-    /// This outbox's client id: the first half of every ``MutationID`` it issues.
+    /// This outbox's client id: the first half of every `MutationID` it issues.
     public let clientID: String
     /// The writes, oldest first. A slice, so that taking the oldest off (every acknowledgement)
     /// costs nothing however long the queue is.

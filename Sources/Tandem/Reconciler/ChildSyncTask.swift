@@ -41,6 +41,8 @@ public struct ChildSyncTask<ParentDTO: RemoteStampedDTO, Parent: SyncableModel, 
     ///     child whose stored parent key differs (it moved) and whose stamp is the same is written
     ///     too. An older stamp changes nothing, its parent included.
     ///   - deletionPolicy: what becomes of a listed parent's children its DTO no longer lists.
+    ///   - requireNonEmptyChildSlice: an empty child list keeps that parent's children, as a payload
+    ///     that left them out (default); false deletes them by `deletionPolicy`.
     ///   - children: the child's own child tasks (children of children).
     public init(
         _ name: String = Child.databaseTableName,

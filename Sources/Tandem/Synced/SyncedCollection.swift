@@ -59,7 +59,7 @@ public struct CollectionConfiguration<Value: DocumentIdentifiable>: Sendable {
 /// ```
 ///
 /// An edit is diffed against the value before it, element by element, by `clientId`, never against
-/// a read of the server (see ``SyncedEdits``): a new element gets its `documentId` at once and is
+/// a read of the server: a new element gets its `documentId` at once and is
 /// created; a changed one is merged, exactly the field paths that changed; a removed one is deleted;
 /// a document another client added is never deleted; moving elements writes nothing. The writes of
 /// one edit form one atomic batch, queued in the order the edits were made, durable across a
@@ -85,6 +85,8 @@ public final class SyncedCollection<Value: DocumentIdentifiable>: Observable, Se
     ///   - persistence: where the cache and the outbox are kept (nil: memory only).
     ///   - managerKey: names the engine's cache, outbox and analytics events. Default: from the path
     ///     and query, so handles of other collections never share a cache.
+    ///   - logger: receives `{managerKey}_{event}` analytics events.
+    ///   - changeDelivery: where observers hear of changes (``ChangeDelivery``).
     public init(_ configuration: CollectionConfiguration<Value>, remote: any RemoteCollectionService,
                 persistence: (any LocalCollectionPersistence)? = nil, managerKey: String? = nil, logger: (any DataSyncLogger)? = nil,
                 changeDelivery: ChangeDelivery = .automatic) {

@@ -59,9 +59,15 @@ public final class SyncedDocument<Value: DocumentIdentifiable>: Observable, Send
     private let shared: any AnyObject & Sendable
 
     /// - Parameters:
+    ///   - configuration: the document, and its testing value.
     ///   - defaultValue: the value while the document does not exist (its `documentId` is the
     ///     configuration's).
+    ///   - remote: the server side (``TandemRemoteDocumentService`` or a mock).
     ///   - persistence: where the cached document and the outbox are kept (nil: memory only).
+    ///   - managerKey: names the engine's saved state and analytics events. Default: from the
+    ///     document's path.
+    ///   - logger: receives `{managerKey}_{event}` analytics events.
+    ///   - changeDelivery: where observers hear of changes (``ChangeDelivery``).
     public init(_ configuration: DocumentConfiguration<Value>, default defaultValue: Value, remote: any RemoteDocumentService,
                 persistence: (any LocalDocumentPersistence)? = nil, managerKey: String? = nil, logger: (any DataSyncLogger)? = nil,
                 changeDelivery: ChangeDelivery = .automatic) {

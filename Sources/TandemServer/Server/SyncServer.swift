@@ -27,8 +27,11 @@ public struct SyncServer: Service {
     public let metrics = ServerMetrics()
     private let onListening: @Sendable (_ host: String, _ port: Int) async -> Void
 
-    /// - Parameter onListening: called once the server accepts connections, with the bound port
-    ///   (useful with port 0).
+    /// - Parameters:
+    ///   - store: where the data is kept; the server runs it as part of itself.
+    ///   - configuration: the address, limits, access control, TLS and the rest.
+    ///   - onListening: called once the server accepts connections, with the bound port (useful
+    ///     with port 0).
     public init(store: any ServerStore, configuration: SyncServerConfiguration = SyncServerConfiguration(),
                 onListening: @escaping @Sendable (_ host: String, _ port: Int) async -> Void = { _, _ in }) {
         self.store = store

@@ -6,7 +6,7 @@ import TandemCore
 ///
 /// A store checks each request first with ``check(_:limits:)`` (no transaction needed, so it runs
 /// before the request queues for the writer), then decides the checked requests one by one in its
-/// write transaction with ``decide(_:in:version:committed:)``.
+/// write transaction with ``decide(_:in:version:committed:clientID:)``.
 ///
 /// The rules, for a request's mutations:
 /// 1. A mutation without an id is new. One whose id is above its client's newest recorded sequence

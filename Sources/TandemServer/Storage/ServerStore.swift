@@ -20,9 +20,9 @@ import TandemCore
 ///    no new version.
 /// 2. **Atomic requests.** A request's new mutations apply together or not at all. A refused
 ///    request writes nothing but the records of its refusal.
-/// 3. **Exactly once.** A mutation carrying a ``MutationID`` is decided once — applied, or refused
+/// 3. **Exactly once.** A mutation carrying a `MutationID` is decided once — applied, or refused
 ///    for good — and the decision is recorded in the same transaction as its writes, with the
-///    mutation's ``Mutation/contentDigest``. A later request carrying the id is answered with the
+///    mutation's `Mutation.contentDigest`. A later request carrying the id is answered with the
 ///    recorded decision (`replayed`, or `refused` with the same error), never applied again; with
 ///    another digest it is refused (the id was reused for another write). A record removed by
 ///    pruning is answered `unknown`. An id below the newest decided sequence of its client that was
@@ -30,7 +30,7 @@ import TandemCore
 ///    belongs to the connection client that first wrote under it, for good; a request from another
 ///    client using it fails with `permission-denied`. ``CommitPlanner`` implements all of this
 ///    over a ``StoreTransaction``: use it rather than writing these rules again.
-/// 4. **In order.** The requests of one ``commit(_:limits:)`` call are decided in order. If one
+/// 4. **In order.** The requests of one ``commit(_:limits:clientID:authorizer:)`` call are decided in order. If one
 ///    fails with a transient error (`unavailable`: the database could not commit), no later
 ///    request of the call is applied: they fail too.
 /// 5. **Durable, then visible, then answered.** A commit is durable before it is visible to reads

@@ -59,7 +59,7 @@ extension StoreTransaction {
 public struct MutationRecord: Sendable, Hashable {
     /// The answer first given: status `applied` or `refused`.
     public var acknowledgement: WriteAcknowledgement
-    /// The ``Mutation/contentDigest`` of the mutation decided; nil in records kept from before
+    /// The `Mutation.contentDigest` of the mutation decided; nil in records kept from before
     /// digests were stored (they are taken on trust).
     public var digest: UInt64?
     /// When it was decided, for pruning.

@@ -3,7 +3,7 @@ import Synchronization
 import TandemCore
 import TandemServer
 
-/// The checks every ``ServerStore`` must pass: the contract written on the protocol, run as code.
+/// The checks every `ServerStore` must pass: the contract written on the protocol, run as code.
 /// Each check takes a fresh store from a ``Subject`` and throws a ``ConformanceFailure`` saying what
 /// broke. Run them from your tests, one test case per check:
 ///
