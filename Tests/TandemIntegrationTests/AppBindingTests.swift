@@ -8,7 +8,7 @@ import TandemTesting
 
 /// What a SwiftUI app binds to without bridging code: the client's observable status, snapshots
 /// that cannot fail, dismissable refusals, group documents identified by path, options in one value.
-@Suite("App binding", .timeLimit(.minutes(1)))
+@Suite("App binding", .timeLimit(.minutes(5)))
 struct AppBindingTests {
     @Test("TandemClient.status is observable: connected, then offline when taken offline, then connected again, and says who is signed in")
     func clientStatus() async throws {

@@ -10,7 +10,7 @@ import TandemTesting
 
 /// A server started with an auth secret: bearer tokens over HTTP and in the WebSocket hello, the
 /// default policy (each user reaches `users/{uid}` and below), and client ids bound to users.
-@Suite("Authentication", .timeLimit(.minutes(1)))
+@Suite("Authentication", .timeLimit(.minutes(5)))
 struct AuthenticationTests {
     static let secret = "the-test-secret-that-is-long-enough"
     /// The server's wall clock, moved by the tests.

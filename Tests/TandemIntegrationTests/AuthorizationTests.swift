@@ -12,7 +12,7 @@ import TandemTesting
 /// before and after, document listeners stopped when their document stops satisfying them).
 // Two minutes: alone the matrix takes under a second, but beside the whole suite on two cores it
 // has taken 50–75 s, and the limit is a guard against a hang, not a measure of speed.
-@Suite("Authorization", .timeLimit(.minutes(2)))
+@Suite("Authorization", .timeLimit(.minutes(5)))
 struct AuthorizationTests {
     static let secret = "the-authorization-secret-long-enough"
     static let rules = """

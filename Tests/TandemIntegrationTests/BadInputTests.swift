@@ -333,7 +333,7 @@ struct BadInputTests {
     }
 }
 
-@Suite("Slow consumers", .timeLimit(.minutes(2)))
+@Suite("Slow consumers", .timeLimit(.minutes(5)))
 struct SlowConsumerTests {
     @Test("a client that stops reading is disconnected instead of buffered without bound")
     func slowConsumer() async throws {

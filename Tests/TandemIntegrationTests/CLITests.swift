@@ -218,7 +218,7 @@ struct CLITests {
         #expect(result.lines.last?.hasPrefix("ok: A, B and the server agree") == true)
     }
 
-    @Test("a server killed with SIGKILL and restarted still has every acknowledged write", .timeLimit(.minutes(3)))
+    @Test("a server killed with SIGKILL and restarted still has every acknowledged write", .timeLimit(.minutes(5)))
     func sigkill() async throws {
         let directory = TemporaryDirectory()
         var (server, url) = try await Self.serve(directory.url)

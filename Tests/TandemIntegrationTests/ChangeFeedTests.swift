@@ -10,7 +10,7 @@ import TandemTesting
 
 /// One collection's change feed, page by page: the `fetch` request over the WebSocket and
 /// `/v1/changes?collection=` over HTTP, on the real server.
-@Suite("Change feed pages", .timeLimit(.minutes(1)))
+@Suite("Change feed pages", .timeLimit(.minutes(5)))
 struct ChangeFeedTests {
     @Test("a collection's feed comes in pages of whole commits, oldest first, its own documents alone; each page's version is the next page's since; past the newest version is out of range")
     func pages() async throws {
@@ -69,7 +69,7 @@ struct ChangeFeedTests {
 
 /// A write refused because a document's version or existence did not hold is answered with the
 /// document as it is, to a caller who may read it.
-@Suite("Refusals that carry the document", .timeLimit(.minutes(1)))
+@Suite("Refusals that carry the document", .timeLimit(.minutes(5)))
 struct PreconditionRefusalTests {
     @Test("of independent writes, the one whose version did not hold is refused with the document as it is now; the others apply; its replay carries no document")
     func refusedWithTheDocument() async throws {

@@ -9,7 +9,7 @@ import TandemTesting
 
 /// The change-sync engine end to end, on the real server with signed-in users: devices that each
 /// keep their own records converge through it.
-@Suite("Change sync engine", .timeLimit(.minutes(2)))
+@Suite("Change sync engine", .timeLimit(.minutes(5)))
 struct ChangeSyncEngineTests {
     let now = AuthenticationTests.WallClock()
     static let key = SymmetricKey(size: .bits256)

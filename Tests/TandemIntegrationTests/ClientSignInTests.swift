@@ -8,7 +8,7 @@ import TandemTesting
 
 /// A `TandemClient` with a token provider, on a server with a secret: fresh tokens when the server
 /// says one expired, and engines that follow who is signed in.
-@Suite("Client sign-in", .timeLimit(.minutes(1)))
+@Suite("Client sign-in", .timeLimit(.minutes(5)))
 struct ClientSignInTests {
     let now = AuthenticationTests.WallClock()
 

@@ -8,7 +8,7 @@ import TandemCore
 import TandemTesting
 
 /// The client's connection lifecycle on a manual clock: heartbeats, dead connections, backoff.
-@Suite("Client connection", .timeLimit(.minutes(1)))
+@Suite("Client connection", .timeLimit(.minutes(5)))
 struct ConnectionTests {
     /// A WebSocket server that accepts `/v1/stream` and never says a word.
     static func silentServer() async throws -> (port: Int, task: Task<Void, any Error>) {

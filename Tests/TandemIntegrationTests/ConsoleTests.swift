@@ -7,7 +7,7 @@ import TandemCore
 ///
 /// With `TANDEM_CONSOLE_SCREENSHOTS=DIR` the tests also write a screenshot of each page there
 /// (the README's, in `docs/`, come from it).
-@Suite("Console", .serialized, .enabled(if: Browser.runs, "No Chromium here: install Debian's chromium package to run the console's browser tests"), .timeLimit(.minutes(3)))
+@Suite("Console", .serialized, .enabled(if: Browser.runs, "No Chromium here: install Debian's chromium package to run the console's browser tests"), .timeLimit(.minutes(5)))
 struct ConsoleTests {
     static let screenshots = ProcessInfo.processInfo.environment["TANDEM_CONSOLE_SCREENSHOTS"].map { URL(filePath: $0) }
 

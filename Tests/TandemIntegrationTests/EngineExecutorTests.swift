@@ -10,7 +10,7 @@ import TandemTesting
 /// An engine's disk work runs on its own executor: while one engine is stuck writing a large
 /// snapshot, the connection it shares with other engines keeps being read, and an app's calls
 /// return at once.
-@Suite("Engine executor", .timeLimit(.minutes(1)))
+@Suite("Engine executor", .timeLimit(.minutes(5)))
 struct EngineExecutorTests {
     /// A collection persistence whose write of a large batch blocks until released, telling when
     /// it started.

@@ -6,7 +6,7 @@ import TandemServer
 import TandemTesting
 
 /// Engines over a server in this process: the real client, sessions, fan-out and store, no port.
-@Suite("In-process server", .timeLimit(.minutes(1)))
+@Suite("In-process server", .timeLimit(.minutes(5)))
 struct InProcessTests {
     final class Running: Sendable {
         let client: TandemClient

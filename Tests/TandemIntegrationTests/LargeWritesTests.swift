@@ -7,7 +7,7 @@ import TandemTesting
 
 /// Writes whose messages would be larger than the server takes: the engine's windows are bounded by
 /// bytes, so a large queue drains in order; a message over the limit is still answered, by its id.
-@Suite("Large writes", .timeLimit(.minutes(2)))
+@Suite("Large writes", .timeLimit(.minutes(5)))
 struct LargeWritesTests {
     @Test("an outbox of 400 writes of 40 KB (16 MB) drains once online: no window is over the server's message limit, none refused")
     func largeOutboxDrains() async throws {

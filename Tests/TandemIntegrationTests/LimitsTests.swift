@@ -11,7 +11,7 @@ import TandemTesting
 
 /// The per-user and per-connection limits of `ServerLimits`: past each, a typed error, nothing
 /// written, other users unaffected.
-@Suite("Limits", .timeLimit(.minutes(1)))
+@Suite("Limits", .timeLimit(.minutes(5)))
 struct LimitsTests {
     let now = AuthenticationTests.WallClock()
 

@@ -10,7 +10,7 @@ import TandemTesting
 struct LivePipelineTests {
     func id(_ client: String, _ sequence: UInt64) -> MutationID { MutationID(clientID: client, sequence: sequence) }
 
-    @Test("a write decided one by one: a refused mutation takes no other with it, and a resend is answered as first decided", .timeLimit(.minutes(1)))
+    @Test("a write decided one by one: a refused mutation takes no other with it, and a resend is answered as first decided", .timeLimit(.minutes(5)))
     func writeEach() async throws {
         let server = try await LiveServer.start()
         let stream = RawStream(port: server.port)
@@ -55,7 +55,7 @@ struct LivePipelineTests {
 
     @Test(
         "property: queued writes sent in pipelined windows, the connection dropped at a random point, are each applied exactly once",
-        .timeLimit(.minutes(3))
+        .timeLimit(.minutes(5))
     )
     func dropsAnywhere() async throws {
         let server = try await LiveServer.start()

@@ -11,7 +11,7 @@ import TandemTesting
 struct LiveQueryViewTests {
     @Test(
         "property: once its writes are acknowledged, an engine's view equals the server's answer to its query",
-        .timeLimit(.minutes(2))
+        .timeLimit(.minutes(5))
     )
     func viewIsTheServersAnswer() async throws {
         let server = try await LiveServer.start()
@@ -100,7 +100,7 @@ func until<T>(_ engine: CollectionSyncEngine<T>, _ condition: @escaping () -> Bo
 
 @Suite("Batches against the real server")
 struct LiveBatchTests {
-    @Test("an engine's batch and a client's batch each commit as one request: all their documents share one version", .timeLimit(.minutes(1)))
+    @Test("an engine's batch and a client's batch each commit as one request: all their documents share one version", .timeLimit(.minutes(5)))
     func oneRequestEach() async throws {
         let server = try await LiveServer.start()
         let client = RunningClient(server, id: "batches")

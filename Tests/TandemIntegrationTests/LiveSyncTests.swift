@@ -7,7 +7,7 @@ import TandemServer
 import TandemTesting
 
 /// Engines and clients against a real server on 127.0.0.1, over real WebSockets.
-@Suite("Live sync over the real server", .timeLimit(.minutes(2)))
+@Suite("Live sync over the real server", .timeLimit(.minutes(5)))
 struct LiveSyncTests {
     let notes = collectionPath("notes")
 
@@ -405,7 +405,7 @@ struct ResumeTests {
     }
 }
 
-@Suite("Shared delivery", .timeLimit(.minutes(1)))
+@Suite("Shared delivery", .timeLimit(.minutes(5)))
 struct SharedDeliveryTests {
     @Test("listeners of one connection that get the same commit share one message, and each sees it once")
     func sharedDelivery() async throws {
@@ -444,7 +444,7 @@ struct SharedDeliveryTests {
 /// What an engine dropped without `stopListening()` leaves on a real server.
 @Suite("Engine lifecycle against the real server")
 struct LiveLifecycleTests {
-    @Test("an engine dropped without stopListening: the server sees its listener leave", .timeLimit(.minutes(1)))
+    @Test("an engine dropped without stopListening: the server sees its listener leave", .timeLimit(.minutes(5)))
     func droppedEngineLeaves() async throws {
         let server = try await LiveServer.start()
         let running = RunningClient(server, id: "dropping")
@@ -466,7 +466,7 @@ struct LiveLifecycleTests {
         await server.stop()
     }
 
-    @Test("streams start their listener when iterated, not when made, and stop when the iterator goes", .timeLimit(.minutes(1)))
+    @Test("streams start their listener when iterated, not when made, and stop when the iterator goes", .timeLimit(.minutes(5)))
     func streamsStartOnIteration() async throws {
         let server = try await LiveServer.start()
         let running = RunningClient(server, id: "streams")

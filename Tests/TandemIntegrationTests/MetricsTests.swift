@@ -12,7 +12,7 @@ import TandemServer
 import TandemTesting
 
 /// `GET /metrics` after known traffic, over HTTP and the stream: the counts are exact.
-@Suite("Metrics", .timeLimit(.minutes(2)))
+@Suite("Metrics", .timeLimit(.minutes(5)))
 struct MetricsTests {
     /// The samples of a scrape, by name and labels as written (`tandem_commits_total{outcome="committed"}`).
     static func scrape(_ server: LiveServer) async throws -> [String: Double] {
@@ -154,7 +154,7 @@ struct MetricsTests {
 }
 
 /// The client's metrics, through swift-metrics' test factory.
-@Suite("Client metrics", .timeLimit(.minutes(1)))
+@Suite("Client metrics", .timeLimit(.minutes(5)))
 struct ClientMetricsTests {
     @Test("the client reports each reconnection, each engine's outbox depth and the writes refused to it by code; a client without metrics gives its engines none")
     func clientMetrics() async throws {

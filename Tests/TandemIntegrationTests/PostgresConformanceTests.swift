@@ -8,7 +8,7 @@ import TandemTesting
 
 /// The one conformance suite, unchanged, against the PostgreSQL store: each check on a new
 /// database of one private cluster.
-@Suite("PostgreSQL store conformance", .postgresCluster, .serialized, .timeLimit(.minutes(2)),
+@Suite("PostgreSQL store conformance", .postgresCluster, .serialized, .timeLimit(.minutes(5)),
        .enabled(if: PostgresClusterTrait.runs, Comment(rawValue: PostgresCluster.unavailableReason ?? "")))
 struct PostgresConformanceTests {
     static let subject = ServerStoreConformance.Subject(name: "PostgreSQL") {
@@ -16,6 +16,8 @@ struct PostgresConformanceTests {
         let configuration = {
             var configuration = PostgresServerStoreConfiguration()
             configuration.maximumConnections = 4
+            // A loaded machine can take seconds to start a backend: the wait is a hang guard.
+            configuration.connectionWait = .seconds(60)
             configuration.logger.logLevel = .critical
             return configuration
         }()

@@ -13,10 +13,10 @@ import TandemTesting
 
 /// Several nodes on one PostgreSQL database: each a `PostgresServerStore` over it, as each
 /// `tandem serve --postgres` process holds one.
-@Suite("PostgreSQL nodes", .postgresCluster, .serialized, .timeLimit(.minutes(2)),
+@Suite("PostgreSQL nodes", .postgresCluster, .serialized, .timeLimit(.minutes(5)),
        .enabled(if: PostgresClusterTrait.runs, Comment(rawValue: PostgresCluster.unavailableReason ?? "")))
 struct PostgresNodesTests {
-    static func open(_ url: String, clock: (any Clock<Duration>)? = nil, connectionWait: Duration = .seconds(10)) async throws -> PostgresServerStore {
+    static func open(_ url: String, clock: (any Clock<Duration>)? = nil, connectionWait: Duration = .seconds(60)) async throws -> PostgresServerStore {
         var configuration = PostgresServerStoreConfiguration()
         configuration.maximumConnections = 6
         configuration.connectionWait = connectionWait
@@ -356,7 +356,7 @@ struct PostgresNodesTests {
 }
 
 /// `tandem serve --postgres`, run as real processes on one database.
-@Suite("PostgreSQL serve nodes", .postgresCluster, .serialized, .timeLimit(.minutes(2)),
+@Suite("PostgreSQL serve nodes", .postgresCluster, .serialized, .timeLimit(.minutes(5)),
        .enabled(if: PostgresClusterTrait.runs, Comment(rawValue: PostgresCluster.unavailableReason ?? "")))
 struct PostgresServeTests {
     /// Starts `tandem serve --postgres URL` on a free port; returns it with its URL.
@@ -467,6 +467,7 @@ struct PostgresServeTests {
         #expect(seen == acknowledged, "the listener ends equal to what was acknowledged")
         let store = try await PostgresServerStore.open(url: try PostgresURL(url), configuration: {
             var configuration = PostgresServerStoreConfiguration()
+            configuration.connectionWait = .seconds(60)
             configuration.logger.logLevel = .critical
             return configuration
         }())
@@ -560,6 +561,7 @@ extension PostgresServeTests {
         for index in 1..<3 { _ = try? await readers[index].value }
         let store = try await PostgresServerStore.open(url: try PostgresURL(url), configuration: {
             var configuration = PostgresServerStoreConfiguration()
+            configuration.connectionWait = .seconds(60)
             configuration.logger.logLevel = .critical
             return configuration
         }())
@@ -579,7 +581,7 @@ extension PostgresServeTests {
 
 /// Queries on the PostgreSQL store, whose filters it partly applies in SQL, against the memory
 /// store, which evaluates everything in Swift: the same answers, in the same order.
-@Suite("PostgreSQL queries", .postgresCluster, .serialized, .timeLimit(.minutes(2)),
+@Suite("PostgreSQL queries", .postgresCluster, .serialized, .timeLimit(.minutes(5)),
        .enabled(if: PostgresClusterTrait.runs, Comment(rawValue: PostgresCluster.unavailableReason ?? "")))
 struct PostgresQueryTests {
     @Test("seeded documents and queries: the PostgreSQL store answers each query exactly as the shared evaluator does", arguments: [UInt64(7), 1_234, 99_001])

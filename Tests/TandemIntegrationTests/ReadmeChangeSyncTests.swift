@@ -51,7 +51,7 @@ enum ReadmeChangeSyncExample {
     }
 }
 
-@Suite("README change sync", .timeLimit(.minutes(1)))
+@Suite("README change sync", .timeLimit(.minutes(5)))
 struct ReadmeChangeSyncTests {
     typealias Note = ReadmeChangeSyncExample.Note
     typealias NoteSync = ReadmeChangeSyncExample.NoteSync

@@ -18,7 +18,7 @@ enum ReadmeSyncedExample {
     }
 }
 
-@Suite("README synced state", .timeLimit(.minutes(1)))
+@Suite("README synced state", .timeLimit(.minutes(5)))
 struct ReadmeSyncedTests {
     typealias Todo = ReadmeSyncedExample.Todo
 

@@ -76,6 +76,9 @@ enum Schemathesis {
             "--suppress-health-check", "filter_too_much,too_slow",
             "--max-examples", examples, "--phases", phases, "--seed", String(seed),
             "--workers", "1", "--generation-database", "none", "--no-color",
+            // The suite shares two cores with every other test: an answer can take seconds. A
+            // request unanswered for two minutes is a hang, and fails the run.
+            "--request-timeout", "120",
         ]
         for header in headers { arguments += ["--header", header] }
         let process = Process()

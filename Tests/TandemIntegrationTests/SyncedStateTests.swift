@@ -14,7 +14,7 @@ struct Chore: DocumentIdentifiable {
 }
 
 /// Synced state against the real server on 127.0.0.1, two clients on one collection.
-@Suite("Synced state against the real server", .timeLimit(.minutes(1)))
+@Suite("Synced state against the real server", .timeLimit(.minutes(5)))
 struct SyncedStateTests {
     @Test("a one-field edit writes exactly that field path: a field the app's type does not know, written by another client, survives it on the server")
     func oneFieldEditOnTheServer() async throws {

@@ -55,7 +55,7 @@ struct TestCertificates {
     }
 }
 
-@Suite("TLS", .timeLimit(.minutes(1)))
+@Suite("TLS", .timeLimit(.minutes(5)))
 struct TLSTests {
     /// One HTTP/1.1 request over TLS, answered whole (the server closes after it).
     func https(port: Int, _ request: String, tls: TLSConfiguration) async throws -> String {

@@ -8,7 +8,7 @@ import TandemTesting
 /// behind its upgrade request reach the WebSocket (they once ended the process), upgrades the
 /// server does not take are answered with a status and the JSON error shape, and frames that break
 /// the framing rules close the connection with the code RFC 6455 gives them.
-@Suite("Upgrade hardening", .timeLimit(.minutes(2)))
+@Suite("Upgrade hardening", .timeLimit(.minutes(5)))
 struct UpgradeHardeningTests {
     /// A server whose clock never moves: a connection closes because of what it sent, never a timeout.
     static func start(_ adjust: (inout SyncServerConfiguration) -> Void = { _ in }) async throws -> LiveServer {

@@ -9,7 +9,7 @@ import TandemTesting
 /// One engine, several users on one device, on a live server with real SQLite caches: each user
 /// sees their own space (cache, outbox and writer id, resume point), and no write is ever sent as
 /// someone else.
-@Suite("User switch", .timeLimit(.minutes(1)))
+@Suite("User switch", .timeLimit(.minutes(5)))
 struct UserSwitchTests {
     let now = AuthenticationTests.WallClock()
 

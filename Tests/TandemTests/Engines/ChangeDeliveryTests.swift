@@ -6,7 +6,7 @@ import TandemCore
 import TandemTesting
 @testable import Tandem
 
-@Suite("Change delivery", .timeLimit(.minutes(1)))
+@Suite("Change delivery", .timeLimit(.minutes(5)))
 struct ChangeDeliveryTests {
     /// Set on the main queue, which runs the main actor's jobs: whether code runs there.
     static let mainQueueKey = DispatchSpecificKey<Bool>()

@@ -11,7 +11,7 @@ struct Review: SyncModel, Equatable {
     var rating: Int
 }
 
-@Suite("CollectionGroupSyncEngine and pass-through streams", .timeLimit(.minutes(1)))
+@Suite("CollectionGroupSyncEngine and pass-through streams", .timeLimit(.minutes(5)))
 struct CollectionGroupSyncEngineTests {
     func store() throws -> MockServer {
         MockServer(documents: [
@@ -85,7 +85,7 @@ struct CollectionGroupSyncEngineTests {
     }
 }
 
-@Suite("Engine details", .timeLimit(.minutes(1)))
+@Suite("Engine details", .timeLimit(.minutes(5)))
 struct EngineDetailTests {
     @Test("the group engine's listener backs off 2, 4 s on the clock too")
     func groupBackoff() async throws {

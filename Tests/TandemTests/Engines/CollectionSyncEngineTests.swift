@@ -6,7 +6,7 @@ import TandemCore
 import TandemTesting
 @testable import Tandem
 
-@Suite("CollectionSyncEngine", .timeLimit(.minutes(1)))
+@Suite("CollectionSyncEngine", .timeLimit(.minutes(5)))
 struct CollectionSyncEngineTests {
     func makeEngine(
         remote: MockRemoteCollectionService, persistence: (any LocalCollectionPersistence)? = nil,

@@ -8,7 +8,7 @@ import TandemTesting
 /// Engines follow their remote's connection: while it is down they wait for it instead of retrying
 /// on their own backoff, and they go on the moment it is back. The client's reconnection is the
 /// only retry loop.
-@Suite("Engines follow the connection", .timeLimit(.minutes(1)))
+@Suite("Engines follow the connection", .timeLimit(.minutes(5)))
 struct ConnectionFollowingTests {
     @Test("the client tells each observer of the connection going and coming back, once each, in order; a new observer of a down connection (or of one not made yet) hears so at once")
     func clientEvents() async throws {
@@ -120,7 +120,7 @@ struct ConnectionFollowingTests {
     }
 }
 
-@Suite("Watched values", .timeLimit(.minutes(1)))
+@Suite("Watched values", .timeLimit(.minutes(5)))
 struct WatchedValueTests {
     @Test("a wait returns when the value comes to satisfy it, at once when it already does, and when its task is cancelled")
     func waits() async {

@@ -10,7 +10,7 @@ struct UserModel: SyncModel, Equatable {
     var visits: Int
 }
 
-@Suite("DocumentSyncEngine", .timeLimit(.minutes(1)))
+@Suite("DocumentSyncEngine", .timeLimit(.minutes(5)))
 struct DocumentSyncEngineTests {
     func makeEngine(_ remote: MockRemoteDocumentService, persistence: (any LocalDocumentPersistence)? = nil, clock: ManualClock = ManualClock(),
                     logger: RecordingDataSyncLogger = RecordingDataSyncLogger()) -> DocumentSyncEngine<UserModel> {

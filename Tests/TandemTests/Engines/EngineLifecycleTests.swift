@@ -6,7 +6,7 @@ import TandemTesting
 /// What an engine leaves behind when the app drops it without `stopListening()`.
 @Suite("Engine lifecycle")
 struct EngineLifecycleTests {
-    @Test("a collection engine dropped while its calls fail leaves no retry asleep on the clock", .timeLimit(.minutes(1)))
+    @Test("a collection engine dropped while its calls fail leaves no retry asleep on the clock", .timeLimit(.minutes(5)))
     func collectionEngineDropped() async throws {
         let clock = ManualClock()
         let remote = MockRemoteCollectionService(collection: Product.mocks, collectionPath: { "products" })
@@ -35,7 +35,7 @@ struct EngineLifecycleTests {
         #expect(remote.store.listenerCount == 0)
     }
 
-    @Test("a document engine dropped while its calls fail leaves no retry asleep on the clock", .timeLimit(.minutes(1)))
+    @Test("a document engine dropped while its calls fail leaves no retry asleep on the clock", .timeLimit(.minutes(5)))
     func documentEngineDropped() async throws {
         let clock = ManualClock()
         let remote = MockRemoteDocumentService(collectionPath: { "users" })
@@ -48,7 +48,7 @@ struct EngineLifecycleTests {
         #expect(remote.store.client.connectionObserverCount == 0)
     }
 
-    @Test("an engine dropped while offline leaves nothing waiting for the connection", .timeLimit(.minutes(1)))
+    @Test("an engine dropped while offline leaves nothing waiting for the connection", .timeLimit(.minutes(5)))
     func droppedWhileOffline() async throws {
         let clock = ManualClock()
         let remote = MockRemoteCollectionService(collection: Product.mocks, collectionPath: { "products" })
@@ -66,7 +66,7 @@ struct EngineLifecycleTests {
         #expect(remote.store.listenerCount == 0)
     }
 
-    @Test("a listening engine that is dropped detaches its listener", .timeLimit(.minutes(1)))
+    @Test("a listening engine that is dropped detaches its listener", .timeLimit(.minutes(5)))
     func listeningEngineDropped() async throws {
         let remote = MockRemoteCollectionService(collection: Product.mocks, collectionPath: { "products" })
         var engine: CollectionSyncEngine<Product>? = CollectionSyncEngine(remote: remote, managerKey: "products", persistence: nil, clock: ManualClock())
@@ -98,7 +98,7 @@ struct ListenerSwitchTests {
     }
 }
 
-@Suite("Engines as services", .timeLimit(.minutes(1)))
+@Suite("Engines as services", .timeLimit(.minutes(5)))
 struct EngineServiceTests {
     @Test("an engine run as a service listens while its task runs, and stops, keeping its cache, when the task is cancelled")
     func collectionEngineService() async throws {

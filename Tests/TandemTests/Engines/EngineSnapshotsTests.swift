@@ -6,7 +6,7 @@ import TandemTesting
 /// `snapshots()`: what an engine shows, with its changes and metadata, awaited as events.
 @Suite("Engine snapshots")
 struct EngineSnapshotsTests {
-    @Test("a collection engine's snapshots: everything added first, then each local write, acknowledgement and server change", .timeLimit(.minutes(1)))
+    @Test("a collection engine's snapshots: everything added first, then each local write, acknowledgement and server change", .timeLimit(.minutes(5)))
     func collectionSnapshots() async throws {
         let remote = MockRemoteCollectionService(collection: Product.mocks, collectionPath: { "products" })
         let engine = CollectionSyncEngine<Product>(remote: remote, managerKey: "products", persistence: nil, clock: ManualClock())
@@ -49,7 +49,7 @@ struct EngineSnapshotsTests {
         engine.stopListening(clearCaches: false)
     }
 
-    @Test("a reader slower than the changes gets the latest state, its changes counted from what it read before", .timeLimit(.minutes(1)))
+    @Test("a reader slower than the changes gets the latest state, its changes counted from what it read before", .timeLimit(.minutes(5)))
     func slowReader() async throws {
         let remote = MockRemoteCollectionService(collection: Product.mocks, collectionPath: { "products" })
         let engine = CollectionSyncEngine<Product>(remote: remote, managerKey: "products", persistence: nil, clock: ManualClock())
@@ -66,7 +66,7 @@ struct EngineSnapshotsTests {
         #expect(latest.documentChanges.map(\.kind) == [.added, .added, .added, .added])
     }
 
-    @Test("snapshots end when the engine goes", .timeLimit(.minutes(1)))
+    @Test("snapshots end when the engine goes", .timeLimit(.minutes(5)))
     func endsWithEngine() async throws {
         let remote = MockRemoteCollectionService(collection: Product.mocks, collectionPath: { "products" })
         var engine: CollectionSyncEngine<Product>? = CollectionSyncEngine(remote: remote, managerKey: "products", persistence: nil, clock: ManualClock())
@@ -77,7 +77,7 @@ struct EngineSnapshotsTests {
         #expect(await snapshots.next() == nil)
     }
 
-    @Test("a document engine's snapshots follow its document, its metadata and the id listened to", .timeLimit(.minutes(1)))
+    @Test("a document engine's snapshots follow its document, its metadata and the id listened to", .timeLimit(.minutes(5)))
     func documentSnapshots() async throws {
         let remote = MockRemoteDocumentService(document: UserModel(id: "ada", name: "Ada", visits: 0), collectionPath: { "users" })
         let engine = DocumentSyncEngine<UserModel>(remote: remote, managerKey: "user", persistence: nil, clock: ManualClock())

@@ -288,7 +288,7 @@ final class ForgetfulRemote: RemoteCollectionService {
 
 @Suite("Outbox sender in an engine")
 struct OutboxSenderEngineTests {
-    @Test("a write answered unknown makes the engine read the document again, and show the server's state, never a deletion", .timeLimit(.minutes(1)))
+    @Test("a write answered unknown makes the engine read the document again, and show the server's state, never a deletion", .timeLimit(.minutes(5)))
     func unknownRefetches() async throws {
         let held = Document(path: try DocumentPath("products/lamp"), data: ["name": "Server lamp", "price": 31, "stock": 2], version: 7)
         let remote = ForgetfulRemote(held: held)

@@ -8,7 +8,7 @@ import TandemTesting
 /// lock its changes run under.
 // A guard against a hang, not a measure of speed: beside the whole suite (a browser and a fuzzer
 // among it) on two cores its largest test has taken 90 s.
-@Suite("Engines publish their state to readers", .timeLimit(.minutes(3)))
+@Suite("Engines publish their state to readers", .timeLimit(.minutes(5)))
 struct PublishedStateTests {
     @Test("every reader answers while the engine's working state is locked: none of them takes that lock")
     func readersNeverTakeTheStateLock() async throws {

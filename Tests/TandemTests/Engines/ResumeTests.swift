@@ -7,7 +7,7 @@ import TandemTesting
 
 /// The listener's resume point belongs to the query that reached it: a relaunched engine listening
 /// to the same query resumes from it, and concurrent starts attach one listener.
-@Suite("Resume", .timeLimit(.minutes(1)))
+@Suite("Resume", .timeLimit(.minutes(5)))
 struct ResumeTests {
     struct Item: SyncModel, Equatable {
         var id: String

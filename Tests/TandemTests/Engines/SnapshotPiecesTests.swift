@@ -7,7 +7,7 @@ import TandemTesting
 
 /// Large snapshots arrive in pieces: the engine decodes each piece's models and stages its documents
 /// in the SQLite cache as it comes, and applies the snapshot only at its last piece.
-@Suite("Snapshots in pieces", .timeLimit(.minutes(1)))
+@Suite("Snapshots in pieces", .timeLimit(.minutes(5)))
 struct SnapshotPiecesTests {
     func id(_ index: Int) -> String { "p-\(String(1000 + index).dropFirst())" }
 

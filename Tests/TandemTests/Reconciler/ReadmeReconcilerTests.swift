@@ -60,7 +60,7 @@ enum ReadmeExample {
     }
 }
 
-@Suite("README reconciler example", .timeLimit(.minutes(1)))
+@Suite("README reconciler example", .timeLimit(.minutes(5)))
 struct ReadmeReconcilerTests {
     @Test("the README's example runs as it says: studios soft-deleted, rooms hard-deleted per studio, and the engine feed")
     func example() async throws {

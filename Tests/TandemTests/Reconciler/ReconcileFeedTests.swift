@@ -29,7 +29,7 @@ struct TrackRow: Codable, FetchableRecord, MutablePersistableRecord, SoftDeletab
     mutating func didInsert(_ inserted: InsertionSuccess) { id = inserted.rowID }
 }
 
-@Suite("Reconcile feed", .timeLimit(.minutes(1)))
+@Suite("Reconcile feed", .timeLimit(.minutes(5)))
 struct ReconcileFeedTests {
     @Test("a collection engine on a live server feeds an app table: the first state, a server change, a local write and a removal")
     func engineFeedsTable() async throws {

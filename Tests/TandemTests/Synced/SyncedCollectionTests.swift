@@ -17,7 +17,7 @@ struct Todo: DocumentIdentifiable {
 
 /// Synced state over the mock server (the real server's semantics, in process): each edit becomes
 /// exactly the writes it makes, through the engine's outbox.
-@Suite("Synced collection", .timeLimit(.minutes(1)))
+@Suite("Synced collection", .timeLimit(.minutes(5)))
 struct SyncedCollectionTests {
     func handle(_ remote: MockRemoteCollectionService, orderBy: (String, Bool)? = ("rank", true)) -> SyncedCollection<Todo> {
         SyncedCollection(CollectionConfiguration<Todo>(collectionPath: "todos", orderBy: orderBy), remote: remote)
@@ -206,7 +206,7 @@ struct Settings: DocumentIdentifiable {
     var fontSize = 12
 }
 
-@Suite("Synced document and query", .timeLimit(.minutes(1)))
+@Suite("Synced document and query", .timeLimit(.minutes(5)))
 struct SyncedDocumentAndQueryTests {
     @Test("a synced document shows its default until it exists; the first edit creates it, the next merges only the field it changed; the server's changes flow in; delete goes back to the default; one clientId throughout")
     func document() async throws {
@@ -267,7 +267,7 @@ struct SyncedDocumentAndQueryTests {
     }
 }
 
-@Suite("Synced handles: identity and testing", .timeLimit(.minutes(1)))
+@Suite("Synced handles: identity and testing", .timeLimit(.minutes(5)))
 struct SyncedIdentityTests {
     @Test("two handles with equal configurations share one store and engine (an edit through one is the other's value at once); another order keeps them apart; when both go, their engine goes")
     func equalConfigurationsShare() async throws {
