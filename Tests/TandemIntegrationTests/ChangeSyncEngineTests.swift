@@ -23,6 +23,8 @@ struct ChangeSyncEngineTests {
         /// The ids of the records told sent, in order.
         let sent = Mutex<[String]>([])
         let accounts = Mutex<[String?]>([])
+        /// The size of each list of fetched modifications, in order.
+        let fetchedSizes = Mutex<[Int]>([])
 
         func syncEngine(_ engine: ChangeSyncEngine, sendDidFailFor failures: [FailedRecord], batch: Int) {
             sendFailures.withLock { $0 += failures }
@@ -37,6 +39,7 @@ struct ChangeSyncEngineTests {
         }
 
         func syncEngine(_ engine: ChangeSyncEngine, didFetchModifications records: [SyncedRecord]) {
+            fetchedSizes.withLock { $0.append(records.count) }
             self.records.withLock { stored in for record in records { stored[record.id] = record } }
         }
 
@@ -74,7 +77,7 @@ struct ChangeSyncEngineTests {
         let directory: TemporaryDirectory
 
         init(_ server: LiveServer, _ provider: ClientSignInTests.Provider, id: String, skew: Int64 = 0, resolver: ConflictResolver = .fieldLevelLastWriterWins,
-             encryption: RecordEncryption? = try? RecordEncryption(keyID: "k1", key: ChangeSyncEngineTests.key)) throws {
+             encryption: RecordEncryption? = try? RecordEncryption(keyID: "k1", key: ChangeSyncEngineTests.key), maxRecordsPerBatch: Int = 400) throws {
             directory = TemporaryDirectory()
             running = RunningClient(server, id: id) { [directory] in
                 $0.tokenProvider = provider.provide
@@ -84,6 +87,7 @@ struct ChangeSyncEngineTests {
             configuration.encryption = encryption
             configuration.wallClock = { Int64(Date().timeIntervalSince1970 * 1_000) + skew }
             configuration.resolver = resolver
+            configuration.maxRecordsPerBatch = maxRecordsPerBatch
             engine = try ChangeSyncEngine(client: running.client, configuration: configuration)
             notebook = Notebook()
             engine.delegate = notebook
@@ -136,6 +140,25 @@ struct ChangeSyncEngineTests {
         try laptop.send([], delete: ["n2"])
         #expect(await phone.until { phone.notebook["n2"] == nil })
         #expect(phone.notebook["n1"] != nil)
+        await phone.running.stop()
+        await laptop.running.stop()
+        await server.stop()
+    }
+
+    @Test("a batch size below one is taken as one: records are sent and fetched one at a time, never stalling or trapping")
+    func batchSizeBelowOne() async throws {
+        let (server, tokens) = try await AuthenticationTests.server(now: now)
+        let phone = try Device(server, ClientSignInTests.Provider(tokens, now: now), id: "phone", maxRecordsPerBatch: 0)
+        let laptop = try Device(server, ClientSignInTests.Provider(tokens, now: now), id: "laptop", maxRecordsPerBatch: -3)
+        await signedIn(phone.running.client, as: "ada")
+        await signedIn(laptop.running.client, as: "ada")
+        phone.engine.start()
+        laptop.engine.start()
+        let notes = (1...3).map { n in phone.notebook.edit("n\(n)") { $0.properties = ["title": .value(.string("Note \(n)"))] } }
+        try phone.send(notes)
+        #expect(await phone.until { phone.engine.pendingCount == 0 })
+        #expect(await laptop.until { (1...3).allSatisfy { laptop.notebook["n\($0)"] != nil } })
+        #expect(laptop.notebook.fetchedSizes.withLock { $0 }.allSatisfy { $0 == 1 })
         await phone.running.stop()
         await laptop.running.stop()
         await server.stop()

@@ -29,11 +29,20 @@ import TandemCore
 /// delegate; ``start()`` resumes it. It never changes the app's data on its own: every result, and
 /// every failure, is the app's to apply.
 public final class ChangeSyncEngine: Observable, Sendable {
+    /// How a `ChangeSyncEngine` runs: its zone, the size of its sends, its retries, how it resolves
+    /// conflicts and seals properties, and where it keeps its queue.
+    ///
+    /// Every setting but the zone has a default; change the ones you need, then pass it to
+    /// `init(client:configuration:state:)`, which reads it once.
     public struct Configuration: Sendable {
         /// The zone: the scope of the user's records.
         public var zoneName: String
+        /// Retries of one failed operation in a row before the engine halts (5 by default).
         public var maxRetries = 5
+        /// The most records in one send (400 by default). Fetched modifications reach the delegate in
+        /// lists of at most this many too. A value below one is taken as one.
         public var maxRecordsPerBatch = 400
+        /// The most bytes of records in one send (2 MiB by default); a single larger record goes alone.
         public var maxBytesPerBatch = 2 << 20
         /// Batches sent without waiting for the answers to the ones before (each record still has
         /// one change out at a time, and the server applies them in the order sent).
@@ -50,6 +59,10 @@ public final class ChangeSyncEngine: Observable, Sendable {
         /// This device's wall clock, in milliseconds, for the stamps of property changes.
         public var wallClock: @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970 * 1_000) }
 
+        /// A configuration for the zone `zoneName`, every other setting at its default.
+        ///
+        /// The zone's name is a document id (not empty, no `/`, not `.` or `..`): the engine's
+        /// initializer throws on any other.
         public init(zoneName: String = "default") {
             self.zoneName = zoneName
         }
@@ -58,22 +71,35 @@ public final class ChangeSyncEngine: Observable, Sendable {
     /// The engine's state for the app to store with the data it fetched (opaque; `Codable`), and
     /// give back to the next engine it makes.
     public struct State: Sendable, Hashable, Codable {
+        /// The user this state belongs to (their uid); nil when nobody was signed in. The state
+        /// starts over, with no token, when another user signs in (or one given is another user's).
         public internal(set) var account: String?
+        /// Where the last fetch of this account's changes ended; nil before the first one, and after
+        /// the server said the token expired (the engine then fetches everything again).
         public internal(set) var token: ChangeToken?
         var zoneReady = false
 
+        /// An empty state: no account, no token. What an engine starts from the first time.
         public init() {}
     }
 
     /// What the engine is doing, as one value (``states()``).
     public struct Status: Sendable, Hashable {
+        /// The signed-in user the engine runs for; nil while nobody is signed in.
         public var account: String?
+        /// Whether the engine was started and has neither stopped nor halted since. A running engine
+        /// may be waiting: for a sign-in, a backoff, or something to do.
         public var isRunning: Bool
+        /// Whether the engine halted on an error (`ChangeSyncEngine.lastError`); `start()` clears it.
         public var isHalted: Bool
         /// Operations waiting or running; each pending record counts one.
         public var pendingCount: Int
+        /// The queue of the operation running now (`createZone`, `subscribe`, `send` or `fetch`); nil
+        /// when none runs.
         public var currentQueue: String?
+        /// Failures in a row of the operation at the front of the current queue; 0 after a success.
         public var retryCount: Int
+        /// Where the last fetch ended (the token of `ChangeSyncEngine.state`).
         public var token: ChangeToken?
     }
 
@@ -122,6 +148,7 @@ public final class ChangeSyncEngine: Observable, Sendable {
         init(_ value: any ChangeSyncEngineDelegate) { self.value = value }
     }
 
+    /// The configuration the engine was made with.
     public let configuration: Configuration
     let client: TandemClient
     let store: ChangeQueueStore
@@ -199,13 +226,17 @@ public final class ChangeSyncEngine: Observable, Sendable {
         return core.withLock { $0.state }
     }
 
+    /// What the engine is doing now, as one value; observable. `states()` streams the same values.
     public var status: Status {
         registrar.access(self, keyPath: \.status)
         return core.withLock { Self.status(of: $0) }
     }
 
+    /// Whether the engine was started and has neither stopped nor halted since (`status.isRunning`).
     public var isRunning: Bool { status.isRunning }
+    /// Operations waiting or running, each pending record counting one (`status.pendingCount`).
     public var pendingCount: Int { status.pendingCount }
+    /// Where the last fetch ended (`status.token`); nil before the first one.
     public var token: ChangeToken? { status.token }
 
     /// The error the engine last halted with, or the last failure it met.
@@ -766,9 +797,11 @@ public final class ChangeSyncEngine: Observable, Sendable {
             for stamp in modifications.compactMap({ $0.metadata.stamps.values.max() }) { core.clock.observe(stamp, wall: wall) }
         }
         if !deletions.isEmpty { emit(.fetchedDeletions(deletions)) { $0.syncEngine(self, didFetchDeletions: deletions) } }
+        // A configured size below one (which sends take as one) must not stall this loop or trap.
+        let size = max(1, configuration.maxRecordsPerBatch)
         var start = 0
         while start < modifications.count {
-            let chunk = Array(modifications[start..<min(start + configuration.maxRecordsPerBatch, modifications.count)])
+            let chunk = Array(modifications[start..<min(start + size, modifications.count)])
             emit(.fetchedModifications(chunk)) { $0.syncEngine(self, didFetchModifications: chunk) }
             start += chunk.count
         }
