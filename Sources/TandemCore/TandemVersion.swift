@@ -1,5 +1,6 @@
 /// The version of this Tandem build, as `tandem --version` prints it.
 public enum TandemVersion {
+    /// The build's version, such as `0.1.0`; a server also reports it in `welcome` and `GET /health`.
     public static let current = "0.1.0"
     /// The version of the wire protocol spoken by clients and servers of this build.
     ///

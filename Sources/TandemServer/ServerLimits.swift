@@ -42,6 +42,7 @@ public struct ServerLimits: Sendable, Hashable {
     /// answered `unavailable` at once (nothing written). Default 1,000.
     public var maximumPendingWritesPerConnection = 1_000
 
+    /// The default limits, as each property states.
     public init() {}
 
     /// Throws `resource-exhausted` when a document body is larger than allowed.

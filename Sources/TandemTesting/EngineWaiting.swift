@@ -4,6 +4,7 @@ import Tandem
 // polls. A condition that never holds waits until the task is cancelled (a test's time limit),
 // then answers false.
 
+/// Awaiting a collection engine's state in tests.
 extension CollectionSyncEngine {
     /// Returns true once `condition` holds: checked now and after each change of the engine's
     /// state (documents, pending and rejected writes, metadata).
@@ -18,6 +19,7 @@ extension CollectionSyncEngine {
     }
 }
 
+/// Awaiting a collection-group engine's state in tests.
 extension CollectionGroupSyncEngine {
     /// Returns true once `condition` holds: checked now and after each change of the engine's state.
     @discardableResult
@@ -26,6 +28,7 @@ extension CollectionGroupSyncEngine {
     }
 }
 
+/// Awaiting a document engine's state in tests.
 extension DocumentSyncEngine {
     /// Returns true once `condition` holds: checked now and after each change of the engine's state.
     @discardableResult
@@ -34,6 +37,7 @@ extension DocumentSyncEngine {
     }
 }
 
+/// Awaiting a synced collection's state in tests.
 extension SyncedCollection {
     /// Returns true once `condition` holds: checked now and after each change of the handle's
     /// state (its value, pending writes, errors).
@@ -43,6 +47,7 @@ extension SyncedCollection {
     }
 }
 
+/// Awaiting a synced document's state in tests.
 extension SyncedDocument {
     /// Returns true once `condition` holds: checked now and after each change of the handle's state.
     @discardableResult
@@ -51,6 +56,7 @@ extension SyncedDocument {
     }
 }
 
+/// Awaiting a synced query's state in tests.
 extension SyncedQuery {
     /// Returns true once `condition` holds: checked now and after each change of the handle's state.
     @discardableResult
@@ -59,6 +65,7 @@ extension SyncedQuery {
     }
 }
 
+/// Awaiting a change-sync engine's events and status in tests.
 extension ChangeSyncEngine {
     /// Returns true once `condition` holds: checked now and after each of the engine's events and
     /// changes of status.

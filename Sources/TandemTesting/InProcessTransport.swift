@@ -3,6 +3,7 @@ import Tandem
 import TandemCore
 import TandemServer
 
+/// Clients of an `InProcessServer`, for tests and previews.
 extension TandemClient {
     /// A client of a server in this process: the same client, engines, requests and listeners as
     /// over a WebSocket, and the server's real sessions, fan-out and store, without a port. For

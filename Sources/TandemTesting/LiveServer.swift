@@ -18,7 +18,9 @@ import TandemServer
 public final class LiveServer: Sendable {
     /// `http://127.0.0.1:PORT`.
     public let url: URL
+    /// The port the server is bound to, on 127.0.0.1.
     public let port: Int
+    /// The store the server runs on; it keeps its data after `stop()`.
     public let store: any ServerStore
     /// What the server counts, which `GET /metrics` writes.
     public let metrics: ServerMetrics

@@ -24,6 +24,7 @@ public final class Locked<Value: Sendable>: Sendable {
 
     private let mutex: Mutex<State>
 
+    /// A lock around `value`.
     public init(_ value: Value) { mutex = Mutex(State(value: value)) }
 
     /// The value now; setting it replaces it under the lock.

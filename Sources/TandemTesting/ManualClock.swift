@@ -13,11 +13,15 @@ import Synchronization
 public final class ManualClock: Clock, Sendable {
     /// A point on the manual clock: a duration since its start.
     public struct Instant: InstantProtocol, Sendable, Hashable, Comparable, CustomStringConvertible {
+        /// The time since the clock's start.
         public var offset: Duration
 
+        /// The instant `offset` after the clock's start (the start itself by default).
         public init(offset: Duration = .zero) { self.offset = offset }
 
+        /// The instant `duration` later (earlier, for a negative duration).
         public func advanced(by duration: Duration) -> Instant { Instant(offset: offset + duration) }
+        /// The time from this instant to `other`; negative when `other` is earlier.
         public func duration(to other: Instant) -> Duration { other.offset - offset }
         public static func < (lhs: Instant, rhs: Instant) -> Bool { lhs.offset < rhs.offset }
         public var description: String { "\(offset)" }
@@ -38,9 +42,12 @@ public final class ManualClock: Clock, Sendable {
 
     private let state = Mutex(State())
 
+    /// A clock at its start, `Instant(offset: .zero)`, with nothing sleeping.
     public init() {}
 
+    /// The current instant; it moves only with `advance(by:)` and `advance(to:)`.
     public var now: Instant { state.withLock { $0.now } }
+    /// Zero: a deadline is met exactly when time reaches it.
     public var minimumResolution: Duration { .zero }
 
     /// How many tasks are sleeping on the clock now.
@@ -49,6 +56,9 @@ public final class ManualClock: Clock, Sendable {
     /// The deadlines of the tasks sleeping now, earliest first.
     public var pendingDeadlines: [Instant] { state.withLock { $0.sleepers.values.map(\.deadline).sorted() } }
 
+    /// Suspends until time is advanced to `deadline`, returning at once when it is reached already;
+    /// `tolerance` is ignored. Throws `CancellationError` when the task is cancelled, before or
+    /// while it sleeps.
     public func sleep(until deadline: Instant, tolerance: Duration? = nil) async throws {
         try Task.checkCancellation()
         let id = state.withLock { state -> Int in

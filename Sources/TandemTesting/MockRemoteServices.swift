@@ -18,6 +18,8 @@ func mockDocuments<T: SyncModel>(_ models: [T], in collection: String) -> [Docum
 /// remote.store.goOffline()
 /// ```
 public final class MockRemoteCollectionService: RemoteCollectionService, ReachabilityReporting, MockServerBacked {
+    /// The mock server behind this remote: inject faults with it, write as another client would,
+    /// or share it with other mocks.
     public let store: MockServer
     private let remote: TandemRemoteCollectionService
 
@@ -54,16 +56,31 @@ public final class MockRemoteCollectionService: RemoteCollectionService, Reachab
 }
 
 /// A `RemoteDocumentService` over a ``MockServer``.
+///
+/// ```swift
+/// let remote = MockRemoteDocumentService(
+///     document: UserModel(id: "ada", name: "Ada", visits: 0), collectionPath: { "users" })
+/// let engine = DocumentSyncEngine<UserModel>(remote: remote, managerKey: "user", persistence: nil)
+/// try remote.simulateUpdate(UserModel(id: "ada", name: "Ada L.", visits: 1))
+/// ```
 public final class MockRemoteDocumentService: RemoteDocumentService, ReachabilityReporting, MockServerBacked {
+    /// The mock server behind this remote: inject faults with it, write as another client would,
+    /// or share it with other mocks.
     public let store: MockServer
     private let remote: TandemRemoteDocumentService
 
+    /// - Parameters:
+    ///   - document: a model stored at the start; none by default.
+    ///   - collectionPath: re-read on every call; nil means "not available now".
+    ///   - store: the server to share with other mocks; a new one by default. `document` is
+    ///     written to it either way.
     public init<T: SyncModel>(document: T? = nil, collectionPath: @escaping @Sendable () -> String? = { "mocks" }, store: MockServer? = nil) {
         let documents = mockDocuments(document.map { [$0] } ?? [], in: collectionPath() ?? "mocks")
         self.store = store.map { $0.seeded(documents) } ?? MockServer(documents: documents)
         remote = TandemRemoteDocumentService(client: self.store.client, collectionPath: collectionPath)
     }
 
+    /// A remote with no document stored at the start, at `collectionPath`.
     public convenience init(collectionPath: @escaping @Sendable () -> String? = { "mocks" }, store: MockServer? = nil) {
         self.init(document: MockModel?.none, collectionPath: collectionPath, store: store)
     }
@@ -81,7 +98,17 @@ public final class MockRemoteDocumentService: RemoteDocumentService, Reachabilit
 }
 
 /// A read-only `RemoteCollectionGroupService` over a ``MockServer``.
+///
+/// ```swift
+/// let store = MockServer(documents: [
+///     Document(path: try DocumentPath("products/p1/reviews/r1"), data: ["rating": 5]),
+///     Document(path: try DocumentPath("shops/s1/reviews/r3"), data: ["rating": 3]),
+/// ])
+/// let remote = MockRemoteCollectionGroupService(groupName: "reviews", store: store)
+/// ```
 public final class MockRemoteCollectionGroupService: RemoteCollectionGroupService, ReachabilityReporting {
+    /// The mock server behind this remote: write to it as another client would, inject faults, or
+    /// share it with other mocks.
     public let store: MockServer
     private let remote: TandemRemoteCollectionGroupService
     public var groupName: String { remote.groupName }
@@ -116,7 +143,9 @@ struct MockModel: SyncModel {
 
 /// What the collection-backed mocks share: a mock server and a collection path.
 public protocol MockServerBacked: Sendable {
+    /// The mock server the remote reads and writes.
     var store: MockServer { get }
+    /// The remote's collection now; throws when it has none (`unavailable`) or its path is invalid.
     func collectionPath() throws -> CollectionPath
 }
 

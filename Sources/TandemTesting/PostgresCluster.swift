@@ -52,8 +52,11 @@ public final class PostgresCluster: Sendable {
         binaries == nil ? "PostgreSQL's programs (initdb, postgres) were not found: install PostgreSQL, or set TANDEM_POSTGRES_BIN to their folder" : nil
     }
 
+    /// The temporary directory holding the cluster's files, deleted by `stop()`.
     public let directory: URL
+    /// The port the server listens on, on 127.0.0.1.
     public let port: Int
+    /// The cluster's one user, trusted without a password.
     public let user = "tandem"
     private let bin: URL
     /// The unprivileged user's uid and gid when the tests run as root.
@@ -270,9 +273,11 @@ public final class PostgresCluster: Sendable {
 
 /// Why a ``PostgresCluster`` could not start or answer.
 public struct ClusterError: Error, CustomStringConvertible {
+    /// What failed, with the output of the program that failed when there was one.
     public var message: String
     public var description: String { message }
 
+    /// An error saying `message`.
     public init(message: String) { self.message = message }
 }
 #endif

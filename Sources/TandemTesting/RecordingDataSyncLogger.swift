@@ -5,8 +5,10 @@ import Tandem
 public final class RecordingDataSyncLogger: DataSyncLogger {
     private let recorded = Locked<[DataSyncLogEvent]>([])
 
+    /// A logger with nothing recorded yet.
     public init() {}
 
+    /// Records `event` after every event before it, and wakes whoever waits for its name.
     public func trackEvent(_ event: DataSyncLogEvent) {
         recorded.withLock { $0.append(event) }
     }

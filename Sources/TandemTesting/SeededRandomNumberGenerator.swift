@@ -8,6 +8,7 @@
 public struct SeededRandomNumberGenerator: RandomNumberGenerator, Sendable {
     private var state: UInt64
 
+    /// A generator whose numbers follow from `seed` alone: the same seed, the same numbers.
     public init(seed: UInt64) {
         state = seed
     }

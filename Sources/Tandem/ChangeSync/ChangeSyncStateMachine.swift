@@ -3,8 +3,10 @@ import TandemCore
 /// A point in a zone's change feed: everything up to this version was fetched. Opaque to the app,
 /// which stores it with the data it fetched and hands it back to ``ChangeSyncEngine/fetchChanges(token:)``.
 public struct ChangeToken: Sendable, Hashable, Codable, CustomStringConvertible {
+    /// The version of the zone's change feed: every change up to it was fetched.
     public let version: Version
 
+    /// A token at `version` of the change feed.
     public init(_ version: Version) { self.version = version }
 
     public var description: String { "token@\(version.rawValue)" }

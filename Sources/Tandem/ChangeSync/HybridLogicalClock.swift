@@ -5,10 +5,14 @@ import TandemCore
 /// it. Ordered by wall time, then counter, then node id, so any two devices order any two stamps the
 /// same way, whatever their clocks say.
 public struct HLCTimestamp: Sendable, Hashable, Comparable, Codable, CustomStringConvertible {
+    /// The wall time, in milliseconds since 1970.
     public var wallMilliseconds: Int64
+    /// Orders stamps that share a wall time (0 for the first of them).
     public var counter: UInt32
+    /// The node that made the stamp (an engine's is its client's id); the last tie-break.
     public var node: String
 
+    /// A stamp from its three parts.
     public init(wallMilliseconds: Int64, counter: UInt32, node: String) {
         self.wallMilliseconds = wallMilliseconds
         self.counter = counter
@@ -63,10 +67,13 @@ public struct HLCTimestamp: Sendable, Hashable, Comparable, Codable, CustomStrin
 /// and never go back, nor behind any stamp the device has seen from another. Pure: the wall time is
 /// passed in.
 public struct HybridLogicalClock: Sendable, Hashable, Codable {
+    /// The node this clock's stamps name (one per device).
     public let node: String
     /// The last stamp made or seen.
     public private(set) var last: HLCTimestamp?
 
+    /// A clock for `node` that stamps after `last`, the last stamp it made or saw (nil for a new
+    /// clock).
     public init(node: String, last: HLCTimestamp? = nil) {
         self.node = node
         self.last = last

@@ -4,10 +4,14 @@ import TandemCore
 /// based on: the record as this engine last had it from the server (`base`, nil when it never
 /// had it), as the app changed it (`client`), and as the server has it now (`server`).
 public struct RecordConflict: Sendable, Hashable {
+    /// The record as this engine last had it from the server; nil when it never had it.
     public let base: SyncedRecord?
+    /// The record as the app changed it: the change the server refused.
     public let client: SyncedRecord
+    /// The record as the server has it now.
     public let server: SyncedRecord
 
+    /// A conflict from its three records.
     public init(base: SyncedRecord?, client: SyncedRecord, server: SyncedRecord) {
         self.base = base
         self.client = client
@@ -29,6 +33,7 @@ public struct RecordConflict: Sendable, Hashable {
 public struct ConflictResolver: Sendable {
     let resolve: @Sendable (RecordConflict) -> SyncedRecord?
 
+    /// A resolver that asks `resolve` for the record each conflict ends with (nil: unresolved).
     public init(_ resolve: @escaping @Sendable (RecordConflict) -> SyncedRecord?) {
         self.resolve = resolve
     }

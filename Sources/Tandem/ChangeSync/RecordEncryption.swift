@@ -11,6 +11,7 @@ import TandemCore
 /// let encryption = try RecordEncryption(currentKeyID: "2026-11", keys: ["2026-11": newKey, "2026-05": oldKey])
 /// ```
 public struct RecordEncryption: Sendable {
+    /// The id of the key new values are sealed with.
     public let currentKeyID: String
     private let keys: [String: SymmetricKey]
 
@@ -78,6 +79,7 @@ public struct RecordEncryption: Sendable {
 /// A sealed property that could not be opened (or sealed): which record and property, and why.
 /// Never garbage: a value either opens whole, authenticated, or is this error.
 public struct RecordEncryptionError: Error, Sendable, Hashable, CustomStringConvertible {
+    /// Why a property could not be opened or sealed.
     public enum Reason: Sendable, Hashable {
         /// Sealed with a key this engine was not given.
         case missingKey(String)
@@ -90,8 +92,11 @@ public struct RecordEncryptionError: Error, Sendable, Hashable, CustomStringConv
         case noEncryption
     }
 
+    /// The id of the record.
     public let recordID: String
+    /// The name of the property.
     public let property: String
+    /// Why it could not be opened or sealed.
     public let reason: Reason
 
     public var description: String {

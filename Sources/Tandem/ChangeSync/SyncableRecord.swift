@@ -4,7 +4,9 @@ import TandemCore
 /// A property of a record synced by ``ChangeSyncEngine``: stored as it is, or sealed on this
 /// device before it leaves (the server stores and sends only ciphertext).
 public enum SyncableValue: Sendable, Hashable {
+    /// A value stored as it is.
     case value(JSONValue)
+    /// A value sealed on this device before it leaves (with the engine's `RecordEncryption`).
     case encryptedValue(JSONValue)
 
     /// The value, sealed or not.
@@ -14,6 +16,7 @@ public enum SyncableValue: Sendable, Hashable {
         }
     }
 
+    /// Whether the value is sealed (`.encryptedValue`).
     public var isEncrypted: Bool {
         if case .encryptedValue = self { return true }
         return false
@@ -43,6 +46,8 @@ public protocol SyncableRecord: Sendable {
     static var recordType: String { get }
     /// Stable and unique within the zone; never changes.
     var recordID: String { get }
+    /// The record's state, by property name. It is sent whole: a property left out is removed from
+    /// the record on the server.
     var recordProperties: [String: SyncableValue] { get }
     /// What the engine last handed back for this record (the version it was based on): store it
     /// with the record, and keep it current from the engine's fetch and send callbacks. Nil for a
@@ -62,6 +67,7 @@ public struct RecordMetadata: Sendable, Hashable, Codable {
     /// Each property's last change, for field-level merges.
     public var stamps: [String: HLCTimestamp]
 
+    /// Metadata at the server's version `version` (0: never stored), with these property stamps.
     public init(version: Version, stamps: [String: HLCTimestamp] = [:]) {
         self.version = version
         self.stamps = stamps
@@ -71,11 +77,17 @@ public struct RecordMetadata: Sendable, Hashable, Codable {
 /// A record as the engine hands it to the app: fetched, sent, or in a conflict. Its properties are
 /// in the clear (sealed ones opened with the app's keys), each marked as it is stored.
 public struct SyncedRecord: Sendable, Hashable {
+    /// The record's id, unique within the zone.
     public var id: String
+    /// The record's type (`SyncableRecord.recordType`); "" for a fetched record stored without one.
     public var type: String
+    /// The record's properties by name, in the clear, each marked as it is stored (plain or sealed).
     public var properties: [String: SyncableValue]
+    /// The server version this state is based on, and each property's stamp: store it with the
+    /// record.
     public var metadata: RecordMetadata
 
+    /// A record from its parts.
     public init(id: String, type: String, properties: [String: SyncableValue], metadata: RecordMetadata) {
         self.id = id
         self.type = type

@@ -24,6 +24,8 @@ public struct ClientMetrics: Sendable {
     let dimensions: [(String, String)]
     let reconnects: CoreMetrics.Counter
 
+    /// Metrics made by `factory` (by default the one `MetricsSystem.bootstrap` installed), each with
+    /// `dimensions` added to its own.
     public init(factory: any MetricsFactory = MetricsSystem.factory, dimensions: [(String, String)] = []) {
         self.factory = factory
         self.dimensions = dimensions

@@ -13,6 +13,7 @@ public enum AuthState: Sendable, Hashable, CustomStringConvertible {
     /// The server accepted the token of user `uid`.
     case signedIn(uid: String)
 
+    /// The signed-in user's id; nil when signed out.
     public var uid: String? {
         if case .signedIn(let uid) = self { return uid }
         return nil
@@ -94,6 +95,7 @@ extension TandemClient {
 
 /// A ``TandemClient``'s state as a view shows it: the connection, and who is signed in.
 public struct ClientStatus: Sendable, Hashable, CustomStringConvertible {
+    /// Whether the client is connected, on its way, or not trying.
     public enum Connection: Sendable, Hashable {
         /// Not connected, and on its way: an attempt under way, or waiting out the reconnect backoff.
         case connecting
@@ -103,9 +105,12 @@ public struct ClientStatus: Sendable, Hashable, CustomStringConvertible {
         case offline
     }
 
+    /// Where the connection is.
     public var connection: Connection
+    /// Who the server confirmed is signed in.
     public var auth: AuthState
 
+    /// A status with this connection and auth state.
     public init(connection: Connection, auth: AuthState) {
         self.connection = connection
         self.auth = auth

@@ -29,6 +29,8 @@ import TandemCore
 public final class TandemClient: Service, Sendable, Observable {
     /// The server's base URL, such as `http://127.0.0.1:8080`.
     public let url: URL
+    /// The options the client was made with: its id, storage, tokens, heartbeats, reconnection,
+    /// logging and metrics.
     public let configuration: TandemClientConfiguration
     /// The id this client says hello with; signed in, with a digest of the user's id after it, so
     /// each user on the device has an id of their own.

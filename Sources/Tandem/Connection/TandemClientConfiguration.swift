@@ -35,10 +35,14 @@ public struct TandemClientConfiguration: Sendable {
     public var tlsConfiguration: TLSConfiguration?
     /// The largest message accepted from the server. Default 256 MiB.
     public var maximumMessageBytes = 256 << 20
+    /// Where the client logs, through swift-log: connecting and reconnecting, failed connections,
+    /// and errors the server reports. Default label `tandem.client`.
     public var logger = Logger(label: "tandem.client")
     /// Where the client and the engines bound to it report reconnections, outbox depths and
     /// refused writes through swift-metrics (``ClientMetrics``); nil, the default, reports nothing.
     public var metrics: ClientMetrics?
 
+    /// The defaults: no credentials, a client id kept in the default storage directory, a heartbeat
+    /// every 10 s, reconnection with backoff, and no metrics. Set the properties to change them.
     public init() {}
 }

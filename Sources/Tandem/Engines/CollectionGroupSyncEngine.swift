@@ -112,10 +112,13 @@ public final class CollectionGroupSyncEngine<T: SyncModel>: Sendable, RegistrarO
         return core.shown
     }
 
+    /// The same as `currentCollection`.
     public func getCollection() -> [T] { currentCollection }
 
+    /// The documents of `currentCollection` passing a predicate, in its order.
     public func getDocuments(where predicate: (T) -> Bool) -> [T] { currentCollection.filter(predicate) }
 
+    /// True until the server's first batch arrives in this session.
     public var isFromCache: Bool {
         access(keyPath: keys.isFromCache)
         return core.isFromCache
@@ -160,7 +163,9 @@ public final class CollectionGroupSyncEngine<T: SyncModel>: Sendable, RegistrarO
 
 /// A document of a collection group, identified by its full path.
 public struct GroupDocument<T: SyncModel>: Identifiable, Sendable {
+    /// The document's full path, such as `products/lamp/reviews/r1`: its identity.
     public let path: DocumentPath
+    /// The document, decoded.
     public let model: T
     public var id: DocumentPath { path }
 }

@@ -23,16 +23,22 @@ public struct CollectionSnapshot<T: SyncModel>: Sendable {
     /// from the cache rather than the server in this session.
     public let metadata: DocumentMetadata
 
+    /// The number of documents shown.
     public var count: Int { documents.count }
+    /// Whether no document is shown.
     public var isEmpty: Bool { documents.isEmpty }
 }
 
 /// One document's change between two snapshots.
 public struct DocumentChange<T: SyncModel>: Sendable {
+    /// How a document changed between two snapshots.
     public enum Kind: Sendable, Hashable {
+        /// `added`: new in this snapshot; `modified`: its data changed (pending writes included);
+        /// `removed`: no longer shown.
         case added, modified, removed
     }
 
+    /// Whether the document was added, modified or removed.
     public let kind: Kind
     /// The document as it is now; for a removal, as it was.
     public let document: T
@@ -95,5 +101,7 @@ public struct DocumentSnapshot<T: SyncModel>: Sendable {
     /// Whether it has writes not yet acknowledged, and whether it comes from the cache.
     public let metadata: DocumentMetadata
 
+    /// Whether there is a document: false before any id is listened to, and while the document
+    /// does not exist or is not known yet.
     public var exists: Bool { document != nil }
 }

@@ -183,10 +183,12 @@ public final class DocumentSyncEngine<T: SyncModel>: Sendable {
         access(keyPath: keys.pendingWrites)
         return core.pendingWriteCount > 0
     }
+    /// The writes waiting for the server, oldest first.
     public var pendingWrites: [PendingWrite] {
         access(keyPath: keys.pendingWrites)
         return core.pendingWrites
     }
+    /// Writes the server refused for good, rolled back from the document.
     public var rejectedWrites: [RejectedWrite] {
         access(keyPath: keys.rejectedWrites)
         return core.rejectedWrites

@@ -11,12 +11,17 @@ public struct EngineConfiguration: Sendable {
     public var logger: (any DataSyncLogger)?
     /// The clock retries and deadlines run on (a `ManualClock` in tests).
     public var clock: any Clock<Duration>
+    /// The backoff between retries of a failed listener or outbox send (a lost connection that the
+    /// remote reports is waited out instead). Default `.default`: 2, 4, 8, 16, 32, 60, 60… seconds.
     public var retryPolicy: RetryPolicy
     /// Where the retries' jitter is drawn from (seeded in tests).
     public var random: any RandomNumberGenerator & Sendable
     /// Where observers hear of changes (see ``ChangeDelivery``).
     public var changeDelivery: ChangeDelivery
 
+    /// Options with the engines' own defaults for whatever is not given: no logger, a
+    /// `ContinuousClock`, `RetryPolicy.default`, the system's random generator and `.automatic`
+    /// change delivery.
     public init(logger: (any DataSyncLogger)? = nil, clock: any Clock<Duration> = ContinuousClock(), retryPolicy: RetryPolicy = .default,
                 random: any RandomNumberGenerator & Sendable = SystemRandomNumberGenerator(), changeDelivery: ChangeDelivery = .automatic) {
         self.logger = logger

@@ -16,13 +16,22 @@ public enum FieldUpdate: Sendable, Hashable, ExpressibleByStringLiteral, Express
     ExpressibleByFloatLiteral, ExpressibleByBooleanLiteral, ExpressibleByNilLiteral, ExpressibleByArrayLiteral,
     ExpressibleByDictionaryLiteral
 {
+    /// Sets the field to this value.
     case value(JSONValue)
+    /// Changes the field from its current value (see `FieldTransform`).
     case transform(FieldTransform)
 
+    /// Adds `amount`, which must be a number, to the field; a missing or non-number field counts as 0.
     public static func increment(_ amount: JSONValue) -> FieldUpdate { .transform(.increment(amount)) }
+    /// Appends each of `elements` the field's array does not hold yet; a missing or non-array field
+    /// counts as empty.
     public static func arrayUnion(_ elements: [JSONValue]) -> FieldUpdate { .transform(.arrayUnion(elements)) }
+    /// Removes from the field's array every element equal to one of `elements`; a missing or
+    /// non-array field becomes empty.
     public static func arrayRemove(_ elements: [JSONValue]) -> FieldUpdate { .transform(.arrayRemove(elements)) }
+    /// Removes the field.
     public static var delete: FieldUpdate { .transform(.delete) }
+    /// Sets the field to the server's commit time, as an ISO 8601 string with milliseconds.
     public static var serverTimestamp: FieldUpdate { .transform(.serverTimestamp) }
 
     public init(stringLiteral value: String) { self = .value(.string(value)) }
@@ -54,7 +63,9 @@ public enum FieldUpdate: Sendable, Hashable, ExpressibleByStringLiteral, Express
 
 /// A write the server refused for good, rolled back from the local view.
 public struct RejectedWrite: Sendable, Hashable {
+    /// The write that was refused.
     public var mutation: Mutation
+    /// Why the server refused it (`permission-denied`, `failed-precondition`, …).
     public var error: TandemError
 }
 

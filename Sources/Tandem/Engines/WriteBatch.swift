@@ -60,8 +60,10 @@ public struct WriteBatch<T: SyncModel> {
 /// }
 /// ```
 public struct MutationBatch: Sendable {
+    /// The mutations added so far, in order.
     public private(set) var mutations: [Mutation] = []
 
+    /// An empty batch.
     public init() {}
 
     /// Replaces a document.

@@ -29,6 +29,8 @@ public struct EntityObservation<Element: Sendable>: AsyncSequence, Sendable {
         return Iterator(base: stream.makeAsyncIterator())
     }
 
+    /// One subscription's iterator: it holds the observed entities in the map until it is dropped
+    /// or its task is cancelled.
     public struct Iterator: AsyncIteratorProtocol {
         var base: AsyncStream<Element>.Iterator
 

@@ -26,6 +26,8 @@ public final class IdentityMap: Sendable {
     /// Told of every entity stored or refused.
     public let logger: (any IdentityMapLogger)?
 
+    /// An empty map. A `logger`, when given, is told of every entity stored or refused, after the
+    /// map's lock is released.
     public init(logger: (any IdentityMapLogger)? = nil) {
         self.logger = logger
     }

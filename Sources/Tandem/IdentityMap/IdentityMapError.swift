@@ -16,12 +16,16 @@ public struct IdentityMapError: Error, Sendable, Hashable, CustomStringConvertib
         /// The stamp given is not newer than the stored one: the write was older data.
         public static let staleStamp = Code(rawValue: "stale-stamp")
 
+        /// Whether `error` is an `IdentityMapError` with this code, so that
+        /// `catch IdentityMapError.Code.staleStamp` matches it.
         public static func ~= (code: Code, error: any Error) -> Bool {
             (error as? IdentityMapError)?.code == code
         }
     }
 
+    /// What went wrong, as a stable code to match on, such as `staleStamp`.
     public var code: Code
+    /// What went wrong and what to do about it, for people to read.
     public var message: String
     /// The stamp the map holds for the entity.
     public var currentStamp: Stamp?

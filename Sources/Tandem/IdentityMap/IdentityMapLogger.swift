@@ -14,6 +14,8 @@
 /// `store` call (not for the entities nested in an aggregate). A batch that is refused reports
 /// every entity of it, since none was stored.
 public protocol IdentityMapLogger: Sendable {
+    /// The entity of this type and id was stored.
     func didStore<T: Identifiable>(_ type: T.Type, id: T.ID)
+    /// The entity of this type and id was not stored, for the reason `error` gives (a stale stamp).
     func didFailedToStore<T: Identifiable>(_ type: T.Type, id: T.ID, error: IdentityMapError)
 }

@@ -12,6 +12,7 @@
 /// properties each time the server's copy of it arrives (a profile's name, a plan), through
 /// ``addUserProperties(dict:isHighPriority:)``; loggers that keep no user properties ignore it.
 public protocol DataSyncLogger: Sendable {
+    /// Records one event. Called on whichever thread or task the event happens on.
     func trackEvent(_ event: DataSyncLogEvent)
     /// Properties describing the user, for analytics tools that attach them to later events.
     func addUserProperties(dict: [String: any Sendable], isHighPriority: Bool)
@@ -26,6 +27,8 @@ extension DataSyncLogger {
 public struct DataSyncLogEvent: Sendable, CustomStringConvertible {
     /// How much the event matters: failures are `severe`.
     public enum Severity: String, Sendable, Hashable, Comparable {
+        /// `info`: routine progress; `warning`: a problem the engine goes on from (a retry, a lost
+        /// connection); `severe`: a failure. Ordered `info` < `warning` < `severe`.
         case info, warning, severe
 
         public static func < (lhs: Severity, rhs: Severity) -> Bool {
@@ -36,9 +39,12 @@ public struct DataSyncLogEvent: Sendable, CustomStringConvertible {
 
     /// `{managerKey}_{event}`.
     public var name: String
+    /// Details of the event, such as `document_id` or `error_description`.
     public var parameters: [String: any Sendable]
+    /// How much the event matters.
     public var severity: Severity
 
+    /// An event named `name`, by default with no parameters and `info` severity.
     public init(name: String, parameters: [String: any Sendable] = [:], severity: Severity = .info) {
         self.name = name
         self.parameters = parameters

@@ -8,12 +8,15 @@ import Logging
 ///                                            logger: SwiftLogDataSyncLogger(Logger(label: "sync")))
 /// ```
 public struct SwiftLogDataSyncLogger: DataSyncLogger {
+    /// The swift-log logger the events go to.
     public var logger: Logger
 
+    /// A logger sending every event to `logger`.
     public init(_ logger: Logger) {
         self.logger = logger
     }
 
+    /// Logs the event's name at the level its severity maps to, with its parameters as metadata.
     public func trackEvent(_ event: DataSyncLogEvent) {
         var metadata = Logger.Metadata()
         for (key, value) in event.parameters {

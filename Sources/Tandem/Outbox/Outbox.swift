@@ -8,6 +8,18 @@ import TandemCore
 /// as the newest, never-sent entry is merged into it when that keeps its meaning (an update after
 /// an update or a set, a merge after a merge; a delete supersedes), keeping the older entry's id
 /// and place, so sequence numbers stay in queue order and order across documents is kept.
+///
+/// A `LocalCollectionPersistence` of your own starts a new space with an empty outbox, and rebuilds a
+/// saved one from its entries:
+///
+/// ```swift
+/// func create(clientID: String) throws -> LocalCollectionState {
+///     LocalCollectionState(outbox: Outbox(clientID: clientID))
+/// }
+///
+/// let outbox = Outbox(clientID: clientID, entries: savedEntries, nextSequence: savedNextSequence)
+/// outbox.first?.id        // the oldest write: the next to send
+/// ```
 public struct Outbox: Sendable, Hashable, Codable {
     /// This outbox's client id: the first half of every `MutationID` it issues.
     public let clientID: String
@@ -17,6 +29,9 @@ public struct Outbox: Sendable, Hashable, Codable {
     /// The sequence number the next new write gets.
     public private(set) var nextSequence: UInt64
 
+    /// An outbox issuing ids under `clientID`, holding `entries` (oldest first). `nextSequence` is
+    /// raised past the highest sequence among the entries when it is not already, so that no
+    /// number is given twice.
     public init(clientID: String, entries: [PendingWrite] = [], nextSequence: UInt64 = 1) {
         self.clientID = clientID
         self.entries = entries[...]
@@ -38,7 +53,9 @@ public struct Outbox: Sendable, Hashable, Codable {
         }
     }
 
+    /// Whether no write is waiting.
     public var isEmpty: Bool { entries.isEmpty }
+    /// The number of writes waiting.
     public var count: Int { entries.count }
 
     /// The oldest write: the next to send.

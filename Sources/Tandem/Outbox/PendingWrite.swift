@@ -4,6 +4,7 @@ import TandemCore
 public struct PendingWrite: Sendable, Hashable, Codable {
     /// The id the server applies it under, at most once.
     public var id: MutationID
+    /// The write itself, carrying `id` as its mutation id.
     public var mutation: Mutation
     /// How many times it has been sent. A write that was ever sent is never merged with a later one:
     /// the server may already have applied it under its id.
@@ -13,6 +14,8 @@ public struct PendingWrite: Sendable, Hashable, Codable {
     /// applied or refused together.
     public var batch: UInt64?
 
+    /// A pending write with this id; the mutation is given `id` as its own. By default it was never
+    /// sent and belongs to no batch.
     public init(id: MutationID, mutation: Mutation, attempts: Int = 0, batch: UInt64? = nil) {
         self.id = id
         self.mutation = mutation.identified(by: id)

@@ -13,6 +13,8 @@ public struct LocalCollectionState: Sendable, Hashable {
     /// listening to the same query resumes from there; another query starts from a snapshot.
     public var resumeQuery: String?
 
+    /// A state with these documents, outbox and resume point; by default no documents and no resume
+    /// point, as for a new engine.
     public init(documents: [Document] = [], outbox: Outbox, resumeVersion: Version? = nil, resumeQuery: String? = nil) {
         self.documents = documents
         self.outbox = outbox
@@ -48,8 +50,10 @@ public struct LocalCollectionChange: Sendable, Hashable {
     /// The digest of the query it belongs to (see ``LocalCollectionState/resumeQuery``).
     public var resumeQuery: String?
 
+    /// A change that changes nothing, to fill in field by field.
     public init() {}
 
+    /// Whether the change holds nothing to apply.
     public var isEmpty: Bool {
         promotesStagedSnapshot == nil && !replacesAllDocuments && upserts.isEmpty && deletions.isEmpty && outboxPuts.isEmpty && outboxRemovals.isEmpty
             && nextSequence == nil && resumeVersion == nil

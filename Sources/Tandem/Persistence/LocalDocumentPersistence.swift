@@ -12,6 +12,8 @@ public struct LocalDocumentState: Sendable, Hashable, Codable {
     /// The last version the listener saw, to resume from after a restart.
     public var resumeVersion: Version?
 
+    /// A state with this document id, confirmed document, outbox and resume point; by default only
+    /// the outbox, as for a new engine.
     public init(documentID: String? = nil, base: Document? = nil, outbox: Outbox, resumeVersion: Version? = nil) {
         self.documentID = documentID
         self.base = base

@@ -17,6 +17,8 @@ import TandemCore
 /// let persistence = try SQLiteCollectionPersistence(managerKey: "products")  // …/tandem/collections.sqlite
 /// ```
 public final class SQLiteCollectionPersistence: LocalCollectionPersistence, SnapshotStaging {
+    /// The key this engine's rows are stored under: its manager key, or for a signed-in user's space,
+    /// that key with the user after it.
     public let managerKey: String
     let pool: DatabasePool
     /// The snapshot whose documents the other slot holds, if any: only it may be swapped in.

@@ -20,6 +20,7 @@ import TandemCore
 public struct ChildSyncTask<ParentDTO: RemoteStampedDTO, Parent: SyncableModel, Child: SyncableModel>: Sendable where Parent.DTO == ParentDTO {
     /// The key of this task's summary in ``ReconcileSummary/children``.
     public let name: String
+    /// What becomes of a listed parent's children its DTO no longer lists.
     public let deletionPolicy: DeletionPolicy
     /// An empty child list keeps that parent's children (a payload that left them out).
     public let requireNonEmptyChildSlice: Bool
@@ -100,9 +101,11 @@ public struct ChildSyncTask<ParentDTO: RemoteStampedDTO, Parent: SyncableModel, 
 /// A child task of `Parent`, whatever its child type: what ``Reconciler`` and ``ChildSyncTask``
 /// take in `childTasks` and `children`.
 public struct AnyChildTask<Parent: SyncableModel>: Sendable {
+    /// The wrapped task's name: the key of its summary in `ReconcileSummary.children`.
     public let name: String
     let run: @Sendable ([Parent], [Parent.DTO], Database, Date) throws -> ReconcileSummary
 
+    /// Wraps `task`, whatever its child type.
     public init<Child: SyncableModel>(_ task: ChildSyncTask<Parent.DTO, Parent, Child>) {
         name = task.name
         run = { parents, dtos, db, now in try task.run(parents: parents, dtos: dtos, in: db, now: now) }

@@ -13,8 +13,11 @@ import TandemCore
 /// let summary = try await reconciler.upsertCollection(Studio.self, from: dtos, deletionPolicy: .softDeleteMissing)
 /// ```
 public struct Reconciler: Sendable {
+    /// The database the reconciler writes to: each `upsertCollection` call is one write transaction
+    /// on it.
     public let writer: any DatabaseWriter
 
+    /// A reconciler that writes to `writer` (a GRDB `DatabaseQueue` or `DatabasePool`).
     public init(writer: any DatabaseWriter) {
         self.writer = writer
     }

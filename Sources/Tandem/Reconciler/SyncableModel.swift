@@ -4,8 +4,12 @@ import GRDB
 /// A record as a server sends it: an id and the time it last changed. The reconciler updates a
 /// local row only from a strictly newer stamp.
 public protocol RemoteStampedDTO: Sendable {
+    /// The type of the record's id, as the model's `remoteIDColumn` stores it.
     associatedtype ID: Hashable & Sendable & DatabaseValueConvertible
+    /// The record's id on the server.
     var id: ID { get }
+    /// When the record last changed: a row is updated only from a strictly newer stamp (to the
+    /// millisecond).
     var updatedAt: Date { get }
 }
 
@@ -25,12 +29,14 @@ public protocol RemoteStampedDTO: Sendable {
 /// }
 /// ```
 public protocol SyncableModel: FetchableRecord, MutablePersistableRecord, Sendable {
+    /// The server's form of the record this row mirrors.
     associatedtype DTO: RemoteStampedDTO
     /// The column holding `remoteId`; `remoteId` by default. Make it unique: the reconciler looks
     /// rows up, and deletes missing ones, by it. It must hold the DTO's id type.
     static var remoteIDColumn: Column { get }
     /// The column holding `updatedAt`; `updatedAt` by default.
     static var updatedAtColumn: Column { get }
+    /// The id of the server record this row mirrors (its DTO's `id`), stored in `remoteIDColumn`.
     var remoteId: DTO.ID { get }
     /// Stored as GRDB stores a `Date` by default (text to the millisecond; a number of seconds
     /// since 1970 reads too); another `databaseDateEncodingStrategy` is not supported.
@@ -51,6 +57,9 @@ extension SyncableModel {
 public protocol SoftDeletable: SyncableModel {
     /// The column holding `deletedAt`; `deletedAt` by default.
     static var deletedAtColumn: Column { get }
+    /// When the row was marked deleted; nil while it is live. The reconciler sets it to its `now`
+    /// for a row the payload no longer lists, and clears it when the record comes back with a newer
+    /// stamp.
     var deletedAt: Date? { get set }
 }
 

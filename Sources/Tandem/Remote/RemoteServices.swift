@@ -151,6 +151,8 @@ public final class ConnectionObservation: Sendable {
         cancellation = Mutex(cancel)
     }
 
+    /// Stops the calls. Only the first cancellation does anything; freeing the observation after it
+    /// does nothing more.
     public func cancel() {
         cancellation.withLock { cancel -> (@Sendable () -> Void)? in
             defer { cancel = nil }

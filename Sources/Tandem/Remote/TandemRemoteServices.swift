@@ -8,6 +8,7 @@ import TandemCore
 /// let todos = CollectionSyncEngine<Todo>(remote: remote, managerKey: "todos")
 /// ```
 public struct TandemRemoteCollectionService: RemoteCollectionService, ReachabilityReporting {
+    /// The client the calls go through.
     public let client: TandemClient
     private let path: @Sendable () throws -> CollectionPath
 
@@ -83,10 +84,13 @@ public struct TandemRemoteCollectionService: RemoteCollectionService, Reachabili
 public struct TandemRemoteDocumentService: RemoteDocumentService, ReachabilityReporting {
     let collection: TandemRemoteCollectionService
 
+    /// The documents of a fixed collection.
     public init(client: TandemClient, collection: CollectionPath) {
         self.collection = TandemRemoteCollectionService(client: client, collection: collection)
     }
 
+    /// The documents of a collection read on every call (one that follows the signed-in user, say);
+    /// throw `unavailable` when there is none.
     public init(client: TandemClient, collection: @escaping @Sendable () throws -> CollectionPath) {
         self.collection = TandemRemoteCollectionService(client: client, collection: collection)
     }
@@ -123,9 +127,11 @@ public struct TandemRemoteDocumentService: RemoteDocumentService, ReachabilityRe
 
 /// A ``RemoteCollectionGroupService`` on a Tandem server, for a `CollectionGroupSyncEngine`.
 public struct TandemRemoteCollectionGroupService: RemoteCollectionGroupService, ReachabilityReporting {
+    /// The client the calls go through.
     public let client: TandemClient
     public let groupName: String
 
+    /// Every collection named `groupName` (such as `reviews`), under any parent.
     public init(client: TandemClient, groupName: String) {
         self.client = client
         self.groupName = groupName

@@ -21,6 +21,9 @@ public struct RetryPolicy: Sendable, Hashable {
     /// After this many failures in a row, stop retrying; nil retries for ever.
     public var maximumAttempts: Int?
 
+    /// A policy waiting `initial` after the first failure, multiplying the delay by `multiplier`
+    /// after each further one up to `maximum`. `jitter` is clamped to 0...1; a nil
+    /// `maximumAttempts` retries for ever.
     public init(initial: Duration, multiplier: Double = 2, maximum: Duration, jitter: Double = 0, maximumAttempts: Int? = nil) {
         self.initial = initial
         self.multiplier = multiplier

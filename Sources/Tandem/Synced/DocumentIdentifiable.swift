@@ -22,11 +22,14 @@ import TandemCore
 ///
 /// Equatable, so an edit encodes only the elements it changed.
 public protocol DocumentIdentifiable: Identifiable, Codable, Equatable, Sendable where ID == UUID {
+    /// The element's identity in the app: stable, and never stored in the document.
     var clientId: UUID { get set }
+    /// The id of the document the element is stored as; nil until the first edit that adds it.
     var documentId: String? { get set }
 }
 
 extension DocumentIdentifiable {
+    /// The element's `clientId`.
     public var id: UUID { clientId }
 }
 

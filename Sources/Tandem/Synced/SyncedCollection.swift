@@ -24,10 +24,22 @@ public struct CollectionConfiguration<Value: DocumentIdentifiable>: Sendable {
     public var animation: Animation?
     #endif
 
+    /// A configuration of the collection at the fixed path `collectionPath`.
+    ///
+    /// `orderBy` is the field the value is ordered by and whether ascending (`("memo", true)`);
+    /// `query` adds filters, cursors and limits; `testingValue` is what previews and tests show.
     public init(collectionPath: String, orderBy: (String, Bool)? = nil, query: Query? = nil, testingValue: [Value]? = nil) {
         self.init(collectionPath: { collectionPath }, orderBy: orderBy, query: query, testingValue: testingValue)
     }
 
+    /// A configuration of a collection whose path follows the app's state: `collectionPath` is read
+    /// again each time the handle attaches, and returns nil while there is none (nobody signed in).
+    ///
+    /// ```swift
+    /// CollectionConfiguration<Todo>(collectionPath: { session.uid.map { "users/\($0)/todos" } })
+    /// ```
+    ///
+    /// `orderBy`, `query` and `testingValue` are as for a fixed path.
     public init(collectionPath: @escaping @Sendable () -> String?, orderBy: (String, Bool)? = nil, query: Query? = nil, testingValue: [Value]? = nil) {
         self.collectionPath = collectionPath
         self.orderBy = orderBy.map { (field: $0.0, ascending: $0.1) }
@@ -54,6 +66,7 @@ public struct CollectionConfiguration<Value: DocumentIdentifiable>: Sendable {
 ///                              client: client)
 /// await todos.load()
 /// todos.withLock { $0.append(Todo(memo: "Buy milk")) }          // shown at once, sent in order
+/// let milk = todos.value[0]
 /// todos.withLock { $0[id: milk.clientId]?.completed = true }    // writes `completed` alone
 /// todos.withLock { _ = $0.remove(id: milk.clientId) }           // deletes that document
 /// ```
@@ -70,6 +83,7 @@ public struct CollectionConfiguration<Value: DocumentIdentifiable>: Sendable {
 /// the configuration's order. An edit the server refuses for good is rolled back, and `lastError`
 /// says why.
 public final class SyncedCollection<Value: DocumentIdentifiable>: Observable, Sendable {
+    /// The configuration the handle was made with.
     public let configuration: CollectionConfiguration<Value>
     /// The engine underneath: its cache, outbox and listener.
     package let engine: CollectionSyncEngine<SyncedRow>

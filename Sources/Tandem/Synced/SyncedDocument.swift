@@ -12,6 +12,7 @@ public struct DocumentConfiguration<Value: DocumentIdentifiable>: Sendable {
     /// The document's collection, read again each time the handle attaches; nil while there is
     /// none (nobody signed in yet): the handle is then not available.
     public var collectionPath: @Sendable () -> String?
+    /// The document's id within its collection.
     public var documentId: String
     /// The value shown by previews and tests, which make no connection.
     public var testingValue: Value?
@@ -21,10 +22,15 @@ public struct DocumentConfiguration<Value: DocumentIdentifiable>: Sendable {
     public var animation: Animation?
     #endif
 
+    /// A configuration of document `documentId` in the collection at the fixed path
+    /// `collectionPath`; `testingValue` is what previews and tests show.
     public init(collectionPath: String, documentId: String, testingValue: Value? = nil) {
         self.init(collectionPath: { collectionPath }, documentId: documentId, testingValue: testingValue)
     }
 
+    /// A configuration of document `documentId` in a collection whose path follows the app's state:
+    /// `collectionPath` is read again each time the handle attaches, and returns nil while there is
+    /// none (nobody signed in). `testingValue` is what previews and tests show.
     public init(collectionPath: @escaping @Sendable () -> String?, documentId: String, testingValue: Value? = nil) {
         self.collectionPath = collectionPath
         self.documentId = documentId
@@ -47,6 +53,7 @@ public struct DocumentConfiguration<Value: DocumentIdentifiable>: Sendable {
 /// changed. As with ``SyncedCollection``, edits are queued in order, durable, sent exactly once; a
 /// refused one is rolled back and `lastError` says why.
 public final class SyncedDocument<Value: DocumentIdentifiable>: Observable, Sendable {
+    /// The configuration the handle was made with.
     public let configuration: DocumentConfiguration<Value>
     /// The engine underneath.
     let engine: DocumentSyncEngine<SyncedRow>
@@ -146,21 +153,26 @@ public final class SyncedDocument<Value: DocumentIdentifiable>: Observable, Send
         return !store.value.isEmpty
     }
 
+    /// Whether an edit is not yet acknowledged by the server.
     public var hasPendingWrites: Bool {
         registrar.access(self, keyPath: \.hasPendingWrites)
         return store.hasPendingWrites
     }
 
+    /// Whether `load()` is waiting for the document's first state.
     public var isLoading: Bool {
         registrar.access(self, keyPath: \.isLoading)
         return store.isLoading
     }
 
+    /// Why the document could not be loaded (no path: nobody signed in), if it could not.
     public var loadError: (any Error)? {
         registrar.access(self, keyPath: \.loadError)
         return store.loadError
     }
 
+    /// The last edit that failed for good: refused by the server (it was rolled back), or refused
+    /// at once (no collection, nobody signed in, a value that does not encode).
     public var lastError: (any Error)? {
         registrar.access(self, keyPath: \.lastError)
         return store.lastError

@@ -26,6 +26,17 @@ public final class SyncedQuery<Value: DocumentIdentifiable>: Observable, Sendabl
     private let listener = Mutex<Int?>(nil)
     private let animated: SyncedAnimation
 
+    /// A live query of `remote`'s collection.
+    ///
+    /// - Parameters:
+    ///   - collectionPath: the collection's path, read once to name the engine (the default
+    ///     `managerKey`); the documents are those of `remote`'s collection.
+    ///   - remote: the server side (`TandemRemoteCollectionService` or a mock).
+    ///   - persistence: where the engine's cache is kept (nil, the default: memory only).
+    ///   - managerKey: names the engine's cache and analytics events. Default: from the path.
+    ///   - logger: receives `{managerKey}_{event}` analytics events.
+    ///   - changeDelivery: where observers hear of changes (`ChangeDelivery`).
+    ///   - build: makes the query from an empty one (by default, every document of the collection).
     public convenience init(collectionPath: @escaping @Sendable () -> String?, remote: any RemoteCollectionService,
                             persistence: (any LocalCollectionPersistence)? = nil, managerKey: String? = nil, logger: (any DataSyncLogger)? = nil,
                             changeDelivery: ChangeDelivery = .automatic, query build: (Query) -> Query = { $0 }) {
@@ -76,11 +87,13 @@ public final class SyncedQuery<Value: DocumentIdentifiable>: Observable, Sendabl
         return store.value
     }
 
+    /// Whether `load()` is waiting for the query's first answer.
     public var isLoading: Bool {
         registrar.access(self, keyPath: \.isLoading)
         return store.isLoading
     }
 
+    /// Why the query could not be attached (no path: nobody signed in), if it could not.
     public var loadError: (any Error)? {
         registrar.access(self, keyPath: \.loadError)
         return store.loadError

@@ -13,7 +13,10 @@ import TandemCore
 /// }
 /// ```
 public enum SyncedStateContext: Sendable, Hashable {
+    /// Against the server: handles listen and write.
     case live
+    /// Under tests and previews: each handle shows its configuration's testing value, edits change
+    /// only that value, and nothing is listened to or written.
     case test
 
     /// The context handles made now run in: `.live` unless a test set `.test` (for its task and

@@ -10,12 +10,19 @@ import Foundation
 /// let user = try JSONValueDecoder().decode(User.self, from: .object(document.data))
 /// ```
 public struct JSONValueDecoder: Sendable {
+    /// Creates a decoder; it has no options.
     public init() {}
 
+    /// Decodes a value of the given type from a JSON value.
+    ///
+    /// Throws a `DecodingError` naming the coding path when the value does not fit the type.
     public func decode<T: Decodable>(_ type: T.Type, from value: JSONValue) throws -> T {
         try ValueDecoder(value: value, codingPath: []).decodeValue(T.self)
     }
 
+    /// Decodes a value of the given type from a JSON object, such as a document's `data`.
+    ///
+    /// Throws a `DecodingError` naming the coding path when the object does not fit the type.
     public func decode<T: Decodable>(_ type: T.Type, from object: JSONObject) throws -> T {
         try decode(type, from: .object(object))
     }

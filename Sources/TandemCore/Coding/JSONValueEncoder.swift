@@ -10,6 +10,7 @@ import Foundation
 /// let body = try JSONValueEncoder().encodeObject(user)   // JSONObject
 /// ```
 public struct JSONValueEncoder: Sendable {
+    /// Creates an encoder; it has no options.
     public init() {}
 
     /// Encodes a value.

@@ -79,6 +79,14 @@ public struct TandemError: Error, Sendable, Hashable, CustomStringConvertible {
     /// Sent on the wire as `retryAfter`, in milliseconds.
     public var retryAfter: Duration?
 
+    /// An error with its code and message, and, when they apply, its cause, reason and wait.
+    ///
+    /// - Parameters:
+    ///   - code: The stable code, such as `.notFound`.
+    ///   - message: What happened and what to do, for a person.
+    ///   - cause: The underlying error, if any.
+    ///   - reason: A machine-readable detail within the code, such as `TandemError.tokenExpired`.
+    ///   - retryAfter: How long to wait before sending the request again, when a limit says so.
     public init(_ code: Code, _ message: String, cause: (any Error & Sendable)? = nil, reason: String? = nil, retryAfter: Duration? = nil) {
         self.code = code
         self.message = message

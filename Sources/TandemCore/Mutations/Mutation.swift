@@ -22,8 +22,11 @@ public struct Mutation: Sendable, Hashable, Codable {
 
     /// A value for one field path of an `update`.
     public struct FieldValue: Sendable, Hashable, Codable {
+        /// The field path to set.
         public var field: FieldPath
+        /// The value to set it to.
         public var value: JSONValue
+        /// A value for a field path.
         public init(_ field: FieldPath, _ value: JSONValue) {
             self.field = field
             self.value = value
@@ -32,8 +35,11 @@ public struct Mutation: Sendable, Hashable, Codable {
 
     /// A transform of one field path.
     public struct Transform: Sendable, Hashable, Codable {
+        /// The field path to transform.
         public var field: FieldPath
+        /// The change made to the field's value.
         public var transform: FieldTransform
+        /// A transform of a field path, such as `.init("count", .increment(1))`.
         public init(_ field: FieldPath, _ transform: FieldTransform) {
             self.field = field
             self.transform = transform
@@ -48,9 +54,15 @@ public struct Mutation: Sendable, Hashable, Codable {
         case version(Version)
     }
 
+    /// The document the write is to.
     public var path: DocumentPath
+    /// What the write does to the document body.
     public var kind: Kind
+    /// Field transforms, applied after the writes of `kind`, each to the field's value before the
+    /// write. A delete ignores them.
     public var transforms: [Transform]
+    /// A condition on the current document for the write to apply, or nil for none. When it does
+    /// not hold, the write fails with `failed-precondition`.
     public var precondition: Precondition?
     /// Set by the client that sends the write; nil for writes made directly on the server.
     public var id: MutationID?
@@ -74,6 +86,8 @@ public struct Mutation: Sendable, Hashable, Codable {
         hasher.combine(id)
     }
 
+    /// A mutation from its parts. The static `set`, `merge`, `update` and `delete` build the common
+    /// ones; `requiring(_:)` and `identified(by:)` add a precondition and an id.
     public init(path: DocumentPath, kind: Kind, transforms: [Transform] = [], precondition: Precondition? = nil, id: MutationID? = nil) {
         self.path = path
         self.kind = kind

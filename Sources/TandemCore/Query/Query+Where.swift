@@ -9,13 +9,24 @@
 extension Query {
     /// Keeps documents whose field compares to the value with the operator.
     public func `where`(_ field: FieldPath, _ op: FilterOperator, _ value: JSONValue) -> Query { whereField(field, op, value) }
+    /// Keeps documents whose field equals the value (`==`), as `whereField(_:isEqualTo:)` does.
     public func `where`(_ field: FieldPath, isEqualTo value: JSONValue) -> Query { whereField(field, isEqualTo: value) }
+    /// Keeps documents whose field exists, is not null, and does not equal the value (`!=`), as
+    /// `whereField(_:isNotEqualTo:)` does.
     public func `where`(_ field: FieldPath, isNotEqualTo value: JSONValue) -> Query { whereField(field, isNotEqualTo: value) }
+    /// Keeps documents whose field is below the value (`<`), comparing only values of one type, as
+    /// `whereField(_:isLessThan:)` does.
     public func `where`(_ field: FieldPath, isLessThan value: JSONValue) -> Query { whereField(field, isLessThan: value) }
+    /// Keeps documents whose field is below or equal to the value (`<=`), comparing only values of
+    /// one type, as `whereField(_:isLessThanOrEqualTo:)` does.
     public func `where`(_ field: FieldPath, isLessThanOrEqualTo value: JSONValue) -> Query {
         whereField(field, isLessThanOrEqualTo: value)
     }
+    /// Keeps documents whose field is above the value (`>`), comparing only values of one type, as
+    /// `whereField(_:isGreaterThan:)` does.
     public func `where`(_ field: FieldPath, isGreaterThan value: JSONValue) -> Query { whereField(field, isGreaterThan: value) }
+    /// Keeps documents whose field is above or equal to the value (`>=`), comparing only values of
+    /// one type, as `whereField(_:isGreaterThanOrEqualTo:)` does.
     public func `where`(_ field: FieldPath, isGreaterThanOrEqualTo value: JSONValue) -> Query {
         whereField(field, isGreaterThanOrEqualTo: value)
     }

@@ -14,29 +14,46 @@
 public struct Query: Sendable, Hashable, Codable {
     /// One chained operation.
     public enum Operation: Sendable, Hashable, Codable {
+        /// Keeps documents whose field compares to the value with the operator.
         case filter(field: FieldPath, op: FilterOperator, value: JSONValue)
+        /// Orders by a field, ascending unless `descending`.
         case order(field: FieldPath, descending: Bool)
+        /// Keeps the first results, at most this many.
         case limit(Int)
+        /// Keeps the last results, at most this many; needs an order.
         case limitToLast(Int)
+        /// Bounds the ordered results at these values of the order fields, at most one per order.
         case cursor(CursorPosition, values: [JSONValue])
     }
 
     /// A filter's comparison, named as on the wire.
     public enum FilterOperator: String, Sendable, Hashable, Codable, CaseIterable {
+        /// `==`: the field equals the value (an int and a double compare as numbers).
         case equal = "=="
+        /// `!=`: the field is present, not null, and does not equal the value.
         case notEqual = "!="
+        /// `<`: the field is below the value and of its type; ints and doubles count as one type.
         case lessThan = "<"
+        /// `<=`: as `lessThan`, or equal to the value.
         case lessThanOrEqual = "<="
+        /// `>`: the field is above the value and of its type; ints and doubles count as one type.
         case greaterThan = ">"
+        /// `>=`: as `greaterThan`, or equal to the value.
         case greaterThanOrEqual = ">="
+        /// `array-contains`: the field is an array holding the value.
         case arrayContains = "array-contains"
+        /// `array-contains-any`: the field is an array holding one of the values (an array operand).
         case arrayContainsAny = "array-contains-any"
+        /// `in`: the field equals one of the values (an array operand).
         case `in` = "in"
+        /// `not-in`: the field is present, not null, and equals none of the values (an array operand).
         case notIn = "not-in"
     }
 
     /// Where a cursor bounds the ordered results.
     public enum CursorPosition: String, Sendable, Hashable, Codable {
+        /// Where the cursor bounds the results: `startAt` starts at the documents equal to it,
+        /// `startAfter` after them, `endAt` ends at them, `endBefore` before them.
         case startAt, startAfter, endAt, endBefore
     }
 
@@ -66,13 +83,23 @@ public struct Query: Sendable, Hashable, Codable {
         appending(.filter(field: field, op: op, value: value))
     }
 
+    /// Keeps documents whose field equals the value (`==`; an int and a double compare as numbers).
     public func whereField(_ field: FieldPath, isEqualTo value: JSONValue) -> Query { whereField(field, .equal, value) }
+    /// Keeps documents whose field exists, is not null, and does not equal the value (`!=`).
     public func whereField(_ field: FieldPath, isNotEqualTo value: JSONValue) -> Query { whereField(field, .notEqual, value) }
+    /// Keeps documents whose field is below the value (`<`), comparing only values of one
+    /// type: numbers with numbers, strings with strings.
     public func whereField(_ field: FieldPath, isLessThan value: JSONValue) -> Query { whereField(field, .lessThan, value) }
+    /// Keeps documents whose field is below or equal to the value (`<=`), comparing only values of one
+    /// type: numbers with numbers, strings with strings.
     public func whereField(_ field: FieldPath, isLessThanOrEqualTo value: JSONValue) -> Query {
         whereField(field, .lessThanOrEqual, value)
     }
+    /// Keeps documents whose field is above the value (`>`), comparing only values of one
+    /// type: numbers with numbers, strings with strings.
     public func whereField(_ field: FieldPath, isGreaterThan value: JSONValue) -> Query { whereField(field, .greaterThan, value) }
+    /// Keeps documents whose field is above or equal to the value (`>=`), comparing only values of one
+    /// type: numbers with numbers, strings with strings.
     public func whereField(_ field: FieldPath, isGreaterThanOrEqualTo value: JSONValue) -> Query {
         whereField(field, .greaterThanOrEqual, value)
     }
@@ -118,6 +145,8 @@ public struct Query: Sendable, Hashable, Codable {
 
 /// What a query needs of a document: its path and its fields.
 public protocol QueryDocument {
+    /// The document's path, which breaks the ties of a query's orders.
     var path: DocumentPath { get }
+    /// The document's fields, which filters, orders and cursors read.
     var data: JSONObject { get }
 }

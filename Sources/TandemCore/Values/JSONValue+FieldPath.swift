@@ -1,3 +1,4 @@
+/// Field paths in a document body (a `JSONObject`): read, set and remove the value at a dotted path.
 extension Dictionary where Key == String, Value == JSONValue {
     /// The value at a dotted field path, or nil when any key on the way is missing or not a map.
     public subscript(field path: FieldPath) -> JSONValue? {

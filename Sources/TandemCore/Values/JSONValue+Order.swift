@@ -54,6 +54,8 @@ extension JSONValue {
 
     /// The result of comparing two values.
     public enum Ordering: Sendable, Hashable {
+        /// `less`: the first value sorts before the second; `equal`: they sort together; `greater`:
+        /// the first sorts after the second.
         case less, equal, greater
 
         var reversed: Ordering {

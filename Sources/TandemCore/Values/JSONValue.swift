@@ -6,15 +6,22 @@
 ///
 /// ```swift
 /// let user: JSONValue = ["name": "Ada", "age": 36, "tags": ["math", "engines"]]
-/// user[FieldPath("name")]  // .string("Ada")
+/// user[field: "name"]  // .string("Ada")
 /// ```
 public enum JSONValue: Sendable, Hashable {
+    /// The JSON `null`.
     case null
+    /// `true` or `false`.
     case bool(Bool)
+    /// An integer, kept apart from a double of the same value: `1`, not `1.0`.
     case int(Int)
+    /// A floating-point number: `1.0`, not `1`.
     case double(Double)
+    /// A string.
     case string(String)
+    /// An array of values.
     case array([JSONValue])
+    /// An object: keys to values.
     case object([String: JSONValue])
 }
 

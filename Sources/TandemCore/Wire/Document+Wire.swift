@@ -39,6 +39,8 @@ extension MutationID {
         .object(["client": .string(clientID), "sequence": .int(Int(clamping: sequence))])
     }
 
+    /// Reads a mutation id in its wire form; a malformed one (an empty client, a negative sequence)
+    /// throws `invalid-argument`.
     public init(wire value: JSONValue) throws(TandemError) {
         let object = try WireObject(value, context: "a mutation id")
         let client = try object.string("client")

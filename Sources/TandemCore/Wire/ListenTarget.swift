@@ -1,8 +1,11 @@
 /// What a listener or a one-off read covers: one document, a query over one collection, or a query
 /// over a collection group (every collection with one name).
 public enum ListenTarget: Sendable, Hashable, CustomStringConvertible {
+    /// One document, by path.
     case document(DocumentPath)
+    /// A query over the documents directly in one collection.
     case collection(CollectionPath, Query)
+    /// A query over every collection with this name (a collection id such as `reviews`), under any parent.
     case collectionGroup(String, Query)
 
     /// Whether a document at this path is in the target's scope (before the query's filters).
@@ -42,6 +45,8 @@ public enum ListenTarget: Sendable, Hashable, CustomStringConvertible {
         }
     }
 
+    /// Reads a target in its wire form (see `wireValue`); one without a `query` gets the empty query.
+    /// A malformed one throws `invalid-argument`.
     public init(wire value: JSONValue) throws(TandemError) {
         let object = try WireObject(value, context: "the target")
         let query = object.has("query") ? try Query(wire: try object.value("query")) : Query()

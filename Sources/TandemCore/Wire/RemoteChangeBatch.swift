@@ -1,5 +1,6 @@
 /// One change the server reports to a listener: a document written (its new state) or removed.
 public struct RemoteChange: Sendable, Hashable {
+    /// The path of the document that changed.
     public var path: DocumentPath
     /// The document as committed; nil when it was deleted.
     public var document: Document?
@@ -13,6 +14,8 @@ public struct RemoteChange: Sendable, Hashable {
     /// equality: it spells `document.data`.
     package var encodedData: String?
 
+    /// A change from its parts: `document` nil for a removal. `upsert(_:)` and
+    /// `removal(_:version:)` build the common ones.
     public init(path: DocumentPath, document: Document?, version: Version, mutationID: MutationID? = nil) {
         self.path = path
         self.document = document
@@ -47,6 +50,7 @@ public struct RemoteChange: Sendable, Hashable {
 public struct RemoteChangeBatch: Sendable, Hashable {
     /// Whether the batch holds every document the listener covers, replacing what the cache had.
     public var isSnapshot: Bool
+    /// The documents written or removed; for a snapshot, every document the listener covers.
     public var changes: [RemoteChange]
     /// The version the listener has seen everything up to, once this batch is applied.
     public var version: Version
@@ -56,6 +60,7 @@ public struct RemoteChangeBatch: Sendable, Hashable {
     /// that ends after a piece drops the batch.
     package var continues = false
 
+    /// A batch from its parts: whether it is a snapshot, its changes, and the version it reaches.
     public init(isSnapshot: Bool, changes: [RemoteChange], version: Version) {
         self.isSnapshot = isSnapshot
         self.changes = changes

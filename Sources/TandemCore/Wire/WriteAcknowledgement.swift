@@ -44,6 +44,8 @@ public struct WriteAcknowledgement: Sendable, Hashable {
         self.init(id: id, status: .applied, version: version, document: document)
     }
 
+    /// An acknowledgement with any status, the document it leaves (nil by default) and, for a
+    /// refusal, the error.
     public init(id: MutationID?, status: WriteStatus, version: Version, document: Document? = nil, error: TandemError? = nil) {
         self.id = id
         self.status = status

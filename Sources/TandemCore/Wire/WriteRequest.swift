@@ -2,6 +2,7 @@
 /// `Tandem`):
 /// its mutations, applied all together or decided one by one.
 public struct WriteRequest: Sendable, Hashable {
+    /// The mutations, in the order they are applied or decided.
     public var mutations: [Mutation]
     /// True (an atomic batch): every mutation applies or none does. False: each is decided on its
     /// own, in order, and the answer lists each one's fate, refused ones included.
@@ -13,6 +14,7 @@ public struct WriteRequest: Sendable, Hashable {
     /// Whether it goes as a plain atomic write: atomic, or one mutation, which is the same thing.
     public var isOneWrite: Bool { isAtomic || mutations.count <= 1 }
 
+    /// A request of these mutations, atomic unless `isAtomic` is false.
     public init(_ mutations: [Mutation], isAtomic: Bool = true) {
         self.mutations = mutations
         self.isAtomic = isAtomic

@@ -18,10 +18,18 @@ public struct AccessControl: Sendable {
     /// Nil: no token is verified, every caller is anonymous, and the rules decide what anonymous
     /// callers may do.
     public let tokens: BearerTokens?
+    /// What each caller may read and write, checked on every request.
     public let rules: AccessRules
     /// The wall clock that tokens' `exp` and `nbf` are checked against.
     public let now: @Sendable () -> Date
 
+    /// Access control that verifies callers with `tokens` and decides what they may do by `rules`.
+    ///
+    /// - Parameters:
+    ///   - tokens: verifies bearer tokens; nil verifies none, and a request that carries one is
+    ///     refused with `unauthenticated`.
+    ///   - rules: what each caller may read and write. Default `AccessRules.ownDocuments`.
+    ///   - now: the wall clock tokens' `exp` and `nbf` are checked against; tests pass a fixed one.
     public init(tokens: BearerTokens?, rules: AccessRules = .ownDocuments, now: @escaping @Sendable () -> Date = { Date() }) {
         self.tokens = tokens
         self.rules = rules

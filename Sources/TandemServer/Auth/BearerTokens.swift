@@ -5,11 +5,15 @@ import TandemCore
 /// A caller proven by a bearer token: its user id (`sub`) and every claim, for access rules to
 /// read (`auth.uid`, `auth.token.role`).
 public struct AuthenticatedUser: Sendable, Hashable {
+    /// The user id: the token's `sub` claim, `auth.uid` in access rules.
     public var uid: String
+    /// Every claim of the token, `sub`, `iat` and `exp` included; rules read them as
+    /// `auth.token.<claim>`.
     public var claims: JSONObject
     /// When the token stops being valid (`exp`), if it says.
     public var expiresAt: Date?
 
+    /// A user as a verified token proves one; `BearerTokens.verify(_:now:)` makes these from tokens.
     public init(uid: String, claims: JSONObject = [:], expiresAt: Date? = nil) {
         self.uid = uid
         self.claims = claims
@@ -23,7 +27,7 @@ public struct AuthenticatedUser: Sendable, Hashable {
 /// (never anything about the secret).
 ///
 /// ```swift
-/// let tokens = await BearerTokens(secret: "s3cret")
+/// let tokens = try await BearerTokens(secret: secret)   // at least 32 bytes
 /// let token = try tokens.mint(subject: "ada", lifetime: .seconds(3600), claims: ["role": "admin"])
 /// let user = try tokens.verify(token)   // AuthenticatedUser(uid: "ada", …)
 /// ```

@@ -23,8 +23,17 @@ public final class InProcessServer: Sendable {
     private let sessions = Atomic<Int>(0)
     private let hubTask: Mutex<Task<Void, Never>?>
 
+    /// The store the server decides writes in and reads from.
     public let store: any ServerStore
 
+    /// A server over `store`, with its store's work and its fan-out already running.
+    ///
+    /// - Parameters:
+    ///   - store: where the data is kept; the server runs its work (pruning, its writer) as a
+    ///     `SyncServer` does.
+    ///   - configuration: the limits, access control, clock, fan-out pacing and logger, used as a
+    ///     `SyncServer` uses them. What belongs to sockets and HTTP (the address, the timeouts,
+    ///     `maximumConnections`, TLS, the console) does nothing here.
     public init(store: any ServerStore, configuration: SyncServerConfiguration = SyncServerConfiguration()) {
         self.store = store
         self.configuration = configuration

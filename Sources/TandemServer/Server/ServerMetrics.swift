@@ -49,6 +49,8 @@ public final class ServerMetrics: Sendable {
         .milliseconds(50), .milliseconds(100), .milliseconds(250), .milliseconds(500), .seconds(1), .seconds(10),
     ]
 
+    /// Metrics over a registry of their own, every count at zero; `tandem_start_time_seconds` is
+    /// set to now.
     public init() {
         let registry = PrometheusCollectorRegistry()
         self.registry = registry

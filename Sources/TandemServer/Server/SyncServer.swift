@@ -21,7 +21,9 @@ import TandemCore
 /// try await group.run()
 /// ```
 public struct SyncServer: Service {
+    /// Where the data is kept; the server runs it as part of itself.
     public let store: any ServerStore
+    /// The address, limits, access control, TLS and the rest, as given at creation.
     public let configuration: SyncServerConfiguration
     /// What this server counts, which `GET /metrics` writes (``ServerMetrics``).
     public let metrics = ServerMetrics()

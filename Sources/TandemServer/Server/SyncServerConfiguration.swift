@@ -3,6 +3,16 @@ import NIOSSL
 import TandemCore
 
 /// How a ``SyncServer`` listens and what it allows.
+///
+/// Start from the defaults and change what differs:
+///
+/// ```swift
+/// var configuration = SyncServerConfiguration()
+/// configuration.port = 0   // a free port, given to onListening
+/// configuration.access = AccessControl(tokens: try await BearerTokens(secret: secret))
+/// configuration.fanOutPacing = FanOutPacing(interval: .milliseconds(10), busyCommits: 32)
+/// let server = SyncServer(store: store, configuration: configuration) { _, port in print("port \(port)") }
+/// ```
 public struct SyncServerConfiguration: Sendable {
     /// The address to bind. Default 127.0.0.1.
     public var host = "127.0.0.1"
@@ -51,6 +61,8 @@ public struct SyncServerConfiguration: Sendable {
     /// called while the server holds its listener table: keep it short and never call the server.
     public var onListenerCountChange: (@Sendable (Int) -> Void)?
 
+    /// The defaults each property states: an open server on 127.0.0.1:8080, plain HTTP, with the
+    /// console.
     public init() {}
 
     /// A TLS configuration from PEM files: the certificate chain (the server's certificate first)
@@ -89,6 +101,8 @@ public struct FanOutPacing: Sendable, Hashable {
     /// at 5 ms).
     public var busyCommits: Int
 
+    /// Pacing that delivers at most once per `interval` once `busyCommits` or more commits come
+    /// within one interval.
     public init(interval: Duration = .milliseconds(5), busyCommits: Int = 16) {
         self.interval = interval
         self.busyCommits = busyCommits

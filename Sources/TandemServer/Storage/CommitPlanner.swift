@@ -28,6 +28,8 @@ public struct CommitPlanner: Sendable {
     /// Decides each new mutation against the documents before and after it; nil allows all.
     public var authorizer: WriteAuthorizer?
 
+    /// A planner that checks documents against `limits`, writes at `time`, and asks `authorizer`
+    /// about each new mutation (nil allows every one).
     public init(limits: ServerLimits, time: ServerTime, authorizer: WriteAuthorizer? = nil) {
         self.limits = limits
         self.time = time
@@ -36,6 +38,7 @@ public struct CommitPlanner: Sendable {
 
     /// A request that passed ``check(_:limits:)``, with its mutations' digests.
     public struct CheckedRequest: Sendable {
+        /// The request's mutations, in the order sent.
         public let mutations: [Mutation]
         let digests: [UInt64?]
     }

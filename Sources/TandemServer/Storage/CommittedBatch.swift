@@ -3,9 +3,12 @@ import TandemCore
 
 /// What one commit changed: its version, and each document's state after it.
 public struct CommittedBatch: Sendable, Hashable {
+    /// The version the commit took.
     public var version: Version
+    /// Each document the commit changed, as it left it (a deletion carries no document).
     public var changes: [RemoteChange]
 
+    /// A batch of `changes` committed at `version`.
     public init(version: Version, changes: [RemoteChange]) {
         self.version = version
         self.changes = changes
@@ -20,10 +23,13 @@ public struct CommittedBatch: Sendable, Hashable {
 /// batch as it commits and raises `visibleThrough` only once no commit below it is missing; the
 /// fan-out holds batches above the watermark back and releases them in version order.
 public struct CommitNotice: Sendable, Hashable {
+    /// The batches that became visible, each reported once; none for a commit that changed no
+    /// document.
     public var batches: [CommittedBatch]
     /// Every commit at or below this version is visible.
     public var visibleThrough: Version
 
+    /// A notice of `batches`, with every commit at or below `visibleThrough` visible.
     public init(batches: [CommittedBatch], visibleThrough: Version) {
         self.batches = batches
         self.visibleThrough = visibleThrough

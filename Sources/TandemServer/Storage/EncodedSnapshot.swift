@@ -13,6 +13,8 @@ public struct EncodedSnapshotFrame: Sendable, Hashable {
     /// Whether this is the snapshot's last frame.
     public var isLast: Bool
 
+    /// A frame of `count` changes, encoded in `changes`, read at `version`; `isLast` marks the
+    /// snapshot's last frame.
     public init(version: Version, changes: [UInt8], count: Int, isLast: Bool) {
         self.version = version
         self.changes = changes
@@ -30,6 +32,8 @@ public struct EncodedSnapshot: Sendable, Hashable {
     /// How many documents the groups hold in all.
     public var count: Int
 
+    /// A snapshot read at `version` whose `groups` hold `count` documents in all; no groups
+    /// become one empty group (`[]`).
     public init(version: Version, groups: [[UInt8]], count: Int) {
         self.version = version
         self.groups = groups.isEmpty ? [Array("[]".utf8)] : groups

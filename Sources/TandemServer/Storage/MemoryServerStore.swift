@@ -26,6 +26,8 @@ public final class MemoryServerStore<C: Clock>: ServerStore where C.Duration == 
         /// The wall clock for create/update times, `serverTimestamp` and retention.
         public var now: @Sendable () -> Date = { Date() }
 
+        /// The defaults each property states: 30 days' retention, hourly pruning, the system's
+        /// wall clock.
         public init() {}
     }
 
@@ -50,11 +52,14 @@ public final class MemoryServerStore<C: Clock>: ServerStore where C.Duration == 
         var prunedThrough = Version.zero
     }
 
+    /// The clock `run()` waits on between prunings.
     public let clock: C
+    /// How the store keeps its data, as given at creation.
     public let configuration: Configuration
     private let storage = Mutex(Storage())
     private let observers = Mutex<[@Sendable (CommitNotice) -> Void]>([])
 
+    /// An empty store whose housekeeping runs on `clock`.
     public init(clock: C, configuration: Configuration = Configuration()) {
         self.clock = clock
         self.configuration = configuration

@@ -21,5 +21,6 @@ public struct SQLiteServerStoreConfiguration: Sendable {
     /// Where housekeeping failures are logged.
     public var logger = Logger(label: "tandem.store")
 
+    /// The defaults each property states: 30 days' retention, hourly pruning, durable commits.
     public init() {}
 }

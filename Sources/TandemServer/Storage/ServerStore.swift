@@ -9,6 +9,15 @@ import TandemCore
 /// memory with the same semantics. A store is a `Service`: run it in the server's service group;
 /// its `run()` does housekeeping such as pruning old tombstones.
 ///
+/// A server is its usual caller, but a store can be used directly, as tests and tools do:
+///
+/// ```swift
+/// let store = MemoryServerStore()
+/// let result = try await store.commit([.set(try DocumentPath("notes/a"), ["n": 1])])
+/// let note = try await store.document(at: try DocumentPath("notes/a"))   // version 1, n = 1
+/// let page = try await store.changes(since: .zero, in: nil, limit: 100)
+/// ```
+///
 /// ## The contract
 ///
 /// Every store keeps these invariants; `ServerStoreConformance` in `TandemTesting` checks each of

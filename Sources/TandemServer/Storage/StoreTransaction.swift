@@ -65,6 +65,7 @@ public struct MutationRecord: Sendable, Hashable {
     /// When it was decided, for pruning.
     public var time: Date
 
+    /// A record of a decision: its answer, the mutation's digest, and when it was made.
     public init(acknowledgement: WriteAcknowledgement, digest: UInt64?, time: Date) {
         self.acknowledgement = acknowledgement
         self.digest = digest

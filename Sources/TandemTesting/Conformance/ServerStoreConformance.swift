@@ -19,10 +19,12 @@ import TandemServer
 public enum ServerStoreConformance {
     /// The store under test.
     public struct Subject: Sendable {
+        /// The store's name, to tell subjects apart in a test's output.
         public var name: String
         /// Opens a store over new, empty data.
         public var open: @Sendable () async throws -> OpenedStore
 
+        /// A subject named `name` whose `open` gives a store over new, empty data at each call.
         public init(name: String, open: @escaping @Sendable () async throws -> OpenedStore) {
             self.name = name
             self.open = open
@@ -32,12 +34,17 @@ public enum ServerStoreConformance {
     /// A store under test and how to open it again over the same data, as after a restart (a
     /// store that keeps nothing across restarts may return itself).
     public struct OpenedStore: Sendable {
+        /// The store, over new, empty data.
         public var store: any ServerStore
+        /// Opens a store over `store`'s data, as after a restart; the checks that restart call it
+        /// and go on with what it returns.
         public var reopen: @Sendable () async throws -> any ServerStore
         /// Opens another instance over the same data while `store` stays open, as another server
         /// node does (``sharedChecks``); nil for a store one process owns.
         public var openShared: (@Sendable () async throws -> any ServerStore)?
 
+        /// A store under test, how to reopen it, and, for a store several nodes share, how to open
+        /// another instance beside it.
         public init(store: any ServerStore, reopen: @escaping @Sendable () async throws -> any ServerStore,
                     openShared: (@Sendable () async throws -> any ServerStore)? = nil) {
             self.store = store
@@ -56,6 +63,7 @@ public enum ServerStoreConformance {
 
     /// One named check.
     public struct Check: Sendable, CustomStringConvertible {
+        /// What the check expects of a store, in a sentence; also its `description`.
         public let name: String
         let body: @Sendable (OpenedStore) async throws -> Void
 
@@ -78,8 +86,11 @@ public enum ServerStoreConformance {
 
 /// What a conformance check found broken.
 public struct ConformanceFailure: Error, CustomStringConvertible {
+    /// What broke: what was expected, and what the store did.
     public var message: String
+    /// The file of the check that failed, as `#fileID` names it.
     public var file: String
+    /// The line of the check that failed.
     public var line: Int
 
     public var description: String { "\(file):\(line): \(message)" }

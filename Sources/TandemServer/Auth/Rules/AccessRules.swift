@@ -36,10 +36,31 @@ import Yams
 /// **Queries.** Rules are not filters: a query or listener is allowed only when its own equality
 /// filters prove the `list` condition for every document it could return (`where owner ==
 /// <your uid>` proves `resource.data.owner == auth.uid`); otherwise it is refused whole.
+///
+/// In Swift, read a file with `init(contentsOfFile:)`, or parse text, and give the rules to a server's
+/// `AccessControl`:
+///
+/// ```swift
+/// let rules = try AccessRules(parsing: """
+///     rules:
+///       - match: public/{doc}
+///         read: true
+///     """)
+/// configuration.access = AccessControl(tokens: try await BearerTokens(secret: secret), rules: rules)
+/// ```
 public struct AccessRules: Sendable {
     /// What a request does to a document.
     public enum Operation: Int, Sendable, CaseIterable, CustomStringConvertible {
-        case get, list, create, update, delete
+        /// Reading one document, or listening to one.
+        case get
+        /// Running a query, or listening to a collection or a collection group.
+        case list
+        /// Writing a document where none exists.
+        case create
+        /// Writing over a document that exists.
+        case update
+        /// Deleting a document.
+        case delete
 
         public var description: String {
             switch self {
@@ -168,8 +189,10 @@ public struct RulesFileError: Error, Sendable, CustomStringConvertible {
     public var line: Int
     /// From 1, in characters (Unicode scalars).
     public var column: Int
+    /// What is wrong there, or what was expected there.
     public var message: String
 
+    /// An error at `line` and `column` (each from 1) saying `message`.
     public init(line: Int, column: Int, message: String) {
         self.line = line
         self.column = column
