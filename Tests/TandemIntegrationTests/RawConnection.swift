@@ -52,6 +52,7 @@ final class RawConnection: Sendable {
 
     static func open(port: Int) async throws -> RawConnection {
         let channel = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .connectTimeout(.seconds(60))   // a hang guard: a loaded machine can take seconds to accept
             .connect(host: "127.0.0.1", port: port) { channel in
                 channel.eventLoop.makeCompletedFuture {
                     try NIOAsyncChannel<ByteBuffer, Never>(wrappingChannelSynchronously: channel)

@@ -61,6 +61,7 @@ struct TLSTests {
     func https(port: Int, _ request: String, tls: TLSConfiguration) async throws -> String {
         let context = try NIOSSLContext(configuration: tls)
         let channel = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .connectTimeout(.seconds(60))   // a hang guard: a loaded machine can take seconds to accept
             .connect(host: "127.0.0.1", port: port) { channel in
                 channel.eventLoop.makeCompletedFuture {
                     try channel.pipeline.syncOperations.addHandler(try NIOSSLClientHandler(context: context, serverHostname: nil))
