@@ -78,6 +78,23 @@ struct PathTests {
         #expect(caught)
     }
 
+    @Test("paths are equal when their bytes are: canonically equivalent spellings, which Swift's strings call equal, are two paths, as in every store")
+    func equalityIsByBytes() throws {
+        for (a, b) in [("k/K", "k/\u{212A}"), ("caf\u{E9}/x", "cafe\u{301}/x"), ("a/\u{212B}", "a/A\u{30A}")] {
+            #expect(a == b, "Swift's strings call them equal")
+            let first = try DocumentPath(a), second = try DocumentPath(b)
+            #expect(first != second)
+            #expect(Set([first, second]).count == 2)
+            #expect((first < second) != (second < first), "exactly one sorts first")
+            #expect(first.parent.description.utf8.elementsEqual(a.split(separator: "/")[0].utf8))
+        }
+        #expect(try DocumentPath("caf\u{E9}/x") == DocumentPath(segments: ["caf\u{E9}", "x"]))
+        #expect(try CollectionPath("caf\u{E9}") != CollectionPath("cafe\u{301}"))
+        let group = ListenTarget.collectionGroup("K", Query())
+        #expect(group.covers(try DocumentPath("a/b/K/c")))
+        #expect(!group.covers(try DocumentPath("a/b/\u{212A}/c")))
+    }
+
     @Test("paths order segment by segment")
     func order() throws {
         #expect(try DocumentPath("a/b") < DocumentPath("a/b/c/d"))

@@ -61,6 +61,22 @@ struct AccessRulesTests {
         #expect(try AccessRules(parsing: "- match: a/{b}\n  read: true\n").count == 1)
     }
 
+    @Test("a rule's literal segment matches its own bytes only: a canonically equivalent spelling is another path")
+    func literalsMatchBytes() throws {
+        let rules = try AccessRules(parsing: """
+            rules:
+              - match: "Keys/{doc}"
+                read: true
+              - match: "caf\u{E9}/{doc}"
+                read: true
+            """)
+        #expect(rules.decide(.get, at: path("Keys/k1"), auth: nil, resource: .absent).truth == .yes)
+        // U+212A KELVIN SIGN and a decomposed é: equal as Swift strings, other documents in a store.
+        #expect(rules.decide(.get, at: path("\u{212A}eys/k1"), auth: nil, resource: .absent).truth == .no)
+        #expect(rules.decide(.get, at: path("caf\u{E9}/d"), auth: nil, resource: .absent).truth == .yes)
+        #expect(rules.decide(.get, at: path("cafe\u{301}/d"), auth: nil, resource: .absent).truth == .no)
+    }
+
     @Test("errors say the line and the column, and what was expected")
     func errorPositions() {
         var error = parseError("rules:\n  - match: rooms/{room}\n    read: auth.uid = room\n")

@@ -148,7 +148,7 @@ public final class CollectionSyncEngine<T: SyncModel>: Sendable, RegistrarObserv
     public func getDocument(id: String) -> T? {
         access(keyPath: keys.currentCollection)
         guard let path = try? remote.collectionPath().document(id) else {
-            return core.shownModels { $0.id == id }.first
+            return core.shownModels { PathRules.sameBytes($0.id, id) }.first
         }
         return core.shownModel(at: path)
     }

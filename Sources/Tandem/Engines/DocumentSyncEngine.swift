@@ -131,7 +131,7 @@ public final class DocumentSyncEngine<T: SyncModel>: Sendable {
 
     private func cached(_ id: String, in snapshot: EngineSnapshot<T>) -> T? {
         if let path = try? remote.collectionPath().document(id) { return snapshot.model(at: path) }
-        return snapshot.shownDocuments.first { $0.path.id == id }?.model
+        return snapshot.shownDocuments.first { PathRules.sameBytes($0.path.id, id) }?.model
     }
 
     /// ``currentDocument`` with its metadata: the state when iterated, then one snapshot after

@@ -16,7 +16,7 @@ enum EnginePersistence: Sendable {
         case .collection(let persistence):
             return .collection(persistence, change)
         case .document(let persistence):
-            let base = view.base.values.first { $0.path.id == documentID }
+            let base = documentID.flatMap { id in view.base.values.first { PathRules.sameBytes($0.path.id, id) } }
             return .document(persistence, LocalDocumentState(documentID: documentID, base: base, outbox: view.outbox, resumeVersion: resumeVersion))
         }
     }

@@ -49,7 +49,7 @@ extension SyncCore {
                 state.persistence = persistence
                 state.space += 1
                 // A document engine goes on following the document the app chose.
-                let documents = state.documentID.map { id in loaded.documents.filter { $0.path.id == id } } ?? loaded.documents
+                let documents = state.documentID.map { id in loaded.documents.filter { PathRules.sameBytes($0.path.id, id) } } ?? loaded.documents
                 var outbox = loaded.outbox
                 outbox.markAllAttempted()
                 state.view = LocalView(base: documents, outbox: outbox, now: now)

@@ -67,9 +67,12 @@ public struct CollectionPath: Sendable, Hashable, Comparable, Codable, CustomStr
     /// The slash-separated form.
     public var description: String { joined }
 
-    public static func == (lhs: Self, rhs: Self) -> Bool { lhs.joined == rhs.joined }
+    /// Paths are equal when their bytes are, as the stores key documents: two spellings Swift
+    /// calls equal (`é` precomposed and decomposed) are two paths.
+    public static func == (lhs: Self, rhs: Self) -> Bool { PathRules.sameBytes(lhs.joined, rhs.joined) }
 
-    public func hash(into hasher: inout Hasher) { hasher.combine(joined) }
+    /// Hashes the path's bytes.
+    public func hash(into hasher: inout Hasher) { PathRules.hashBytes(joined, into: &hasher) }
 
     public static func < (lhs: CollectionPath, rhs: CollectionPath) -> Bool {
         PathRules.compareJoined(lhs.joined, rhs.joined) == .less

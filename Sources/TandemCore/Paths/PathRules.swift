@@ -81,6 +81,21 @@ public enum PathRules {
 
     /// The same order as `compare` on segments, from the joined forms: bytes compared in turn with
     /// `/` taken as lower than any other byte, which is what ending a segment first means.
+    /// Whether two paths are the same path: the same UTF-8 bytes, as every store keys documents.
+    /// Swift's `==` on strings would call canonically equivalent spellings equal (`é` precomposed
+    /// and `e` followed by U+0301; `K` and U+212A KELVIN SIGN), which are two documents on the
+    /// server, and would disagree with the byte order of `compareJoined`.
+    package static func sameBytes(_ a: String, _ b: String) -> Bool {
+        var a = a, b = b
+        return a.withUTF8 { x in b.withUTF8 { y in x.count == y.count && x.elementsEqual(y) } }
+    }
+
+    /// Hashes a path's UTF-8 bytes, consistent with `sameBytes`.
+    package static func hashBytes(_ text: String, into hasher: inout Hasher) {
+        var text = text
+        text.withUTF8 { hasher.combine(bytes: UnsafeRawBufferPointer($0)) }
+    }
+
     static func compareJoined(_ a: String, _ b: String) -> JSONValue.Ordering {
         var a = a, b = b
         return a.withUTF8 { x in

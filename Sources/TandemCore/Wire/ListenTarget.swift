@@ -13,7 +13,7 @@ public enum ListenTarget: Sendable, Hashable, CustomStringConvertible {
         switch self {
         case .document(let document): return document == path
         case .collection(let collection, _): return collection.contains(path)
-        case .collectionGroup(let group, _): return path.collectionGroup == group
+        case .collectionGroup(let group, _): return PathRules.sameBytes(path.collectionGroup, group)
         }
     }
 

@@ -141,6 +141,22 @@ struct CollectionSyncEngineTests {
         #expect(engine.getDocument(id: "lamp")?.stock == 8)
     }
 
+    @Test("two ids Swift's strings call equal but whose bytes differ are two documents: both writes are kept, sent and applied, each to its own")
+    func canonicallyEquivalentIDs() async throws {
+        let remote = MockRemoteCollectionService(collectionPath: { "products" })
+        let engine = makeEngine(remote: remote)
+        await engine.startListening()
+        try await engine.saveDocument(Product(id: "caf\u{E9}", name: "precomposed", price: 1, stock: 1))
+        try await engine.saveDocument(Product(id: "cafe\u{301}", name: "decomposed", price: 2, stock: 2))
+        #expect(engine.currentCollection.count == 2, "neither write hides the other while pending")
+        #expect(await engine.waitUntil { !engine.hasPendingWrites })
+        #expect(remote.store.documents.count == 2)
+        #expect(remote.store.appliedWriteCount == 2)
+        #expect(Set(engine.currentCollection.map(\.name)) == ["precomposed", "decomposed"])
+        #expect(engine.getDocument(id: "cafe\u{301}")?.name == "decomposed")
+        #expect(engine.getDocument(id: "caf\u{E9}")?.name == "precomposed")
+    }
+
     @Test("a write refused for good is rolled back, thrown to the caller, logged and listed")
     func rejection() async throws {
         let logger = RecordingDataSyncLogger()

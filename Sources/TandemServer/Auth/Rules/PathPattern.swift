@@ -93,7 +93,7 @@ struct PathPattern: Sendable, CustomStringConvertible {
         if hasRest ? path.count < fixedCount : path.count != segments.count { return nil }
         // The literals first, so a pattern that does not match allocates nothing.
         for (index, segment) in segments.enumerated() {
-            if case .literal(let literal) = segment, path[index] != literal { return nil }
+            if case .literal(let literal) = segment, !PathRules.sameBytes(path[index], literal) { return nil }
         }
         var captures: [String?] = []
         captures.reserveCapacity(captureNames.count)
@@ -134,7 +134,7 @@ struct PathPattern: Sendable, CustomStringConvertible {
             switch segment {
             case .literal(let literal):
                 if let known {
-                    if known != literal { return .none }
+                    if !PathRules.sameBytes(known, literal) { return .none }
                 } else {
                     // Only the document with this id.
                     partial = true
