@@ -113,9 +113,19 @@ struct ConsoleMiddleware<Context: RequestContext>: RouterMiddleware {
             response.headers[.xContentTypeOptions] = "nosniff"
             return response
         } catch let error as HTTPError {
+            if error.status == .rangeNotSatisfiable {
+                // 416, saying the file's size, as HTTP clients expect of a range past the end (the
+                // API's own out-of-range, a change feed pruned, is 410).
+                let answer = TandemError(.outOfRange, "The range asked for lies outside \(path).")
+                metrics?.answered(answer)
+                var response = HTTPAPI.json(.object(["error": answer.wireValue]), status: .rangeNotSatisfiable)
+                if let size = console.files[String(path.utf8.dropFirst("/console".utf8.count))!]?.count {
+                    response.headers[.contentRange] = "bytes */\(size)"
+                }
+                return response
+            }
             let answer = switch error.status {
             case .notFound: TandemError(.notFound, "The console has no file at \(path); open /console/.")
-            case .rangeNotSatisfiable: TandemError(.outOfRange, "The range asked for lies outside \(path).")
             default: TandemError.invalidArgument("\(path) is not a path the console serves (\(error.status.code)).")
             }
             metrics?.answered(answer)

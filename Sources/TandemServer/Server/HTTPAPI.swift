@@ -39,8 +39,10 @@ struct HTTPAPI: Sendable {
                                               storeBytes: await service.store.storeSize())
             return Response(status: .ok, headers: [.contentType: "text/plain; version=0.0.4; charset=utf-8"], body: .init(byteBuffer: ByteBuffer(bytes: text)))
         }
+        // The description depends only on the limits: built once, when the routes are.
+        let description = ByteBuffer(string: JSONText.encode(OpenAPIDescription.document(limits: limits)))
         router.get("/v1/openapi.json") { _, _ in
-            Self.json(OpenAPIDescription.document(limits: limits))
+            Response(status: .ok, headers: [.contentType: "application/json"], body: .init(byteBuffer: description))
         }
         router.get("/v1/stream") { _, _ in
             var response = Self.json(.object(["error": .object([
