@@ -18,7 +18,8 @@ public struct RetryPolicy: Sendable, Hashable {
     public var maximum: Duration
     /// A fraction (0...1) of each delay that is randomized, up or down.
     public var jitter: Double
-    /// After this many failures in a row, stop retrying; nil retries for ever.
+    /// The most retries in a row: the failure after that many retries ends them (with 3, the
+    /// fourth failure in a row gives up); nil retries for ever.
     public var maximumAttempts: Int?
 
     /// A policy waiting `initial` after the first failure, multiplying the delay by `multiplier`

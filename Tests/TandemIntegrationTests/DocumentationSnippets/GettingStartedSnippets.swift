@@ -62,7 +62,7 @@ struct GettingStartedSnippets {
             // snippet: getting-started-snapshots
             for await snapshot in todos.snapshots() {
                 for change in snapshot.documentChanges {
-                    print(change.kind, change.document.title)   // added Buy milk, added Buy eggs, …
+                    print(change.kind, change.document.title)   // added Buy eggs, added Buy milk (by id), …
                 }
                 if !snapshot.metadata.hasPendingWrites { break }
             }

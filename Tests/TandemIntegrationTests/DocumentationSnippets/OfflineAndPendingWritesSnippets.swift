@@ -38,8 +38,8 @@ enum OfflineAndPendingWritesSnippets {
         // snippet: offline-pending
         print(products.pendingWrites.count, "writes wait for the server")
         for write in products.pendingWrites {          // oldest first
-            let state = write.attempts > 0 ? "sent, not answered yet" : "not sent yet"
-            print(write.id, write.path, state, write.batch.map { "in batch \($0)" } ?? "")
+            // attempts counts sends, and a write loaded from disk counts as sent once: it may have been
+            print(write.id, write.path, "attempts: \(write.attempts)", write.batch.map { "in batch \($0)" } ?? "")
         }
         // end snippet
     }

@@ -95,7 +95,7 @@ struct TestingWithTandemTestingSnippets {
         return .init(store: store, reopen: { store }, openShared: { store })
     }
 
-    @Test(arguments: ServerStoreConformance.checks)
+    @Test(arguments: ServerStoreConformance.checks + ServerStoreConformance.sharedChecks)
     func conforms(_ check: ServerStoreConformance.Check) async throws {
         try await check.run(on: Self.subject)
     }
