@@ -51,6 +51,20 @@ struct JSONValueTests {
         }
     }
 
+    @Test("an object naming a key twice, as written or in two spellings Unicode counts as one, is refused rather than losing a value")
+    func duplicateKeys() throws {
+        for text in [#"{"a": 1, "a": 2}"#, "{\"caf\u{E9}\": 1, \"cafe\u{301}\": 2}", #"{"x": {"K": 1, "\#u{212A}": 2}}"#] {
+            #expect(throws: TandemError.self, "\(text)") { _ = try JSONText.parse(text) }
+            do {
+                _ = try JSONText.parse(text)
+            } catch {
+                #expect(error.code == .invalidArgument && error.message.contains("named twice"))
+            }
+        }
+        // The same key in different objects is no repetition.
+        #expect(try JSONText.parse(#"{"a": {"a": 1}, "b": [{"a": 1}, {"a": 2}]}"#)[field: "b"]?.arrayValue?.count == 2)
+    }
+
     @Test("JSON text keeps ints and doubles apart and round-trips")
     func textRoundTrip() throws {
         let value = try JSONText.parse(#"{"i": 1, "d": 1.0, "e": 1e3, "s": "a\"b\\c\u00e9\ud83d\ude00", "n": null, "b": [true, false], "o": {"x": -0.5}}"#)

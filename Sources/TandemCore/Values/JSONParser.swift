@@ -71,7 +71,15 @@ struct JSONParser {
         try enter()
         defer { depth -= 1 }
         var object = JSONObject()
-        try readObject { (parser, key) throws(TandemError) in object[key] = try parser.parseValue() }
+        try readObject { (parser, key) throws(TandemError) in
+            let start = parser.index
+            // A key named twice would lose one of its values without a word; so would two
+            // spellings Unicode counts as one (é precomposed and decomposed), which a Swift
+            // dictionary keeps as one key.
+            if object.updateValue(try parser.parseValue(), forKey: key) != nil {
+                throw TandemError.invalidArgument("JSON at byte \(start): the key \"\(key.prefix(64))\" is named twice in one object (counting spellings Unicode treats as one, such as é precomposed and decomposed). An object holds one value per key: send each key once.")
+            }
+        }
         return .object(object)
     }
 
