@@ -63,7 +63,10 @@ enum SyncedEdits {
         for key in Set(old.keys).union(new.keys).sorted() {
             let before = old[key]
             let after = new[key]
-            if before == after { continue }
+            // Byte for byte: an edit that only respells a string (é decomposed for precomposed) is
+            // an edit the server must store, or the value and the server would differ for good.
+            if let before, let after, JSONValue.identical(before, after) { continue }
+            if before == nil && after == nil { continue }
             if case .object(let a)? = before, case .object(let b)? = after {
                 paths += changedPaths(a, b, prefix: prefix + [key])
             } else {

@@ -357,6 +357,17 @@ final class SyncedStore<Value: DocumentIdentifiable>: Sendable {
 
     /// Turns the edited value into writes, queues them, and takes the value (in order), in the
     /// store's locked step. Throws, changing nothing, when the edit cannot be written.
+    /// Whether an element whose bytes changed differs from what the store knew of it: by the
+    /// model's `==`, or, where that calls them equal, by their bodies byte for byte. A string
+    /// respelled (é decomposed for precomposed) is equal to Swift but another value to the server,
+    /// which would otherwise keep the old spelling for good.
+    static func differs(_ element: Value, from known: Value?) -> Bool {
+        guard let known else { return true }
+        if element != known { return true }
+        guard let now = try? SyncedKeys.body(of: element), let before = try? SyncedKeys.body(of: known) else { return false }
+        return !JSONValue.identical(.object(now), .object(before))
+    }
+
     private func apply(_ value: inout IdentifiedArrayOf<Value>, old: Fingerprint, to state: inout State) throws -> [WriteTicket] {
         if state.hidden(spaceUser: core.spaceUser) {
             throw TandemError(.unavailable, "Nobody is signed in now (or the user who just signed in is not shown yet); the edit was not made.")
@@ -368,7 +379,7 @@ final class SyncedStore<Value: DocumentIdentifiable>: Sendable {
         var removed: [UUID] = []
         var moved = false
         if let differing = Self.differing(value, old: old, bytes: state.bytes) {
-            touched = differing.filter { value[$0] != state.known[value[$0].clientId]?.value }
+            touched = differing.filter { Self.differs(value[$0], from: state.known[value[$0].clientId]?.value) }
         } else {
             moved = true
             removed = old.ids.filter { value[id: $0] == nil }

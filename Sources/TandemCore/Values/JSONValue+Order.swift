@@ -48,6 +48,24 @@ extension JSONValue {
     }
 
     /// Whether two values are equal in the order of queries (`1 == 1.0`).
+    /// Whether two values are the same value written the same way: the same types (an int and a
+    /// double differ), strings with the same UTF-8 bytes, arrays and objects element by element.
+    /// `==` calls two spellings of a string that Unicode counts as one (`é` precomposed and
+    /// decomposed) equal, though a store keeps each as it was written; a diff that must see every
+    /// edit uses this. Object keys are matched as a dictionary matches them.
+    package static func identical(_ lhs: JSONValue, _ rhs: JSONValue) -> Bool {
+        switch (lhs, rhs) {
+        case (.string(let a), .string(let b)):
+            return PathRules.sameBytes(a, b)
+        case (.array(let a), .array(let b)):
+            return a.count == b.count && zip(a, b).allSatisfy { identical($0, $1) }
+        case (.object(let a), .object(let b)):
+            return a.count == b.count && a.allSatisfy { key, value in b[key].map { identical(value, $0) } ?? false }
+        default:
+            return lhs == rhs
+        }
+    }
+
     public static func queryEquals(_ lhs: JSONValue, _ rhs: JSONValue) -> Bool {
         compare(lhs, rhs) == .equal
     }

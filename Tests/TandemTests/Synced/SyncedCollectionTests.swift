@@ -43,6 +43,20 @@ struct SyncedCollectionTests {
         #expect(todos.value.map(\.memo) == ["oat milk"])
     }
 
+    @Test("an edit that only respells a string (é decomposed for precomposed) reaches the server, so the value and the server end the same byte for byte")
+    func respelledStringIsWritten() async throws {
+        let remote = MockRemoteCollectionService(collectionPath: { "todos" })
+        let todos = handle(remote)
+        await todos.load()
+        todos.withLock { $0.append(Todo(memo: "caf\u{E9}")) }
+        #expect(await todos.waitUntil { !todos.hasPendingWrites })
+        let id = try #require(todos.value.first?.documentId)
+        todos.withLock { $0[0].memo = "cafe\u{301}" }
+        #expect(await todos.waitUntil { !todos.hasPendingWrites })
+        let memo = try #require(stored(remote)[id]?["memo"]?.stringValue)
+        #expect(Array(memo.utf8) == Array("cafe\u{301}".utf8), "the server holds the new spelling")
+    }
+
     @Test("a one-field edit writes exactly that field path, a nested one its dotted path; removing an element deletes its document alone; a reorder writes nothing")
     func editsWriteWhatChanged() async throws {
         let remote = MockRemoteCollectionService(collectionPath: { "todos" })
@@ -196,6 +210,13 @@ struct SyncedCollectionTests {
         let new: JSONObject = ["a": 1, "m": ["x": 2, "y": ["deep": true], "z": 0], "list": [1, 3], "new": "n"]
         #expect(SyncedEdits.changedPaths(old, new) == [["gone"], ["list"], ["m", "x"], ["m", "z"], ["new"]])
         #expect(SyncedEdits.changedPaths(old, old).isEmpty)
+        // A string respelled, which Swift's == calls equal, is a change the server must get.
+        let precomposed: JSONObject = ["memo": "caf\u{E9}", "m": ["k": ["K"]]]
+        let respelled: JSONObject = ["memo": "cafe\u{301}", "m": ["k": ["\u{212A}"]]]
+        #expect(precomposed == respelled, "Swift calls them equal")
+        #expect(SyncedEdits.changedPaths(precomposed, respelled) == [["m", "k"], ["memo"]])
+        #expect(SyncedEdits.changedPaths(respelled, respelled).isEmpty)
+        #expect(SyncedEdits.changedPaths(["n": 1], ["n": 1.0]) == [["n"]], "an int and a double differ")
     }
 }
 
