@@ -47,7 +47,6 @@ extension JSONValue {
         }
     }
 
-    /// Whether two values are equal in the order of queries (`1 == 1.0`).
     /// Whether two values are the same value written the same way: the same types (an int and a
     /// double differ), strings with the same UTF-8 bytes, arrays and objects element by element.
     /// `==` calls two spellings of a string that Unicode counts as one (`é` precomposed and
@@ -66,6 +65,7 @@ extension JSONValue {
         }
     }
 
+    /// Whether two values are equal in the order of queries (`1 == 1.0`).
     public static func queryEquals(_ lhs: JSONValue, _ rhs: JSONValue) -> Bool {
         compare(lhs, rhs) == .equal
     }
