@@ -99,8 +99,9 @@ public final class PostgresServerStore: ServerStore {
     let listeningConnection = Mutex<PostgresConnection?>(nil)
     /// Wake-ups sent to other nodes, for tests.
     package let wakeUpsSent = Atomic<Int>(0)
-    /// This node's polls, and the poll at which it last heard another node (``otherNodesListening``).
-    let others = Mutex<(polls: Int, heardAt: Int?)>((0, nil))
+    /// This node's polls, and the poll at which it last heard each other node
+    /// (``otherNodesListening``).
+    let others = Mutex<(polls: Int, heardAt: [Substring: Int])>((0, [:]))
     /// Runs when this node hears another node after hearing none, for tests.
     package let otherNodeHeard = Mutex<TestHook?>(nil)
 
@@ -214,14 +215,27 @@ public final class PostgresServerStore: ServerStore {
                     self.listeningConnection.withLock { $0 = connection }
                     defer { self.listeningConnection.withLock { if $0 === connection { $0 = nil } } }
                     try await connection.listen(on: Self.channel) { notifications in
-                        // Each wake-up says whether it is the poll's: a notification shows the
-                        // connection alive, so only the poll checks it.
-                        let (wakes, wake) = AsyncStream.makeStream(of: Bool.self, bufferingPolicy: .bufferingNewest(1))
+                        // Each wake-up reads again; the poll's also says again that this node is
+                        // there (a notification shows the connection alive, so only the poll
+                        // checks it), and so does one for a node heard for the first time (or
+                        // again after a silence): one that started listening after this node last
+                        // said so learns of it now, not at this node's next poll. Wake-ups that
+                        // come together become one, which announces if any of them asked to.
+                        let (wakes, wake) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
+                        let announcing = Flag()
                         try await withThrowingTaskGroup(of: Void.self) { group in
                             group.addTask {
-                                for try await notification in notifications where !notification.payload.hasPrefix("\(self.node):") {
-                                    self.heardOtherNode()
-                                    if !notification.payload.hasSuffix(Self.presence) { wake.yield(false) }
+                                for try await notification in notifications {
+                                    let payload = notification.payload
+                                    guard let colon = payload.lastIndex(of: ":") else { continue }
+                                    let sender = payload[..<colon]
+                                    guard sender != self.node else { continue }
+                                    if self.heardOtherNode(sender) {
+                                        announcing.raise()
+                                        wake.yield()
+                                    } else if !payload.hasSuffix(Self.presence) {
+                                        wake.yield()
+                                    }
                                 }
                                 throw TandemError(.unavailable, "The connection listening for other nodes' commits closed.")
                             }
@@ -229,14 +243,15 @@ public final class PostgresServerStore: ServerStore {
                                 while true {
                                     try await self.configuration.clock.sleep(for: self.configuration.pollInterval)
                                     self.others.withLock { $0.polls += 1 }
-                                    wake.yield(true)
+                                    announcing.raise()
+                                    wake.yield()
                                 }
                             }
                             group.addTask {
                                 try await self.announce(over: connection)
                                 self.catchUp()
-                                for await polled in wakes {
-                                    if polled { try await self.announce(over: connection) }
+                                for await _ in wakes {
+                                    if announcing.lower() { try await self.announce(over: connection) }
                                     self.catchUp()
                                 }
                             }
@@ -253,23 +268,39 @@ public final class PostgresServerStore: ServerStore {
         }
     }
 
+    /// A request raised by some tasks and taken down by another, for ``follow()``.
+    private final class Flag: Sendable {
+        private let raised = Atomic<Bool>(false)
+        func raise() { raised.store(true, ordering: .releasing) }
+        /// Lowers the flag, and returns whether it was raised.
+        func lower() -> Bool { raised.exchange(false, ordering: .acquiringAndReleasing) }
+    }
+
     /// The end of a notification that says only that its node is there (``announce(over:)``).
     static let presence = ":here"
 
     /// Whether another node has said it is there within the last three polls of this one: only
     /// then do this node's commits wake other nodes (``wakeOtherNodes(_:)``). A node alone sends
-    /// no wake-ups; one that starts says so at once, and a commit it hears of no sooner is found by
-    /// its first read, or its poll.
+    /// no wake-ups; one that starts says so at once, the nodes that hear it answer at once, and a
+    /// commit it hears of no sooner is found by its first read, or its poll.
     package var otherNodesListening: Bool {
-        others.withLock { state in state.heardAt.map { state.polls - $0 <= 3 } ?? false }
+        others.withLock { state in state.heardAt.values.contains { state.polls - $0 <= 3 } }
     }
 
-    func heardOtherNode() {
-        let first = others.withLock { state -> Bool in
-            defer { state.heardAt = state.polls }
-            return state.heardAt.map { state.polls - $0 > 3 } ?? true
+    /// Notes that `sender` is there, and returns whether it is new: not heard within the last
+    /// three polls (then this node answers with its own presence).
+    func heardOtherNode(_ sender: Substring) -> Bool {
+        let (new, first) = others.withLock { state -> (Bool, Bool) in
+            let polls = state.polls
+            let first = !state.heardAt.values.contains { polls - $0 <= 3 }
+            let new = state.heardAt[sender].map { polls - $0 > 3 } ?? true
+            // Nodes silent for long are forgotten, so nodes that come and go leave nothing behind.
+            if new { state.heardAt = state.heardAt.filter { polls - $0.value <= 3 } }
+            state.heardAt[sender] = polls
+            return (new, first)
         }
         if first, let hook = otherNodeHeard.withLock({ $0 }) { Task { await hook.body() } }
+        return new
     }
 
     /// Tells the other nodes this one is there, on the listening connection, which this checks:

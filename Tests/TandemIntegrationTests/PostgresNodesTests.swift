@@ -85,6 +85,36 @@ struct PostgresNodesTests {
         #expect(polls == 4, "a kept waking b for three polls after last hearing it")
     }
 
+    @Test("a node that starts listening after another said it was there learns of it at once: the other answers, and each wakes the other from then on")
+    func lateListenerIsAnswered() async throws {
+        let (_, url) = try await PostgresClusterTrait.freshDatabase()
+        // Neither node's polls come (manual clocks no one advances): only an answer can tell a of b.
+        let b = try await Self.open(url, clock: ManualClock())
+        let a = try await Self.open(url, clock: ManualClock())
+        let logger = Logger(label: "test")
+        let watcher = try await PostgresConnection.connect(configuration: try PostgresURL(url).connectionConfiguration(connectTimeout: .seconds(60)), id: 1, logger: logger)
+        let notices = Self.notices(of: b)
+        let heard = Self.hearing(a, b)
+        var running: [Task<Void, any Error>] = []
+        defer { running.forEach { $0.cancel() } }
+        try await watcher.listen(on: PostgresServerStore.channel) { notifications in
+            running.append(Task { try await b.run() })
+            // b has said it is there, so it listens, and a does not yet.
+            for try await notification in notifications where notification.payload.hasSuffix(PostgresServerStore.presence) { break }
+        }
+        try await watcher.close()
+        #expect(!a.otherNodesListening && !b.otherNodesListening)
+        running.append(Task { try await a.run() })
+        await heard()
+        #expect(a.otherNodesListening && b.otherNodesListening)
+        let version = try await a.commit([Self.set("items/woken", ["n": 1])]).acknowledgements[0].version
+        for await notice in notices where notice.visibleThrough >= version {
+            #expect(notice.batches.last?.version == version)
+            break
+        }
+        #expect(a.wakeUpsSent.load(ordering: .relaxed) >= 1)
+    }
+
     /// A node's notices, as a stream.
     static func notices(of store: PostgresServerStore) -> AsyncStream<CommitNotice> {
         let (stream, continuation) = AsyncStream.makeStream(of: CommitNotice.self)
