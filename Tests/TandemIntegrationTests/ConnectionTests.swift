@@ -78,6 +78,42 @@ struct ConnectionTests {
         serverTask.cancel()
     }
 
+    @Test("a server that takes the connection and never answers the upgrade: the attempt is given up at the connect timeout on the clock, what waited for it fails (a read with unavailable; a write returns queued), the client tries again after the backoff, and stops without waiting for the socket")
+    func unansweredUpgrade() async throws {
+        let listener = try UnansweringListener()
+        defer { listener.close() }
+        let clock = ManualClock()
+        let running = RunningClient(url: URL(string: "http://127.0.0.1:\(listener.port)")!, id: "c") { configuration in
+            Self.configure(clock)(&configuration)
+            configuration.connectTimeout = .seconds(5)
+        }
+        let read = Task { try await running.client.document(at: documentPath("notes/n")) }
+        #expect(await sleeper(on: clock, after: .seconds(5)))  // the first attempt's deadline
+        clock.advance(by: .seconds(5))
+        do {
+            _ = try await read.value
+            Issue.record("a read answered without a server")
+        } catch let error as TandemError {
+            #expect(error.code == .unavailable)
+        }
+        #expect(await sleeper(on: clock, after: .seconds(2)))  // the backoff
+        #expect(running.client.connectionAttempts == 1)
+        clock.advance(by: .seconds(2))
+        #expect(await sleeper(on: clock, after: .seconds(5)))  // the second attempt's deadline
+        #expect(running.client.connectionAttempts == 2)
+
+        // A write made while an attempt hangs is queued, and its call returns, at the deadline.
+        let directory = TemporaryDirectory()
+        let notes = try CollectionSyncEngine<Note>(remote: TandemRemoteCollectionService(client: running.client, collection: collectionPath("notes")),
+                                                   managerKey: "notes", persistence: SQLiteCollectionPersistence(managerKey: "notes", directory: directory.url))
+        let write = Task { try await notes.saveDocument(Note(id: "n", text: "kept")) }
+        clock.advance(by: .seconds(5))
+        try await write.value
+        #expect(notes.pendingWrites.count == 1)
+        #expect(!running.client.isConnected)
+        await running.stop()  // the last attempt's upgrade is never answered: not awaited
+    }
+
     @Test("reconnect delays draw their jitter from the configured generator")
     func reconnectJitter() async throws {
         let port = try await Self.stoppedServer().port
@@ -92,7 +128,9 @@ struct ConnectionTests {
         for attempt in 1...3 {
             let delay = try #require(policy.delay(afterFailures: attempt, using: &reference))
             let deadline = clock.now.advanced(by: delay)
-            await clock.waitForSleepers(count: 1)
+            // Each attempt (refused at once) has a connect deadline until it fails: wait for the backoff alone.
+            let connecting = clock.now.advanced(by: .seconds(10))
+            await clock.waitForSleepers { $0.count == 1 && $0 != [connecting] }
             #expect(clock.pendingDeadlines == [deadline], "attempt \(attempt)")
             #expect(delay != .seconds(1 << attempt), "attempt \(attempt) is spread")
             clock.advance(to: clock.pendingDeadlines.first ?? deadline)
@@ -141,4 +179,30 @@ struct ConnectionTests {
         await running.client.waitUntilConnected()  // and at once afterwards
         #expect(!running.client.isConnected)
     }
+}
+
+/// A port whose listener never accepts: the kernel completes each connection and takes what
+/// is sent, and nothing answers, as with a server process that hangs. Closing it resets them.
+final class UnansweringListener: Sendable {
+    let port: Int
+    private let descriptor: Int32
+
+    init() throws {
+        let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        address.sin_port = 0
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafeMutablePointer(to: &address) { pointer in
+            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { address in
+                bind(descriptor, address, length) == 0 && listen(descriptor, 16) == 0 && getsockname(descriptor, address, &length) == 0
+            }
+        }
+        guard descriptor >= 0, bound else { throw TandemError(.internal, "could not listen on 127.0.0.1") }
+        self.descriptor = descriptor
+        port = Int(UInt16(bigEndian: address.sin_port))
+    }
+
+    func close() { _ = Glibc.close(descriptor) }
 }

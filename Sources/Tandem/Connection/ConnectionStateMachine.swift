@@ -14,6 +14,8 @@
 ///      │                closed              closed / heartbeats missed → closing → closed
 ///      │                   ▼                   ▼
 ///      └──sleep ended── waiting(until) ◀── (a welcomed socket reconnects at once)
+///
+///  an attempt whose socket has not opened within the connect timeout ──▶ as if closed
 /// ```
 ///
 /// While an attempt is under way (connecting, open, or a welcomed socket closing with the client
@@ -75,6 +77,8 @@ struct ConnectionStateMachine: Sendable {
     private var running = false
     /// The credentials changed: the socket closing is replaced at once, not on the backoff.
     private var renewing = false
+    /// Whether the socket of the attempt under way has opened (``opened(attempt:)``).
+    private var socketOpened = false
 
     init(policy: RetryPolicy, missedHeartbeatsAllowed: Int) {
         self.policy = policy
@@ -125,6 +129,7 @@ struct ConnectionStateMachine: Sendable {
     mutating func opened(attempt: Int) -> [Action] {
         guard phase == .connecting(attempt: attempt) else { return [] }
         phase = .open(attempt: attempt)
+        socketOpened = true
         silentIntervals = 0
         return [.sendHello]
     }
@@ -188,6 +193,15 @@ struct ConnectionStateMachine: Sendable {
         if delay == .zero { return [.failPending, connect()] }
         phase = .waiting(until: now + delay, woken: false)
         return [.failPending, .sleep(until: now + delay, failures: failures)]
+    }
+
+    /// The socket of `attempt` has not opened within the connect timeout (a server, or something
+    /// on the way, that takes the connection and never answers its upgrade): the attempt is given
+    /// up as if it had closed, whether it was still opening or was being closed meanwhile. Its
+    /// socket, should it open later, is closed at once (``opened(attempt:)`` no longer matches).
+    mutating func connectTimedOut(attempt: Int, now: Duration, random: Double) -> [Action] {
+        guard self.attempt == attempt, !socketOpened else { return [] }
+        return closed(attempt: attempt, now: now, random: random)
     }
 
     /// The sleep between attempts ended: connect if it is due, or was woken.
@@ -267,6 +281,7 @@ struct ConnectionStateMachine: Sendable {
     private mutating func connect() -> Action {
         lastAttempt += 1
         phase = .connecting(attempt: lastAttempt)
+        socketOpened = false
         return .connect(attempt: lastAttempt)
     }
 }

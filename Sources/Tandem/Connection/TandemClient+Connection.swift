@@ -252,18 +252,72 @@ extension TandemClient {
 
     /// One connection, from its opening until it closes.
     private func connectOnce(_ attempt: Int) async {
+        var failure: (any Error)?
         do {
             let hello = try await helloForNextAttempt()
             state.withLock { $0.hello = hello }
-            try await transport.connect { connection in
-                await self.session(attempt, connection)
+            switch await connectWithinTimeout(attempt) {
+            case .ended(let error): failure = error
+            // The machine has moved on: the attempt is over for it.
+            case .abandoned: return
             }
         } catch {
-            configuration.logger.debug("connection to \(streamURL) failed: \(error)")
+            failure = error
         }
+        if let failure { configuration.logger.debug("connection to \(streamURL) failed: \(failure)") }
         let now = elapsed()
         let random = randomness.next()
         connectionEvent { $0.closed(attempt: attempt, now: now, random: random) }
+    }
+
+    /// How a connection attempt's socket ended, for ``connectOnce(_:)``.
+    enum ConnectEnd: Sendable {
+        /// It closed, or could not open (with why).
+        case ended((any Error)?)
+        /// It did not open in time, or the client stopped before it opened: left behind.
+        case abandoned
+    }
+
+    /// Runs the transport's connect (and, once it opens, the session) in a task of its own, and
+    /// returns when it ends; or, while it has not opened, when ``TandemClientConfiguration/connectTimeout``
+    /// passes or the client stops. A WebSocket upgrade that a server never answers waits on a
+    /// future that cancellation does not end, so such an attempt is left behind rather than
+    /// awaited: the machine gives it up (``ConnectionStateMachine/connectTimedOut(attempt:now:random:)``),
+    /// and its socket, should it open later, is closed at once. An open session is awaited until it
+    /// has closed, as before.
+    private func connectWithinTimeout(_ attempt: Int) async -> ConnectEnd {
+        let end = FirstOutcome<ConnectEnd>()
+        let opened = Atomic<Bool>(false)
+        let timeout = configuration.connectTimeout
+        let timer = Task { [configuration] in
+            do { try await configuration.clock.sleep(for: timeout) } catch { return }
+            let now = elapsed()
+            let random = randomness.next()
+            guard !connectionEvent({ $0.connectTimedOut(attempt: attempt, now: now, random: random) }).isEmpty else { return }
+            configuration.logger.notice("the server at \(streamURL) did not open a connection within \(timeout); trying again after the backoff")
+            end.settle(.abandoned)
+        }
+        let connecting = Task { [transport] in
+            do {
+                try await transport.connect { connection in
+                    opened.store(true, ordering: .sequentiallyConsistent)
+                    timer.cancel()
+                    await self.session(attempt, connection)
+                }
+                end.settle(.ended(nil))
+            } catch {
+                end.settle(.ended(error))
+            }
+        }
+        let outcome = await withTaskCancellationHandler {
+            await end.value
+        } onCancel: {
+            connecting.cancel()
+            // An open session closes on the cancellation and is awaited; one still opening is not.
+            if !opened.load(ordering: .sequentiallyConsistent) { end.settle(.abandoned) }
+        }
+        timer.cancel()
+        return outcome
     }
 
     private func session(_ attempt: Int, _ connection: TransportConnection) async {
@@ -411,5 +465,41 @@ extension TandemClient {
             if let (continuation, whole) = ready { continuation.yield(whole) }
         }
         return true
+    }
+}
+
+/// The first of several outcomes that race (``TandemClient/connectWithinTimeout(_:)``): the later
+/// ones are dropped, and whoever awaits ``value`` hears the first, whether it came before or after.
+final class FirstOutcome<Value: Sendable>: Sendable {
+    private struct State {
+        var value: Value?
+        var waiter: CheckedContinuation<Value, Never>?
+    }
+
+    private let state = Mutex(State())
+
+    /// Records `value` if none came before it.
+    func settle(_ value: Value) {
+        let waiter = state.withLock { state -> CheckedContinuation<Value, Never>? in
+            guard state.value == nil else { return nil }
+            state.value = value
+            defer { state.waiter = nil }
+            return state.waiter
+        }
+        waiter?.resume(returning: value)
+    }
+
+    /// The first outcome, once there is one (one awaiter).
+    var value: Value {
+        get async {
+            await withCheckedContinuation { continuation in
+                let known = state.withLock { state -> Value? in
+                    if let value = state.value { return value }
+                    state.waiter = continuation
+                    return nil
+                }
+                if let known { continuation.resume(returning: known) }
+            }
+        }
     }
 }

@@ -17,6 +17,13 @@ public struct TandemClientConfiguration: Sendable {
     /// client reconnects and asks again; after a sign-in or sign-out, call
     /// ``TandemClient/refreshToken()``.
     public var tokenProvider: TokenProvider?
+    /// How long a connection attempt may take to open its WebSocket (TCP, TLS and the upgrade).
+    /// A server, or something on the way to it, that takes the connection and never answers (as
+    /// a hung process does) is given up after this, and the client tries again after the backoff;
+    /// requests waiting for the attempt then fail with `unavailable`, and engines keep their
+    /// writes queued. Once open, a socket on which the server stays silent is closed after
+    /// ``missedHeartbeatsAllowed`` heartbeat intervals. Default 10 s.
+    public var connectTimeout: Duration = .seconds(10)
     /// How often a heartbeat is sent. Default 10 s.
     public var heartbeatInterval: Duration = .seconds(10)
     /// How many heartbeat intervals may pass without hearing from the server before the connection

@@ -59,6 +59,37 @@ struct ConnectionStateMachineTests {
         #expect(machine.closed(attempt: 2, now: .seconds(51), random: 0.5) == [])
     }
 
+    @Test("an attempt whose socket has not opened by the connect timeout fails as if closed, also while it was being closed (offline, renewal); one that opened is not timed out; its socket opening late is closed")
+    func connectTimeout() {
+        var machine = machine()
+        _ = machine.start()
+        #expect(machine.connectTimedOut(attempt: 1, now: .seconds(10), random: 0.5) == [.failPending, .sleep(until: .seconds(12), failures: 1)])
+        #expect(machine.opened(attempt: 1) == [], "opened late: closed by the shell, not used")
+        #expect(machine.closed(attempt: 1, now: .seconds(11), random: 0.5) == [], "its late close changes nothing")
+        #expect(machine.sleepEnded(now: .seconds(12)) == [.connect(attempt: 2)])
+
+        // Opened in time: the timeout is for the opening only (heartbeats watch an open socket).
+        _ = machine.opened(attempt: 2)
+        #expect(machine.connectTimedOut(attempt: 2, now: .seconds(22), random: 0.5) == [])
+        _ = machine.welcomed(attempt: 2)
+        #expect(machine.connectTimedOut(attempt: 2, now: .seconds(22), random: 0.5) == [])
+        #expect(machine.isConnected)
+
+        // A renewal while opening waits for the socket to close; one that never opens ends at the
+        // timeout, and the renewal connects at once.
+        #expect(machine.closed(attempt: 2, now: .seconds(30), random: 0.5) == [.failPending, .connect(attempt: 3)])
+        #expect(machine.renew() == [.close(attempt: 3)])
+        #expect(machine.connectTimedOut(attempt: 3, now: .seconds(40), random: 0.5) == [.failPending, .connect(attempt: 4)])
+
+        // Offline while opening: the timeout leaves it offline, where setOnline(true) connects.
+        #expect(machine.setOnline(false) == [.close(attempt: 4), .failPending])
+        #expect(machine.connectTimedOut(attempt: 4, now: .seconds(50), random: 0.5) == [.failPending])
+        #expect(machine.phase == .offline)
+        #expect(machine.setOnline(true) == [.connect(attempt: 5)])
+        // A stale timer of an older attempt does nothing.
+        #expect(machine.connectTimedOut(attempt: 4, now: .seconds(60), random: 0.5) == [])
+    }
+
     @Test("the reconnect jitter is placed by the random number given")
     func jitter() {
         var machine = machine(RetryPolicy(initial: .seconds(10), maximum: .seconds(10), jitter: 0.5))
