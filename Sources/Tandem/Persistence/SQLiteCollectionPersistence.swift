@@ -212,6 +212,44 @@ public final class SQLiteCollectionPersistence: LocalCollectionPersistence, Snap
     package let flushedCommits = Atomic<Int>(0)
 
     private func write(_ change: LocalCollectionChange, _ db: Database) throws {
+        if change.promotesStagedSnapshot != nil || change.replacesAllDocuments || !change.upserts.isEmpty || !change.deletions.isEmpty {
+            try writeDocuments(change, db)
+        }
+        if !change.outboxRemovals.isEmpty {
+            // Before entries leave the outbox, the sequence after its highest is kept: loading
+            // takes the larger of it and the sequence after the highest entry left, so a sequence
+            // number is never handed out twice (the server would answer it as a replay).
+            try db.cachedStatement(sql: """
+                UPDATE engine_state SET next_sequence = max(next_sequence, coalesce((SELECT max(sequence) + 1 FROM outbox WHERE manager_key = ?1), 0))
+                WHERE manager_key = ?1
+                """).execute(arguments: [managerKey])
+            let statement = try db.cachedStatement(sql: "DELETE FROM outbox WHERE manager_key = ? AND sequence = ?")
+            for id in change.outboxRemovals {
+                try statement.execute(arguments: [managerKey, Int64(id.sequence)])
+            }
+        }
+        if !change.outboxPuts.isEmpty {
+            let statement = try db.cachedStatement(sql: "INSERT OR REPLACE INTO outbox (manager_key, sequence, mutation, attempts, batch) VALUES (?, ?, ?, ?, ?)")
+            for entry in change.outboxPuts {
+                let text = JSONText.encode(entry.mutation.wireValue)
+                try statement.execute(arguments: [managerKey, Int64(entry.id.sequence), text, entry.attempts, entry.batch.map { Int64($0) }])
+            }
+        }
+        // Never backwards: a reused sequence number would read as a replay to the server. A put
+        // that reaches it already keeps it (loading counts the outbox's entries), which spares a
+        // local write a second page to flush.
+        if let next = change.nextSequence, !change.outboxPuts.contains(where: { $0.id.sequence + 1 >= next }) {
+            try db.cachedStatement(sql: "UPDATE engine_state SET next_sequence = max(next_sequence, ?) WHERE manager_key = ?")
+                .execute(arguments: [Int64(next), managerKey])
+        }
+        if let resume = change.resumeVersion {
+            try db.cachedStatement(sql: "UPDATE engine_state SET resume_version = ?, resume_query = ? WHERE manager_key = ?")
+                .execute(arguments: [Int64(resume.rawValue), change.resumeQuery, managerKey])
+        }
+    }
+
+    /// The documents part of a change: upserts, deletions, a reload or a staged snapshot swapped in.
+    private func writeDocuments(_ change: LocalCollectionChange, _ db: Database) throws {
         let slot = try currentSlot(db)
         var target = slot
         if let staged = change.promotesStagedSnapshot {
@@ -237,26 +275,6 @@ public final class SQLiteCollectionPersistence: LocalCollectionPersistence, Snap
             try db.execute(sql: "UPDATE engine_state SET document_slot = ? WHERE manager_key = ?", arguments: [target, managerKey])
             try db.execute(sql: "DELETE FROM document WHERE manager_key = ? AND slot = ?", arguments: [managerKey, slot])
             staging.withLock { $0 = nil }
-        }
-        if !change.outboxRemovals.isEmpty {
-            let statement = try db.cachedStatement(sql: "DELETE FROM outbox WHERE manager_key = ? AND sequence = ?")
-            for id in change.outboxRemovals {
-                try statement.execute(arguments: [managerKey, Int64(id.sequence)])
-            }
-        }
-        if !change.outboxPuts.isEmpty {
-            let statement = try db.cachedStatement(sql: "INSERT OR REPLACE INTO outbox (manager_key, sequence, mutation, attempts, batch) VALUES (?, ?, ?, ?, ?)")
-            for entry in change.outboxPuts {
-                let text = JSONText.encode(entry.mutation.wireValue)
-                try statement.execute(arguments: [managerKey, Int64(entry.id.sequence), text, entry.attempts, entry.batch.map { Int64($0) }])
-            }
-        }
-        if let next = change.nextSequence {
-            // Never backwards: a reused sequence number would read as a replay to the server.
-            try db.execute(sql: "UPDATE engine_state SET next_sequence = max(next_sequence, ?) WHERE manager_key = ?", arguments: [Int64(next), managerKey])
-        }
-        if let resume = change.resumeVersion {
-            try db.execute(sql: "UPDATE engine_state SET resume_version = ?, resume_query = ? WHERE manager_key = ?", arguments: [Int64(resume.rawValue), change.resumeQuery, managerKey])
         }
     }
 
@@ -293,7 +311,7 @@ public final class SQLiteCollectionPersistence: LocalCollectionPersistence, Snap
     }
 
     private func currentSlot(_ db: Database) throws -> Int64 {
-        try Int64.fetchOne(db, sql: "SELECT document_slot FROM engine_state WHERE manager_key = ?", arguments: [managerKey]) ?? 0
+        try Int64.fetchOne(db.cachedStatement(sql: "SELECT document_slot FROM engine_state WHERE manager_key = ?"), arguments: [managerKey]) ?? 0
     }
 
     /// Inserts `count` rows into a slot: `row` gives each one's document and, when known, its data

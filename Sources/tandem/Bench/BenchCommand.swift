@@ -58,6 +58,9 @@ struct EnginesBench: AsyncParsableCommand {
     @Flag(help: "Measure only the offline replay to a real server (for profiling it).")
     var replayOnly = false
 
+    @Flag(help: "Measure only one local write until durably queued (for profiling it).")
+    var localWriteOnly = false
+
     func validate() throws {
         guard documents > 0, repetitions > 0 else {
             throw ValidationError("--documents and --repetitions must be positive.")
@@ -65,7 +68,7 @@ struct EnginesBench: AsyncParsableCommand {
     }
 
     func run() async throws {
-        try await EngineBenchmarks.run(documents: documents, repetitions: repetitions, coldStartOnly: coldStartOnly, replayOnly: replayOnly).print()
+        try await EngineBenchmarks.run(documents: documents, repetitions: repetitions, coldStartOnly: coldStartOnly, replayOnly: replayOnly, localWriteOnly: localWriteOnly).print()
     }
 }
 

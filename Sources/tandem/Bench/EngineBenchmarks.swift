@@ -192,6 +192,11 @@ extension EngineBenchmarks {
         return queue
     }
 
+    static func localWrite(directory: URL, into report: inout BenchReport) async throws {
+        let (writeOurs, writeBaseline) = try await localWrite(writes: 500, directory: directory)
+        report.notes.append("engines: one local write until durably queued: p50 \(BenchReport.time(writeOurs.doubleSeconds)), beside one synchronous = FULL insert through GRDB: p50 \(BenchReport.time(writeBaseline.doubleSeconds)); ratio \(String(format2: writeOurs.doubleSeconds / writeBaseline.doubleSeconds))× (target ≤ 1.5×: \(writeOurs.doubleSeconds <= 1.5 * writeBaseline.doubleSeconds ? "meets" : "MISSES"))")
+    }
+
     /// The p50 of one local write until it is durably queued (the server unreachable), beside the
     /// p50 of one `synchronous = FULL` insert through GRDB: the fsync floor.
     static func localWrite(writes: Int, directory: URL) async throws -> (ours: Duration, baseline: Duration) {
@@ -200,15 +205,14 @@ extension EngineBenchmarks {
         let engine = CollectionSyncEngine<Item>(remote: remote, managerKey: "local", persistence: persistence, retryPolicy: .none)
         remote.store.goOffline()
         let clock = ContinuousClock()
+        let queue = try fullSyncQueue(directory.appendingPathComponent("local-baseline.sqlite").path)
         var ours: [Duration] = []
+        var baseline: [Duration] = []
+        // In turns, so both see the same disk and the same machine from one moment to the next.
         for step in 0..<writes {
             var changed = item(step)
             changed.stock = step
             ours.append(try await clock.measure { try await engine.saveDocument(changed) })
-        }
-        let queue = try fullSyncQueue(directory.appendingPathComponent("local-baseline.sqlite").path)
-        var baseline: [Duration] = []
-        for step in 0..<writes {
             let text = try String(decoding: JSONEncoder().encode(item(step)), as: UTF8.self)
             baseline.append(try clock.measure {
                 try queue.write { db in
@@ -223,13 +227,17 @@ extension EngineBenchmarks {
 }
 
 extension EngineBenchmarks {
-    static func run(documents: Int, repetitions: Int, coldStartOnly: Bool = false, replayOnly: Bool = false) async throws -> BenchReport {
+    static func run(documents: Int, repetitions: Int, coldStartOnly: Bool = false, replayOnly: Bool = false, localWriteOnly: Bool = false) async throws -> BenchReport {
         var report = BenchReport(title: "tandem bench engines")
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("tandem-bench-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: directory) }
         if replayOnly {
             try await replay(count: 10_000, directory: directory, into: &report)
+            return report
+        }
+        if localWriteOnly {
+            try await localWrite(directory: directory, into: &report)
             return report
         }
         try coldStart(count: documents, repetitions: repetitions, directory: directory, into: &report)
@@ -241,8 +249,7 @@ extension EngineBenchmarks {
         report.notes.append("engines: the same under a filtered, ordered query (each change moves its document in the view): p50 \(BenchReport.time(orderedP50.doubleSeconds)), p99 \(BenchReport.time(orderedP99.doubleSeconds)); \(String(format2: orderedP50.doubleSeconds / p50.doubleSeconds))× the p50 above (no target)")
         let (readOurs, readBaseline) = try await readsWhileWriting(documents: min(documents, 10_000), writes: 1_000, directory: directory)
         report.notes.append("engines: reading currentCollection (\(min(documents, 10_000)) documents) while 1,000 persisted writes are made: p99 \(BenchReport.time(readOurs.doubleSeconds)), beside a Mutex-held array under the same disk load: p99 \(BenchReport.time(readBaseline.doubleSeconds)); ratio \(String(format2: readOurs.doubleSeconds / readBaseline.doubleSeconds))× (target ≤ 2×: \(readOurs.doubleSeconds <= 2 * readBaseline.doubleSeconds ? "meets" : "MISSES"))")
-        let (writeOurs, writeBaseline) = try await localWrite(writes: 500, directory: directory)
-        report.notes.append("engines: one local write until durably queued: p50 \(BenchReport.time(writeOurs.doubleSeconds)), beside one synchronous = FULL insert through GRDB: p50 \(BenchReport.time(writeBaseline.doubleSeconds)); ratio \(String(format2: writeOurs.doubleSeconds / writeBaseline.doubleSeconds))× (target ≤ 1.5×: \(writeOurs.doubleSeconds <= 1.5 * writeBaseline.doubleSeconds ? "meets" : "MISSES"))")
+        try await localWrite(directory: directory, into: &report)
         try await replay(count: 10_000, directory: directory, into: &report)
         let writes = 10_000
         let (queue, flush) = try await flush(count: writes)

@@ -160,6 +160,48 @@ struct SQLiteCollectionPersistenceTests {
         #expect(loaded.outbox.enqueue(.delete(try DocumentPath("products/b"))).entry.id.sequence == 2)
     }
 
+    @Test("a local write leaves the stored next sequence to its outbox entry, which loading counts; entries leaving (the highest, or all) keep it in engine_state first")
+    func sequenceKeptByEntries() throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let persistence = try SQLiteCollectionPersistence(managerKey: "k", directory: directory.url)
+        var state = try persistence.create(clientID: "c")
+        func stored() throws -> Int? {
+            try persistence.pool.read { try Int.fetchOne($0, sql: "SELECT next_sequence FROM engine_state WHERE manager_key = 'k'") }
+        }
+        var entries: [PendingWrite] = []
+        for name in ["a", "b", "c"] {
+            let entry = state.outbox.enqueue(.delete(try DocumentPath("products/\(name)"))).entry
+            var change = LocalCollectionChange()
+            change.outboxPuts = [entry]
+            change.nextSequence = state.outbox.nextSequence
+            try persistence.apply(change)
+            entries.append(entry)
+        }
+        #expect(try stored() == 1, "the puts alone wrote no second row")
+        // As after a crash: what is loaded never hands out a sequence an entry holds.
+        #expect(try persistence.load()?.outbox.nextSequence == 4)
+
+        // The highest entry leaves first (answers may settle out of order): its sequence stays used.
+        var ack = LocalCollectionChange()
+        ack.outboxRemovals = [entries[2].id]
+        try persistence.apply(ack)
+        #expect(try stored() == 4)
+        ack.outboxRemovals = [entries[0].id, entries[1].id]
+        try persistence.apply(ack)
+        var loaded = try #require(try persistence.load())
+        #expect(loaded.outbox.isEmpty)
+        #expect(loaded.outbox.enqueue(.delete(try DocumentPath("products/d"))).entry.id.sequence == 4)
+
+        // A batch's puts reach its next sequence too; a change that moves the sequence past its
+        // puts (or has none) writes it.
+        var change = LocalCollectionChange()
+        change.nextSequence = 9
+        try persistence.apply(change)
+        #expect(try stored() == 9)
+        #expect(try persistence.load()?.outbox.nextSequence == 9)
+    }
+
     @Test("deletions, full reloads and clear; manager keys are isolated in one file")
     func deletionsAndIsolation() throws {
         let directory = try TemporaryDirectory()
