@@ -6,6 +6,16 @@ enum EnginePersistence: Sendable {
     case memory
     case collection(any LocalCollectionPersistence)
     case document(any LocalDocumentPersistence)
+    /// A space whose saved state could not be read (``openLastSpace(newWriterID:)``): nothing is
+    /// written to it, so the writes queued there stay as they are (another writer id's entries
+    /// would overwrite them, and be sent under the stored id with numbers it already used, which
+    /// the server takes for replays). A write that must be queued on disk is refused with `error`.
+    case unreadable(TandemError)
+
+    /// Why a write cannot be queued in a space that could not be read.
+    static func unreadable(because error: any Error) -> EnginePersistence {
+        .unreadable(TandemError(.failedPrecondition, "This engine's saved state could not be read (\((error as? TandemError)?.message ?? "\(error)")), so nothing can be queued on disk: the write was not made, and the writes queued there are kept as they are. Make the engine again to read it once more; if it stays unreadable, clear the persistence (its clear(), which drops the writes queued in it).", cause: error))
+    }
 
     /// What one change writes, taken as a value while the state is locked and written after the
     /// lock is released. For a document engine the whole state is rewritten from the view.
@@ -13,6 +23,9 @@ enum EnginePersistence: Sendable {
         switch self {
         case .memory:
             return .none
+        case .unreadable(let error):
+            // Server state is simply not kept; a write the app is told is queued must be.
+            return change.outboxPuts.isEmpty && change.nextSequence == nil ? .none : .refused(error)
         case .collection(let persistence):
             return .collection(persistence, change)
         case .document(let persistence):
@@ -27,11 +40,15 @@ enum LocalWrite: Sendable {
     case none
     case collection(any LocalCollectionPersistence, LocalCollectionChange)
     case document(any LocalDocumentPersistence, LocalDocumentState)
+    /// A write the space cannot take (``EnginePersistence/unreadable(_:)``): running it throws.
+    case refused(TandemError)
 
     func run() throws {
         switch self {
         case .none:
             return
+        case .refused(let error):
+            throw error
         case .collection(let persistence, let change):
             try persistence.apply(change)
         case .document(let persistence, let state):
@@ -67,6 +84,7 @@ extension EnginePersistence {
         guard let user else { return self }
         switch self {
         case .memory: return .memory
+        case .unreadable: return self
         case .collection(let persistence): return .collection(try persistence.space(for: user))
         case .document(let persistence): return .document(try persistence.space(for: user))
         }
@@ -75,7 +93,7 @@ extension EnginePersistence {
     /// The user whose space the engine showed last (nil: signed out, or none yet).
     func lastUser() throws -> String? {
         switch self {
-        case .memory: return nil
+        case .memory, .unreadable: return nil
         case .collection(let persistence): return try persistence.lastUser()
         case .document(let persistence): return try persistence.lastUser()
         }
@@ -83,7 +101,7 @@ extension EnginePersistence {
 
     func setLastUser(_ user: String?) throws {
         switch self {
-        case .memory: return
+        case .memory, .unreadable: return
         case .collection(let persistence): try persistence.setLastUser(user)
         case .document(let persistence): try persistence.setLastUser(user)
         }
@@ -94,6 +112,8 @@ extension EnginePersistence {
         switch self {
         case .memory:
             return SpaceState(outbox: Outbox(clientID: newWriterID()))
+        case .unreadable(let error):
+            throw error
         case .collection(let persistence):
             let saved = try persistence.load() ?? persistence.create(clientID: newWriterID())
             return SpaceState(documents: saved.documents, outbox: saved.outbox, resumeVersion: saved.resumeVersion, resumeQuery: saved.resumeQuery)
@@ -104,16 +124,16 @@ extension EnginePersistence {
     }
 
     /// Opens the space the engine showed last, as an engine does when it is made. A space that
-    /// cannot be read opens empty, in memory, with the error to log.
+    /// cannot be read opens empty, in memory, with the error to log, and takes no write that must
+    /// be queued on disk (``unreadable(_:)``).
     func openLastSpace(newWriterID: () -> String) -> (OpenedSpace, (any Error)?) {
         var user: String?
-        var persistence = self
         do {
             user = try lastUser()
-            persistence = try space(for: user)
+            let persistence = try space(for: user)
             return (OpenedSpace(user: user, persistence: persistence, state: try persistence.loadSpace(newWriterID: newWriterID)), nil)
         } catch {
-            return (OpenedSpace(user: user, persistence: persistence, state: SpaceState(outbox: Outbox(clientID: newWriterID()))), error)
+            return (OpenedSpace(user: user, persistence: .unreadable(because: error), state: SpaceState(outbox: Outbox(clientID: newWriterID()))), error)
         }
     }
 }

@@ -34,6 +34,8 @@ extension SyncCore {
                 loaded = try persistence.loadSpace { Self.newClientID(managerKey) }
             } catch {
                 failure = error
+                // Shown empty; the writes queued in it are left as they are, and none is added.
+                persistence = .unreadable(because: error)
                 loaded = SpaceState(outbox: Outbox(clientID: Self.newClientID(managerKey)))
             }
             let now = Date()

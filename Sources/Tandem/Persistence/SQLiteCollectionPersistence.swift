@@ -150,14 +150,14 @@ public final class SQLiteCollectionPersistence: LocalCollectionPersistence, Snap
     /// A stored outbox entry's mutation: in its wire form (what the server is sent, read by the
     /// same parser as the server's), or as an earlier version stored it (`Codable`).
     static func mutation(fromStored text: String) throws -> Mutation {
-        let value = try JSONText.parse(text)
-        if case .object(let object) = value, object["op"] != nil, let mutation = try? Mutation(wire: value) {
-            return mutation
-        }
         do {
+            let value = try JSONText.parse(text)
+            if case .object(let object) = value, object["op"] != nil, let mutation = try? Mutation(wire: value) {
+                return mutation
+            }
             return try JSONValueDecoder().decode(Mutation.self, from: value)
         } catch {
-            throw TandemError(.dataLoss, "A queued write in the cache is damaged (\(error)); clear this engine's cache, which drops its queued writes.")
+            throw TandemError(.dataLoss, "A queued write in the cache is damaged (\((error as? TandemError)?.message ?? "\(error)")); clear this engine's cache, which drops its queued writes.")
         }
     }
 
