@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import Hummingbird
 import HummingbirdWebSocket
 import Logging
@@ -112,6 +113,32 @@ struct ConnectionTests {
         #expect(notes.pendingWrites.count == 1)
         #expect(!running.client.isConnected)
         await running.stop()  // the last attempt's upgrade is never answered: not awaited
+    }
+
+    @Test("a token provider that never answers is given up at the connect timeout like an unanswered upgrade, and asked again after the backoff")
+    func unansweredTokenProvider() async throws {
+        let server = try await LiveServer.start()
+        let clock = ManualClock()
+        let asked = Atomic<Int>(0)
+        let running = RunningClient(server, id: "c") { configuration in
+            Self.configure(clock)(&configuration)
+            configuration.connectTimeout = .seconds(5)
+            configuration.tokenProvider = {
+                asked.add(1, ordering: .relaxed)
+                // Never answers (the stream never yields); ends when the attempt is cancelled.
+                for await _ in AsyncStream<Void>(unfolding: { await withUnsafeContinuation { (_: UnsafeContinuation<Void?, Never>) in } }) {}
+                return nil
+            }
+        }
+        #expect(await sleeper(on: clock, after: .seconds(5)))  // the first attempt's deadline
+        clock.advance(by: .seconds(5))
+        #expect(await sleeper(on: clock, after: .seconds(2)))  // the backoff
+        clock.advance(by: .seconds(2))
+        #expect(await sleeper(on: clock, after: .seconds(5)))  // the second attempt's deadline
+        #expect(asked.load(ordering: .relaxed) == 2)
+        #expect(!running.client.isConnected)
+        await running.stop()
+        await server.stop()
     }
 
     @Test("reconnect delays draw their jitter from the configured generator")

@@ -253,16 +253,10 @@ extension TandemClient {
     /// One connection, from its opening until it closes.
     private func connectOnce(_ attempt: Int) async {
         var failure: (any Error)?
-        do {
-            let hello = try await helloForNextAttempt()
-            state.withLock { $0.hello = hello }
-            switch await connectWithinTimeout(attempt) {
-            case .ended(let error): failure = error
-            // The machine has moved on: the attempt is over for it.
-            case .abandoned: return
-            }
-        } catch {
-            failure = error
+        switch await connectWithinTimeout(attempt) {
+        case .ended(let error): failure = error
+        // The machine has moved on: the attempt is over for it.
+        case .abandoned: return
         }
         if let failure { configuration.logger.debug("connection to \(streamURL) failed: \(failure)") }
         let now = elapsed()
@@ -278,9 +272,10 @@ extension TandemClient {
         case abandoned
     }
 
-    /// Runs the transport's connect (and, once it opens, the session) in a task of its own, and
-    /// returns when it ends; or, while it has not opened, when ``TandemClientConfiguration/connectTimeout``
-    /// passes or the client stops. A WebSocket upgrade that a server never answers waits on a
+    /// Asks for the hello (the token provider's token) and runs the transport's connect (and,
+    /// once it opens, the session) in a task of its own, and returns when it ends; or, while it
+    /// has not opened, when ``TandemClientConfiguration/connectTimeout`` passes or the client
+    /// stops. A task left behind is cancelled, for transports and token providers that heed it. A WebSocket upgrade that a server never answers waits on a
     /// future that cancellation does not end, so such an attempt is left behind rather than
     /// awaited: the machine gives it up (``ConnectionStateMachine/connectTimedOut(attempt:now:random:)``),
     /// and its socket, should it open later, is closed at once. An open session is awaited until it
@@ -299,6 +294,13 @@ extension TandemClient {
         }
         let connecting = Task { [transport] in
             do {
+                let hello = try await helloForNextAttempt()
+                // A token that came after its attempt was given up opens nothing.
+                guard state.withLock({ state -> Bool in
+                    guard state.machine.attempt == attempt else { return false }
+                    state.hello = hello
+                    return true
+                }) else { throw CancellationError() }
                 try await transport.connect { connection in
                     opened.store(true, ordering: .sequentiallyConsistent)
                     timer.cancel()
@@ -317,6 +319,7 @@ extension TandemClient {
             if !opened.load(ordering: .sequentiallyConsistent) { end.settle(.abandoned) }
         }
         timer.cancel()
+        if case .abandoned = outcome { connecting.cancel() }
         return outcome
     }
 

@@ -17,9 +17,10 @@ public struct TandemClientConfiguration: Sendable {
     /// client reconnects and asks again; after a sign-in or sign-out, call
     /// ``TandemClient/refreshToken()``.
     public var tokenProvider: TokenProvider?
-    /// How long a connection attempt may take to open its WebSocket (TCP, TLS and the upgrade).
-    /// A server, or something on the way to it, that takes the connection and never answers (as
-    /// a hung process does) is given up after this, and the client tries again after the backoff;
+    /// How long a connection attempt may take to open its WebSocket: asking ``tokenProvider``,
+    /// TCP, TLS and the upgrade. A server, or something on the way to it, that takes the
+    /// connection and never answers (as a hung process does), or a token provider that never
+    /// returns, is given up after this, and the client tries again after the backoff;
     /// requests waiting for the attempt then fail with `unavailable`, and engines keep their
     /// writes queued. Once open, a socket on which the server stays silent is closed after
     /// ``missedHeartbeatsAllowed`` heartbeat intervals. Default 10 s.
