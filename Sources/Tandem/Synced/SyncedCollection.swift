@@ -75,8 +75,8 @@ public struct CollectionConfiguration<Value: DocumentIdentifiable>: Sendable {
 /// a read of the server: a new element gets its `documentId` at once and is
 /// created; a changed one is merged, exactly the field paths that changed; a removed one is deleted;
 /// a document another client added is never deleted; moving elements writes nothing. The writes of
-/// one edit form one atomic batch, queued in the order the edits were made, durable across a
-/// restart, sent exactly once.
+/// one edit form one atomic batch (an edit of more than 500 writes goes as several, each atomic),
+/// queued in the order the edits were made, durable across a restart, sent exactly once.
 ///
 /// The value is the engine's view: the server's documents with every edit not yet acknowledged
 /// applied on top, so a change from the server never reverts an edit still on its way; it stays in

@@ -418,6 +418,9 @@ final class SyncedStore<Value: DocumentIdentifiable>: Sendable {
             }
         }
         let writes = try SyncedEdits.writes(before: before, after: after, changed: changed, in: collection)
+        // Every write is checked before any piece is queued: a refused piece would leave the
+        // pieces before it queued while the edit reads as not made.
+        for write in writes { try write.validate() }
         var tickets: [WriteTicket] = []
         // One atomic batch per edit, in pieces of the most a batch may hold.
         var start = 0
@@ -490,8 +493,16 @@ final class SyncedStore<Value: DocumentIdentifiable>: Sendable {
         // The edits recorded by now are in the snapshot read next (a ticket is marked recorded
         // after the engine published the write).
         let ready = state.withLock { state in
-            (submitted: state.submitted, aligned: state.aligned, order: state.order,
-             recorded: Set(state.pending.lazy.filter(\.ticket.isRecorded).map { ObjectIdentifier($0.ticket) }), pending: state.pending.count)
+            // An edit the engine could not store was rolled back there but is still in the
+            // value (and in `known`): only the whole view, compared field by field, takes it back.
+            if state.pending.contains(where: { edit in
+                guard edit.ticket.isRecorded, case .notStored? = edit.ticket.currentOutcome else { return false }
+                return true
+            }) {
+                state.aligned = nil
+            }
+            return (submitted: state.submitted, aligned: state.aligned, order: state.order,
+                    recorded: Set(state.pending.lazy.filter(\.ticket.isRecorded).map { ObjectIdentifier($0.ticket) }), pending: state.pending.count)
         }
         let engineSnapshot = core.snapshot
         if let aligned = ready.aligned, let positions = engineSnapshot.changedShownPositions(since: aligned),
@@ -563,7 +574,11 @@ final class SyncedStore<Value: DocumentIdentifiable>: Sendable {
             state.pending.removeAll { recorded.contains(ObjectIdentifier($0.ticket)) }
             let kept = state.pending.reduce(into: Set<UUID>()) { $0.formUnion($1.touched) }
             state.generation = snapshot.generation
-            state.aligned = snapshot
+            // While an element keeps its value, the value stays aligned with `base`: the next
+            // refresh looks at it again. (Its edit's own snapshot can be published before the
+            // edit reads as recorded, and a change from the server to it may come meanwhile;
+            // aligned past them, neither would be looked at again.)
+            if !updates.contains(where: { kept.contains($0.known.value.clientId) }) { state.aligned = snapshot }
             var changed = false
             for update in updates where !kept.contains(update.known.value.clientId) {
                 let value = update.known.value

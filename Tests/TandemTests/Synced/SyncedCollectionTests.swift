@@ -136,6 +136,33 @@ struct SyncedCollectionTests {
         #expect(todos.value.map(\.memo) == ["z", "a, edited"])
     }
 
+    @Test("an edit the engine could not store (its saved state unreadable) is taken back from the value, which shows the engine's again, and save() and lastError say why")
+    func unstoredEditIsTakenBack() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("tandem-synced-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        // A queued write of this handle's engine that cannot be read.
+        let persistence = try SQLiteCollectionPersistence(managerKey: "unreadable", directory: directory)
+        var outbox = try persistence.create(clientID: "w").outbox
+        var change = LocalCollectionChange()
+        change.outboxPuts = [outbox.enqueue(.delete(try DocumentPath("todos/old"))).entry]
+        try persistence.apply(change)
+        try await persistence.pool.write { db in try db.execute(sql: "UPDATE outbox SET mutation = '{' WHERE manager_key = 'unreadable'") }
+
+        let remote = MockRemoteCollectionService(collectionPath: { "todos" })
+        _ = try remote.store.commit([.set(try DocumentPath("todos/a"), ["memo": "a", "completed": false, "rank": 1, "tags": [:]])])
+        let todos = SyncedCollection(CollectionConfiguration<Todo>(collectionPath: "todos", orderBy: ("rank", true)), remote: remote,
+                                     persistence: try SQLiteCollectionPersistence(managerKey: "unreadable", directory: directory), managerKey: "unreadable")
+        await todos.load()
+        #expect(await todos.waitUntil { todos.value.map(\.memo) == ["a"] })
+        todos.withLock { $0[0].memo = "edited" }
+        #expect(todos.value[0].memo == "edited", "shown at once")
+        await #expect(throws: TandemError.self) { try await todos.save() }
+        #expect(await todos.waitUntil { todos.value.map(\.memo) == ["a"] && !todos.hasPendingWrites })
+        #expect((todos.lastError as? TandemError)?.code == .failedPrecondition)
+        #expect(stored(remote)["a"]?["memo"] == "a")
+    }
+
     @Test("an edit the server refuses for good is rolled back, and lastError says why")
     func refusedEditRollsBack() async throws {
         let remote = MockRemoteCollectionService(collectionPath: { "todos" })
