@@ -122,8 +122,10 @@ extension PostgresServerStore {
             return answers.map { .success($0) }
         } catch {
             // PostgreSQL refused data of a request (a NUL character in a path, writer id or
-            // message, which its text cannot hold): each submission goes alone, so only the one
-            // holding it fails, with an error that says not to send it again.
+            // message, which its text cannot hold): each submission goes alone, then each request
+            // of it, so only the one holding it fails, with an error that says not to send it
+            // again (a call's pipelined writes, or a message's writes decided one by one, are
+            // requests of one submission).
             if Self.isDataError(error) {
                 if submissions.count > 1 {
                     var results: [Result<[Result<CommitResult, TandemError>], any Error>] = []
@@ -131,6 +133,22 @@ extension PostgresServerStore {
                         results += await commitTogether([submission], mustReport: mustReport && index == submissions.count - 1)
                     }
                     return results
+                }
+                if let submission = submissions.first, submission.requests.count > 1 {
+                    var answers: [Result<CommitResult, TandemError>] = []
+                    for (index, request) in submission.requests.enumerated() {
+                        var alone = submission
+                        alone.requests = [request]
+                        switch await commitTogether([alone], mustReport: mustReport && index == submission.requests.count - 1).first {
+                        case .success(let results)?:
+                            answers += results
+                        case .failure(let failure)?:
+                            answers.append(.failure(failure as? TandemError ?? TandemError(.unavailable, "The server database failed to commit: \(Self.reason(failure)). Nothing was written; retry.", cause: failure)))
+                        case nil:
+                            answers.append(.failure(TandemError(.internal, "The write was not decided. Nothing was written; retry.")))
+                        }
+                    }
+                    return [.success(answers)]
                 }
                 if mustReport { publish(CommitNotice(batches: [], visibleThrough: told)) }
                 return [.failure(TandemError(.invalidArgument, "PostgreSQL cannot store this write: \(Self.reason(error)). A path, writer id or message with a NUL character cannot be kept in PostgreSQL; nothing was written. Do not send it again as it is."))]

@@ -281,6 +281,15 @@ struct PostgresNodesTests {
         #expect(try await node.changes(since: .zero, in: .document(try DocumentPath("items/a\u{0000}b")), limit: 10).changes.isEmpty)
         let next = try await node.commit([Self.set("items/ok", ["n": 2])])
         #expect(next.acknowledgements[0].version == Version(1), "nothing of the refused write took a version")
+        // In one call beside valid writes (pipelined, or a message decided write by write), it
+        // fails alone: the others apply.
+        let together = await node.commit([[try Self.set("items/b", ["n": 3])], [try Self.set("items/c\u{0000}d", ["n": 4])], [try Self.set("items/e", ["n": 5])]],
+                                         limits: ServerLimits(), clientID: nil)
+        #expect(together.count == 3)
+        #expect((try? together[0].get())?.acknowledgements.first?.version == Version(2))
+        if case .failure(let error) = together[1] { #expect(error.code == .invalidArgument) } else { Issue.record("the write with NUL was stored") }
+        #expect((try? together[2].get())?.acknowledgements.first?.version == Version(3))
+        #expect(try await node.document(at: try DocumentPath("items/e")) != nil)
     }
 
     @Test("a mutation sent again through another node is answered as it was first, and a writer id stays its client's on every node")
