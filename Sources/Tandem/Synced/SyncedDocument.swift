@@ -192,7 +192,8 @@ public final class SyncedDocument<Value: DocumentIdentifiable>: Observable, Send
     }
 
     /// Edits the value; the changed field paths become one write (a create while the document does
-    /// not exist). Do not read or edit this handle inside the closure.
+    /// not exist, once the closure changed the default). Do not read or edit this handle inside
+    /// the closure.
     @discardableResult
     public func withLock<Result>(_ edit: (inout Value) throws -> Result) rethrows -> Result {
         let fallback = self.fallback
@@ -202,6 +203,10 @@ public final class SyncedDocument<Value: DocumentIdentifiable>: Observable, Send
             // The identity is the handle's, whatever the closure did with it.
             document.documentId = fallback.documentId
             document.clientId = elements.first?.clientId ?? fallback.clientId
+            // A read, or an edit that left the default as it was, creates nothing: the document
+            // may exist on the server and not be loaded yet, and the default's fields would
+            // overwrite it.
+            if elements.isEmpty && document == fallback { return result }
             elements = IdentifiedArray(uniqueElements: [document])
             return result
         }

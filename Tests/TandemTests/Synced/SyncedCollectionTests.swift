@@ -263,6 +263,11 @@ struct SyncedDocumentAndQueryTests {
         let settings = SyncedDocument(DocumentConfiguration<Settings>(collectionPath: "settings", documentId: "me"), default: defaults, remote: remote)
         await settings.load()
         #expect(!settings.exists && settings.value.documentId == "me" && settings.value.fontSize == 12)
+        // A read, or an edit that leaves the default as it was, creates nothing (the document
+        // might exist on the server, not loaded yet: the default's fields would overwrite it).
+        #expect(settings.withLock { $0.darkMode } == false)
+        settings.withLock { $0.fontSize = 12 }
+        #expect(!settings.exists && settings.engine.pendingWrites.isEmpty)
         settings.withLock { $0.darkMode = true }
         #expect(settings.exists && settings.value.darkMode)
         #expect(await settings.waitUntil { !settings.hasPendingWrites })
