@@ -186,7 +186,8 @@ public final class SyncedDocument<Value: DocumentIdentifiable>: Observable, Send
         await store.load()
     }
 
-    /// Returns once every edit made so far is durable in the engine's outbox.
+    /// Returns once every edit made so far is durable in the engine's outbox. Throws the error of
+    /// one that could not be stored.
     public func save() async throws {
         try await store.save()
     }

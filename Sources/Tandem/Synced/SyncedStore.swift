@@ -59,6 +59,11 @@ final class SyncedStore<Value: DocumentIdentifiable>: Sendable {
         /// touched: until an edit is, the engine's view would show those elements without it, so
         /// they are not taken from it (and nothing is, when the view is taken whole).
         var pending: [PendingEdit] = []
+        /// The error of an edit that could not be stored, taken out of `pending` before a
+        /// `save()` heard of it: the next `save()` throws it.
+        var unsaved: (any Error)?
+        /// Pending edits whose failure a `save()` threw already: not kept in `unsaved` again.
+        var failuresTold: Set<ObjectIdentifier> = []
         /// Edits queued so far.
         var submitted = 0
         var lastError: (any Error)?
@@ -247,12 +252,30 @@ final class SyncedStore<Value: DocumentIdentifiable>: Sendable {
         }
     }
 
-    /// Returns once every edit made so far is in the engine's outbox, durably.
+    /// Returns once every edit made so far is in the engine's outbox, durably. Throws the error of
+    /// one that could not be stored, including one a refresh took out of `pending` already.
     func save() async throws {
         let tickets = state.withLock { $0.pending.map(\.ticket) }
         for ticket in tickets {
-            if let error = await ticket.recorded() { throw error }
+            if let error = await ticket.recorded() {
+                state.withLock { state in
+                    state.unsaved = nil
+                    if state.pending.contains(where: { $0.ticket === ticket }) { state.failuresTold.insert(ObjectIdentifier(ticket)) }
+                }
+                throw error
+            }
         }
+        if let error = state.withLock({ state in defer { state.unsaved = nil }; return state.unsaved }) { throw error }
+    }
+
+    /// Takes the recorded edits out of `pending`, keeping the error of one that was not stored
+    /// for the next `save()`.
+    private static func dropRecorded(_ recorded: Set<ObjectIdentifier>, from state: inout State) {
+        for edit in state.pending where recorded.contains(ObjectIdentifier(edit.ticket)) {
+            let told = state.failuresTold.remove(ObjectIdentifier(edit.ticket)) != nil
+            if case .notStored(let error)? = edit.ticket.currentOutcome, !told { state.unsaved = error }
+        }
+        state.pending.removeAll { recorded.contains(ObjectIdentifier($0.ticket)) }
     }
 
     // MARK: Editing
@@ -536,7 +559,7 @@ final class SyncedStore<Value: DocumentIdentifiable>: Sendable {
         let taken = state.withLock { state -> Bool in
             guard state.submitted == ready.submitted, !state.hidden(spaceUser: core.spaceUser),
                   engineSnapshot.generation >= state.generation else { return false }
-            state.pending.removeAll { ready.recorded.contains(ObjectIdentifier($0.ticket)) }
+            Self.dropRecorded(ready.recorded, from: &state)
             guard state.pending.isEmpty else { return false }
             state.generation = engineSnapshot.generation
             state.value = IdentifiedArray(uniqueElements: values)
@@ -571,7 +594,7 @@ final class SyncedStore<Value: DocumentIdentifiable>: Sendable {
                 state.aligned = nil
                 return nil
             }
-            state.pending.removeAll { recorded.contains(ObjectIdentifier($0.ticket)) }
+            Self.dropRecorded(recorded, from: &state)
             let kept = state.pending.reduce(into: Set<UUID>()) { $0.formUnion($1.touched) }
             state.generation = snapshot.generation
             // While an element keeps its value, the value stays aligned with `base`: the next

@@ -156,9 +156,10 @@ struct SyncedCollectionTests {
         await todos.load()
         #expect(await todos.waitUntil { todos.value.map(\.memo) == ["a"] })
         todos.withLock { $0[0].memo = "edited" }
-        #expect(todos.value[0].memo == "edited", "shown at once")
+        // Whether the refusal came before it or not, save() says the edit was not stored.
         await #expect(throws: TandemError.self) { try await todos.save() }
-        #expect(await todos.waitUntil { todos.value.map(\.memo) == ["a"] && !todos.hasPendingWrites })
+        try await todos.save()  // told once
+        #expect(await todos.waitUntil { todos.value.map(\.memo) == ["a"] && !todos.hasPendingWrites && todos.lastError != nil })
         #expect((todos.lastError as? TandemError)?.code == .failedPrecondition)
         #expect(stored(remote)["a"]?["memo"] == "a")
     }
