@@ -3,6 +3,7 @@
 import Dispatch
 import Foundation
 import Synchronization
+import TandemCore
 import TandemServer
 #if canImport(Glibc)
 import Glibc

@@ -275,13 +275,13 @@ extension TandemClient {
     /// Asks for the hello (the token provider's token) and runs the transport's connect (and,
     /// once it opens, the session) in a task of its own, and returns when it ends; or, while it
     /// has not opened, when ``TandemClientConfiguration/connectTimeout`` passes or the client
-    /// stops. A task left behind is cancelled, for transports and token providers that heed it. A WebSocket upgrade that a server never answers waits on a
-    /// future that cancellation does not end, so such an attempt is left behind rather than
-    /// awaited: the machine gives it up (``ConnectionStateMachine/connectTimedOut(attempt:now:random:)``),
-    /// and its socket, should it open later, is closed at once. An open session is awaited until it
-    /// has closed, as before.
+    /// stops. A WebSocket upgrade that a server never answers waits on a future that
+    /// cancellation does not end, so such an attempt is left behind rather than awaited (and
+    /// cancelled, for transports and token providers that heed it): the machine gives it up
+    /// (``ConnectionStateMachine/connectTimedOut(attempt:now:random:)``), and its socket, should
+    /// it open later, is closed at once. An open session is awaited until it has closed.
     private func connectWithinTimeout(_ attempt: Int) async -> ConnectEnd {
-        let end = FirstOutcome<ConnectEnd>()
+        let end = Ticket<ConnectEnd>()
         let opened = Atomic<Bool>(false)
         let timeout = configuration.connectTimeout
         let timer = Task { [configuration] in
@@ -290,7 +290,7 @@ extension TandemClient {
             let random = randomness.next()
             guard !connectionEvent({ $0.connectTimedOut(attempt: attempt, now: now, random: random) }).isEmpty else { return }
             configuration.logger.notice("the server at \(streamURL) did not open a connection within \(timeout); trying again after the backoff")
-            end.settle(.abandoned)
+            end.fulfill(.success(.abandoned))
         }
         let connecting = Task { [transport] in
             do {
@@ -306,17 +306,18 @@ extension TandemClient {
                     timer.cancel()
                     await self.session(attempt, connection)
                 }
-                end.settle(.ended(nil))
+                end.fulfill(.success(.ended(nil)))
             } catch {
-                end.settle(.ended(error))
+                end.fulfill(.success(.ended(error)))
             }
         }
         let outcome = await withTaskCancellationHandler {
-            await end.value
+            // Only ever fulfilled with a success.
+            (try? await end.value()) ?? .abandoned
         } onCancel: {
             connecting.cancel()
             // An open session closes on the cancellation and is awaited; one still opening is not.
-            if !opened.load(ordering: .sequentiallyConsistent) { end.settle(.abandoned) }
+            if !opened.load(ordering: .sequentiallyConsistent) { end.fulfill(.success(.abandoned)) }
         }
         timer.cancel()
         if case .abandoned = outcome { connecting.cancel() }
@@ -471,38 +472,3 @@ extension TandemClient {
     }
 }
 
-/// The first of several outcomes that race (``TandemClient/connectWithinTimeout(_:)``): the later
-/// ones are dropped, and whoever awaits ``value`` hears the first, whether it came before or after.
-final class FirstOutcome<Value: Sendable>: Sendable {
-    private struct State {
-        var value: Value?
-        var waiter: CheckedContinuation<Value, Never>?
-    }
-
-    private let state = Mutex(State())
-
-    /// Records `value` if none came before it.
-    func settle(_ value: Value) {
-        let waiter = state.withLock { state -> CheckedContinuation<Value, Never>? in
-            guard state.value == nil else { return nil }
-            state.value = value
-            defer { state.waiter = nil }
-            return state.waiter
-        }
-        waiter?.resume(returning: value)
-    }
-
-    /// The first outcome, once there is one (one awaiter).
-    var value: Value {
-        get async {
-            await withCheckedContinuation { continuation in
-                let known = state.withLock { state -> Value? in
-                    if let value = state.value { return value }
-                    state.waiter = continuation
-                    return nil
-                }
-                if let known { continuation.resume(returning: known) }
-            }
-        }
-    }
-}
