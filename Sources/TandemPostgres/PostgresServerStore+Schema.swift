@@ -71,6 +71,18 @@ extension PostgresServerStore {
             // writes only if it has not moved since (`Flush`).
             "ALTER TABLE tandem_counter ADD COLUMN commits bigint NOT NULL DEFAULT 0",
         ]),
+        ("v4: anonymous writer owners prefixed", [
+            // An anonymous device owned its writer ids under its bare client id, which could spell
+            // a user's owner; it now owns them as `a:` + client id. A stored owner that reads as a
+            // user's (`u<n>:` then n bytes) stays a user's.
+            """
+            UPDATE tandem_writers SET owner = 'a:' || owner
+            WHERE CASE WHEN owner ~ '^u[1-9][0-9]{0,8}:'
+                       THEN substring(owner from 2 for position(':' in owner) - 2)::integer
+                            <> octet_length(substring(owner from position(':' in owner) + 1))
+                       ELSE true END
+            """,
+        ]),
     ]
 
     /// The advisory lock that one node at a time holds while it migrates.

@@ -212,6 +212,48 @@ struct AuthenticationTests {
         await server.stop()
     }
 
+    @Test("an anonymous connection whose client id spells a user's owner cannot write under that user's writer ids: the user's queue goes on")
+    func anonymousCannotClaimAUsersWriterIDs() async throws {
+        let rules = """
+        rules:
+          - match: users/{uid}/{rest=**}
+            read: auth.uid == uid
+            write: auth.uid == uid
+          - match: guestbook/{doc}
+            read: true
+            write: true
+        """
+        let (server, tokens) = try await Self.server(now: now) { configuration in
+            configuration.access = AccessControl(tokens: configuration.access?.tokens, rules: try! AccessRules(parsing: rules), now: { self.now.withLock { $0 } })
+        }
+        let ada = RawStream(port: server.port)
+        ada.send(.hello(clientID: "ada-phone", protocolVersion: TandemVersion.wireProtocol, token: try token(tokens, "ada")))
+        guard case .welcome? = await ada.next() else { Issue.record("expected welcome"); return }
+        let writer = "W-ada"
+        ada.send(.write(id: 1, mutations: [Mutation.set(try DocumentPath("users/ada/notes/1"), ["n": 1]).identified(by: MutationID(clientID: writer, sequence: 1))]))
+        guard case .ack(1, let first)? = await ada.next() else { Issue.record("expected ada's ack"); return }
+        #expect(first.map(\.status) == [.applied])
+
+        // An anonymous caller learns her writer id and says hello as her owner ("u3:ada").
+        let intruder = RawStream(port: server.port)
+        #expect(await intruder.hello("u3:ada"))
+        intruder.send(.write(id: 1, mutations: [Mutation.set(try DocumentPath("guestbook/x"), ["pwned": true]).identified(by: MutationID(clientID: writer, sequence: 1_000_000))]))
+        guard case .error(1, let denied)? = await intruder.next() else { Issue.record("expected the intruder refused the writer id"); return }
+        #expect(denied.code == .permissionDenied)
+        // It names no owner and no sequence of anyone's.
+        #expect(!denied.message.contains("1000000") && !denied.message.contains("u3:"))
+
+        // Ada's next write under her writer id is applied, not refused as out of order.
+        ada.send(.write(id: 2, mutations: [Mutation.set(try DocumentPath("users/ada/notes/2"), ["n": 2]).identified(by: MutationID(clientID: writer, sequence: 2))]))
+        guard case .ack(2, let second)? = await ada.next() else { Issue.record("expected ada's second ack"); return }
+        #expect(second.map(\.status) == [.applied])
+        let (status, _) = try await call(server, "GET", "/v1/documents/guestbook/x")
+        #expect(status == 404)
+        await ada.close()
+        await intruder.close()
+        await server.stop()
+    }
+
     @Test("a silent connection whose token expires is told at exp, on the server's clock, and its listeners stop there and then")
     func expiryOfASilentConnection() async throws {
         let clock = ManualClock()

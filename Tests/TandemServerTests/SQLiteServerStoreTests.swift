@@ -222,6 +222,33 @@ struct SQLiteServerStoreTests {
         #expect(try await store.commit([.set(path("notes/b"), [:])]).batch?.version == 2)
     }
 
+    @Test("writer owners kept before the anonymous prefix: a device's gain it, a user's stay the user's, and the two never meet")
+    func migratesWriterOwners() async throws {
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        let file = directory.appendingPathComponent("tandem.sqlite").path
+        let old = try DatabaseQueue(path: file)
+        try SQLiteServerStore.migrator.migrate(old, upTo: "v3: refusals, digests and pruned sequences are kept")
+        try await old.write { db in
+            try db.execute(sql: """
+                INSERT INTO writers VALUES ('phone/notes', 'phone'), ('ada/notes', 'u3:ada'), ('odd/notes', 'u3:adam'), ('zero/notes', 'u03:ada');
+                """)
+        }
+        try old.close()
+        let store = try makeStore()
+        let owners = try await store.pool.read { try [String: String](uniqueKeysWithValues: Row.fetchAll($0, sql: "SELECT client_id, owner FROM writers").map { ($0[0], $0[1]) }) }
+        #expect(owners == ["phone/notes": "a:phone", "ada/notes": "u3:ada", "odd/notes": "a:u3:adam", "zero/notes": "a:u03:ada"])
+        func write(_ writer: String, as owner: String) async throws -> TandemError.Code? {
+            let outcome = await store.commit([[Mutation.set(path("notes/\(UUID().uuidString)"), [:]).identified(by: MutationID(clientID: writer, sequence: 1))]], limits: ServerLimits(), clientID: owner)
+            do { _ = try outcome[0].get(); return nil } catch let error as TandemError { return error.code }
+        }
+        // The anonymous device keeps its writer ids; Ada keeps hers; an anonymous device that
+        // says Ada's owner as its client id gets neither.
+        #expect(try await write("phone/notes", as: Principal(device: "phone").writerOwner!) == nil)
+        #expect(try await write("ada/notes", as: Principal(identity: .user(AuthenticatedUser(uid: "ada")), device: "x").writerOwner!) == nil)
+        #expect(try await write("ada/notes", as: Principal(device: "u3:ada").writerOwner!) == .permissionDenied)
+        #expect(try await write("odd/notes", as: Principal(device: "u3:adam").writerOwner!) == nil)
+    }
+
     @Test("in a shared transaction a refused request writes nothing and the others are committed")
     func refusalsInGroupCommit() async throws {
         let store = try makeStore()

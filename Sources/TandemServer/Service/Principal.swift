@@ -36,12 +36,22 @@ struct Principal: Sendable, Hashable {
     /// any of their devices (a device that lost its client id keeps writing its queued writes); an
     /// anonymous caller's belong to its device. Nil over HTTP as anonymous: such a request may
     /// write only under writer ids nobody owns, and claims none.
+    ///
+    /// The two namespaces never meet, whatever a client id says: a user's owner starts with `u`,
+    /// an anonymous device's with `a:` (an anonymous hello with the client id `u3:ada` owns
+    /// `a:u3:ada`, not Ada's writer ids). Each store migrates the owners it kept before the prefix:
+    /// one that is not a user's owner (`u<n>:` and `n` bytes) gains it.
     var writerOwner: String? {
         switch identity {
-        case .user(let user): return "u\(user.uid.utf8.count):\(user.uid)"
-        case .anonymous: return device
+        case .user(let user): return Self.userOwner(user.uid)
+        case .anonymous: return device.map(Self.anonymousOwner)
         }
     }
+
+    /// The owner of a signed-in user's writer ids: the user id, its length first.
+    static func userOwner(_ uid: String) -> String { "u\(uid.utf8.count):\(uid)" }
+    /// The owner of an anonymous device's writer ids.
+    static func anonymousOwner(_ device: String) -> String { "a:" + device }
 
     /// Whom this principal's connections and writes count against: its user, or an anonymous
     /// caller's address. Nil for an anonymous caller with no address (in process), which only the

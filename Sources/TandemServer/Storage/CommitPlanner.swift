@@ -89,7 +89,7 @@ public struct CommitPlanner: Sendable {
                 continue
             }
             if owner != clientID {
-                return .failure(TandemError(.permissionDenied, "The writer id '\(writer)' belongs to another client\(clientID.map { " than '\($0)'" } ?? ""); a connection may only write under writer ids it used first. Nothing was written."))
+                return .failure(TandemError(.permissionDenied, "The writer id '\(writer)' belongs to another client; a connection may only write under writer ids it used first. Nothing was written."))
             }
         }
         if let clientID {

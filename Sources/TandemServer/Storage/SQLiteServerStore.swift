@@ -125,6 +125,18 @@ public final class SQLiteServerStore: ServerStore {
                 CREATE TABLE writers (client_id TEXT PRIMARY KEY NOT NULL, owner TEXT NOT NULL) WITHOUT ROWID;
                 """)
         }
+        migrator.registerMigration("v4: anonymous writer owners prefixed") { db in
+            // An anonymous device owned its writer ids under its bare client id, which could spell
+            // a user's owner; it now owns them as `a:` + client id (`Principal.writerOwner`). A
+            // stored owner that reads as a user's (`u<n>:` then n bytes) stays a user's.
+            try db.execute(sql: """
+                UPDATE writers SET owner = 'a:' || owner
+                WHERE NOT (owner GLOB 'u[1-9]*:*'
+                           AND NOT substr(owner, 2, instr(owner, ':') - 2) GLOB '*[^0-9]*'
+                           AND CAST(substr(owner, 2, instr(owner, ':') - 2) AS INTEGER)
+                               = length(CAST(substr(owner, instr(owner, ':') + 1) AS BLOB)))
+                """)
+        }
         return migrator
     }
 
