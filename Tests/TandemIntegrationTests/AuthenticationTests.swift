@@ -41,6 +41,7 @@ struct AuthenticationTests {
         var request = URLRequest(url: URL(string: "\(server.url.absoluteString)\(path)")!)
         request.httpMethod = method
         if let body { request.httpBody = Data(body.utf8) }
+        request.setValue("application/json", forHTTPHeaderField: "Content-Type")
         if let token { request.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization") }
         if let authorization { request.setValue(authorization, forHTTPHeaderField: "Authorization") }
         let (data, response) = try await URLSession.shared.data(for: request)

@@ -72,6 +72,7 @@ struct AuthorizationTests {
         var request = URLRequest(url: URL(string: "\(server.url.absoluteString)\(path)")!)
         request.httpMethod = method
         if let body { request.httpBody = Data(body.utf8) }
+        request.setValue("application/json", forHTTPHeaderField: "Content-Type")
         if let token { request.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization") }
         let (data, response) = try await URLSession.shared.data(for: request)
         return ((response as? HTTPURLResponse)?.statusCode ?? 0, (try? JSONText.parse(bytes: data)) ?? .null)

@@ -109,6 +109,7 @@ struct BadInputTests {
         var request = URLRequest(url: URL(string: "\(server.url.absoluteString)\(path)")!)
         request.httpMethod = method
         if let body { request.httpBody = Data(body.utf8) }
+        request.setValue("application/json", forHTTPHeaderField: "Content-Type")
         let (data, response) = try await URLSession.shared.data(for: request)
         let status = (response as? HTTPURLResponse)?.statusCode ?? 0
         return (status, (try? JSONText.parse(bytes: data)) ?? .null)

@@ -85,13 +85,15 @@ final class RunningProcess: Sendable {
     private let lines: Lines
     private let exited = Exit()
 
-    init(_ arguments: [String]) throws {
+    /// Runs `tandem` with `arguments`; with `errorsToo`, what it writes to standard error comes
+    /// in the same lines, in the order written.
+    init(_ arguments: [String], errorsToo: Bool = false) throws {
         let process = Process()
         process.executableURL = CLIProcess.executable
         process.arguments = arguments
         let out = Pipe()
         process.standardOutput = out
-        process.standardError = FileHandle.nullDevice
+        process.standardError = errorsToo ? out : FileHandle.nullDevice
         lines = Lines(out.fileHandleForReading)
         let exited = self.exited
         process.terminationHandler = { exited.fire($0.terminationStatus) }

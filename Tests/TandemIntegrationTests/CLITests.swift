@@ -29,6 +29,33 @@ struct CLITests {
         #expect(FileManager.default.fileExists(atPath: directory.url.appendingPathComponent("tandem.sqlite").path))
     }
 
+    @Test("serve warns loudly when it runs open on an address others reach, not on loopback; --allow-origin takes origins only")
+    func openServerWarning() async throws {
+        try #require(CLIProcess.executable != nil, "tandem is not built; run `swift build --build-tests` first")
+        let scratch = TemporaryDirectory()
+        func lines(_ arguments: [String]) async throws -> [String] {
+            let server = try RunningProcess(["serve", "--port", "0", "--data-dir", scratch.url.appendingPathComponent(UUID().uuidString).path] + arguments, errorsToo: true)
+            var lines: [String] = []
+            // Up to the note the server prints once it listens (and the warning after it).
+            while let line = await server.nextLine() {
+                lines.append(line)
+                if line.hasPrefix("note:") { break }
+            }
+            server.signal(SIGTERM)
+            while let line = await server.nextLine() { lines.append(line) }
+            #expect(await server.waitForExit() == 0, "\(lines)")
+            return lines
+        }
+        let exposed = try await lines(["--host", "0.0.0.0"])
+        #expect(exposed.contains { $0.hasPrefix("WARNING: this server runs OPEN on 0.0.0.0") }, "\(exposed)")
+        let local = try await lines([])
+        #expect(local.contains { $0.hasPrefix("note: the server runs open") } && !local.contains { $0.contains("WARNING") }, "\(local)")
+        let secured = try await lines(["--host", "0.0.0.0", "--auth-secret", "a-secret-that-is-long-enough-for-hs256", "--allow-origin", "https://app.example"])
+        #expect(!secured.contains { $0.contains("WARNING") }, "\(secured)")
+        let bad = try await CLIProcess.run(["serve", "--port", "0", "--data-dir", scratch.url.path, "--allow-origin", "app.example/path"])
+        #expect(bad.status == 2 && bad.err.contains("--allow-origin takes an origin"), "\(bad.err)")
+    }
+
     @Test("get, set, update, delete and query print JSON; errors go to stderr with their code")
     func documentCommands() async throws {
         let server = try await LiveServer.start()

@@ -15,26 +15,26 @@ struct HTTPHardeningTests {
 
     /// Requests that are not valid HTTP/1.1, each with the status it must get.
     static let malformed: [(String, [UInt8], Int)] = [
-        ("a space in the path", Array("GET /v1/documents/a b HTTP/1.1\r\nHost: x\r\n\r\n".utf8), 400),
-        ("é in the path", Array("GET /v1/documents/é HTTP/1.1\r\nHost: x\r\n\r\n".utf8), 400),
-        ("a raw byte in the path", Array("GET /v1/documents/a".utf8) + [0xFF] + Array(" HTTP/1.1\r\nHost: x\r\n\r\n".utf8), 400),
-        ("a 100 KB path", Array("GET /v1/documents/\(big) HTTP/1.1\r\nHost: x\r\n\r\n".utf8), 431),
-        ("a negative Content-Length", Array("PUT /v1/documents/a/b HTTP/1.1\r\nHost: x\r\nContent-Length: -5\r\n\r\n{}".utf8), 400),
-        ("a doubled Content-Length", Array("PUT /v1/documents/a/b HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n{}".utf8), 400),
-        ("chunked and Content-Length", Array("PUT /v1/documents/a/b HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n{}".utf8), 400),
-        ("a bad chunk size", Array("PUT /v1/documents/a/b HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n".utf8), 400),
-        ("an unknown method", Array("FROBNICATE /health HTTP/1.1\r\nHost: x\r\n\r\n".utf8), 501),
+        ("a space in the path", Array("GET /v1/documents/a b HTTP/1.1\r\nHost: localhost\r\n\r\n".utf8), 400),
+        ("é in the path", Array("GET /v1/documents/é HTTP/1.1\r\nHost: localhost\r\n\r\n".utf8), 400),
+        ("a raw byte in the path", Array("GET /v1/documents/a".utf8) + [0xFF] + Array(" HTTP/1.1\r\nHost: localhost\r\n\r\n".utf8), 400),
+        ("a 100 KB path", Array("GET /v1/documents/\(big) HTTP/1.1\r\nHost: localhost\r\n\r\n".utf8), 431),
+        ("a negative Content-Length", Array("PUT /v1/documents/a/b HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: -5\r\n\r\n{}".utf8), 400),
+        ("a doubled Content-Length", Array("PUT /v1/documents/a/b HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n{}".utf8), 400),
+        ("chunked and Content-Length", Array("PUT /v1/documents/a/b HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n{}".utf8), 400),
+        ("a bad chunk size", Array("PUT /v1/documents/a/b HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n".utf8), 400),
+        ("an unknown method", Array("FROBNICATE /health HTTP/1.1\r\nHost: localhost\r\n\r\n".utf8), 501),
         ("the HTTP/2 preface", Array("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".utf8), 505),
         ("a garbage request line (read as an unknown method)", Array("hello there\r\n\r\n".utf8), 501),
         ("a request line of symbols", Array("{}[] /x HTTP/1.1\r\n\r\n".utf8), 501),
-        ("an unknown HTTP version", Array("GET /health HTTP/9.9\r\nHost: x\r\n\r\n".utf8), 505),
-        ("a 100 KB header", Array("GET /health HTTP/1.1\r\nHost: x\r\nX-Big: \(big)\r\n\r\n".utf8), 431),
-        ("2,000 headers", Array(("GET /health HTTP/1.1\r\nHost: x\r\n" + (0..<2_000).map { "X-\($0): v\r\n" }.joined() + "\r\n").utf8), 431),
-        ("a header without a colon", Array("GET /health HTTP/1.1\r\nHost: x\r\nno colon here\r\n\r\n".utf8), 400),
-        ("a NUL byte in a header", Array("GET /health HTTP/1.1\r\nHost: x\r\nX-A: a".utf8) + [0] + Array("b\r\n\r\n".utf8), 400),
-        ("a bare LF inside the request line", Array("GET /health\nHTTP/1.1\r\nHost: x\r\n\r\n".utf8), 400),
-        ("a control byte in the path", Array("GET /v1/documents/a".utf8) + [0x01] + Array(" HTTP/1.1\r\nHost: x\r\n\r\n".utf8), 400),
-        ("a malformed second request after a good one", Array("GET /health HTTP/1.1\r\nHost: x\r\n\r\nGET /a b HTTP/1.1\r\n\r\n".utf8), 400),
+        ("an unknown HTTP version", Array("GET /health HTTP/9.9\r\nHost: localhost\r\n\r\n".utf8), 505),
+        ("a 100 KB header", Array("GET /health HTTP/1.1\r\nHost: localhost\r\nX-Big: \(big)\r\n\r\n".utf8), 431),
+        ("2,000 headers", Array(("GET /health HTTP/1.1\r\nHost: localhost\r\n" + (0..<2_000).map { "X-\($0): v\r\n" }.joined() + "\r\n").utf8), 431),
+        ("a header without a colon", Array("GET /health HTTP/1.1\r\nHost: localhost\r\nno colon here\r\n\r\n".utf8), 400),
+        ("a NUL byte in a header", Array("GET /health HTTP/1.1\r\nHost: localhost\r\nX-A: a".utf8) + [0] + Array("b\r\n\r\n".utf8), 400),
+        ("a bare LF inside the request line", Array("GET /health\nHTTP/1.1\r\nHost: localhost\r\n\r\n".utf8), 400),
+        ("a control byte in the path", Array("GET /v1/documents/a".utf8) + [0x01] + Array(" HTTP/1.1\r\nHost: localhost\r\n\r\n".utf8), 400),
+        ("a malformed second request after a good one", Array("GET /health HTTP/1.1\r\nHost: localhost\r\n\r\nGET /a b HTTP/1.1\r\n\r\n".utf8), 400),
     ]
 
     static var configuration: SyncServerConfiguration {
@@ -82,7 +82,7 @@ struct HTTPHardeningTests {
         }
         // A request served after them: everything logged before it has been logged.
         let connection = try await RawConnection.open(port: server.port)
-        try await connection.send("GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        try await connection.send("GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n")
         #expect(RawResponse(try await connection.readResponse())?.status == 200)
         await connection.close()
         // Taken before the server stops: stopping cancels connections, which it may log.
@@ -99,21 +99,21 @@ struct HTTPHardeningTests {
             try await connection.send(request)
             return try #require(RawResponse(try await connection.readResponse()))
         }
-        var response = try await exchange("GET /nowhere HTTP/1.1\r\nHost: x\r\n\r\n")
+        var response = try await exchange("GET /nowhere HTTP/1.1\r\nHost: localhost\r\n\r\n")
         #expect(response.status == 404 && response.errorCode == "not-found")
-        response = try await exchange("GET /v1/documents/ HTTP/1.1\r\nHost: x\r\n\r\n")
+        response = try await exchange("GET /v1/documents/ HTTP/1.1\r\nHost: localhost\r\n\r\n")
         #expect((400...404).contains(response.status) && response.errorCode != nil, "\(response)")
-        response = try await exchange("POST /health HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n")
+        response = try await exchange("POST /health HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\n\r\n")
         #expect(response.status == 405 && response.errorCode == "unimplemented" && response.headers["allow"]?.contains("GET") == true)
-        response = try await exchange("OPTIONS /v1/documents/a/b HTTP/1.1\r\nHost: x\r\n\r\n")
+        response = try await exchange("OPTIONS /v1/documents/a/b HTTP/1.1\r\nHost: localhost\r\n\r\n")
         #expect(response.status == 204 && response.headers["allow"] == "GET, HEAD, PUT, PATCH, DELETE, OPTIONS")
-        response = try await exchange("GET /v1/stream HTTP/1.1\r\nHost: x\r\n\r\n")
+        response = try await exchange("GET /v1/stream HTTP/1.1\r\nHost: localhost\r\n\r\n")
         #expect(response.status == 426 && response.headers["upgrade"] == "websocket" && response.errorCode == "failed-precondition")
-        response = try await exchange("OPTIONS /nowhere HTTP/1.1\r\nHost: x\r\n\r\n")
+        response = try await exchange("OPTIONS /nowhere HTTP/1.1\r\nHost: localhost\r\n\r\n")
         #expect(response.status == 404 && response.errorCode == "not-found")
         // HEAD answers GET's status and headers with no body; the next request on the connection works.
-        try await connection.send("HEAD /health HTTP/1.1\r\nHost: x\r\n\r\n")
-        try await connection.send("GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        try await connection.send("HEAD /health HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        try await connection.send("GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n")
         let both = try await connection.readResponse()
         #expect(both.hasPrefix("HTTP/1.1 200"))
         await connection.close()
@@ -145,7 +145,7 @@ struct HTTPHardeningTests {
 
         // Half a head: 408 once the head timeout passes.
         let slowHead = try await RawConnection.open(port: server.port)
-        try await slowHead.send("GET /health HTTP/1.1\r\nHost: x\r\nX-Partial: ")
+        try await slowHead.send("GET /health HTTP/1.1\r\nHost: localhost\r\nX-Partial: ")
         // The head's timer, armed when its first bytes arrived: ten seconds from now.
         let headDeadline = clock.now.advanced(by: .seconds(10))
         await clock.waitForSleepers { $0.contains(headDeadline) }
@@ -155,7 +155,7 @@ struct HTTPHardeningTests {
 
         // A head, then part of the body: 408 once the body timeout passes.
         let slowBody = try await RawConnection.open(port: server.port)
-        try await slowBody.send("PUT /v1/documents/a/b HTTP/1.1\r\nHost: x\r\nContent-Length: 20\r\n\r\n{\"n\":")
+        try await slowBody.send("PUT /v1/documents/a/b HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 20\r\n\r\n{\"n\":")
         let bodyDeadline = clock.now.advanced(by: .seconds(30))
         await clock.waitForSleepers { $0.contains(bodyDeadline) }
         clock.advance(by: .seconds(30))
@@ -165,7 +165,7 @@ struct HTTPHardeningTests {
 
         // A keep-alive connection after its answer is idle again: closed after the idle timeout.
         let keepAlive = try await RawConnection.open(port: server.port)
-        try await keepAlive.send("GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        try await keepAlive.send("GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n")
         #expect(try await keepAlive.readResponse().hasPrefix("HTTP/1.1 200"))
         let idleDeadline = clock.now.advanced(by: .seconds(60))
         await clock.waitForSleepers { $0.contains(idleDeadline) }
@@ -185,7 +185,7 @@ struct HTTPHardeningTests {
         // A complete handshake that announces a body and sends none: the upgrade waits for the
         // request's end, and asking for it buys no freedom from the body's timeout.
         let connection = try await RawConnection.open(port: server.port)
-        try await connection.send("GET /v1/stream HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nContent-Length: 10\r\n\r\n")
+        try await connection.send("GET /v1/stream HTTP/1.1\r\nHost: localhost\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nContent-Length: 10\r\n\r\n")
         let bodyDeadline = clock.now.advanced(by: .seconds(30))
         await clock.waitForSleepers { $0.contains(bodyDeadline) }
         clock.advance(by: .seconds(30))
@@ -217,7 +217,7 @@ struct HTTPHardeningTests {
         head.requestHeadTimeout = .milliseconds(200)
         let headServer = try await LiveServer.start(store: MemoryServerStore(clock: ManualClock()), configuration: head)
         let slowHead = try await RawConnection.open(port: headServer.port)
-        try await slowHead.send("GET /health HTTP/1.1\r\nHost: x\r\nX-Partial: ")
+        try await slowHead.send("GET /health HTTP/1.1\r\nHost: localhost\r\nX-Partial: ")
         #expect(RawResponse(try await slowHead.readUntilClosed())?.status == 408)
         await headServer.stop()
     }
@@ -232,18 +232,18 @@ struct HTTPHardeningTests {
         let server = try await LiveServer.start(store: MemoryServerStore(clock: ManualClock()), configuration: configuration)
         let first = try await RawConnection.open(port: server.port)
         let second = try await RawConnection.open(port: server.port)
-        try await second.send("GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        try await second.send("GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n")
         #expect(try await second.readResponse().hasPrefix("HTTP/1.1 200"))
         let firstClosed = Flag()
         let third = try await RawConnection.open(port: server.port)
-        try await third.send("GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        try await third.send("GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n")
         let answered = Task { () -> Bool in
             let text = try await third.readResponse()
             return text.hasPrefix("HTTP/1.1 200") && firstClosed.isSet
         }
         // Round trips on the second connection give the server every chance to serve the third early.
         for _ in 0..<20 {
-            try await second.send("GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+            try await second.send("GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n")
             #expect(try await second.readResponse().hasPrefix("HTTP/1.1 200"))
         }
         firstClosed.set()

@@ -62,6 +62,7 @@ struct LimitsTests {
             request.httpMethod = "POST"
             request.setValue("Bearer \(try token(tokens, uid))", forHTTPHeaderField: "Authorization")
             let writes = ids.map { #"{"op":"set","path":"users/\#(uid)/notes/\#($0)","data":{}}"# }.joined(separator: ",")
+            request.setValue("application/json", forHTTPHeaderField: "Content-Type")
             request.httpBody = Data(#"{"writes":[\#(writes)]}"#.utf8)
             let (data, response) = try await URLSession.shared.data(for: request)
             return (response as! HTTPURLResponse, (try? JSONText.parse(bytes: data)) ?? .null)
@@ -85,6 +86,7 @@ struct LimitsTests {
             var request = URLRequest(url: URL(string: "\(server.url.absoluteString)/v1/commit")!)
             request.httpMethod = "POST"
             let writes = ids.map { #"{"op":"set","path":"notes/\#($0)","data":{}}"# }.joined(separator: ",")
+            request.setValue("application/json", forHTTPHeaderField: "Content-Type")
             request.httpBody = Data(#"{"writes":[\#(writes)]}"#.utf8)
             let (data, response) = try await URLSession.shared.data(for: request)
             return (response as! HTTPURLResponse, (try? JSONText.parse(bytes: data)) ?? .null)
@@ -121,6 +123,7 @@ struct LimitsTests {
         #expect(overRate.code == .resourceExhausted && overRate.retryAfter != nil && overRate.message.contains("address"), "\(overRate)")
         var request = URLRequest(url: URL(string: "\(server.url.absoluteString)/v1/commit")!)
         request.httpMethod = "POST"
+        request.setValue("application/json", forHTTPHeaderField: "Content-Type")
         request.httpBody = Data(#"{"writes":[{"op":"set","path":"notes/9","data":{}}]}"#.utf8)
         let (_, response) = try await URLSession.shared.data(for: request)
         #expect((response as? HTTPURLResponse)?.statusCode == 429, "the address's HTTP writes share the bucket")
@@ -174,6 +177,7 @@ struct LimitsTests {
             var request = URLRequest(url: URL(string: "\(server.url.absoluteString)/v1/documents/users/ada/notes/deep")!)
             request.httpMethod = "PUT"
             request.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization")
+            request.setValue("application/json", forHTTPHeaderField: "Content-Type")
             request.httpBody = Data(nested.utf8)
             let (data, response) = try await URLSession.shared.data(for: request)
             #expect((response as! HTTPURLResponse).statusCode == 400)

@@ -96,6 +96,7 @@ struct OpenAPITests {
         let path = "rooms/🏻x/notes/\u{301}e"
         var request = URLRequest(url: URL(string: server.url.absoluteString + "/v1/commit")!)
         request.httpMethod = "POST"
+        request.setValue("application/json", forHTTPHeaderField: "Content-Type")
         request.httpBody = Data(JSONText.encode(["writes": [["op": "set", "path": .string(path), "data": ["n": 1]]]]).utf8)
         var (data, response) = try await URLSession.shared.data(for: request)
         #expect((response as? HTTPURLResponse)?.statusCode == 200, "\(String(decoding: data, as: UTF8.self))")

@@ -19,7 +19,7 @@ struct UpgradeHardeningTests {
     }
 
     static func upgrade(path: String = "/v1/stream", version: String? = "13", key: Bool = true, extra: String = "") -> String {
-        var request = "GET \(path) HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+        var request = "GET \(path) HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
         if key { request += "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n" }
         if let version { request += "Sec-WebSocket-Version: \(version)\r\n" }
         return request + extra + "\r\n"
@@ -66,7 +66,7 @@ struct UpgradeHardeningTests {
         let requests = [
             Self.upgrade(), Self.upgrade(path: "/health"), Self.upgrade(version: "8"), Self.upgrade(version: nil), Self.upgrade(key: false),
             Self.upgrade(extra: "Connection: close\r\n"), Self.upgrade(extra: "Content-Length: 5\r\n"),
-            "GET /health HTTP/1.1\r\nHost: x\r\n\r\n", "GET /v1/stream HTTP/1.1\r\nHost: x\r\n\r\n",
+            "GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n", "GET /v1/stream HTTP/1.1\r\nHost: localhost\r\n\r\n",
         ]
         for iteration in 0..<iterations {
             var bytes = Array(requests[Int.random(in: 0..<requests.count, using: &random)].utf8)
@@ -77,7 +77,7 @@ struct UpgradeHardeningTests {
             case 3: bytes += [0x81, 0xFF] + [0, 0, 0, 0, 0x7F, 0xFF, 0xFF, 0xFF] + [1, 2, 3, 4]
             case 4: bytes += Frame.masked(.continuation, [1, 2, 3])
             case 5: bytes += Frame.masked(.text, [0x7B], fin: false) + Frame.masked(.text, [0x7D])
-            case 6: bytes += Array("GET /health HTTP/1.1\r\nHost: x\r\n\r\n".utf8)
+            case 6: bytes += Array("GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n".utf8)
             default: bytes += Frame.masked(.text, Self.hello) + Frame.masked(.connectionClose, [0x03, 0xE8])
             }
             // Cut into up to three writes at random points.
@@ -157,7 +157,7 @@ struct UpgradeHardeningTests {
     func declaredBodyTooLarge() async throws {
         let server = try await Self.start { $0.limits.maximumRequestBytes = 4096 }
         let connection = try await RawConnection.open(port: server.port)
-        try await connection.send("PUT /v1/documents/a/b HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 20000000\r\n\r\n")
+        try await connection.send("PUT /v1/documents/a/b HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 20000000\r\n\r\n")
         let response = try #require(RawResponse(try await connection.readUntilClosed()))
         #expect(response.status == 413 && response.errorCode == "resource-exhausted", "\(response)")
         await connection.close()
@@ -168,7 +168,7 @@ struct UpgradeHardeningTests {
     func connectionClose() async throws {
         let server = try await Self.start()
         let connection = try await RawConnection.open(port: server.port)
-        try await connection.send("GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        try await connection.send("GET /health HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
         let response = try #require(RawResponse(try await connection.readUntilClosed()))
         #expect(response.status == 200)
         await connection.close()
@@ -178,7 +178,7 @@ struct UpgradeHardeningTests {
     /// Whether a fresh connection gets 200 from `/health`.
     static func health(_ server: LiveServer) async throws -> Bool {
         let connection = try await RawConnection.open(port: server.port)
-        try await connection.send("GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        try await connection.send("GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n")
         let response = RawResponse(try await connection.readResponse())
         await connection.close()
         return response?.status == 200

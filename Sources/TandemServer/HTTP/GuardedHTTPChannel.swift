@@ -26,13 +26,15 @@ struct GuardedHTTPChannel: ServerChildChannel {
     let timeouts: HTTPConnectionGuardStateMachine.Timeouts
     /// The largest body a request may declare: past it, refused from its head (413).
     let maximumBodyBytes: Int
+    /// Which web pages may drive the server: refused from the head otherwise.
+    let sites: SitePolicy
     let clock: ServerClock
 
     func setup(channel: any Channel, logger: Logger) -> EventLoopFuture<Value> {
         inner.setup(channel: channel, logger: logger).flatMapThrowing { value in
             let closed = ClosedByGuard()
             let decoder = try channel.pipeline.syncOperations.handler(type: ByteToMessageHandler<HTTPRequestDecoder>.self)
-            try channel.pipeline.syncOperations.addHandler(HTTPConnectionGuard(timeouts: timeouts, maximumBodyBytes: maximumBodyBytes, clock: clock, closed: closed),
+            try channel.pipeline.syncOperations.addHandler(HTTPConnectionGuard(timeouts: timeouts, maximumBodyBytes: maximumBodyBytes, sites: sites, clock: clock, closed: closed),
                                                            position: .after(decoder))
             // Behind the upgrade handler: puts the frame guard in place if the request upgrades.
             try channel.pipeline.syncOperations.addHandler(WebSocketUpgradeWatcher(), position: .last)

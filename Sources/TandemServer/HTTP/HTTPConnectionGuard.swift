@@ -41,10 +41,11 @@ final class HTTPConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler {
     /// Told when this guard answers and closes the connection itself.
     private let closed: GuardedHTTPChannel.ClosedByGuard?
 
-    init(timeouts: HTTPConnectionGuardStateMachine.Timeouts, maximumBodyBytes: Int = .max, clock: ServerClock, closed: GuardedHTTPChannel.ClosedByGuard? = nil) {
+    init(timeouts: HTTPConnectionGuardStateMachine.Timeouts, maximumBodyBytes: Int = .max, sites: SitePolicy = SitePolicy(), clock: ServerClock,
+         closed: GuardedHTTPChannel.ClosedByGuard? = nil) {
         self.clock = clock
         self.closed = closed
-        machine = HTTPConnectionGuardStateMachine(timeouts: timeouts, maximumBodyBytes: maximumBodyBytes, now: clock.now())
+        machine = HTTPConnectionGuardStateMachine(timeouts: timeouts, maximumBodyBytes: maximumBodyBytes, sites: sites, now: clock.now())
     }
 
     func handlerAdded(context: ChannelHandlerContext) {
@@ -227,6 +228,10 @@ final class HTTPConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler {
         summary.webSocketVersion = headers.first(name: "sec-websocket-version")
         summary.hasWebSocketKey = headers.contains(name: "sec-websocket-key")
         summary.contentLength = headers.first(name: "content-length").flatMap { Int($0.trimmingWhitespace) }
+        summary.method = head.method.rawValue
+        summary.host = headers.first(name: "host")
+        summary.origin = headers.first(name: "origin")
+        summary.contentType = headers.first(name: "content-type")
         summary.closesConnection = headers[canonicalForm: "connection"].contains { $0.lowercased() == "close" }
             || (head.version.major == 1 && head.version.minor == 0 && !headers[canonicalForm: "connection"].contains { $0.lowercased() == "keep-alive" })
         return summary

@@ -11,8 +11,9 @@ import TandemCore
 ///   closed, since nothing after it can be read; if the response to an earlier request is still
 ///   being written, the answer follows it.
 /// - A request is refused from its head alone, before anything reads its body, when it declares a
-///   body over the request limit (413), asks to upgrade anywhere but the stream, or asks for a
-///   WebSocket version the server does not speak (426, naming the one it does). The connection
+///   body over the request limit (413), comes from a web page ``SitePolicy`` refuses (403, 415,
+///   421), asks to upgrade anywhere but the stream, or asks for a WebSocket version the server
+///   does not speak (426, naming the one it does). The connection
 ///   closes after the answer; nothing after the refused head is served.
 /// - A request that says `Connection: close` is the connection's last: it closes once answered.
 /// - A WebSocket upgrade leaves HTTP once it is granted — when a `101 Switching Protocols` head is
@@ -67,18 +68,29 @@ struct HTTPConnectionGuardStateMachine: Sendable {
         var contentLength: Int?
         /// Whether the request says `Connection: close`.
         var closesConnection = false
+        /// The request's method, as sent.
+        var method = "GET"
+        /// The `Host` header, if any.
+        var host: String?
+        /// The `Origin` header, if any (browsers send it).
+        var origin: String?
+        /// The `Content-Type` header, if any.
+        var contentType: String?
     }
 
     let timeouts: Timeouts
     /// The largest body a request may declare.
     let maximumBodyBytes: Int
+    /// Which web pages may drive the server (``SitePolicy``).
+    let sites: SitePolicy
     private var state: State
     /// The request being read or answered said `Connection: close`.
     private var closeWhenAnswered = false
 
-    init(timeouts: Timeouts, maximumBodyBytes: Int = .max, now: Duration) {
+    init(timeouts: Timeouts, maximumBodyBytes: Int = .max, sites: SitePolicy = SitePolicy(), now: Duration) {
         self.timeouts = timeouts
         self.maximumBodyBytes = maximumBodyBytes
+        self.sites = sites
         state = .waiting(deadline: now + timeouts.idle)
     }
 
@@ -89,6 +101,10 @@ struct HTTPConnectionGuardStateMachine: Sendable {
     func refusal(of head: Head, isStreamPath: (String) -> Bool) -> Refusal? {
         if let length = head.contentLength, length > maximumBodyBytes {
             return Refusal(status: 413, error: TandemError(.resourceExhausted, "The request declares a body of \(length) bytes; at most \(maximumBodyBytes) are allowed. Nothing was read; the connection is closed. Send smaller batches."))
+        }
+        if let refusal = sites.refusal(method: head.method, target: head.target, host: head.host, origin: head.origin,
+                                       contentType: head.contentType, upgrades: head.upgrade != nil) {
+            return refusal
         }
         guard let upgrade = head.upgrade else { return nil }
         guard upgrade.lowercased().contains("websocket") else {

@@ -23,7 +23,10 @@ public enum OpenAPIDescription {
                     past a rate the status is 429 with Retry-After. On a server started with \
                     --auth-secret a request may carry a bearer token (HS256 JWT); the access rules \
                     decide what its user may read and write. x-tandem-limits lists every limit and \
-                    its value on this server.
+                    its value on this server. A request a web page sends (it carries Origin) may \
+                    write, or open the stream, only from the server's own origin or one the server \
+                    allows (403 otherwise); a server bound to a loopback address answers only \
+                    requests addressed to a loopback name or one it allows (421 otherwise).
                     """),
                 "license": .object(["name": "Apache-2.0"]),
             ]),
@@ -84,9 +87,9 @@ public enum OpenAPIDescription {
                 "get": operation("getDocument", "Read a document", parameters: [document], ok: ref("Document"), errors: [400, 401, 403, 404]),
                 "put": operation("setDocument", "Set a document's body (with merge=true, merge into it); transforms go in place ({\"$increment\": 1})",
                                  parameters: write + [["$ref": "#/components/parameters/merge"]], body: ref("Fields"),
-                                 ok: ref("WriteAnswer"), errors: [400, 401, 403, 409, 412, 413, 429, 503]),
+                                 ok: ref("WriteAnswer"), errors: [400, 401, 403, 409, 412, 413, 415, 429, 503]),
                 "patch": operation("updateDocument", "Update dotted field paths of an existing document: {\"address.city\": \"London\"}",
-                                   parameters: write, body: ref("Fields"), ok: ref("WriteAnswer"), errors: [400, 401, 403, 404, 409, 412, 413, 429, 503]),
+                                   parameters: write, body: ref("Fields"), ok: ref("WriteAnswer"), errors: [400, 401, 403, 404, 409, 412, 413, 415, 429, 503]),
                 "delete": operation("deleteDocument", "Delete a document (deleting a missing one succeeds)", parameters: write,
                                     ok: ref("WriteAnswer"), errors: [400, 401, 403, 409, 412, 413, 429, 503]),
             ],
@@ -94,7 +97,7 @@ public enum OpenAPIDescription {
                 "post": operation("query", "Run a query once", body: ref("Target"), ok: [
                     "type": "object", "required": ["documents", "version"],
                     "properties": ["documents": ["type": "array", "items": ref("Document")], "version": ref("Version")],
-                ], errors: [400, 401, 403, 404, 413]),
+                ], errors: [400, 401, 403, 404, 413, 415]),
             ],
             "/v1/commit": [
                 "post": operation("commit", "Apply writes atomically: all of them at one new version, or none; a refused write is answered with its error",
@@ -104,7 +107,7 @@ public enum OpenAPIDescription {
                                   ], ok: [
                                     "type": "object", "required": ["results"],
                                     "properties": ["results": ["type": "array", "items": ref("WriteResult")], "version": ref("Version")],
-                                  ], errors: [400, 401, 403, 404, 409, 412, 413, 429, 503]),
+                                  ], errors: [400, 401, 403, 404, 409, 412, 413, 415, 429, 503]),
             ],
             "/v1/changes": [
                 "get": operation("changes", "A page of the change feed after a version, never splitting a commit; without collection, the whole database's (operators only on a secured server)",
@@ -184,9 +187,10 @@ public enum OpenAPIDescription {
         (403, "The rules do not allow it (permission-denied)"),
         (404, "No such document, or an update of a missing one (not-found)"),
         (409, "The document already exists, or an earlier write was not applied (already-exists, aborted)"),
-        (410, "A change feed from before what is kept, or beyond the server's version (out-of-range): reload"),
+        (410, "A change feed from before what is kept (since=0 is always served), or beyond the server's version (out-of-range): read again from 0"),
         (412, "A precondition did not hold (failed-precondition): read, then decide"),
         (413, "Over a size limit (resource-exhausted): make it smaller"),
+        (415, "The body is not declared JSON (invalid-argument): send it with Content-Type: application/json"),
         (429, "Over a rate (resource-exhausted with retryAfter): wait Retry-After seconds, then send it again"),
         (503, "The database could not commit (unavailable): nothing was applied; send it again"),
     ]

@@ -53,6 +53,10 @@ public struct SyncServer: Service {
         let service = SyncService(store: store, hub: hub, limits: configuration.limits, access: configuration.access, metrics: metrics, now: clock.now)
         // HEAD is answered like GET without the body.
         let router = Router(context: CallerRequestContext.self, options: .autoGenerateHeadEndpoints)
+        let sites = SitePolicy(bindHost: configuration.host, allowedOrigins: configuration.allowedOrigins, allowedHosts: configuration.allowedHosts)
+        if !sites.allowedOrigins.isEmpty {
+            router.add(middleware: AllowedOriginsMiddleware(sites: sites))
+        }
         router.add(middleware: JSONErrorMiddleware(metrics: metrics))
         if configuration.console {
             router.add(middleware: ConsoleMiddleware(console: .bundled, metrics: metrics))
@@ -86,7 +90,8 @@ public struct SyncServer: Service {
                 inner: HTTP1WebSocketUpgradeChannel(responder: responder, configuration: webSocket) { head, channel, _ in
                     head.path.map(HTTPConnectionGuard.isStreamPath) == true ? .upgrade([:], stream(channel)) : .dontUpgrade
                 },
-                timeouts: timeouts, maximumBodyBytes: configuration.limits.maximumRequestBytes, clock: clock)
+                timeouts: timeouts, maximumBodyBytes: configuration.limits.maximumRequestBytes,
+                sites: sites, clock: clock)
         }
         // With TLS, the handshake comes first on each connection; everything above it is the same.
         let server = try configuration.tls.map { try HTTPServerBuilder.tls(plain, tlsConfiguration: $0) } ?? plain

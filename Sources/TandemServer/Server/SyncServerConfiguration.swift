@@ -51,6 +51,16 @@ public struct SyncServerConfiguration: Sendable {
     /// ``tls(certificateFile:keyFile:)``. Nil (the default) serves plain text: put a TLS proxy in
     /// front, or set this, before the server faces a network.
     public var tls: TLSConfiguration?
+    /// The origins (`https://app.example`, with a port when it is not the scheme's) whose web pages
+    /// may write to the server and open streams, besides the server's own (its console); `"*"`
+    /// allows every page. A request with no `Origin` (a native client) is not affected. Default
+    /// none: a page on another origin can neither write nor open a stream.
+    public var allowedOrigins: [String] = []
+    /// Host names a server bound to a loopback address answers besides `localhost`, `127.0.0.1`,
+    /// `[::1]` and the allowed origins' hosts: the name a proxy in front of it keeps in the `Host`
+    /// header. Requests addressed to any other name are refused (a guard against DNS rebinding).
+    /// Unused when the server is bound to another address. Default none.
+    public var allowedHosts: [String] = []
     /// The server's logger.
     public var logger = Logger(label: "tandem.server")
     /// Whether the web console is served at `/console` (``ConsoleFiles``). It is a client like any
@@ -64,6 +74,12 @@ public struct SyncServerConfiguration: Sendable {
     /// The defaults each property states: an open server on 127.0.0.1:8080, plain HTTP, with the
     /// console.
     public init() {}
+
+    /// Whether `host` names a loopback address (`localhost`, `127.x.x.x`, `::1`), reachable from
+    /// this machine alone.
+    public static func isLoopback(_ host: String) -> Bool {
+        SitePolicy.isLoopbackName(host.lowercased())
+    }
 
     /// A TLS configuration from PEM files: the certificate chain (the server's certificate first)
     /// and its private key. Throws `invalid-argument` naming the file and what is wrong with it.

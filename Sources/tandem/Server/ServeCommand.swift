@@ -40,6 +40,12 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(name: .customLong("tls-key"), help: "The PEM private key of --tls-cert.")
     var tlsKey: String?
 
+    @Option(name: .customLong("allow-origin"), help: "A web origin (https://app.example) whose pages may write to this server and open streams, besides the server's own console; repeat for several, or * for every page. Requests without an Origin header (native clients) are not affected.")
+    var allowOrigins: [String] = []
+
+    @Option(name: .customLong("allow-host"), help: "A host name a server bound to a loopback address answers besides localhost, 127.0.0.1 and [::1] (the name a proxy in front of it keeps in the Host header); repeat for several.")
+    var allowHosts: [String] = []
+
     func run() async throws {
         var logger = Logger(label: "tandem.server")
         logger.logLevel = Logger.Level(rawValue: logLevel) ?? .warning
@@ -64,6 +70,15 @@ struct ServeCommand: AsyncParsableCommand {
         configuration.host = host
         configuration.port = port
         configuration.logger = logger
+        configuration.allowedOrigins = allowOrigins
+        configuration.allowedHosts = allowHosts
+        for origin in allowOrigins where origin != "*" {
+            guard let url = URL(string: origin), let scheme = url.scheme, ["http", "https"].contains(scheme.lowercased()), url.host != nil,
+                  url.path.isEmpty || url.path == "/", url.query == nil else {
+                Console.error("error: invalid-argument: --allow-origin takes an origin such as https://app.example or http://localhost:3000 (a scheme, a host and an optional port), not '\(origin)'.")
+                throw ExitCode(2)
+            }
+        }
         switch (tlsCertificate, tlsKey) {
         case (let certificate?, let key?):
             do {
@@ -97,9 +112,20 @@ struct ServeCommand: AsyncParsableCommand {
         case (false, let file?): note = "no auth secret: every caller is anonymous, and access follows the rules in \(file)"
         case (false, nil): note = "the server runs open; no access rules are enforced"
         }
+        // An open server on an address others reach: anyone who can reach it reads and writes
+        // everything. Said loudly, since --host 0.0.0.0 is the usual first try at "reach it from
+        // my phone".
+        let exposed = configuration.access == nil && !SyncServerConfiguration.isLoopback(host)
         let server = SyncServer(store: store, configuration: configuration) { host, port in
             Console.out("listening on \(scheme)://\(host):\(port)")
             Console.error("note: \(note)")
+            if exposed {
+                Console.error("""
+                    WARNING: this server runs OPEN on \(host), an address other machines can reach: anyone who can \
+                    connect to port \(port) can read, change and delete every document. Start it with --auth-secret \
+                    (and --rules), or bind it to 127.0.0.1.
+                    """)
+            }
         }
         let group = ServiceGroup(services: [server], gracefulShutdownSignals: [.sigint, .sigterm], logger: logger)
         do {

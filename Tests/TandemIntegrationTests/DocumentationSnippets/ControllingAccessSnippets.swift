@@ -54,6 +54,7 @@ struct ControllingAccessSnippets {
         var request = URLRequest(url: URL(string: server.url.absoluteString + path)!)
         request.httpMethod = method
         request.httpBody = body.map { Data($0.utf8) }
+        request.setValue("application/json", forHTTPHeaderField: "Content-Type")
         if let token { request.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization") }
         let (_, response) = try await URLSession.shared.data(for: request)
         return (response as? HTTPURLResponse)?.statusCode ?? 0
