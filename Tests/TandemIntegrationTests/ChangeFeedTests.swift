@@ -92,4 +92,41 @@ struct PreconditionRefusalTests {
         await running.stop()
         await server.stop()
     }
+
+    @Test("a precondition that fails on what an earlier write of its batch left is answered with the document as committed, or none, and names no version nobody committed: over the WebSocket and HTTP")
+    func refusedOnAnEarlierWrite() async throws {
+        let server = try await LiveServer.start()
+        let stream = RawStream(port: server.port)
+        #expect(await stream.hello("earlier"))
+        // notes/x does not exist: the first write creates it, the second requires that it does not exist.
+        stream.send(#"{"type": "write", "id": 1, "mutations": [{"op": "set", "path": "notes/x", "data": {"a": 1}}, {"op": "set", "path": "notes/x", "data": {"a": 2}, "precondition": {"exists": false}}]}"#)
+        guard case .ack(1, let acknowledgements)? = await stream.next() else {
+            Issue.record("expected the ack")
+            return
+        }
+        #expect(acknowledgements.map(\.status) == [.refused, .refused])
+        #expect(acknowledgements.allSatisfy { $0.document == nil }, "notes/x was never committed: \(acknowledgements)")
+        #expect(acknowledgements.last?.error?.code == .failedPrecondition)
+        let message = acknowledgements.last?.error?.message ?? ""
+        #expect(!message.contains("version") && message.contains("write 1"), "the refusal names a version nobody committed, or not the earlier write: \(message)")
+        #expect(try await server.store.document(at: documentPath("notes/x")) == nil)
+        let next = try await server.store.commit([.set(documentPath("notes/h"), ["a": 1])])
+        #expect(next.batch?.version == 1, "the next commit takes the version the refused write would have taken")
+
+        // Over HTTP, notes/h at version 1: a set of it, then an update requiring version 1.
+        var request = URLRequest(url: URL(string: "\(server.url.absoluteString)/v1/commit")!)
+        request.httpMethod = "POST"
+        request.setValue("application/json", forHTTPHeaderField: "Content-Type")
+        request.httpBody = Data(#"{"writes": [{"op": "set", "path": "notes/h", "data": {"a": 2}}, {"op": "update", "path": "notes/h", "fields": {"b": 1}, "precondition": {"version": 1}}]}"#.utf8)
+        let (data, response) = try await URLSession.shared.data(for: request)
+        let body = try JSONText.parse(bytes: data)
+        #expect((response as? HTTPURLResponse)?.statusCode == 412, "\(body)")
+        #expect(body[field: "error"]?[field: "code"] == "failed-precondition", "\(body)")
+        let text = body[field: "error"]?[field: "message"]?.stringValue ?? ""
+        #expect(!text.contains("version 2") && text.contains("write 1"), "the 412 names a version nobody committed, or not the earlier write: \(text)")
+        #expect(try await server.store.document(at: documentPath("notes/h"))?.data == ["a": 1])
+        #expect(try await server.store.currentVersion() == 1)
+        await stream.close()
+        await server.stop()
+    }
 }

@@ -26,7 +26,10 @@ public struct WriteAcknowledgement: Sendable, Hashable {
     /// `unknown`, the version the server had reached when it answered.
     public var version: Version
     /// The document as committed; nil when the write deleted it, when it is concealed
-    /// (``isConcealed``), and for `refused` and `unknown`.
+    /// (``isConcealed``), and for `unknown`. For `refused` with `failed-precondition`, the
+    /// document the precondition was about as committed before the request, when its caller may
+    /// read it (nil when there was none, when the refusal is given again, and for any other
+    /// refusal): never what earlier mutations of the same request would have made of it.
     public var document: Document?
     /// The write applied, but its caller may not read the document it left (say, a write that gave
     /// the document to another user): `document` is nil without meaning a deletion. A client drops

@@ -18,7 +18,10 @@ import TandemCore
 ///    request is applied (now or before); otherwise they are refused with the request.
 /// 3. They apply in order against the documents as the earlier ones left them: a failed
 ///    precondition, an update of a missing document, a document over the size limit or a write
-///    the ``authorizer`` refuses refuses the request, and nothing of it is written.
+///    the ``authorizer`` refuses refuses the request, and nothing of it is written. A refusal tells
+///    only of committed state: when a precondition (or an update's need of a document) fails on
+///    what an earlier mutation of the request left, which nobody committed, its error names that
+///    mutation instead of the state, and it carries the document as committed before the request.
 /// 4. Every decision about an id — applied or refused — is recorded with the mutation's digest.
 public struct CommitPlanner: Sendable {
     /// The limits documents are checked against once written.
@@ -144,7 +147,7 @@ public struct CommitPlanner: Sendable {
         // What the new mutations do, or why the request is refused.
         var outcome: Result<Applied, Refusal> = .failure(Refusal(error: blocker ?? TandemError(.internal, "")))
         if !fresh.isEmpty, blocker == nil {
-            outcome = try apply(fresh.map { mutations[$0] }, in: &transaction, version: version)
+            outcome = try apply(fresh.map { mutations[$0] }, numbered: fresh, in: &transaction, version: version)
         }
         var batch: CommittedBatch?
         switch outcome {
@@ -161,7 +164,8 @@ public struct CommitPlanner: Sendable {
                 if mutations[index].id != nil { toRecord.append(index) }
             }
             // The mutation whose version or existence did not hold is answered with the document
-            // as it is (when its caller may read it): a client resolves the conflict without a read.
+            // as committed before the request (when its caller may read it; none when there was
+            // none): a client resolves the conflict without a read.
             if let position = refusal.position, let current = refusal.current {
                 answers[fresh[position]]?.document = current
             }
@@ -182,13 +186,33 @@ public struct CommitPlanner: Sendable {
         TandemError(.failedPrecondition, "Mutation \(id) of this write was decided too long ago for its answer to be kept, so nothing new of the write was written. Read the documents, then send the new mutations in a write of their own.")
     }
 
+    /// The refusal of `mutation`, whose precondition, or (`not-found`) need of a document, failed
+    /// on what the request's mutation `earlier` (its place, from 0) left at its path (`left`): its
+    /// own `error` would describe that state, which nobody committed, with the version the request
+    /// would have taken. This one names the earlier mutation instead, and no version of the server's.
+    private static func metEarlierWrite(_ mutation: Mutation, error: TandemError, left: Document?, by earlier: Int) -> TandemError {
+        let path = mutation.path
+        let met = "write \(earlier + 1) of the same batch \(left == nil ? "deletes" : "writes") it first"
+        if error.code == .notFound {
+            return TandemError(.notFound, "Cannot update \(path): \(met), and an update needs the document. Nothing was written; remove the update, or make it a set (or a set with merge), which creates the document.")
+        }
+        let expected: String
+        switch mutation.precondition {
+        case .exists(let exists)?: expected = exists ? "must exist for this write" : "must not exist for this write"
+        case .version(let version)?: expected = "was expected at version \(version) by this write"
+        case nil: expected = "did not hold the precondition of this write"
+        }
+        return TandemError(.failedPrecondition, "\(path) \(expected), but \(met): a precondition is checked against the document as the earlier writes of its batch leave it. Nothing was written; to check the document as committed, put the precondition on the first write to \(path) in the batch.")
+    }
+
     private struct Applied {
         var acknowledgements: [WriteAcknowledgement]
         var changes: [RemoteChange]
     }
 
     /// Why new mutations were refused: the error, which of them met it, and, for a precondition
-    /// that did not hold on a document the caller may read, that document.
+    /// that did not hold on a document the caller may read, that document as committed before the
+    /// request (nil when there was none).
     private struct Refusal: Error {
         var error: TandemError
         var position: Int?
@@ -196,9 +220,16 @@ public struct CommitPlanner: Sendable {
     }
 
     /// Applies new mutations in order against the documents as the earlier ones leave them, and
-    /// writes the result; refuses them all, writing nothing, if one is refused.
-    private func apply<Transaction: StoreTransaction>(_ mutations: [Mutation], in transaction: inout Transaction, version: Version) throws -> Result<Applied, Refusal> {
+    /// writes the result; refuses them all, writing nothing, if one is refused. `numbers` are
+    /// their places in the request (from 0), for an error that names one.
+    private func apply<Transaction: StoreTransaction>(_ mutations: [Mutation], numbered numbers: [Int], in transaction: inout Transaction,
+                                                      version: Version) throws -> Result<Applied, Refusal> {
+        // Each document as committed before the request (read once), and as the mutations so far
+        // leave it, with the last of them to change it: a refusal tells of the first, never of
+        // the second, which nobody committed (its version is the one the request would take).
+        var committed: [DocumentPath: Document?] = [:]
         var working: [DocumentPath: Document?] = [:]
+        var changedBy: [DocumentPath: Int] = [:]
         var changedOrder: [DocumentPath] = []
         var writer: [DocumentPath: MutationID?] = [:]
         // Each document's data is encoded once: to check its size, to store it, to answer with it.
@@ -206,11 +237,18 @@ public struct CommitPlanner: Sendable {
         var acknowledgements: [WriteAcknowledgement] = []
         acknowledgements.reserveCapacity(mutations.count)
         for (position, mutation) in mutations.enumerated() {
+            let before: Document?
+            if let entry = committed[mutation.path] {
+                before = entry
+            } else {
+                before = try transaction.document(at: mutation.path)
+                committed[mutation.path] = .some(before)
+            }
             let existing: Document?
             if let entry = working[mutation.path] {
                 existing = entry
             } else {
-                existing = try transaction.document(at: mutation.path)
+                existing = before
             }
             let after: Document?
             let text: String?
@@ -222,16 +260,24 @@ public struct CommitPlanner: Sendable {
                     return .failure(Refusal(error: refusal, position: position))
                 }
             } catch {
-                // The error tells of the document's state: only a caller who may read it hears it.
-                if let concealed = authorizer?.concealment(mutation.path, document: existing) {
+                // The error tells of the document's state: only a caller who may read it as
+                // committed hears it. Asked of what earlier mutations of the request left, a
+                // failure would tell whether they applied, hence of the document before them.
+                if let concealed = authorizer?.concealment(mutation.path, document: before) {
                     return .failure(Refusal(error: concealed, position: position))
                 }
-                return .failure(Refusal(error: error, position: position, current: error.code == .failedPrecondition ? existing : nil))
+                let current = error.code == .failedPrecondition ? before : nil
+                if let earlier = changedBy[mutation.path], error.code == .failedPrecondition || error.code == .notFound {
+                    let reason = Self.metEarlierWrite(mutation, error: error, left: existing, by: numbers[earlier])
+                    return .failure(Refusal(error: reason, position: position, current: current))
+                }
+                return .failure(Refusal(error: error, position: position, current: current))
             }
             encoded[mutation.path] = text
             if existing != nil || after != nil {
                 if working[mutation.path] == nil { changedOrder.append(mutation.path) }
                 working[mutation.path] = .some(after)
+                changedBy[mutation.path] = position
             }
             writer[mutation.path] = .some(mutation.id)
             acknowledgements.append(WriteAcknowledgement(id: mutation.id, status: .applied, version: version, document: after, encodedData: text))

@@ -11,8 +11,10 @@ public struct WriteAuthorizer: Sendable {
 
     /// `decide` returns nil to allow the write, or the error that refuses it. `conceal` is asked
     /// when a write fails on the document's state (a precondition, an update of a missing
-    /// document, the size limit), before that error is answered: it returns the refusal to answer
-    /// instead when the caller may not learn of the document (nil: answer the error as it is).
+    /// document, the size limit), before that error is answered, with the document as committed
+    /// before the request (even when an earlier write of the request changed it): it returns the
+    /// refusal to answer instead when the caller may not learn of the document (nil: answer the
+    /// error as it is).
     public init(_ decide: @escaping @Sendable (_ path: DocumentPath, _ before: Document?, _ after: Document?) -> TandemError?,
                 conceal: @escaping @Sendable (_ path: DocumentPath, _ document: Document?) -> TandemError? = { _, _ in nil }) {
         self.decide = decide

@@ -78,6 +78,58 @@ extension ServerStoreConformance {
                 }
                 try expectEqual(try await store.document(at: path("p/a"))?.data, ["v": 2], "the document after its preconditions")
             },
+            Check("a precondition that fails on what an earlier write of its request left is refused with the document as committed, naming no version nobody committed") { opened in
+                let store = opened.store
+                _ = try await store.commit([.set(path("e/other"), [:])])
+                // e/x does not exist: the first write creates it, the second requires that it does not exist.
+                let created = try await store.commitAll([[.set(path("e/x"), ["a": 1]), Mutation.set(path("e/x"), ["a": 2]).requiring(.exists(false))]])[0].get()
+                try expectEqual(created.acknowledgements.map(\.status), [.refused, .refused], "a request whose second write requires that its first did not create the document")
+                try expectEqual(created.refusal?.code, .failedPrecondition, "its refusal")
+                try expect(created.acknowledgements.allSatisfy { $0.document == nil }, "the refusal carries a document that was never committed: \(created.acknowledgements)")
+                try expectEqual(created.acknowledgements.map(\.version), [1, 1], "the refusal's versions")
+                let uncreated = created.refusal?.message ?? ""
+                try expect(!uncreated.contains("version"), "the refusal names a version: \(uncreated)")
+                try expect(uncreated.contains("write 1"), "the refusal does not name the earlier write: \(uncreated)")
+                try expect(try await store.document(at: path("e/x")) == nil, "a refused request wrote a document")
+                try expectEqual(try await store.commit([.set(path("e/next"), [:])]).batch?.version, 2, "the next commit's version")
+
+                // e/y exists at version 3: the first write changes it, the second requires version 3.
+                _ = try await store.commit([.set(path("e/y"), ["a": 1])])
+                let changed = try await store.commitAll([[.set(path("e/y"), ["a": 2]), Mutation.update(path("e/y"), fields: ["b": 1]).requiring(.version(3))]])[0].get()
+                try expectEqual(changed.acknowledgements.map(\.status), [.refused, .refused], "a request whose second write requires the version its first changes")
+                try expectEqual(changed.refusal?.code, .failedPrecondition, "its refusal")
+                try expectEqual(changed.acknowledgements[1].document?.data, ["a": 1], "the document the refusal carries")
+                try expectEqual(changed.acknowledgements[1].document?.version, 3, "the version of the document the refusal carries")
+                try expect(changed.acknowledgements[0].document == nil, "the earlier write's refusal carries a document: \(changed.acknowledgements[0])")
+                let stale = changed.refusal?.message ?? ""
+                try expect(!stale.contains("version 4"), "the refusal names the version the request would have taken: \(stale)")
+                try expect(stale.contains("write 1"), "the refusal does not name the earlier write: \(stale)")
+                // An update of a document the first write deletes.
+                let deleted = try await store.commitAll([[.delete(path("e/y")), .update(path("e/y"), fields: ["b": 1])]])[0].get()
+                try expectEqual(deleted.refusal?.code, .notFound, "an update of a document an earlier write of its request deletes")
+                try expect(deleted.refusal?.message.contains("write 1") == true, "the refusal does not name the earlier write: \(String(describing: deleted.refusal))")
+                try expectEqual(try await store.document(at: path("e/y"))?.data, ["a": 1], "the document after the refusals")
+                try expectEqual(try await store.document(at: path("e/y"))?.version, 3, "its version after the refusals")
+                // Failing on the document as committed, a precondition's refusal still says its version.
+                let committed = try await store.commitAll([[Mutation.update(path("e/y"), fields: ["b": 1]).requiring(.version(2))]])[0].get()
+                try expectEqual(committed.acknowledgements.first?.document?.version, 3, "the document a refusal on committed state carries")
+                try expect(committed.refusal?.message.contains("version 3") == true, "the refusal on committed state: \(String(describing: committed.refusal))")
+                try expectEqual(try await store.commit([.set(path("e/next"), ["n": 2])]).batch?.version, 4, "the next commit's version")
+            },
+            Check("a write that fails on what an earlier write of its request left is concealed as the document as committed would be") { opened in
+                let store = opened.store
+                // Its caller may learn nothing of a document that does not exist.
+                let authorizer = WriteAuthorizer({ _, _, _ in nil }, conceal: { path, document in
+                    document == nil ? TandemError(.permissionDenied, "\(path) is hidden") : nil
+                })
+                let results = await store.commit([[.set(path("h/x"), ["a": 1]), Mutation.set(path("h/x"), ["a": 2]).requiring(.exists(false))]],
+                                                 limits: ServerLimits(), clientID: nil, authorizer: authorizer)
+                let answer = try results[0].get()
+                try expectEqual(answer.acknowledgements.map(\.status), [.refused, .refused], "the request's answers")
+                try expectEqual(answer.refusal?.code, .permissionDenied, "the refusal, when its caller may not learn the document was missing")
+                try expect(answer.acknowledgements.allSatisfy { $0.document == nil }, "a concealed refusal carries a document: \(answer.acknowledgements)")
+                try expect(try await store.document(at: path("h/x")) == nil, "a refused request wrote a document")
+            },
             Check("transforms apply to the stored document, and later writes in one request see earlier ones") { opened in
                 let store = opened.store
                 _ = try await store.commit([.set(path("t/a"), ["n": 1, "tags": ["x"]])])
