@@ -535,19 +535,23 @@ public final class PostgresServerStore: ServerStore {
             if version > current {
                 throw TandemError(.outOfRange, "Version \(version) is beyond this server's newest, \(current): the server's data is not the history this version came from (restored from a backup, or replaced). Reload a full snapshot.")
             }
-            if since < prunedThrough {
-                throw TandemError(.outOfRange, "Changes since version \(version) are no longer kept (tombstones through \(prunedThrough) were pruned); reload a full snapshot.")
+            // A read from the beginning needs no tombstones (its reader holds nothing to delete):
+            // it is served whatever was pruned.
+            if since != 0, since < prunedThrough {
+                throw TandemError(.outOfRange, "Changes since version \(version) are no longer kept (tombstones through \(prunedThrough) were pruned); reload a full snapshot, or fetch again from version 0.")
             }
             var rows = try await self.changes(connection, sql: "SELECT \(Self.documentColumns) FROM tandem_documents AS d WHERE d.version > $1\(scope) ORDER BY d.version, d.path LIMIT $\(next)", binds: binds(since, Int64(limit)))
             var hasMore = false
             if rows.count == limit, let last = rows.last?.version {
-                // Finish the last commit whole, then see whether anything follows it.
-                let through = Int64(last.rawValue)
+                // Finish the last commit whole, then see whether anything follows it. A read from
+                // before the pruned tombstones (from the beginning) ends its page no earlier than
+                // them, so the next page starts from a version still kept.
+                let through = max(Int64(last.rawValue), since < prunedThrough ? prunedThrough : 0)
                 rows = try await self.changes(connection, sql: "SELECT \(Self.documentColumns) FROM tandem_documents AS d WHERE d.version > $1\(scope) AND d.version <= $\(next) ORDER BY d.version, d.path", binds: binds(since, through))
                 for try await exists in try await connection.query(PostgresQuery(unsafeSQL: "SELECT EXISTS (SELECT 1 FROM tandem_documents AS d WHERE d.version > $1\(scope))", binds: binds(through)), logger: self.logger).decode(Bool.self) {
                     hasMore = exists
                 }
-                if hasMore { current = last }
+                if hasMore { current = Version(UInt64(through)) }
             }
             return (rows, current, hasMore)
         }

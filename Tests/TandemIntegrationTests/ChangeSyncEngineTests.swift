@@ -77,7 +77,8 @@ struct ChangeSyncEngineTests {
         let directory: TemporaryDirectory
 
         init(_ server: LiveServer, _ provider: ClientSignInTests.Provider, id: String, skew: Int64 = 0, resolver: ConflictResolver = .fieldLevelLastWriterWins,
-             encryption: RecordEncryption? = try? RecordEncryption(keyID: "k1", key: ChangeSyncEngineTests.key), maxRecordsPerBatch: Int = 400) throws {
+             encryption: RecordEncryption? = try? RecordEncryption(keyID: "k1", key: ChangeSyncEngineTests.key), maxRecordsPerBatch: Int = 400,
+             fetchPageSize: Int = 1_000) throws {
             directory = TemporaryDirectory()
             running = RunningClient(server, id: id) { [directory] in
                 $0.tokenProvider = provider.provide
@@ -88,6 +89,7 @@ struct ChangeSyncEngineTests {
             configuration.wallClock = { Int64(Date().timeIntervalSince1970 * 1_000) + skew }
             configuration.resolver = resolver
             configuration.maxRecordsPerBatch = maxRecordsPerBatch
+            configuration.fetchPageSize = fetchPageSize
             engine = try ChangeSyncEngine(client: running.client, configuration: configuration)
             notebook = Notebook()
             engine.delegate = notebook
@@ -161,6 +163,38 @@ struct ChangeSyncEngineTests {
         #expect(laptop.notebook.fetchedSizes.withLock { $0 }.allSatisfy { $0 == 1 })
         await phone.running.stop()
         await laptop.running.stop()
+        await server.stop()
+    }
+
+    @Test("a new device on a server that pruned a deletion gets every record, page by page: its fetch from the beginning is served, its token never reset")
+    func newDeviceAfterPruning() async throws {
+        let (server, tokens) = try await AuthenticationTests.server(now: now)
+        let phone = try Device(server, ClientSignInTests.Provider(tokens, now: now), id: "phone")
+        await signedIn(phone.running.client, as: "ada")
+        phone.engine.start()
+        try phone.send((1...4).map { n in phone.notebook.edit("n\(n)") { $0.properties = ["title": .value(.string("Note \(n)"))] } })
+        #expect(await phone.until { phone.engine.pendingCount == 0 })
+        try phone.send([], delete: ["n1"])
+        #expect(await phone.until { phone.engine.pendingCount == 0 })
+        try phone.send((5...6).map { n in phone.notebook.edit("n\(n)") { $0.properties = ["title": .value(.string("Note \(n)"))] } })
+        #expect(await phone.until { phone.engine.pendingCount == 0 })
+        #expect(try await server.store.pruneTombstones(olderThan: Date().addingTimeInterval(3600)) == 1, "n1's tombstone pruned")
+
+        // Two records a page: the first page (from the beginning) reaches past the pruned deletion.
+        let tablet = try Device(server, ClientSignInTests.Provider(tokens, now: now), id: "tablet", fetchPageSize: 2)
+        await signedIn(tablet.running.client, as: "ada")
+        tablet.engine.start()
+        let ids = (2...6).map { "n\($0)" }
+        // A reset token (the old loop) or a halt ends the wait too: the expectations below say which.
+        _ = await tablet.until {
+            ids.allSatisfy { tablet.notebook[$0] != nil } || tablet.notebook.tokens.withLock { $0.contains(nil) } || tablet.engine.status.isHalted
+        }
+        #expect(ids.allSatisfy { tablet.notebook[$0] != nil }, "the records that exist reached the new device")
+        #expect(tablet.notebook["n1"] == nil)
+        #expect(!tablet.notebook.tokens.withLock { $0.contains(nil) }, "the new device's token was reset: its fetch from the beginning was refused")
+        #expect(!tablet.engine.status.isHalted, "the new device halted: \(String(describing: tablet.engine.lastError))")
+        await phone.running.stop()
+        await tablet.running.stop()
         await server.stop()
     }
 

@@ -245,8 +245,10 @@ struct LiveSyncTests {
         // At the interval it prunes, then sleeps again: by then the tombstone is gone.
         clock.advance(by: .seconds(1))
         await clock.waitForSleepers(count: 1)
-        let pruned = await #expect(throws: TandemError.self) { _ = try await server.store.changes(since: 0, in: nil, limit: 10) }
+        let pruned = await #expect(throws: TandemError.self) { _ = try await server.store.changes(since: 1, in: nil, limit: 10) }
         #expect(pruned?.code == .outOfRange)
+        // From the beginning, still served: what exists now.
+        #expect(try await server.store.changes(since: 0, in: nil, limit: 10).changes.map(\.path) == [documentPath("notes/2")])
         let feed = try await server.store.changes(since: 2, in: nil, limit: 10)
         #expect(feed.changes.isEmpty && feed.version == 2)
         #expect(try await server.store.document(at: documentPath("notes/2")) != nil)

@@ -359,7 +359,7 @@ struct ServerStateMachineTests {
         clock.advance(by: .seconds(60))
         // Pruned once the clock passed the interval: the next sleep shows the pruning ran.
         await clock.waitForSleepers(count: 1)
-        let pruned = await #expect(throws: TandemError.self) { _ = try await store.changes(since: 0, in: nil, limit: 10) }
+        let pruned = await #expect(throws: TandemError.self) { _ = try await store.changes(since: 1, in: nil, limit: 10) }
         #expect(pruned?.code == .outOfRange)
         running.cancel()
         _ = try? await running.value

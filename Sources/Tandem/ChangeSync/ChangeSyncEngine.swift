@@ -26,8 +26,10 @@ import TandemCore
 /// zone, subscribe, send (batches of at most 400 records and 2 MB), fetch (pages, following
 /// `hasMore`). Failures that may pass are retried with a backoff (or after the server's
 /// `retryAfter`); after `maxRetries`, or an error no retry changes, the engine halts and tells its
-/// delegate; ``start()`` resumes it. It never changes the app's data on its own: every result, and
-/// every failure, is the app's to apply.
+/// delegate; ``start()`` resumes it. A token older than the server keeps is dropped
+/// (`didUpdateChangeToken(nil)`) and everything fetched again from the beginning, at once; refused
+/// again before that fetch ends, it is retried with the backoff. It never changes the app's data on
+/// its own: every result, and every failure, is the app's to apply.
 public final class ChangeSyncEngine: Observable, Sendable {
     /// How a `ChangeSyncEngine` runs: its zone, the size of its sends, its retries, how it resolves
     /// conflicts and seals properties, and where it keeps its queue.

@@ -106,7 +106,9 @@ struct ChangeSyncStateMachine: Sendable {
         case rateLimited(TandemError, retryAfter: Duration?)
         /// The batch is too large for one request: halved and sent again.
         case tooLarge(TandemError)
-        /// The token is older than the server keeps: the fetch starts over from the beginning.
+        /// The token is older than the server keeps: the fetch starts over from the beginning, at
+        /// once. Refused again before that fetch reaches the feed's end (or refused from the
+        /// beginning itself), it starts over after a backoff, counted as a retry.
         case tokenExpired
         /// The zone is gone (or was never made): made again, then subscribed again.
         case zoneMissing
@@ -187,6 +189,9 @@ struct ChangeSyncStateMachine: Sendable {
     /// A push came while a fetch ran: that fetch may have read its page before the change, so
     /// another follows it.
     private var pushedDuringFetch = false
+    /// The feed is being fetched again from the beginning because a token expired, and has not
+    /// reached its end yet: another expiry meanwhile backs off before starting over again.
+    private(set) var restarting = false
     /// One operation out, and the attempt it is (each run is a new one).
     struct Running: Sendable, Hashable {
         var operation: Operation
@@ -260,6 +265,7 @@ struct ChangeSyncStateMachine: Sendable {
             self.zoneReady = zoneReady
             fetches = []
             pushedDuringFetch = false
+            restarting = false
             subscribed = false
             retryCount = 0
             batchLimit = limits.maxRecordsPerBatch
@@ -451,7 +457,10 @@ struct ChangeSyncStateMachine: Sendable {
             } else if pushedDuringFetch {
                 queueFetch(token)
             }
-            if !hasMore { pushedDuringFetch = false }
+            if !hasMore {
+                pushedDuringFetch = false
+                restarting = false
+            }
             actions.append(.persist)
         }
         return actions + next(now: now)
@@ -473,14 +482,26 @@ struct ChangeSyncStateMachine: Sendable {
             requeueRunning()
             return next(now: now)
         case .tokenExpired:
-            guard case .fetch = operation else { return halt(TandemError(.internal, "A send was answered as an expired token.")) }
-            // From the beginning, in place of the expired token.
+            guard case .fetch(let expired) = operation else { return halt(TandemError(.internal, "A send was answered as an expired token.")) }
+            // From the beginning, in place of the expired token (a fetch runs alone).
             running = []
-            token = nil
-            retryCount = 0
             fetches.removeAll { $0 == nil }
             fetches.insert(nil, at: 0)
-            return [.tokenReset, .persist] + next(now: now)
+            var actions: [Action] = []
+            if expired != nil || token != nil {
+                token = nil
+                actions = [.tokenReset, .persist]
+            }
+            if expired != nil && !restarting {
+                // The first expiry: everything is fetched again, at once.
+                restarting = true
+                retryCount = 0
+                return actions + next(now: now)
+            }
+            // Refused from the beginning, or again before the fetch from the beginning reached
+            // the feed's end: starting over at once would loop as fast as the server answers.
+            restarting = true
+            return actions + backOff(Self.feedRefused, after: nil, now: now)
         case .zoneMissing:
             requeueRunning()
             zoneReady = false
@@ -493,9 +514,19 @@ struct ChangeSyncStateMachine: Sendable {
         }
     }
 
+    /// The error the engine halts with when the server keeps refusing its change feed as too old,
+    /// from the beginning too.
+    static let feedRefused = TandemError(.outOfRange, "The server kept refusing this zone's change feed as too old (out-of-range), even fetched again from the beginning; the engine retried with a backoff, then stopped. A server older than this client refuses a fetch from the beginning once it has pruned a deletion: upgrade the server, then start the engine.")
+
     /// The operation waits and runs again, unless it failed too often.
     private mutating func retry(_ error: TandemError, after retryAfter: Duration?, now: Duration) -> [Action] {
         requeueRunning()
+        return backOff(error, after: retryAfter, now: now)
+    }
+
+    /// The work at the front of its queue waits (the server's `retryAfter`, else a backoff that
+    /// doubles with each failure in a row) and runs again, unless it failed too often.
+    private mutating func backOff(_ error: TandemError, after retryAfter: Duration?, now: Duration) -> [Action] {
         retryCount += 1
         guard retryCount <= limits.maxRetries else { return halt(error) }
         let backoff = min(limits.maxDelay, limits.backoffBase * (1 << min(retryCount - 1, 30)))

@@ -259,9 +259,10 @@ public final class TandemClient: Service, Sendable, Observable {
 
     /// One page of `target`'s change feed: every change after `since` (a version, 0 for all),
     /// at most about `limit` of them (a commit is never cut in two), oldest first. The page's
-    /// `version` is the `since` of the next; `hasMore` says whether one follows. A `since` older
-    /// than the server keeps deletions for (or beyond its newest version) throws `out-of-range`:
-    /// start again from 0.
+    /// `version` is the `since` of the next; `hasMore` says whether one follows. A `since` of 0 is
+    /// always served, however long ago the server pruned deletions, and so are the pages after it;
+    /// any other `since` older than the server keeps deletions for (or beyond its newest version)
+    /// throws `out-of-range`: start again from 0.
     ///
     /// ```swift
     /// var since = Version(0)

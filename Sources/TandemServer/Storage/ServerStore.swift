@@ -53,8 +53,12 @@ import TandemCore
 ///    reflects every commit at or below its version and none above it, and its version is at least
 ///    that of every document it returns.
 /// 8. **Change feeds.** ``changes(since:in:limit:)`` returns every change after `since` up to its
-///    page's version, oldest first, never splitting a commit. A `since` older than the newest pruned
-///    tombstone, or beyond W, throws `out-of-range`: the caller reloads a full snapshot.
+///    page's version, oldest first, never splitting a commit. A `since` of zero is always served,
+///    however much was pruned: a reader starting from nothing needs no tombstones. Its first page
+///    ends no earlier than the newest pruned tombstone (it may hold more than `limit` changes for
+///    it), so each page after it starts from a version still kept. Any other `since` older than
+///    the newest pruned tombstone, or one beyond W, throws `out-of-range`: the caller fetches again
+///    from zero, or reloads a full snapshot.
 public protocol ServerStore: Service {
     /// Decides write requests in order, each atomically (see the contract above), and answers each:
     /// a decided request succeeds with one acknowledgement per mutation (`applied`, `replayed`,
@@ -84,9 +88,11 @@ public protocol ServerStore: Service {
 
     /// What changed after `version`, oldest first, never splitting a commit: at most about `limit`
     /// changes (a commit larger than that comes whole). With a target, only changes in its scope;
-    /// a document that no longer matches its query comes as a removal. Throws `out-of-range` when
-    /// tombstones that old were pruned, or when `version` is beyond the store's: the caller must
-    /// reload a full snapshot.
+    /// a document that no longer matches its query comes as a removal. A `version` of zero is always
+    /// served (what exists now, and the tombstones still kept); its first page ends no earlier than
+    /// the newest pruned tombstone, so the page after it is served too. Throws `out-of-range` when
+    /// tombstones after a nonzero `version` were pruned, or when `version` is beyond the store's:
+    /// the caller fetches again from zero, or reloads a full snapshot.
     func changes(since version: Version, in target: ListenTarget?, limit: Int) async throws -> ChangePage
 
     /// The visible watermark: every commit at or below it is durable and visible.
@@ -121,9 +127,9 @@ public protocol ServerStore: Service {
     func storeSize() async -> Int?
 
     /// Deletes tombstones, and the records of decided mutations, last written before `date`,
-    /// keeping each client's newest record. Returns how many tombstones went. Change feeds from
-    /// before the newest pruned tombstone become `out-of-range`; a pruned record is answered
-    /// `unknown`.
+    /// keeping each client's newest record. Returns how many tombstones went. Change feeds from a
+    /// nonzero version before the newest pruned tombstone become `out-of-range` (one from zero is
+    /// still served); a pruned record is answered `unknown`.
     @discardableResult
     func pruneTombstones(olderThan date: Date) async throws -> Int
 }

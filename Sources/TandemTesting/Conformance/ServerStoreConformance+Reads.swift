@@ -55,16 +55,53 @@ extension ServerStoreConformance {
                 try expect(scoped.changes.allSatisfy { $0.document == nil }, "documents outside a query came as themselves")
                 try expectEqual(try await store.changes(since: 3, in: nil, limit: 10), ChangePage(changes: [], version: 3, hasMore: false), "changes since the newest version")
             },
-            Check("a change feed from beyond the store's version, or from before pruned tombstones, is out-of-range") { opened in
+            Check("a change feed from beyond the store's version, or from a version other than zero before pruned tombstones, is out-of-range") { opened in
                 let store = opened.store
                 _ = try await store.commit([.set(path("c/1"), [:])])
                 _ = try await store.commit([.delete(path("c/1"))])
                 try await expectError(.outOfRange, "changes since a version the store never reached") { _ = try await store.changes(since: 99, in: nil, limit: 10) }
                 try expectEqual(try await store.pruneTombstones(olderThan: Date().addingTimeInterval(3600)), 1, "the tombstones pruned")
-                try await expectError(.outOfRange, "changes since before a pruned tombstone") { _ = try await store.changes(since: 0, in: nil, limit: 10) }
+                try await expectError(.outOfRange, "changes since before a pruned tombstone") { _ = try await store.changes(since: 1, in: nil, limit: 10) }
                 try expectEqual(try await store.changes(since: 2, in: nil, limit: 10).changes, [], "changes since the pruned tombstone")
                 let reopened = try await opened.reopen()
                 try await expectError(.outOfRange, "changes since before a pruned tombstone, after a reopen") { _ = try await reopened.changes(since: 1, in: nil, limit: 10) }
+            },
+            Check("a change feed from zero is served after pruning: what exists now, in pages the first of which ends past the pruned tombstones, so every next page is served") { opened in
+                let store = opened.store
+                _ = try await store.commit([.set(path("p/1"), ["n": 1]), .set(path("p/2"), ["n": 2]), .set(path("p/3"), ["n": 3])])  // v1
+                _ = try await store.commit([.set(path("p/4"), ["n": 4])])  // v2
+                _ = try await store.commit([.delete(path("p/1"))])  // v3
+                _ = try await store.commit([.set(path("p/5"), ["n": 5])])  // v4
+                _ = try await store.commit([.set(path("p/6"), ["n": 6])])  // v5
+                try expectEqual(try await store.pruneTombstones(olderThan: Date().addingTimeInterval(3600)), 1, "the tombstones pruned")
+                let live = ["2", "3", "4", "5", "6"]
+                let feeds: [(name: String, target: ListenTarget?)] = [("the whole feed", nil), ("a collection's feed", .collection(collection("p"), Query()))]
+                for (name, target) in feeds {
+                    let whole = try await store.changes(since: 0, in: target, limit: 100)
+                    try expectEqual(whole.changes.map(\.path.id), live, "\(name) from zero, pruned: the documents that exist")
+                    try expect(whole.changes.allSatisfy { $0.document != nil }, "\(name) from zero came with a deletion: \(whole.changes)")
+                    try expectEqual(whole.version, 5, "\(name) from zero: its version")
+                    try expect(!whole.hasMore, "\(name) from zero says more follows")
+                    // Pages of one change: the first ends no earlier than the pruned tombstone
+                    // (v3), so each next page's since is still kept.
+                    var since = Version.zero
+                    var pages: [ChangePage] = []
+                    while pages.count < 10 {
+                        let page = try await store.changes(since: since, in: target, limit: 1)
+                        pages.append(page)
+                        since = page.version
+                        if !page.hasMore { break }
+                    }
+                    try expect(pages[0].version >= 3, "\(name) from zero: the first page ends at \(pages[0].version), before the pruned tombstone at 3")
+                    try expectEqual(pages.flatMap(\.changes).map(\.path.id), live, "\(name) from zero, a page at a time")
+                    try expect(pages.last?.hasMore == false, "\(name) from zero, a page at a time, never ends")
+                    try expectEqual(since, 5, "\(name) from zero, a page at a time: the last page's version")
+                }
+                try await expectError(.outOfRange, "changes since a version before the pruned tombstone") { _ = try await store.changes(since: 2, in: nil, limit: 10) }
+                try expectEqual(try await store.changes(since: 3, in: nil, limit: 10).changes.map(\.path.id), ["5", "6"], "changes since the pruned tombstone")
+                let reopened = try await opened.reopen()
+                try expectEqual(try await reopened.changes(since: 0, in: nil, limit: 100).changes.map(\.path.id), live, "the feed from zero, after a reopen")
+                try await expectError(.outOfRange, "changes since before the pruned tombstone, after a reopen") { _ = try await reopened.changes(since: 1, in: nil, limit: 10) }
             },
             Check("changes carry the mutation id that made them; the feed and a snapshot agree") { opened in
                 let store = opened.store

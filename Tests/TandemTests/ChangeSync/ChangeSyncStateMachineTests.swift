@@ -247,6 +247,65 @@ struct ChangeSyncStateMachineTests {
         #expect(machine.token == nil)
     }
 
+    @Test("a fetch from the beginning refused as too old is not sent again at once: it waits a growing backoff (a push meanwhile fetches nothing), and after maxRetries the engine halts")
+    func refusedFromTheBeginningBacksOff() {
+        var machine = Self.ready()
+        #expect(Self.run(machine.handle(.pushed(now: .zero)))?.0 == .fetch(token: nil))
+        var attempt = 2
+        var now = Duration.zero
+        var waits: [Duration] = []
+        for failure in 1...5 {
+            // No token to drop: nothing tells the app of a reset, again and again.
+            let actions = machine.handle(.failed(.tokenExpired, attempt: attempt, now: now))
+            guard actions.count == 1, case .wake(let at) = actions[0] else {
+                Issue.record("refusal \(failure) did not wait: \(actions)")
+                return
+            }
+            waits.append(at - now)
+            #expect(machine.token == nil && machine.fetches == [nil])
+            #expect(machine.handle(.pushed(now: now)).isEmpty, "a push while backing off fetches nothing")
+            #expect(machine.handle(.tick(now: at - .milliseconds(1))).isEmpty, "nothing runs before the backoff ends")
+            now = at
+            let again = Self.run(machine.handle(.tick(now: now)))
+            #expect(again?.0 == .fetch(token: nil), "the fetch from the beginning runs once the backoff ends")
+            attempt = again?.1 ?? attempt
+        }
+        #expect(waits == [.seconds(1), .seconds(2), .seconds(4), .seconds(8), .seconds(16)])
+        let halted = machine.handle(.failed(.tokenExpired, attempt: attempt, now: now))
+        #expect(halted == [.halted(Machine.feedRefused)] && machine.isHalted)
+        #expect(machine.fetches == [nil], "the fetch from the beginning stays queued for a start")
+        #expect(Self.run(machine.handle(.start(now: now)))?.0 == .fetch(token: nil))
+    }
+
+    @Test("an expired token starts over from the beginning once, at once; refused again before that fetch reaches the feed's end, it waits a backoff; at the end, a later expiry starts over at once again")
+    func expiryStartsOverOnce() {
+        var machine = Self.ready()
+        _ = machine.handle(.fetch(ChangeToken(7), now: .zero))
+        var actions = machine.handle(.failed(.tokenExpired, attempt: 2, now: .zero))
+        #expect(actions == [.tokenReset, .persist, .run(.fetch(token: nil), attempt: 3)], "the first expiry: from the beginning, at once")
+        // Refused from the beginning too: a backoff, and the app is not told of a reset again.
+        actions = machine.handle(.failed(.tokenExpired, attempt: 3, now: .seconds(2)))
+        #expect(actions == [.wake(at: .seconds(3))])
+        #expect(machine.retryCount == 1 && machine.token == nil)
+        #expect(machine.handle(.tick(now: .seconds(3))) == [.run(.fetch(token: nil), attempt: 4)])
+        // Served this time, a page with more to come; the next page is refused: it starts over from
+        // the beginning again, after a backoff, not at once.
+        actions = machine.handle(.succeeded(.fetched(token: ChangeToken(10), hasMore: true), attempt: 4, now: .seconds(3)))
+        #expect(actions == [.persist, .run(.fetch(token: ChangeToken(10)), attempt: 5)])
+        actions = machine.handle(.failed(.tokenExpired, attempt: 5, now: .seconds(3)))
+        #expect(actions == [.tokenReset, .persist, .wake(at: .seconds(4))])
+        #expect(machine.fetches == [nil] && machine.token == nil)
+        actions = machine.handle(.tick(now: .seconds(4)))
+        #expect(actions == [.run(.fetch(token: nil), attempt: 6)])
+        // The feed's end: the next expiry starts over at once again.
+        _ = machine.handle(.succeeded(.fetched(token: ChangeToken(12), hasMore: true), attempt: 6, now: .seconds(4)))
+        _ = machine.handle(.succeeded(.fetched(token: ChangeToken(20), hasMore: false), attempt: 7, now: .seconds(4)))
+        #expect(!machine.restarting && machine.retryCount == 0 && machine.token == ChangeToken(20))
+        #expect(Self.run(machine.handle(.pushed(now: .seconds(5))))?.0 == .fetch(token: ChangeToken(20)))
+        actions = machine.handle(.failed(.tokenExpired, attempt: 8, now: .seconds(5)))
+        #expect(actions == [.tokenReset, .persist, .run(.fetch(token: nil), attempt: 9)])
+    }
+
     @Test("resolved conflicts are sent next, before the rest of the queue; a record changed again meanwhile keeps its newer change; no resolution halts")
     func conflictResend() {
         var machine = Self.ready()
