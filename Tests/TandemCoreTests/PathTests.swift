@@ -50,6 +50,10 @@ struct PathTests {
             ("", "empty", true),
             ("users/" + String(repeating: "x", count: 1_501), "1501 bytes", true),
             (Array(repeating: "c/d", count: 51).joined(separator: "/"), "at most 100", true),
+            ("a/..", "is '..'", true),
+            ("a/.", "is '.'", true),
+            ("../b/c", "is '..'", false),
+            ("a/b/./d", "Segment 3", true),
         ]
         for (text, rule, isDocument) in cases {
             do {
@@ -62,6 +66,11 @@ struct PathTests {
         }
         #expect(throws: TandemError.self) { try DocumentPath(segments: ["users", "a/b"]) }
         #expect(throws: TandemError.self) { try DocumentPath(segments: ["users", ""]) }
+        #expect(throws: TandemError.self) { try DocumentPath(segments: ["users", ".."]) }
+        // Dots are fine beside other characters.
+        _ = try DocumentPath("a/...")
+        _ = try DocumentPath("a/.b")
+        _ = try DocumentPath("a/b.")
         // Exactly at the limits is fine.
         _ = try DocumentPath("users/" + String(repeating: "x", count: 1_500))
         _ = try DocumentPath(Array(repeating: "c/d", count: 50).joined(separator: "/"))
@@ -106,7 +115,11 @@ struct PathTests {
     func joinedOrderMatchesSegments() throws {
         var rng = SplitMix64(seed: 7)
         let alphabet = ["a", "b", "-", ".", "0", "~", "é", "ab", "a-b", "_"]
-        func segment() -> String { (0..<Int.random(in: 1...3, using: &rng)).map { _ in alphabet.randomElement(using: &rng)! }.joined() }
+        func segment() -> String {
+            let text = (0..<Int.random(in: 1...3, using: &rng)).map { _ in alphabet.randomElement(using: &rng)! }.joined()
+            // "." and ".." name no segment.
+            return text == "." || text == ".." ? text + "x" : text
+        }
         for _ in 0..<2_000 {
             let a = try DocumentPath(segments: (0..<(2 * Int.random(in: 1...3, using: &rng))).map { _ in segment() })
             let b = try DocumentPath(segments: (0..<(2 * Int.random(in: 1...3, using: &rng))).map { _ in segment() })

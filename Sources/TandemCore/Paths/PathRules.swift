@@ -1,5 +1,5 @@
-/// The rules every path obeys (DESIGN §2): non-empty segments without `/`, at most 1,500 bytes a
-/// segment, at most 100 segments.
+/// The rules every path obeys (DESIGN §2): non-empty segments without `/`, none of them `.` or
+/// `..`, at most 1,500 bytes a segment, at most 100 segments.
 public enum PathRules {
     /// The most bytes (UTF-8) one segment may have.
     public static let maximumSegmentBytes = 1_500
@@ -43,6 +43,8 @@ public enum PathRules {
             for index in start...end where index == end || bytes[index] == slash {
                 let length = index - segmentStart
                 guard length > 0, length <= maximumSegmentBytes, segments.count < maximumDepth else { return nil }
+                // "." and "..": URLs and file systems read them as this folder and its parent.
+                if length <= 2, bytes[segmentStart] == UInt8(ascii: "."), bytes[index - 1] == UInt8(ascii: ".") { return nil }
                 // Cut at '/' bytes, so each piece of valid UTF-8 is valid UTF-8.
                 segments.append(String(decoding: UnsafeBufferPointer(rebasing: bytes[segmentStart..<index]), as: UTF8.self))
                 segmentStart = index + 1
@@ -61,6 +63,9 @@ public enum PathRules {
             }
             if segment.utf8.contains(UInt8(ascii: "/")) {
                 throw TandemError.invalidArgument("The segment '\(segment)' of the \(kind) path '\(original)' contains '/'; segments cannot contain slashes.")
+            }
+            if segment == "." || segment == ".." {
+                throw TandemError.invalidArgument("Segment \(position + 1) of the \(kind) path '\(original.prefix(200))' is '\(segment)', which URLs and file systems read as this folder or its parent: no collection or document may be named so. Choose another id.")
             }
             if segment.utf8.count > maximumSegmentBytes {
                 throw TandemError.invalidArgument("Segment \(position + 1) of the \(kind) path '\(original.prefix(200))…' is \(segment.utf8.count) bytes; at most \(maximumSegmentBytes) are allowed.")
