@@ -56,6 +56,23 @@ struct CLITests {
         #expect(bad.status == 2 && bad.err.contains("--allow-origin takes an origin"), "\(bad.err)")
     }
 
+    @Test("a busy port, a data directory that cannot be made and a missing file are each told in one line saying what to do")
+    func startupErrors() async throws {
+        try #require(CLIProcess.executable != nil, "tandem is not built; run `swift build --build-tests` first")
+        let scratch = TemporaryDirectory()
+        let busy = try await LiveServer.start()
+        var result = try await CLIProcess.run(["serve", "--port", String(busy.port), "--data-dir", scratch.url.appendingPathComponent("data").path])
+        #expect(result.status == 1 && result.err.contains("port \(busy.port) on 127.0.0.1 is in use") && result.err.contains("--port"), "\(result.err)")
+        await busy.stop()
+        let file = scratch.url.appendingPathComponent("a-file")
+        try "x".write(to: file, atomically: true, encoding: .utf8)
+        result = try await CLIProcess.run(["serve", "--port", "0", "--data-dir", file.path])
+        #expect(result.status == 2 && result.err.contains("already exists. Give a directory") && result.err.contains("--data-dir") && !result.err.contains("NSCocoaErrorDomain"), "\(result.err)")
+        result = try await CLIProcess.run(["import", scratch.url.appendingPathComponent("missing.jsonl").path, "--collection", "x"])
+        #expect(result.status == 1 && result.err.contains("exist. Check the path.") && !result.err.contains(".."), "\(result.err)")
+        for output in [result.err] { #expect(output.split(separator: "\n").count == 1, "\(output)") }
+    }
+
     @Test("get, set, update, delete and query print JSON; errors go to stderr with their code")
     func documentCommands() async throws {
         let server = try await LiveServer.start()

@@ -75,7 +75,7 @@ public final class SQLiteServerStore: ServerStore {
         do {
             try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         } catch {
-            throw TandemError(.unavailable, "Cannot create the data directory \(directory.path): \(error).", cause: error)
+            throw TandemError(.unavailable, "Cannot create the data directory \(directory.path): \(describeFileError(error)). Give a directory this user can create and write (--data-dir).", cause: error)
         }
         try self.init(path: directory.appendingPathComponent("tandem.sqlite").path, configuration: configuration)
     }

@@ -46,9 +46,12 @@ struct ImportCommand: AsyncParsableCommand {
         do {
             data = try Data(contentsOf: URL(fileURLWithPath: file))
         } catch {
-            throw TandemError(.notFound, "Cannot read \(file): \(error.localizedDescription).")
+            throw TandemError(.notFound, "Cannot read \(file): \(describeFileError(error)). Check the path.")
         }
         var mutations: [Mutation] = []
+        // The line each document came from, to refuse one given twice. Keyed by path, which
+        // compares bytes: Swift's strings call `é` precomposed and decomposed one id, two documents.
+        var lines: [DocumentPath: Int] = [:]
         for (index, line) in data.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: false).enumerated() {
             let text = String(decoding: line, as: UTF8.self).trimmingCharacters(in: .whitespaces)
             if text.isEmpty { continue }

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import Logging
+import NIOCore
 import ServiceLifecycle
 import TandemCore
 import TandemPostgres
@@ -130,6 +131,12 @@ struct ServeCommand: AsyncParsableCommand {
         let group = ServiceGroup(services: [server], gracefulShutdownSignals: [.sigint, .sigterm], logger: logger)
         do {
             try await group.run()
+        } catch let error as IOError where error.errnoCode == EADDRINUSE {
+            Console.error("error: unavailable: port \(port) on \(host) is in use by another program (another tandem serve?). Stop it, or choose another port with --port (0 picks a free one).")
+            throw ExitCode(1)
+        } catch let error as IOError where error.errnoCode == EADDRNOTAVAIL || error.errnoCode == EACCES {
+            Console.error("error: unavailable: cannot listen on \(host):\(port): \(String(cString: strerror(error.errnoCode))). Choose an address of this machine with --host, and a port above 1023 with --port.")
+            throw ExitCode(1)
         } catch {
             Console.error("error: the server stopped: \(error)")
             throw ExitCode(1)

@@ -109,7 +109,7 @@ public struct AccessRules: Sendable {
         do {
             text = try String(contentsOfFile: path, encoding: .utf8)
         } catch {
-            throw TandemError(.notFound, "The rules file \(path) could not be read: \(error.localizedDescription). Check the path.")
+            throw TandemError(.notFound, "The rules file \(path) could not be read: \(describeFileError(error)). Check the path.")
         }
         do {
             try self.init(parsing: text)
