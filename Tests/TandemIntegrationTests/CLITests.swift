@@ -179,6 +179,73 @@ struct CLITests {
         await server.stop()
     }
 
+    /// A random body: nested objects and arrays of every JSON kind, integers and doubles that look
+    /// alike (1 and 1.0), text in several scripts, and an "id" field of any kind now and then.
+    static func body(_ random: inout SeededRandomNumberGenerator, depth: Int = 0) -> JSONObject {
+        var object: JSONObject = [:]
+        let names = ["id", "n", "name", "data", "nested", "list", "café", "ünï"]
+        for _ in 0..<Int(random.next() % 5) {
+            object[names[Int(random.next() % UInt64(names.count))]] = value(&random, depth: depth)
+        }
+        return object
+    }
+
+    static func value(_ random: inout SeededRandomNumberGenerator, depth: Int) -> JSONValue {
+        switch random.next() % (depth < 3 ? 10 : 8) {
+        case 0: return .null
+        case 1: return .bool(random.next() % 2 == 0)
+        case 2: return .int([0, 1, -7, Int.max, Int.min, 1 << 53][Int(random.next() % 6)])
+        case 3: return .double([1.0, 0.5, -3.25, 1e21, 2.5e-8, 9007199254740993.0][Int(random.next() % 6)])
+        case 4, 5: return .string(["", "other", "é", "e\u{301}", "日本語", "line\nbreak", "\"quoted\"", "🙂"][Int(random.next() % 8)])
+        case 6: return .int(Int(truncatingIfNeeded: random.next() % 1000))
+        case 7: return .double(Double(random.next() % 1000) / 8)
+        case 8: return .array((0..<Int(random.next() % 4)).map { _ in value(&random, depth: depth + 1) })
+        default: return .object(body(&random, depth: depth + 1))
+        }
+    }
+
+    @Test("export then import round-trips every document exactly: ids, bodies with their own \"id\", nested values, integers and doubles; a plain line's non-string or repeated id is refused")
+    func exportImportRoundTrip() async throws {
+        let server = try await LiveServer.start()
+        let url = server.url.absoluteString
+        let directory = TemporaryDirectory()
+        // The reproduction: a body whose own "id" names another document.
+        var writes: [Mutation] = [.set(documentPath("exp/doc1"), ["id": "other", "n": 1])]
+        var random = SeededRandomNumberGenerator(seed: 41)
+        let ids = ["plain", "with space", "dotted.id", "ünïcode", "e\u{301}", "é", "x:y", "other"]
+        for index in 0..<200 {
+            writes.append(.set(documentPath("exp/\(index < ids.count ? ids[index] : "d\(index)")"), Self.body(&random)))
+        }
+        _ = try await server.store.commit(writes)
+        var result = try await CLIProcess.run(["export", "exp", "--url", url])
+        #expect(result.status == 0, "\(result.err)")
+        let exported = directory.url.appendingPathComponent("exp.jsonl")
+        try result.out.write(to: exported, atomically: true, encoding: .utf8)
+        result = try await CLIProcess.run(["import", exported.path, "--collection", "exp2", "--url", url])
+        #expect(result.status == 0 && result.out.hasPrefix("imported 201 documents into exp2"), "\(result.out) \(result.err)")
+        let original = try await server.store.read(.collection(collectionPath("exp"), Query())).documents
+        let copy = try await server.store.read(.collection(collectionPath("exp2"), Query())).documents
+        #expect(original.count == 201 && copy.count == 201)
+        #expect(copy.map { Array($0.path.id.utf8) } == original.map { Array($0.path.id.utf8) })
+        for (a, b) in zip(original, copy) {
+            #expect(JSONText.encode(.object(a.data)) == JSONText.encode(.object(b.data)), "\(a.path.id)")
+        }
+        #expect(try await server.store.document(at: documentPath("exp2/doc1"))?.data == ["id": "other", "n": 1])
+        #expect(try await server.store.document(at: documentPath("exp2/other"))?.data == original.first { $0.path.id == "other" }?.data)
+
+        // Plain lines: a non-string id, and one id given twice, stop the import before it writes.
+        let numbered = directory.url.appendingPathComponent("numbered.jsonl")
+        try "{\"id\": \"a\"}\n{\"id\": 7, \"n\": 1}\n".write(to: numbered, atomically: true, encoding: .utf8)
+        result = try await CLIProcess.run(["import", numbered.path, "--collection", "plain", "--url", url])
+        #expect(result.status == 1 && result.err.contains("Line 2") && result.err.contains("not a string"), "\(result.err)")
+        let twice = directory.url.appendingPathComponent("twice.jsonl")
+        try "{\"id\": \"a\", \"n\": 1}\n{\"id\": \"b\"}\n{\"id\": \"a\", \"n\": 2}\n".write(to: twice, atomically: true, encoding: .utf8)
+        result = try await CLIProcess.run(["import", twice.path, "--collection", "plain", "--url", url])
+        #expect(result.status == 1 && result.err.contains("Lines 1 and 3"), "\(result.err)")
+        #expect(try await server.store.read(.collection(collectionPath("plain"), Query())).documents.isEmpty)
+        await server.stop()
+    }
+
     @Test("import on a terminal shows a progress bar, batch by batch, then its summary")
     func importProgress() async throws {
         let server = try await LiveServer.start()

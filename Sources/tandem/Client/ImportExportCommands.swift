@@ -8,9 +8,11 @@ struct ImportCommand: AsyncParsableCommand {
         commandName: "import",
         abstract: "Import documents from a JSON Lines file, one JSON object per line.",
         discussion: """
-            A line's "id" field (a string) names its document; lines without one get a random id. \
-            The whole file is checked before anything is written: a bad line stops the import with \
-            its line number. Documents are written in batches of 500.
+            A line `tandem export` wrote, {"id": ID, "data": BODY}, is that document exactly. Any \
+            other JSON object is a document's body: its "id" field (a string, kept in the body) \
+            names the document, and a line without one gets a random id. The whole file is checked \
+            before anything is written: a bad line, a non-string id or an id given twice stops the \
+            import with its line number. Documents are written in batches of 500.
             """
     )
     @OptionGroup var server: ServerOptions
@@ -64,14 +66,37 @@ struct ImportCommand: AsyncParsableCommand {
             guard case .object(let object) = value else {
                 throw TandemError.invalidArgument("Line \(index + 1) of \(file) is \(value.typeName), not a JSON object. Nothing was imported.")
             }
-            let id = object["id"]?.stringValue ?? UUID().uuidString.lowercased()
+            let (id, body) = try document(in: object, line: index + 1, file: file)
+            let path: DocumentPath
+            let mutation: Mutation
             do {
-                mutations.append(try Mutation(wire: ["op": "set", "path": .string(try collection.document(id).description), "data": value]))
+                path = try collection.document(id)
+                mutation = try Mutation(wire: ["op": "set", "path": .string(path.description), "data": .object(body)])
             } catch {
                 throw TandemError.invalidArgument("Line \(index + 1) of \(file): \(error.message) Nothing was imported.")
             }
+            if let earlier = lines.updateValue(index + 1, forKey: path) {
+                throw TandemError.invalidArgument("Lines \(earlier) and \(index + 1) of \(file) both name the document '\(id)'; the second would replace the first. Nothing was imported.")
+            }
+            mutations.append(mutation)
         }
         return mutations
+    }
+
+    /// A line's document id and body: an exported line's exactly, or a plain body named by its
+    /// own "id" field (kept in the body), or by a random id when it has none.
+    static func document(in object: JSONObject, line: Int, file: String) throws -> (String, JSONObject) {
+        if object.count == 2, case .string(let id)? = object["id"], case .object(let body)? = object["data"] {
+            return (id, body)
+        }
+        switch object["id"] {
+        case nil:
+            return (UUID().uuidString.lowercased(), object)
+        case .string(let id)?:
+            return (id, object)
+        case let other?:
+            throw TandemError.invalidArgument("Line \(line) of \(file) has an \"id\" that is \(other.typeName), not a string, so it names no document. Make it a string, or remove it for a random id. Nothing was imported.")
+        }
     }
 
     static func progress(_ done: Int, of total: Int) {
@@ -86,8 +111,8 @@ struct ImportCommand: AsyncParsableCommand {
 struct ExportCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "export",
-        abstract: "Print a collection as JSON Lines: each document's body, with its id in \"id\".",
-        discussion: "The output imports back with `tandem import FILE --collection C`."
+        abstract: "Print a collection as JSON Lines: {\"id\": ID, \"data\": BODY} a document.",
+        discussion: "The output imports back exactly (ids, bodies, integers and doubles) with `tandem import FILE --collection C`."
     )
     @OptionGroup var server: ServerOptions
     @Argument(help: "The collection path.") var collection: String
@@ -97,9 +122,10 @@ struct ExportCommand: AsyncParsableCommand {
             let collection = try CollectionPath(self.collection)
             let answer = try await server.connection().call("POST", "/v1/query", body: ListenTarget.collection(collection, Query()).wireValue)
             for document in answer[field: "documents"]?.arrayValue ?? [] {
-                guard var data = document[field: "data"]?.objectValue, let path = document[field: "path"]?.stringValue else { continue }
-                if data["id"] == nil { data["id"] = .string(String(path.split(separator: "/").last ?? "")) }
-                Console.out(JSONText.encode(data))
+                guard let data = document[field: "data"], let text = document[field: "path"]?.stringValue, let path = DocumentPath(trusted: text) else {
+                    throw TandemError(.dataLoss, "The server answered a document without a path or a body: \(JSONText.encode(document).prefix(200)). Nothing more was exported.")
+                }
+                Console.out(JSONText.encode(.object(["id": .string(path.id), "data": data])))
             }
         }
     }
