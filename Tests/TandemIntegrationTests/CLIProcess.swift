@@ -32,7 +32,18 @@ enum CLIProcess {
         let collectedErr = Collector(err.fileHandleForReading)
         let exited = Exit()
         process.terminationHandler = { exited.fire($0.terminationStatus) }
+        let stdin = input.map { _ in Pipe() }
+        if let stdin { process.standardInput = stdin }
         try process.run()
+        if let stdin, let input {
+            // Written from a thread of its own: a pipe takes 64 KiB before the writer waits for
+            // the reader.
+            let writer = stdin.fileHandleForWriting
+            Thread.detachNewThread {
+                writer.write(Data(input.utf8))
+                try? writer.close()
+            }
+        }
         let status = await exited.wait()
         return Result(status: status, out: await collectedOut.text(), err: await collectedErr.text())
     }

@@ -109,6 +109,27 @@ struct CLITests {
         #expect(result.status == 1 && result.err.contains("Unknown operator"))
         result = try await CLIProcess.run(["get", "users/ada", "--url", "http://127.0.0.1:1"])
         #expect(result.status == 1 && result.err.contains("unavailable"))
+        // watch, too, says at once that no server is there (it printed nothing and never exited).
+        result = try await CLIProcess.run(["watch", "users", "--url", "http://127.0.0.1:1"])
+        #expect(result.status == 1 && result.err.contains("unavailable") && result.err.contains("Is `tandem serve` running there?"), "\(result.err)")
+        // An order suffix that is neither :asc nor :desc is refused, not read as a field name.
+        result = try await CLIProcess.run(["query", "users", "--order-by", "age:up", "--url", url])
+        #expect(result.status == 1 && result.err.contains("':up'"), "\(result.err)")
+        result = try await CLIProcess.run(["query", "users", "--order-by", "age:asc", "--url", url])
+        #expect(result.status == 0, "\(result.err)")
+        // Bodies too long for a command line: from standard input (-) or a file (@FILE).
+        let large = String(repeating: "x", count: 300_000)
+        result = try await CLIProcess.run(["set", "users/big", "-", "--url", url], input: #"{"text": "\#(large)"}"#)
+        #expect(result.status == 0, "\(result.err)")
+        #expect(try await server.store.document(at: documentPath("users/big"))?.data["text"]?.stringValue?.count == 300_000)
+        let scratch = TemporaryDirectory()
+        let file = scratch.url.appendingPathComponent("fields.json")
+        try #"{"text": "short"}"#.write(to: file, atomically: true, encoding: .utf8)
+        result = try await CLIProcess.run(["update", "users/big", "@" + file.path, "--url", url])
+        #expect(result.status == 0, "\(result.err)")
+        #expect(try await server.store.document(at: documentPath("users/big"))?.data["text"] == "short")
+        result = try await CLIProcess.run(["set", "users/big", "@/no/such/file.json", "--url", url])
+        #expect(result.status == 1 && result.err.contains("not-found") && result.err.contains("/no/such/file.json"), "\(result.err)")
         await server.stop()
     }
 
@@ -484,6 +505,13 @@ extension CLITests {
         #expect(result.status == 0 && result.out.contains("2 rules, valid"), "\(result.err)")
         result = try await CLIProcess.run(["rules", "check", bad])
         #expect(result.status == 1 && result.err.contains("\(bad):3:20:") && result.err.contains("`==`"), "\(result.err)")
+        // Every wrong rule is told, each on its own line, not the first alone.
+        let worse = directory.url.appendingPathComponent("worse.yaml").path
+        try "rules:\n  - match: rooms/{room}\n    read: auth.uid = room\n  - match: ok/{doc}\n    read: true\n  - match: notes/{n}\n    raed: true\n  - read: true\n".write(toFile: worse, atomically: true, encoding: .utf8)
+        result = try await CLIProcess.run(["rules", "check", worse])
+        let errors = result.err.split(separator: "\n").filter { $0.hasPrefix("error: ") }
+        #expect(result.status == 1 && errors.count == 3, "\(result.err)")
+        #expect(errors.count == 3 && errors[0].contains("\(worse):3:") && errors[1].contains("\(worse):7:") && errors[1].contains("unknown key") && errors[2].contains("\(worse):8:") && errors[2].contains("no `match`"), "\(result.err)")
         result = try await CLIProcess.run(["serve", "--port", "0", "--data-dir", directory.url.appendingPathComponent("refused").path, "--auth-secret", secret, "--rules", bad])
         #expect(result.status == 2 && result.err.contains("\(bad):3:20:"), "\(result.err)")
 

@@ -24,7 +24,7 @@ struct SetCommand: AsyncParsableCommand {
     )
     @OptionGroup var server: ServerOptions
     @Argument(help: "The document path.") var path: String
-    @Argument(help: "The document body, a JSON object.") var json: String
+    @Argument(help: "The document body, a JSON object; - reads it from standard input, @FILE from a file.") var json: String
     @Flag(help: "Merge into the existing document instead of replacing it.") var merge = false
 
     func run() async throws {
@@ -46,7 +46,7 @@ struct UpdateCommand: AsyncParsableCommand {
     )
     @OptionGroup var server: ServerOptions
     @Argument(help: "The document path.") var path: String
-    @Argument(help: "The fields, a JSON object keyed by dotted field path.") var json: String
+    @Argument(help: "The fields, a JSON object keyed by dotted field path; - reads it from standard input, @FILE from a file.") var json: String
 
     func run() async throws {
         try await reportingErrors {

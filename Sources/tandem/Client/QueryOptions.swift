@@ -9,7 +9,7 @@ struct QueryOptions: ParsableArguments {
     @Option(name: .customLong("where"), help: ArgumentHelp("A filter 'field op value', such as 'age >= 18' or 'tags array-contains \"new\"'.", valueName: "filter"))
     var filters: [String] = []
 
-    @Option(name: .customLong("order-by"), help: ArgumentHelp("Order by a field, ascending, or descending with ':desc'.", valueName: "field[:desc]"))
+    @Option(name: .customLong("order-by"), help: ArgumentHelp("Order by a field, ascending (or with ':asc'), or descending with ':desc'.", valueName: "field[:asc|:desc]"))
     var orders: [String] = []
 
     @Option(help: "Keep the first N results.")
@@ -23,8 +23,7 @@ struct QueryOptions: ParsableArguments {
             query = query.whereField(field, op, value)
         }
         for order in orders {
-            let descending = order.hasSuffix(":desc")
-            let name = descending ? String(order.dropLast(5)) : (order.hasSuffix(":asc") ? String(order.dropLast(4)) : order)
+            let (name, descending) = try Self.parseOrder(order)
             query = query.order(by: try FieldPath(dotted: name), descending: descending)
         }
         if let limit { query = query.limit(to: limit) }
@@ -48,6 +47,18 @@ struct QueryOptions: ParsableArguments {
             return .document(try DocumentPath(path))
         }
         return .collection(try CollectionPath(path), try query())
+    }
+
+    /// `field`, `field:asc` or `field:desc`; any other suffix is refused rather than read as part
+    /// of the field's name.
+    static func parseOrder(_ text: String) throws -> (field: String, descending: Bool) {
+        guard let colon = text.lastIndex(of: ":") else { return (text, false) }
+        switch text[text.index(after: colon)...] {
+        case "asc": return (String(text[..<colon]), false)
+        case "desc": return (String(text[..<colon]), true)
+        case let suffix:
+            throw TandemError.invalidArgument("--order-by '\(text)' ends in ':\(suffix)', which is neither ':asc' nor ':desc'; write field, field:asc or field:desc.")
+        }
     }
 
     /// `field op value`: the value is JSON when it parses as JSON, else a bare string.

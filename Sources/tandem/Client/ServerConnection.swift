@@ -105,16 +105,33 @@ func reportingErrors(_ body: () async throws -> Void) async throws {
     }
 }
 
-/// Parses a JSON argument, which must be an object.
-func parseObjectArgument(_ text: String, name: String) throws -> JSONValue {
+/// Parses a JSON argument, which must be an object: the argument itself, `-` for standard input,
+/// or `@FILE` for a file's contents (bodies too long for a command line).
+func parseObjectArgument(_ argument: String, name: String) throws -> JSONValue {
+    let text: String
+    let source: String
+    if argument == "-" {
+        text = String(decoding: FileHandle.standardInput.readDataToEndOfFile(), as: UTF8.self)
+        source = "\(name) (read from standard input)"
+    } else if argument.hasPrefix("@") {
+        let file = String(argument.dropFirst())
+        guard let data = FileManager.default.contents(atPath: file) else {
+            throw TandemError(.notFound, "Cannot read \(name.lowercased()) from '\(file)': no readable file there. Check the path after '@'.")
+        }
+        text = String(decoding: data, as: UTF8.self)
+        source = "\(name) (read from \(file))"
+    } else {
+        text = argument
+        source = name
+    }
     let value: JSONValue
     do {
         value = try JSONText.parse(text)
     } catch {
-        throw TandemError.invalidArgument("\(name) is not valid JSON (\(error.message)). Quote it for the shell: '{\"name\": \"Ada\"}'.")
+        throw TandemError.invalidArgument("\(source) is not valid JSON (\(error.message)). Quote it for the shell: '{\"name\": \"Ada\"}', or give - (standard input) or @FILE.")
     }
     guard case .object = value else {
-        throw TandemError.invalidArgument("\(name) must be a JSON object such as '{\"name\": \"Ada\"}', got \(value.typeName).")
+        throw TandemError.invalidArgument("\(source) must be a JSON object such as '{\"name\": \"Ada\"}', got \(value.typeName).")
     }
     return value
 }

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import Logging
+import Synchronization
 import Tandem
 import TandemCore
 
@@ -20,12 +21,30 @@ struct WatchCommand: AsyncParsableCommand {
         try await reportingErrors {
             let target = try options.target(path, allowDocument: true)
             if let count, count <= 0 { throw TandemError.invalidArgument("--count must be at least 1.") }
-            _ = try server.connection()
+            // A server that is not there is said at once (exit 1), as get says it, rather than
+            // watched for in silence.
+            _ = try await server.connection().call("GET", "/health")
             var configuration = TandemClientConfiguration()
             configuration.clientID = "cli-watch-\(UUID().uuidString.lowercased())"
             configuration.logger.logLevel = .critical
             configuration.token = server.bearerToken
             let client = TandemClient(url: URL(string: server.url)!, configuration: configuration)
+            // Once watching, a lost connection is said on stderr, and so is its return: the
+            // client reconnects with backoff and the listener resumes where it was.
+            let connected = Mutex(false)
+            let observation = client.observeConnection { event in
+                switch event {
+                case .disconnected:
+                    if connected.withLock({ $0 }) {
+                        Console.error("watch: the connection to \(server.url) was lost; reconnecting with backoff (Ctrl-C to stop)")
+                    }
+                case .resumed:
+                    if connected.withLock({ was in defer { was = true }; return was }) {
+                        Console.error("watch: reconnected to \(server.url); resuming from the last change printed")
+                    }
+                }
+            }
+            defer { observation.cancel() }
             try await withThrowingTaskGroup(of: Void.self) { group in
                 group.addTask { try await client.run() }
                 group.addTask { try await Self.print(client.listen(target), count: count) }

@@ -26,7 +26,8 @@ struct RulesCommand: AsyncParsableCommand {
                 let rules = try AccessRules(contentsOfFile: file)
                 Console.out("\(file): \(rules.count) rule\(rules.count == 1 ? "" : "s"), valid")
             } catch {
-                Console.error("error: \(error.message)")
+                // Each error on a line of its own.
+                for line in error.message.split(separator: "\n") { Console.error("error: \(line)") }
                 throw ExitCode(1)
             }
         }

@@ -114,7 +114,8 @@ public struct AccessRules: Sendable {
         do {
             try self.init(parsing: text)
         } catch {
-            throw TandemError.invalidArgument("\(path):\(error.line):\(error.column): \(error.message)")
+            // One line an error, each naming its place.
+            throw TandemError.invalidArgument(error.all.map { "\(path):\($0.line):\($0.column): \($0.message)" }.joined(separator: "\n"))
         }
     }
 
@@ -191,12 +192,21 @@ public struct RulesFileError: Error, Sendable, CustomStringConvertible {
     public var column: Int
     /// What is wrong there, or what was expected there.
     public var message: String
+    /// The file's further errors, in its order: every rule is checked, and each wrong one is told.
+    public var others: [RulesFileError] = []
 
     /// An error at `line` and `column` (each from 1) saying `message`.
     public init(line: Int, column: Int, message: String) {
         self.line = line
         self.column = column
         self.message = message
+    }
+
+    /// This error and the ``others``, each alone, in the file's order.
+    public var all: [RulesFileError] {
+        var first = self
+        first.others = []
+        return [first] + others
     }
 
     public var description: String { "line \(line), column \(column): \(message)" }
@@ -247,8 +257,20 @@ struct RulesFileParser {
         } else {
             throw error(at: root, "expected `rules:` and a list of rules")
         }
+        // Every rule is read, so each wrong one is told, not the first alone.
         var rules: [AccessRules.Rule] = []
-        for node in list { rules.append(try rule(node)) }
+        var errors: [RulesFileError] = []
+        for node in list {
+            do {
+                rules.append(try rule(node))
+            } catch {
+                errors.append(error)
+            }
+        }
+        if var first = errors.first {
+            first.others = Array(errors.dropFirst())
+            throw first
+        }
         return rules
     }
 
