@@ -120,6 +120,20 @@ struct HTTPHardeningTests {
         await server.stop()
     }
 
+    @Test("a document id of . or .., sent as is, is refused with invalid-argument and nothing is stored")
+    func dotSegments() async throws {
+        let server = try await LiveServer.start(store: MemoryServerStore(clock: ManualClock()), configuration: Self.configuration)
+        for target in ["/v1/documents/a/..", "/v1/documents/a/.", "/v1/documents/a/b/../c", "/v1/documents/a/%2E%2E"] {
+            let connection = try await RawConnection.open(port: server.port)
+            try await connection.send("PUT \(target) HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}")
+            let response = try #require(RawResponse(try await connection.readResponse()))
+            #expect(response.status == 400 && response.errorCode == "invalid-argument", "\(target): \(response)")
+            await connection.close()
+        }
+        #expect(try await server.store.currentVersion() == 0)
+        await server.stop()
+    }
+
     @Test("a silent connection, a half-sent head and a stalled body are closed on the server's clock; a half-sent head and body get 408")
     func timeouts() async throws {
         let clock = ManualClock()
