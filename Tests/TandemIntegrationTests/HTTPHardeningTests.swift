@@ -120,6 +120,29 @@ struct HTTPHardeningTests {
         await server.stop()
     }
 
+    @Test("Connection: close is honoured: the answer says so, the connection closes after it, and a request pipelined behind it is neither served nor applied")
+    func connectionClose() async throws {
+        let server = try await LiveServer.start(store: MemoryServerStore(clock: ManualClock()), configuration: Self.configuration)
+        let connection = try await RawConnection.open(port: server.port)
+        let body = #"{"n": 1}"#
+        try await connection.send("PUT /v1/documents/a/first HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: \(body.utf8.count)\r\nConnection: close\r\n\r\n\(body)"
+            + "PUT /v1/documents/a/second HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: \(body.utf8.count)\r\n\r\n\(body)")
+        let text = try await connection.readUntilClosed()
+        #expect(text.components(separatedBy: "HTTP/1.1 ").count == 2, "one answer: \(text)")
+        let response = try #require(RawResponse(text))
+        #expect(response.status == 200 && response.headers["connection"]?.lowercased() == "close", "\(response)")
+        #expect(try await server.store.document(at: DocumentPath("a/first")) != nil)
+        #expect(try await server.store.document(at: DocumentPath("a/second")) == nil, "the request behind the last was applied")
+        // A keep-alive request before it is answered as usual, without the header.
+        let second = try await RawConnection.open(port: server.port)
+        try await second.send("GET /health HTTP/1.1\r\nHost: localhost\r\n\r\nGET /health HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        let both = try await second.readUntilClosed()
+        let answers = both.components(separatedBy: "HTTP/1.1 200").count - 1
+        #expect(answers == 2, "\(both)")
+        #expect(both.lowercased().components(separatedBy: "connection: close").count == 2, "only the last answer says close: \(both)")
+        await server.stop()
+    }
+
     @Test("a document id of . or .., sent as is, is refused with invalid-argument and nothing is stored")
     func dotSegments() async throws {
         let server = try await LiveServer.start(store: MemoryServerStore(clock: ManualClock()), configuration: Self.configuration)

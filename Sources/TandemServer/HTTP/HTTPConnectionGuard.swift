@@ -35,6 +35,16 @@ final class HTTPConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler {
     /// Counts armings, so a timer that fires after being replaced does nothing.
     private var arming = 0
     private var sawHeadThisRead = false
+    /// Requests passed on to the server, and responses begun: the `n`th response answers the
+    /// `n`th request (HTTP/1.1 answers in order).
+    private var requestsPassed = 0
+    private var responsesBegun = 0
+    private var responsesEnded = 0
+    /// The request, counted as above, that said `Connection: close` (or was HTTP/1.0 without
+    /// keep-alive): the connection's last. Its answer says so, and nothing after it is served.
+    private var lastRequest: Int?
+    /// The last request ended: what follows it on the connection is not read.
+    private var lastRequestEnded = false
     /// A 101 was written: step aside once it is flushed.
     private var stepAsideAfterFlush = false
 
@@ -80,20 +90,29 @@ final class HTTPConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler {
             if !closing { context.fireChannelRead(data) }
             return
         }
-        // Once answered and closing, nothing more of the connection is served.
-        guard !closing else { return }
+        // Once answered and closing, nothing more of the connection is served; nor is anything
+        // pipelined behind a request that said it was the last.
+        guard !closing, !lastRequestEnded else { return }
         switch part {
         case .head(let head):
             sawHeadThisRead = true
             let summary = Self.summary(of: head)
             let refusal = machine.refusal(of: summary, isStreamPath: Self.isStreamPath)
-            let action = machine.headArrived(now: clock.now(), closesConnection: summary.closesConnection, refusal: refusal)
-            if refusal == nil { context.fireChannelRead(data) }
+            // Behind answers still to come (pipelined), the last request's close waits for its
+            // own answer, which this handler counts; the machine closes after the answer under way.
+            let behindOthers = requestsPassed > responsesEnded
+            let action = machine.headArrived(now: clock.now(), closesConnection: summary.closesConnection && !behindOthers, refusal: refusal)
+            if refusal == nil {
+                requestsPassed += 1
+                if summary.closesConnection { lastRequest = requestsPassed }
+                context.fireChannelRead(data)
+            }
             run(action, context: context)
         case .body:
             context.fireChannelRead(data)
         case .end:
             let action = machine.requestEnded(now: clock.now())
+            if lastRequest != nil { lastRequestEnded = true }
             context.fireChannelRead(data)
             run(action, context: context)
         }
@@ -111,8 +130,18 @@ final class HTTPConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler {
             return
         }
         switch part {
-        case .head(let head):
+        case .head(var head):
             let action = machine.responseHeadWritten(status: Int(head.status.code))
+            // A final answer (not 100 Continue) to the connection's last request says it closes.
+            if head.status.code >= 200 || head.status.code == 101 {
+                responsesBegun += 1
+                if responsesBegun == lastRequest, head.status.code != 101 {
+                    head.headers.replaceOrAdd(name: "Connection", value: "close")
+                    context.write(wrapOutboundOut(.head(head)), promise: promise)
+                    run(action, context: context)
+                    return
+                }
+            }
             context.write(data, promise: promise)
             // The 101 must be flushed through this handler before it leaves (a flush sent to a
             // handler already removed goes nowhere); the upgrade then takes the HTTP handlers out.
@@ -122,7 +151,15 @@ final class HTTPConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler {
                 run(action, context: context)
             }
         case .end:
-            let action = machine.responseEnded(now: clock.now())
+            var action = machine.responseEnded(now: clock.now())
+            responsesEnded += 1
+            // The answer to the connection's last request, pipelined behind others, is written.
+            if responsesEnded == lastRequest {
+                switch action {
+                case .none, .wake: action = .close
+                case .refuse, .close, .stepAside: break
+                }
+            }
             let written = promise ?? context.eventLoop.makePromise()
             context.write(data, promise: written)
             if action != .none {
@@ -143,6 +180,9 @@ final class HTTPConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        // Bytes behind the connection's last request are not read: the decoder's complaint about
+        // them is moot (the connection closes once that request is answered).
+        if lastRequestEnded { return }
         guard let parse = error as? HTTPParserError else {
             // Once answered, the decoder's complaints about the bytes after the bad request are moot.
             if !closing { context.fireErrorCaught(error) }
