@@ -69,7 +69,11 @@ struct MetricsTests {
         }
 
         let after = try await Self.scrape(server)
-        #expect(after["tandem_commits_total{outcome=\"committed\"}"] == 4)
+        // The precondition's refusal wrote nothing: refused, not committed (the console's
+        // "Commits" counted it).
+        #expect(after["tandem_commits_total{outcome=\"committed\"}"] == 3)
+        #expect(after["tandem_commits_total{outcome=\"refused\"}"] == 1)
+        #expect(after["tandem_commits_total{outcome=\"replayed\"}"] == 0)
         #expect(after["tandem_commits_total{outcome=\"failed\"}"] == 0)
         #expect(after["tandem_mutations_total{outcome=\"applied\"}"] == 4)
         #expect(after["tandem_mutations_total{outcome=\"refused\"}"] == 1)
@@ -87,6 +91,15 @@ struct MetricsTests {
         #expect(after["tandem_rate_limited_total"] == 0)
         // The buckets start at 50 µs.
         #expect(after.keys.contains("tandem_fanout_latency_seconds_bucket{le=\"0.00005\"}"))
+        // Every metric says what it counts, in a # HELP line just before its # TYPE line.
+        let (data, _) = try await URLSession.shared.data(from: server.url.appendingPathComponent("metrics"))
+        let lines = String(decoding: data, as: UTF8.self).split(separator: "\n")
+        let types = lines.indices.filter { lines[$0].hasPrefix("# TYPE ") }
+        #expect(types.count >= 15)
+        for index in types {
+            let name = lines[index].split(separator: " ")[2]
+            #expect(index > 0 && lines[index - 1].hasPrefix("# HELP \(name) ") && lines[index - 1].count > "# HELP \(name) ".count + 10, "\(name) has no help")
+        }
     }
 
     @Test("messages over a connection's rate are refused with retryAfter, and counted as rate-limited and as resource-exhausted, each once")
@@ -115,6 +128,17 @@ struct MetricsTests {
         let after = try await Self.scrape(server)
         #expect(after["tandem_rate_limited_total"] == 3)
         #expect(after["tandem_errors_total{code=\"resource-exhausted\"}"] == 3)
+        await server.stop()
+    }
+
+    @Test("a server with rules and no token secret says how to reach its metrics: no caller can, and the refusal names --auth-secret")
+    func rulesWithoutSecret() async throws {
+        var configuration = SyncServerConfiguration()
+        configuration.access = AccessControl(tokens: nil, rules: .ownDocuments)
+        let server = try await LiveServer.start(configuration: configuration)
+        let (data, response) = try await URLSession.shared.data(from: server.url.appendingPathComponent("metrics"))
+        #expect((response as? HTTPURLResponse)?.statusCode == 401)
+        #expect(String(decoding: data, as: UTF8.self).contains("--auth-secret"), "\(String(decoding: data, as: UTF8.self))")
         await server.stop()
     }
 

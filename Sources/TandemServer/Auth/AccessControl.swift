@@ -130,6 +130,9 @@ public struct AccessControl: Sendable {
     private func requireAdmin(_ identity: Principal.Identity, toRead what: String, instead: String?) throws(TandemError) {
         guard case .user(let user) = identity, user.claims["admin"] == .bool(true) else {
             switch identity {
+            case .anonymous where tokens == nil:
+                // Rules without a token secret: every caller is anonymous, so none is an operator.
+                throw TandemError(.unauthenticated, "No caller can read \(what) for a token with \"admin\": true, and this server takes no tokens (it has rules but no --auth-secret). Start it with --auth-secret too, and read them with such a token.")
             case .anonymous:
                 throw TandemError(.unauthenticated, "Sign in to read \(what) for a token with \"admin\": true.")
             case .user(let user):

@@ -10,7 +10,7 @@ import TandemCore
 ///
 /// | Metric | Type | What |
 /// |---|---|---|
-/// | `tandem_commits_total{outcome}` | counter | write requests decided: `committed`, `failed` (nothing written) |
+/// | `tandem_commits_total{outcome}` | counter | write requests decided: `committed` (written at a new version), `refused` (every new mutation refused: rules, preconditions, sequences; nothing written), `replayed` (answered from earlier decisions alone), `failed` (the store could not decide; nothing written) |
 /// | `tandem_mutations_total{outcome}` | counter | the mutations of committed requests, by answer: `applied`, `replayed`, `refused`, `unknown` |
 /// | `tandem_commit_duration_seconds` | histogram | from a request reaching the store to its answer, from 50 µs |
 /// | `tandem_group_commit_requests` | histogram | write requests that shared one group commit |
@@ -25,6 +25,8 @@ public final class ServerMetrics: Sendable {
     /// Where the metrics are kept: `emitToString()` writes them in Prometheus' text format.
     public let registry: PrometheusCollectorRegistry
     private let committed: CoreMetrics.Counter
+    private let refused: CoreMetrics.Counter
+    private let replayed: CoreMetrics.Counter
     private let failed: CoreMetrics.Counter
     private let mutations: [WriteStatus: CoreMetrics.Counter]
     private let commitDuration: CoreMetrics.Timer
@@ -58,6 +60,8 @@ public final class ServerMetrics: Sendable {
         factory.defaultDurationHistogramBuckets = Self.latencyBuckets
         factory.valueHistogramBuckets["tandem_group_commit_requests"] = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
         committed = CoreMetrics.Counter(label: "tandem_commits_total", dimensions: [("outcome", "committed")], factory: factory)
+        refused = CoreMetrics.Counter(label: "tandem_commits_total", dimensions: [("outcome", "refused")], factory: factory)
+        replayed = CoreMetrics.Counter(label: "tandem_commits_total", dimensions: [("outcome", "replayed")], factory: factory)
         failed = CoreMetrics.Counter(label: "tandem_commits_total", dimensions: [("outcome", "failed")], factory: factory)
         mutations = Dictionary(uniqueKeysWithValues: WriteStatus.allCases.map { status in
             (status, CoreMetrics.Counter(label: "tandem_mutations_total", dimensions: [("outcome", status.rawValue)], factory: factory))
@@ -86,7 +90,15 @@ public final class ServerMetrics: Sendable {
         for result in results {
             switch result {
             case .success(let result):
-                committed.increment()
+                // Committed only when it wrote: a request the rules or a precondition refused
+                // wrote nothing, and one answered from earlier decisions was committed before.
+                if result.batch != nil {
+                    committed.increment()
+                } else if result.refusal != nil {
+                    refused.increment()
+                } else {
+                    replayed.increment()
+                }
                 for acknowledgement in result.acknowledgements { mutations[acknowledgement.status]?.increment() }
             case .failure:
                 failed.increment()
@@ -115,6 +127,44 @@ public final class ServerMetrics: Sendable {
         self.listeners.record(listeners)
         self.sessions.record(sessions)
         self.version.record(Int64(bitPattern: version.rawValue))
-        return registry.emitToBuffer()
+        return Self.withHelp(registry.emitToBuffer())
+    }
+
+    /// What each metric counts, for its `# HELP` line (metrics made through swift-metrics'
+    /// factory have none of their own).
+    static let help: [String: String] = [
+        "tandem_commits_total": "Write requests decided, by outcome: committed (written at a new version), refused (nothing written), replayed (answered from earlier decisions), failed (the store could not decide).",
+        "tandem_mutations_total": "Mutations of decided write requests, by answer: applied, replayed, refused, unknown.",
+        "tandem_commit_duration_seconds": "From a write request reaching the store to its answer.",
+        "tandem_group_commit_requests": "Write requests that shared one group commit.",
+        "tandem_fanout_latency_seconds": "From the store telling the server of a commit to its changes queued on every listener's connection.",
+        "tandem_errors_total": "Error answers sent over HTTP and the stream, by code.",
+        "tandem_rate_limited_total": "Requests refused for going over a rate (resource-exhausted with retryAfter).",
+        "tandem_slow_consumers_disconnected_total": "Stream connections closed for reading too slowly.",
+        "tandem_received_bytes_total": "Bytes of stream messages received.",
+        "tandem_sent_bytes_total": "Bytes of stream messages sent.",
+        "tandem_listeners": "Live listeners, at the scrape.",
+        "tandem_stream_sessions": "Open stream sessions, at the scrape.",
+        "tandem_commit_version": "The newest committed version, at the scrape.",
+        "tandem_store_bytes": "The store's size on disk in bytes, at the scrape.",
+        "tandem_start_time_seconds": "When the server started, in seconds since 1970.",
+    ]
+
+    /// The scrape with a `# HELP` line before each metric's `# TYPE` line.
+    static func withHelp(_ scrape: [UInt8]) -> [UInt8] {
+        var output: [UInt8] = []
+        output.reserveCapacity(scrape.count + 2048)
+        let prefix = Array("# TYPE ".utf8)
+        for line in scrape.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: false) {
+            if line.starts(with: prefix), let end = line.dropFirst(prefix.count).firstIndex(of: UInt8(ascii: " ")),
+               let text = help[String(decoding: line[line.startIndex + prefix.count..<end], as: UTF8.self)] {
+                output += Array("# HELP ".utf8) + line[line.startIndex + prefix.count..<end] + Array(" \(text)\n".utf8)
+            }
+            output += line
+            output.append(UInt8(ascii: "\n"))
+        }
+        // split keeps what follows the last newline: one newline too many was added.
+        if output.last == UInt8(ascii: "\n"), scrape.last == UInt8(ascii: "\n") || scrape.isEmpty { output.removeLast() }
+        return output
     }
 }
