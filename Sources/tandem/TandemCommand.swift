@@ -15,7 +15,7 @@ struct TandemCommand: AsyncParsableCommand {
         version: TandemVersion.current,
         subcommands: [
             ServeCommand.self, DemoCommand.self, GetCommand.self, SetCommand.self, UpdateCommand.self, DeleteCommand.self,
-            QueryCommand.self, WatchCommand.self, ImportCommand.self, ExportCommand.self, TokenCommand.self, ConsoleCommand.self, OpenAPICommand.self, RulesCommand.self, BenchCommand.self,
+            QueryCommand.self, WatchCommand.self, ImportCommand.self, ExportCommand.self, TokenCommand.self, ConsoleCommand.self, OpenAPICommand.self, RulesCommand.self, BackupCommand.self, BenchCommand.self,
         ]
     )
 }

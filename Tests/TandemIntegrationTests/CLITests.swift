@@ -73,6 +73,46 @@ struct CLITests {
         for output in [result.err] { #expect(output.split(separator: "\n").count == 1, "\(output)") }
     }
 
+    @Test("backup copies a running server's data while writes go on: the copy is every commit up to one version, whole, and serves as it was; it never overwrites")
+    func backupWhileWriting() async throws {
+        try #require(CLIProcess.executable != nil, "tandem is not built; run `swift build --build-tests` first")
+        let scratch = TemporaryDirectory()
+        let source = scratch.url.appendingPathComponent("data")
+        let server = try await LiveServer.start(directory: source)
+        for index in 1...50 { _ = try await server.store.commit([.set(documentPath("notes/\(index)"), ["n": .int(index)])]) }
+        // Writes go on while the backup is taken: each commit writes one new document.
+        let writer = Task {
+            var index = 51
+            while !Task.isCancelled {
+                _ = try await server.store.commit([.set(documentPath("notes/\(index)"), ["n": .int(index)])])
+                index += 1
+            }
+        }
+        let destination = scratch.url.appendingPathComponent("copy")
+        var result = try await CLIProcess.run(["backup", destination.path, "--data-dir", source.path])
+        writer.cancel()
+        _ = try? await writer.value
+        #expect(result.status == 0 && result.out.hasPrefix("backed up"), "\(result.err)")
+        let written = try await server.store.currentVersion()
+        await server.stop()
+
+        let copy = try await LiveServer.start(directory: destination)
+        let version = try await copy.store.currentVersion()
+        #expect(result.out.contains("at version \(version.rawValue)"), "\(result.out)")
+        let documents = try await copy.store.read(.collection(collectionPath("notes"), Query())).documents
+        // One consistent cut: exactly the commits up to its version, each whole.
+        #expect(version.rawValue >= 50 && version <= written)
+        #expect(documents.count == Int(version.rawValue))
+        #expect(Set(documents.map(\.version.rawValue)) == Set(1...version.rawValue))
+        #expect(documents.allSatisfy { $0.data["n"] == .int(Int($0.version.rawValue)) })
+        await copy.stop()
+
+        result = try await CLIProcess.run(["backup", destination.path, "--data-dir", source.path])
+        #expect(result.status == 1 && result.err.contains("already-exists") && result.err.contains("never overwrites"), "\(result.err)")
+        result = try await CLIProcess.run(["backup", scratch.url.appendingPathComponent("other").path, "--data-dir", scratch.url.appendingPathComponent("nothing").path])
+        #expect(result.status == 1 && result.err.contains("not-found"), "\(result.err)")
+    }
+
     @Test("get, set, update, delete and query print JSON; errors go to stderr with their code")
     func documentCommands() async throws {
         let server = try await LiveServer.start()

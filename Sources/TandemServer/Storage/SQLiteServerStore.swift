@@ -56,14 +56,7 @@ public final class SQLiteServerStore: ServerStore {
             try Self.migrator.migrate(pool)
             // Commits do not rewrite a counter (one page less to sync per commit): the last version
             // is the newest one any row holds, or the one recorded when rows were pruned.
-            lastVersion = Mutex(Version(UInt64(try pool.read { db in
-                try Int64.fetchOne(db, sql: """
-                    SELECT max(
-                        (SELECT coalesce(max(value), 0) FROM meta),
-                        (SELECT coalesce(max(version), 0) FROM documents),
-                        (SELECT coalesce(max(version), 0) FROM mutation_results))
-                    """) ?? 0
-            })))
+            lastVersion = Mutex(try pool.read(Self.newestVersion))
         } catch {
             throw TandemError(.unavailable, "Cannot open the server database at \(path): \(error). Check that the directory exists and is writable.", cause: error)
         }
@@ -330,6 +323,18 @@ public final class SQLiteServerStore: ServerStore {
         } catch {
             throw TandemError(.unavailable, "The server database failed to read: \(error).", cause: error)
         }
+    }
+
+    /// The newest version a database holds, as the store reads it at start: commits keep no
+    /// counter of their own, so it is the newest one any row holds, or the one recorded when rows
+    /// were pruned or a commit wrote none.
+    static func newestVersion(_ db: Database) throws -> Version {
+        Version(UInt64(max(0, try Int64.fetchOne(db, sql: """
+            SELECT max(
+                (SELECT coalesce(max(value), 0) FROM meta),
+                (SELECT coalesce(max(version), 0) FROM documents),
+                (SELECT coalesce(max(version), 0) FROM mutation_results))
+            """) ?? 0)))
     }
 
     /// The version a read's snapshot reflects: the newest document version it sees, or the one
