@@ -285,6 +285,13 @@ struct BrowserPage: Sendable {
         try await browser.send("Input.insertText", ["text": .string(text)], session: session)
     }
 
+    /// Opens `url` in this page as the address bar or a link does, without waiting for a load: an
+    /// address that differs from the page's only in its fragment loads nothing (the page is told
+    /// with a `hashchange`), so there is none to wait for. Wait for what the page does instead.
+    func navigate(_ url: String) async throws {
+        try await browser.send("Page.navigate", ["url": .string(url)], session: session)
+    }
+
     /// Goes to a fragment of the current page (`#/data/users`), as a link does.
     func go(_ fragment: String) async throws {
         try await evaluate("location.hash = \(Self.quoted(fragment))")

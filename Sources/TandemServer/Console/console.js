@@ -28,6 +28,19 @@ function encode(value) {
   return JSON.stringify(value);
 }
 
+// JSON text for a value holding Nums, two spaces a level, to edit.
+function pretty(value, indent = '') {
+  const inner = indent + '  ';
+  if (Array.isArray(value)) {
+    return value.length === 0 ? '[]' : '[\n' + value.map(item => inner + pretty(item, inner)).join(',\n') + '\n' + indent + ']';
+  }
+  if (isMap(value)) {
+    const keys = Object.keys(value);
+    return keys.length === 0 ? '{}' : '{\n' + keys.map(key => inner + JSON.stringify(key) + ': ' + pretty(value[key], inner)).join(',\n') + '\n' + indent + '}';
+  }
+  return encode(value);
+}
+
 function typeName(value) {
   if (value === null) return 'null';
   if (value instanceof Num) return value.isInteger ? 'integer' : 'double';
@@ -102,18 +115,36 @@ function documentURL(path) { return '/v1/documents/' + segments(path).map(encode
 // MARK: The server
 
 const state = {
-  token: sessionStorage.getItem('tandem.token'),
+  // The bearer token sent with every request: one this page has no reason to doubt (it decodes,
+  // names a user and has not expired), on a server that takes tokens.
+  token: null,
+  // Whether the server took `token`: until it does, the page says it is signing in, not signed in.
+  tokenAccepted: false,
+  // Why there is no token to send when there was one: { kind: 'malformed' | 'refused' | 'expired',
+  // message, who, exp }. Until another token is given, the page opens no stream.
+  tokenProblem: null,
+  expiryTimer: null,
   health: null,
   cleanup: [],
+  // The fragment of the page shown, to come back to once a token taken from the fragment is
+  // out of the address bar.
+  shown: '#/data/',
 };
+
+function accessMode() { return state.health ? state.health.access : 'open'; }
 
 class APIError extends Error {
   constructor(code, message, status, reason) { super(message); this.code = code; this.status = status; this.reason = reason; }
 }
 
+// Whether an answer to `path` other than `unauthenticated` says the server took the token: the
+// API's and the metrics' do (`/health`, say, is answered whatever the token).
+function authenticates(path) { return path.startsWith('/v1/') || path === '/metrics'; }
+
 async function api(method, path, body) {
   const headers = {};
-  if (state.token) headers['Authorization'] = 'Bearer ' + state.token;
+  const token = state.token;
+  if (token) headers['Authorization'] = 'Bearer ' + token;
   if (body !== undefined) headers['Content-Type'] = 'application/json';
   let response;
   try {
@@ -127,22 +158,36 @@ async function api(method, path, body) {
   try { value = text ? parseJSON(text) : null; } catch (_) { value = null; }
   if (!response.ok) {
     const error = value && value.error;
-    throw new APIError(error ? error.code : 'unknown', error ? error.message : `HTTP ${response.status}`, response.status, error && error.reason);
+    const failure = new APIError(error ? error.code : 'unknown', error ? error.message : `HTTP ${response.status}`, response.status, error && error.reason);
+    // With a token, `unauthenticated` is about the token itself (what a signed-in caller may not
+    // do is `permission-denied`): refused, or expired.
+    if (failure.code === 'unauthenticated' && token) tokenRefused(failure, token);
+    else if (failure.code === 'permission-denied' && token && authenticates(path)) tokenAccepted(token);
+    throw failure;
   }
+  if (token && authenticates(path)) tokenAccepted(token);
   return value;
 }
 
 // The stream (`/v1/stream`): one WebSocket for the page's listeners, reconnecting with backoff
 // when it drops (a server restart), each listener resuming from the version it last applied.
+// While the token is known to be no good (refused, expired) it opens nothing.
 class Stream {
   constructor() {
     this.listeners = new Map();
     this.nextID = 1;
     this.socket = null;
+    // The token the socket said hello with: an `unauthenticated` error on it is about that one.
+    this.token = null;
+    // Welcomed: the socket is open and its listeners are sent.
     this.ready = false;
+    // The last connection dropped: every attempt until a welcome is a reconnection.
+    this.lost = false;
+    this.reason = null;
     this.delay = 200;
     this.heartbeat = null;
     this.retry = null;
+    this.heard = 0;
   }
 
   clientID() {
@@ -157,36 +202,66 @@ class Stream {
 
   connect() {
     if (this.socket || this.retry) return;
-    showLive('connecting');
+    if (state.tokenProblem) { showLive(); return; }
     const socket = new WebSocket((location.protocol === 'https:' ? 'wss://' : 'ws://') + location.host + '/v1/stream');
     this.socket = socket;
+    this.token = state.token;
     socket.onopen = () => {
+      if (this.socket !== socket) return;
       const hello = { type: 'hello', clientId: this.clientID(), protocol: 3 };
-      if (state.token) hello.token = state.token;
+      if (this.token) hello.token = this.token;
       socket.send(encode(hello));
     };
     socket.onmessage = event => {
+      if (this.socket !== socket) return;
+      this.heard = Date.now();
       let message;
       try { message = parseJSON(event.data); } catch (_) { return; }
       this.receive(message);
     };
-    socket.onclose = () => {
-      if (this.socket !== socket) return;
-      this.socket = null; this.ready = false;
-      clearInterval(this.heartbeat);
-      if (this.listeners.size === 0) { showLive('idle'); return; }
-      showLive('reconnecting');
+    socket.onclose = () => { if (this.socket === socket) this.drop(null); };
+    showLive();
+  }
+
+  // Forgets the socket (its late events are ignored) and closes it.
+  detach() {
+    const socket = this.socket;
+    this.socket = null; this.token = null; this.ready = false;
+    clearInterval(this.heartbeat); this.heartbeat = null;
+    if (!socket) return;
+    // Closing one still connecting makes the browser log an error: it is closed once open.
+    if (socket.readyState === WebSocket.CONNECTING) socket.onopen = () => socket.close();
+    else socket.close();
+  }
+
+  // The connection is gone (closed, refused, or silent for three heartbeats): while anything
+  // listens, reconnect with backoff.
+  drop(reason) {
+    this.detach();
+    if (this.listeners.size > 0) {
+      this.lost = true; this.reason = reason;
+      clearTimeout(this.retry);
       this.retry = setTimeout(() => { this.retry = null; this.connect(); }, this.delay);
       this.delay = Math.min(this.delay * 2, 3000);
-    };
+    } else {
+      this.lost = false; this.reason = null;
+    }
+    showLive();
+  }
+
+  // Closes the connection and opens none until `restart` (the token is no good). The listeners
+  // stay, to resume on the next connection.
+  halt() {
+    this.detach();
+    clearTimeout(this.retry); this.retry = null;
+    this.lost = false; this.reason = null;
+    showLive();
   }
 
   // Reconnects now (after the token changed): the listeners resume on the new connection.
   restart() {
-    const socket = this.socket;
-    this.socket = null; this.ready = false;
-    clearInterval(this.heartbeat);
-    if (socket) socket.close();
+    this.halt();
+    this.delay = 200;
     if (this.listeners.size) this.connect();
   }
 
@@ -195,11 +270,16 @@ class Stream {
   receive(message) {
     switch (message.type) {
     case 'welcome': {
-      this.ready = true; this.delay = 200;
-      showLive('live');
+      this.ready = true; this.lost = false; this.reason = null; this.delay = 200;
+      if (this.token) tokenAccepted(this.token);
       const seconds = message.heartbeatSeconds ? message.heartbeatSeconds.value : 10;
-      this.heartbeat = setInterval(() => this.send({ type: 'heartbeat' }), seconds * 1000);
+      this.heartbeat = setInterval(() => {
+        // A connection that said nothing for three intervals is dead, whatever its socket says.
+        if (Date.now() - this.heard > 3 * seconds * 1000) { this.drop('the server stopped answering'); return; }
+        this.send({ type: 'heartbeat' });
+      }, seconds * 1000);
       for (const listener of this.listeners.values()) this.sendListen(listener);
+      showLive();
       break;
     }
     case 'snapshot': case 'changes': {
@@ -218,11 +298,16 @@ class Stream {
       break;
     }
     case 'error': {
-      if (message.id !== undefined) {
+      // With a token, `unauthenticated` is about the token: refused at hello, or expired since
+      // (the server then stops every listener of the connection).
+      if (message.code === 'unauthenticated' && this.token) {
+        tokenRefused(message, this.token);
+      } else if (message.id !== undefined) {
         const listener = this.listeners.get(message.id.value);
-        if (listener) { this.listeners.delete(listener.id); listener.onError(message); }
-      } else if (message.reason === 'token-expired') {
-        showAccessProblem('Your token expired: paste a fresh one.');
+        if (listener) { this.listeners.delete(listener.id); listener.onError(message); showLive(); }
+      } else if (!this.ready) {
+        // The hello was refused for another reason (too many connections, say): try again.
+        this.drop(message.message);
       }
       break;
     }
@@ -240,10 +325,11 @@ class Stream {
   listen(target, resume, onBatch, onError) {
     const listener = { id: this.nextID++, target, resume, version: null, onBatch, onError, pending: [], snapshot: false };
     this.listeners.set(listener.id, listener);
-    if (this.ready) this.sendListen(listener); else this.connect();
+    if (this.ready) { this.sendListen(listener); showLive(); } else this.connect();
     return () => {
       if (!this.listeners.delete(listener.id)) return;
       if (this.ready) this.send({ type: 'unlisten', id: new Num(String(listener.id)) });
+      showLive();
     };
   }
 }
@@ -269,9 +355,18 @@ function el(tag, attributes = {}, ...children) {
   return node;
 }
 
-function showLive(status) {
+// The footer: "live" only while the stream is open, welcomed, and listening for this page;
+// otherwise "not live" and why.
+function showLive() {
   const live = document.getElementById('live');
-  const text = { idle: 'not listening', connecting: 'connecting…', live: 'live', reconnecting: 'reconnecting…' }[status];
+  const problem = state.tokenProblem;
+  let status, text;
+  if (problem && problem.kind === 'expired') [status, text] = ['expired', 'not live: the token expired (paste a new one above)'];
+  else if (problem) [status, text] = ['refused', problem.kind === 'malformed' ? 'not live: that was not a token (paste one above)' : 'not live: the token was refused (paste another above)'];
+  else if (stream.ready) [status, text] = stream.listeners.size > 0 ? ['live', 'live'] : ['idle', 'not live: nothing on this page is watched'];
+  else if (stream.lost) [status, text] = ['reconnecting', 'not live: reconnecting…' + (stream.reason ? ` (${stream.reason})` : '')];
+  else if (stream.socket) [status, text] = ['connecting', 'not live: connecting…'];
+  else [status, text] = ['idle', 'not live: nothing on this page is watched'];
   live.textContent = text;
   live.className = 'live ' + (status === 'live' ? 'live-on' : status);
   live.dataset.status = status;
@@ -297,29 +392,118 @@ function shellQuote(text) { return /^[\w@%+=:,./-]+$/.test(text) ? text : "'" + 
 
 // MARK: Access
 
+// The claims of a JSON Web Token, read (not verified: the server does that) to say whom the
+// page speaks for and until when. Nil when it is not one.
 function tokenClaims(token) {
   try {
     const part = token.split('.')[1].replace(/-/g, '+').replace(/_/g, '/');
-    return JSON.parse(decodeURIComponent(Array.from(atob(part), c => '%' + c.charCodeAt(0).toString(16).padStart(2, '0')).join('')));
+    const claims = JSON.parse(decodeURIComponent(Array.from(atob(part), c => '%' + c.charCodeAt(0).toString(16).padStart(2, '0')).join('')));
+    return claims !== null && typeof claims === 'object' && !Array.isArray(claims) ? claims : null;
   } catch (_) { return null; }
 }
 
+// A token's `exp` (seconds since 1970) as a Date, or null when it has none that a Date holds.
+function expiryDate(exp) {
+  if (typeof exp !== 'number') return null;
+  const date = new Date(exp * 1000);
+  return isNaN(date.getTime()) ? null : date;
+}
+
+function dateText(date) {
+  return date.toDateString() === new Date().toDateString()
+    ? date.toLocaleTimeString([], { timeZoneName: 'short' })
+    : date.toLocaleString([], { timeZoneName: 'short' });
+}
+
+// Takes `token` as the one to send, once it decodes, names a user and has not expired by this
+// computer's clock; else says why not. Nothing is sent to the server here.
+function takeToken(token) {
+  clearTimeout(state.expiryTimer);
+  state.token = null; state.tokenProblem = null; state.tokenAccepted = false;
+  sessionStorage.removeItem('tandem.token');
+  token = (token || '').trim();
+  if (!token) return;
+  const claims = tokenClaims(token);
+  if (!claims) {
+    state.tokenProblem = { kind: 'malformed', message: 'Not a token: a bearer token is three base64url parts separated by dots, as `tandem token` prints (and `tandem console --as` puts in a link).' };
+    return;
+  }
+  if (typeof claims.sub !== 'string' || claims.sub === '') {
+    state.tokenProblem = { kind: 'malformed', message: 'Not a token for a user: it has no `sub` claim naming one.' };
+    return;
+  }
+  const expiry = expiryDate(claims.exp);
+  if (expiry && expiry.getTime() <= Date.now()) {
+    state.tokenProblem = { kind: 'expired', who: claims.sub, exp: claims.exp };
+    return;
+  }
+  state.token = token;
+  sessionStorage.setItem('tandem.token', token);
+  watchExpiry(token, expiry);
+}
+
+// At the token's expiry the page stops using it, as the server does (which also says so on
+// the stream, by its own clock: whichever comes first).
+function watchExpiry(token, expiry) {
+  clearTimeout(state.expiryTimer);
+  if (!expiry) return;
+  // setTimeout waits at most 2^31 - 1 ms (about 24 days): a longer wait is taken in steps.
+  const wait = Math.min(Math.max(0, expiry.getTime() - Date.now()), 2147483647);
+  state.expiryTimer = setTimeout(() => {
+    if (expiry.getTime() > Date.now()) { watchExpiry(token, expiry); return; }
+    tokenRefused({ code: 'unauthenticated', reason: 'token-expired', message: `The token expired at ${dateText(expiry)}.` }, token);
+  }, wait);
+}
+
+// The server refused `token` (at the stream's hello, on a request, or at its expiry), or it
+// expired: the page stops using it and stops listening, says why, and asks for another. An
+// answer about a token already replaced changes nothing.
+function tokenRefused(error, token) {
+  if (!token || token !== state.token) return;
+  const claims = tokenClaims(token) || {};
+  clearTimeout(state.expiryTimer);
+  state.token = null; state.tokenAccepted = false;
+  sessionStorage.removeItem('tandem.token');
+  state.tokenProblem = { kind: error.reason === 'token-expired' ? 'expired' : 'refused', message: error.message, who: claims.sub, exp: claims.exp };
+  stream.halt();
+  renderAccess();
+}
+
+// The server took `token` (the stream welcomed it, or the API answered it).
+function tokenAccepted(token) {
+  if (token !== state.token || state.tokenAccepted) return;
+  state.tokenAccepted = true;
+  renderAccess();
+}
+
+// A new token (pasted, or from a link), or none: the page signs in again with it.
 function setToken(token) {
-  state.token = token || null;
-  if (state.token) sessionStorage.setItem('tandem.token', state.token); else sessionStorage.removeItem('tandem.token');
+  takeToken(token);
   renderAccess();
   stream.restart();
   route();
 }
 
-function showAccessProblem(message) {
-  renderAccess();
-  document.getElementById('access').prepend(el('span', { class: 'error' }, message));
+function problemText(problem) {
+  if (problem.kind === 'malformed') return problem.message;
+  if (problem.kind === 'refused') return `The token was refused: ${problem.message}`;
+  const expiry = expiryDate(problem.exp);
+  const who = problem.who ? `${problem.who}'s token` : 'The token';
+  const link = problem.who ? ` (tandem console --as ${shellQuote(problem.who)} prints a link with one)` : '';
+  return `${who} expired${expiry ? ' at ' + dateText(expiry) : ''}, so nothing here is live: paste a new one${link}.`;
+}
+
+function tokenForm(label, cancellable) {
+  const input = el('input', { id: 'token-input', type: 'password', placeholder: 'a bearer token', autocomplete: 'off' });
+  const form = el('form', { class: 'row', id: 'token-form', onsubmit: event => { event.preventDefault(); if (input.value.trim()) setToken(input.value); } },
+    el('span', { id: 'access-mode', 'data-mode': 'token' }, label), input, el('button', { class: 'primary' }, 'Sign in'),
+    cancellable ? el('button', { type: 'button', id: 'cancel-token', onclick: renderAccess }, 'Cancel') : null);
+  return { form, input };
 }
 
 function renderAccess() {
   const access = document.getElementById('access');
-  const mode = state.health ? state.health.access : 'open';
+  const mode = accessMode();
   if (mode === 'open') {
     access.replaceChildren(el('span', { id: 'access-mode', 'data-mode': 'open' }, 'Open server: no tokens, no rules — every caller reads and writes everything.'));
     return;
@@ -329,16 +513,60 @@ function renderAccess() {
     return;
   }
   if (state.token) {
-    const claims = tokenClaims(state.token) || {};
+    const claims = tokenClaims(state.token);
+    const expiry = expiryDate(claims.exp);
     access.replaceChildren(...[
-      el('span', { id: 'access-mode', 'data-mode': 'token' }, 'Signed in as ', el('strong', { id: 'signed-in-as' }, String(claims.sub || '?'))),
+      state.tokenAccepted
+        ? el('span', { id: 'access-mode', 'data-mode': 'token' }, 'Signed in as ', el('strong', { id: 'signed-in-as' }, claims.sub))
+        : el('span', { id: 'access-mode', 'data-mode': 'token' }, 'Signing in as ', el('strong', { id: 'signing-in-as' }, claims.sub), '…'),
       claims.admin === true ? el('span', { class: 'pill' }, 'admin') : null,
-      el('button', { id: 'sign-out', onclick: () => setToken(null) }, 'Sign out')].filter(node => node));
+      el('span', { id: 'token-expiry', class: 'quiet', 'data-exp': expiry ? String(claims.exp) : null, title: expiry ? expiry.toUTCString() : null },
+        expiry ? `until ${dateText(expiry)}` : 'no expiry'),
+      el('button', { id: 'new-token', type: 'button', onclick: () => {
+        const { form, input } = tokenForm('Paste a new token:', true);
+        access.replaceChildren(form);
+        input.focus();
+      } }, 'New token'),
+      el('button', { id: 'sign-out', type: 'button', onclick: () => setToken(null) }, 'Sign out')].filter(node => node));
     return;
   }
-  const input = el('input', { id: 'token-input', type: 'password', placeholder: 'a bearer token', autocomplete: 'off' });
-  access.replaceChildren(el('form', { class: 'row', id: 'token-form', onsubmit: event => { event.preventDefault(); setToken(input.value.trim()); } },
-    el('span', { id: 'access-mode', 'data-mode': 'token' }, 'This server needs a token:'), input, el('button', { class: 'primary' }, 'Sign in')));
+  const problem = state.tokenProblem;
+  const { form } = tokenForm(problem ? 'Paste a new token:' : 'This server needs a token:', false);
+  access.replaceChildren(...[
+    problem ? el('span', { id: 'token-problem', class: 'error', 'data-kind': problem.kind }, problemText(problem)) : null,
+    form].filter(node => node));
+  showLive();
+}
+
+// An operator's token ("admin": true). The server shows an operator every collection's name,
+// though the rules still decide what it may read.
+function isOperator() {
+  if (accessMode() !== 'token' || !state.token) return false;
+  const claims = tokenClaims(state.token);
+  return claims !== null && claims.admin === true;
+}
+
+// Whether the caller may list `target` ({collection} or {group}) whole. The server lists only
+// those to everyone but an operator; for an operator each name is asked about with a query of
+// one document, so that a name the rules refuse it is not shown as a link to a refusal.
+async function mayList(target) {
+  if (!isOperator()) return true;
+  try {
+    await api('POST', '/v1/query', encode(Object.assign({}, target, { query: [{ limit: new Num('1') }] })));
+    return true;
+  } catch (error) {
+    return !(error.code === 'permission-denied' || error.code === 'unauthenticated');
+  }
+}
+
+// The items of a listing of collection (or group) names: a link to each the caller may list, the
+// name alone (saying why) for each it may not.
+async function nameItems(names, target, href, attribute) {
+  const allowed = await Promise.all(names.map(name => mayList(target(name))));
+  return names.map((name, i) => allowed[i]
+    ? el('li', {}, el('a', { href: href(name), [attribute]: name }, name))
+    : el('li', { class: 'unlisted', 'data-unlisted': name, title: 'An operator is shown every name, but the rules decide what it may read, and they do not let this token list this whole. Open one of its documents by its path.' },
+      el('span', { class: 'mono' }, name), el('span', { class: 'quiet' }, ' — not listable with this token (the rules decide, for an operator too)')));
 }
 
 // MARK: Pages
@@ -358,11 +586,11 @@ async function rootPage() {
   try {
     const answer = await api('GET', '/v1/collections');
     if (answer.collections.length === 0) {
-      list.replaceChildren(el('li', { class: 'quiet' }, state.health && state.health.access !== 'open'
+      list.replaceChildren(el('li', { class: 'quiet' }, accessMode() !== 'open'
         ? 'No collection you may list. Open a path you may read above.'
         : 'No collections yet. Write one: tandem set notes/hello \'{"text": "Hi"}\''));
     } else {
-      list.replaceChildren(...answer.collections.map(id => el('li', {}, el('a', { href: link('data', id), 'data-collection': id }, id))));
+      list.replaceChildren(...await nameItems(answer.collections, id => ({ collection: id }), id => link('data', id), 'data-collection'));
     }
   } catch (error) { showError(list, error); }
 }
@@ -373,9 +601,23 @@ async function groupsPage() {
     el('p', { class: 'quiet' }, 'A group is every collection with the same id, wherever it is.'), list);
   try {
     const answer = await api('GET', '/v1/groups');
-    list.replaceChildren(...(answer.groups.length ? answer.groups.map(group => el('li', {}, el('a', { href: '#/groups/' + encodeURIComponent(group), 'data-group': group }, group)))
+    list.replaceChildren(...(answer.groups.length
+      ? await nameItems(answer.groups, group => ({ group }), group => '#/groups/' + encodeURIComponent(group), 'data-group')
       : [el('li', { class: 'quiet' }, 'No groups you may list.')]));
   } catch (error) { showError(list, error); }
+}
+
+// A new document's id when none is given: 20 letters and digits, as random as the browser makes
+// them.
+function randomID() {
+  const alphabet = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789';
+  let id = '';
+  while (id.length < 20) {
+    const bytes = new Uint8Array(32); crypto.getRandomValues(bytes);
+    // 248 is 62 × 4: a byte past it would favour the first letters.
+    for (const byte of bytes) if (byte < 248 && id.length < 20) id += alphabet[byte % 62];
+  }
+  return id;
 }
 
 // The query of a collection page, kept while the page is open again.
@@ -406,6 +648,37 @@ function parseFilters(text) {
   });
 }
 
+// A form creating a document in the collection at `path`: with the id given (a random one when
+// none is) and a JSON object for its data. The write's precondition is that no document is there,
+// so it never overwrites one.
+function createForm(path) {
+  const id = el('input', { type: 'text', id: 'new-id', placeholder: 'id (empty: a random one)' });
+  const body = el('textarea', { id: 'new-body', class: 'json', rows: 4, spellcheck: 'false' }, '{}');
+  const outcome = el('div', { id: 'create-outcome' });
+  const say = (kind, ...text) => outcome.replaceChildren(el('div', { class: kind, 'data-kind': kind }, ...text));
+  return el('form', { id: 'create-form', onsubmit: async event => {
+    event.preventDefault();
+    const name = id.value.trim() || randomID();
+    if (name.includes('/')) { say('error', `An id is one segment of a path, without a /: '${name}' is not one. Nothing was written.`); return; }
+    let data;
+    try { data = parseJSON(body.value); } catch (error) { say('error', `The data is not JSON (${error.message}). Nothing was written.`); return; }
+    if (!isMap(data)) { say('error', 'A document\'s data is a JSON object: {"field": value, …}. Nothing was written.'); return; }
+    const target = path + '/' + name;
+    try {
+      const answer = await api('PUT', documentURL(target) + '?exists=false', body.value);
+      id.value = '';
+      say('notice', 'Created ', el('a', { href: link('data', target), 'data-created': target }, target),
+        answer && answer.version ? ` (version ${answer.version.source}).` : '.');
+    } catch (error) {
+      say('error', error.code === 'failed-precondition' || error.code === 'already-exists'
+        ? `Not created: there is a document at ${target} already, and it was left as it is (${error.message}).`
+        : `${error.code}: ${error.message}`);
+    }
+  } }, el('h2', {}, 'New document'),
+  el('div', { class: 'row' }, id, el('button', { class: 'primary', id: 'create-document' }, 'Create')),
+  body, outcome);
+}
+
 function collectionPage(path, group) {
   const key = (group ? 'group:' : '') + path;
   const query = queries.get(key) || { where: '', order: '', shown: 25 };
@@ -424,7 +697,8 @@ function collectionPage(path, group) {
       where, order, el('button', { class: 'primary', id: 'run' }, 'Run')),
     cli, problem,
     el('table', {}, el('thead', {}, el('tr', {}, el('th', {}, group ? 'Document' : 'ID'), el('th', {}, 'Version'), el('th', {}, 'Updated'), el('th', {}, 'Data'))), body),
-    el('div', { class: 'row' }, more, count));
+    el('div', { class: 'row' }, more, count),
+    ...(group ? [] : [createForm(path)]));
 
   const documents = new Map();
   let stop = null;
@@ -510,19 +784,25 @@ function collectionPage(path, group) {
 function documentPage(path) {
   const meta = el('dl', { class: 'meta', id: 'meta' });
   const notice = el('div', { id: 'notice' });
+  const tools = el('div', { class: 'row', id: 'document-tools' });
   const fields = el('tbody', { id: 'fields' });
+  const fieldTable = el('table', { id: 'field-table' },
+    el('thead', {}, el('tr', {}, el('th', {}, 'Field'), el('th', {}, 'Type'), el('th', {}, 'Value'), el('th', {}))), fields);
+  const editor = el('div', { id: 'json-panel', hidden: true });
   const subcollections = el('ul', { class: 'list', id: 'subcollections' });
   const actions = el('div', { id: 'document-actions' });
-  main().replaceChildren(crumbs(path), el('h1', {}, segments(path).pop()), meta, notice,
-    el('table', {}, el('thead', {}, el('tr', {}, el('th', {}, 'Field'), el('th', {}, 'Type'), el('th', {}, 'Value'), el('th', {}))), fields),
+  main().replaceChildren(crumbs(path), el('h1', {}, segments(path).pop()), meta, notice, tools, fieldTable, editor,
     actions, el('h2', {}, 'Collections under this document'), subcollections);
 
   let current = null;
   let loaded = false;
-  // While a field is edited the page keeps the version it showed: a change that arrives meanwhile
-  // is announced and kept in `latest`, and saving is refused by the version precondition.
+  // While a field or the whole document is edited the page keeps the version it showed: a change
+  // that arrives meanwhile is announced and kept in `latest`, and saving is refused by the
+  // version precondition.
   let editing = false;
   let latest;
+  // The JSON editor, while it is open: its text area and where its problems show.
+  let json = null;
 
   function say(kind, text) { notice.replaceChildren(el('div', { class: kind, 'data-kind': kind }, text)); }
 
@@ -530,10 +810,16 @@ function documentPage(path) {
     try {
       const answer = await api(method, documentURL(path) + query, body);
       editing = false; latest = undefined;
+      closeJSON();
       if (answer && answer.data) show(answer, new Set());
       say('notice', done + (answer && answer.version ? ` (version ${answer.version.source}).` : '.'));
     } catch (error) {
       if (error.code === 'failed-precondition' || error.code === 'not-found') {
+        if (json) {
+          // What was typed is kept: it may be long, and the page never throws it away unasked.
+          say('error', `Not saved: the document changed since this page showed it (${error.message}). Nothing was overwritten. What you typed is still below: copy what you need, then Cancel to see the document as it is now.`);
+          return;
+        }
         editing = false;
         if (latest !== undefined) { show(latest, new Set()); latest = undefined; }
         say('error', `Not saved: the document changed since this page showed it (${error.message}). Nothing was overwritten; the page shows it as it is now.`);
@@ -543,9 +829,14 @@ function documentPage(path) {
     }
   }
 
+  // Every write of a field is an update of it with the version the page shows as precondition.
   function update(keys, rawValue, done) {
     write('PATCH', `?version=${current.version.source}`, '{' + JSON.stringify(fieldPath(keys)) + ':' + rawValue + '}', done);
   }
+
+  // An array's items are written as the whole array, one item changed (a field path names no
+  // item), under the same precondition.
+  function setItems(keys, items, done) { update(keys, encode(items), done); }
 
   function fieldRows(data, prefix, depth, changed, editable) {
     const rows = [];
@@ -560,41 +851,101 @@ function documentPage(path) {
         el('td', { class: 'type' }, typeName(value)),
         valueCell,
         el('td', { class: 'actions' }, editable ? [
-          el('button', { class: 'link edit', onclick: () => edit(valueCell, keys, value) }, 'edit'),
+          el('button', { class: 'link edit', onclick: () => edit(valueCell, encode(value), raw => update(keys, raw, `Saved ${name}`)) }, 'edit'),
+          Array.isArray(value) ? el('button', { class: 'link add-item', onclick: () =>
+            edit(valueCell, '', raw => setItems(keys, value.concat([parseJSON(raw)]), `Added an item to ${name}`)) }, 'add item') : null,
           el('button', { class: 'link danger remove', onclick: () => update(keys, '{"$delete":true}', `Deleted ${name}`) }, 'delete'),
         ] : []));
       rows.push(row);
       if (isMap(value)) rows.push(...fieldRows(value, keys, depth + 1, changed, editable));
       else if (Array.isArray(value)) {
         value.forEach((item, index) => {
-          rows.push(el('tr', { class: changed.has(keys[0]) ? 'changed' : null },
+          const itemCell = el('td', { class: 'value' }, encode(item));
+          rows.push(el('tr', { 'data-array': name, 'data-item': String(index), class: changed.has(keys[0]) ? 'changed' : null },
             el('td', { style: { paddingLeft: `${8 + (depth + 1) * 18}px` }, class: 'quiet' }, String(index)),
-            el('td', { class: 'type' }, typeName(item)), el('td', { class: 'value' }, encode(item)), el('td', {})));
+            el('td', { class: 'type' }, typeName(item)), itemCell,
+            el('td', { class: 'actions' }, editable ? [
+              el('button', { class: 'link edit', onclick: () => edit(itemCell, encode(item), raw => {
+                const items = value.slice(); items[index] = parseJSON(raw);
+                setItems(keys, items, `Saved item ${index} of ${name}`);
+              }) }, 'edit'),
+              el('button', { class: 'link danger remove', onclick: () =>
+                setItems(keys, value.filter((_, i) => i !== index), `Deleted item ${index} of ${name}`) }, 'delete'),
+            ] : [])));
         });
       }
     }
     return rows;
   }
 
-  function edit(cell, keys, value) {
+  // Edits a value in its cell as JSON; `save` gets the text once it parses.
+  function edit(cell, text, save) {
     editing = true;
-    const input = el('input', { type: 'text', class: 'wide edit-value', value: encode(value) });
+    const input = el('input', { type: 'text', class: 'wide edit-value', value: text });
     cell.replaceChildren(el('form', { class: 'row', onsubmit: event => {
       event.preventDefault();
       try { parseJSON(input.value); } catch (_) { say('error', 'The value must be JSON: "text" in quotes, 12, 1.5, true, null, [..] or {..}.'); return; }
-      update(keys, input.value, `Saved ${fieldPath(keys)}`);
-    } }, input, el('button', { class: 'primary save' }, 'Save'), el('button', { type: 'button', class: 'cancel', onclick: () => {
-      editing = false;
-      const shown = latest !== undefined ? latest : current;
-      latest = undefined; notice.replaceChildren();
-      show(shown, new Set());
-    } }, 'Cancel')));
+      save(input.value);
+    } }, input, el('button', { class: 'primary save' }, 'Save'), el('button', { type: 'button', class: 'cancel', onclick: cancel }, 'Cancel')));
     input.focus();
+  }
+
+  // Leaves an editor without saving: the page shows the document as it is now.
+  function cancel() {
+    editing = false;
+    closeJSON();
+    const shown = latest !== undefined ? latest : current;
+    latest = undefined; notice.replaceChildren();
+    show(shown, new Set());
+  }
+
+  // The whole document's data as JSON in a text area; saving sets it with the version shown as
+  // the precondition, as every field edit does.
+  function openJSON() {
+    if (!current) return;
+    editing = true;
+    const text = el('textarea', { id: 'json-editor', class: 'json', spellcheck: 'false' });
+    text.value = pretty(current.data);
+    text.rows = Math.min(30, Math.max(6, text.value.split('\n').length + 1));
+    const problem = el('div', { id: 'json-problem' });
+    json = { text, problem };
+    fieldTable.hidden = true; actions.hidden = true; tools.hidden = true;
+    editor.hidden = false;
+    editor.replaceChildren(
+      el('p', { class: 'quiet', id: 'json-version', 'data-version': current.version.source },
+        `The document's data at version ${current.version.source}. Saving replaces it, only if the document is still at that version.`),
+      text, problem,
+      el('div', { class: 'row' },
+        el('button', { class: 'primary', id: 'save-json', type: 'button', onclick: saveJSON }, 'Save'),
+        el('button', { id: 'cancel-json', type: 'button', onclick: cancel }, 'Cancel')));
+    text.focus();
+  }
+
+  function saveJSON() {
+    let data;
+    try { data = parseJSON(json.text.value); } catch (error) {
+      json.problem.replaceChildren(el('div', { class: 'error', 'data-kind': 'parse' }, `Not saved: this is not JSON (${error.message}).`));
+      return;
+    }
+    if (!isMap(data)) {
+      json.problem.replaceChildren(el('div', { class: 'error', 'data-kind': 'parse' }, 'Not saved: a document\'s data is a JSON object, {"field": value, …}.'));
+      return;
+    }
+    json.problem.replaceChildren();
+    write('PUT', `?version=${current.version.source}`, json.text.value, 'Saved the document');
+  }
+
+  function closeJSON() {
+    if (!json) return;
+    json = null;
+    editor.hidden = true; editor.replaceChildren();
+    fieldTable.hidden = false; actions.hidden = false; tools.hidden = false;
   }
 
   function show(document, changed) {
     current = document;
     main().dataset.version = document ? document.version.source : '0';
+    tools.replaceChildren(...(document ? [el('button', { id: 'edit-json', type: 'button', onclick: openJSON }, 'Edit JSON')] : []));
     if (!document) {
       actions.dataset.mode = 'create';
       meta.replaceChildren(el('dt', {}, 'Path'), el('dd', { class: 'mono' }, path), el('dt', {}, 'Status'), el('dd', { id: 'missing' }, 'No document here (or none you may read).'));
@@ -637,7 +988,7 @@ function documentPage(path) {
     try {
       const answer = await api('GET', '/v1/collections?parent=' + encodeURIComponent(path));
       subcollections.replaceChildren(...(answer.collections.length
-        ? answer.collections.map(id => el('li', {}, el('a', { href: link('data', path + '/' + id) }, id)))
+        ? await nameItems(answer.collections, id => ({ collection: path + '/' + id }), id => link('data', path + '/' + id), 'data-collection')
         : [el('li', { class: 'quiet' }, 'None.')]));
     } catch (error) { showError(subcollections, error); }
   }
@@ -747,6 +1098,7 @@ function serverPage() {
 function route() {
   for (const cleanup of state.cleanup.splice(0)) cleanup();
   const hash = location.hash.slice(1) || '/data/';
+  state.shown = '#' + hash;
   const parts = hash.split('/').slice(1);
   const page = parts.shift();
   let path;
@@ -758,16 +1110,31 @@ function route() {
   else if (!path) rootPage();
   else if (segments(path).length % 2 === 1) collectionPage(path, false);
   else documentPage(path);
+  showLive();
+}
+
+// A link from `tandem console --as` carries a token in the fragment, which browsers never send
+// to the server. It is taken out of the address bar (which shows the page shown before it) and
+// returned; null when the fragment holds none.
+function fragmentToken() {
+  if (!location.hash.startsWith('#token=')) return null;
+  const text = location.hash.slice('#token='.length);
+  let token;
+  try { token = decodeURIComponent(text); } catch (_) { token = text; }
+  history.replaceState(null, '', location.pathname + location.search + state.shown);
+  return token;
+}
+
+// Every change of the fragment: a page to show, or a token (a link opened in a tab already on
+// the console), which the console signs in with at once, as on its first load.
+function fragmentChanged() {
+  const token = fragmentToken();
+  if (token !== null && accessMode() === 'token') setToken(token);
+  else route();
 }
 
 async function start() {
-  // A link from `tandem console` carries a token in the fragment, which browsers never send to
-  // the server: kept for this tab, and taken out of the address bar.
-  if (location.hash.startsWith('#token=')) {
-    state.token = decodeURIComponent(location.hash.slice(7));
-    sessionStorage.setItem('tandem.token', state.token);
-    history.replaceState(null, '', location.pathname + '#/data/');
-  }
+  const token = fragmentToken();
   try {
     state.health = await api('GET', '/health');
     document.getElementById('server-version').textContent = `Tandem ${state.health.version}`;
@@ -775,8 +1142,10 @@ async function start() {
     showError(main(), error);
     return;
   }
+  // Only a server that verifies tokens is sent one.
+  if (accessMode() === 'token') takeToken(token !== null ? token : sessionStorage.getItem('tandem.token'));
   renderAccess();
-  window.addEventListener('hashchange', route);
+  window.addEventListener('hashchange', fragmentChanged);
   route();
 }
 
