@@ -17,8 +17,8 @@ public struct ServerLimits: Sendable, Hashable {
     /// Default 5,000.
     public var maximumWritesPerSecond = 5_000
     /// The most writes one signed-in user may send per second over all their connections and HTTP
-    /// requests, answered as above; anonymous callers' writes count against their address, at the
-    /// same rate. Default 10,000.
+    /// requests, answered as above; anonymous callers' writes count against their address (an IPv6
+    /// address by its /64), at the same rate. Default 10,000.
     public var maximumWritesPerSecondPerUser = 10_000
     /// The most messages (of any kind) one WebSocket connection may send per second, on average;
     /// past it a message is answered `resource-exhausted` with `retryAfter`, and not acted on.
@@ -27,9 +27,10 @@ public struct ServerLimits: Sendable, Hashable {
     /// The most WebSocket connections one signed-in user may have open at once; past it `hello` is
     /// refused with `resource-exhausted`. Default 100.
     public var maximumConnectionsPerUser = 100
-    /// The most anonymous WebSocket connections one address may have open at once (an anonymous
-    /// caller has no user to count them by); past it `hello` is refused with `resource-exhausted`.
-    /// Higher than the per-user limit, since many devices may share an address. Default 1,000.
+    /// The most anonymous WebSocket connections one address (an IPv6 address: its /64) may have
+    /// open at once (an anonymous caller has no user to count them by); past it `hello` is refused
+    /// with `resource-exhausted`. Higher than the per-user limit, since many devices may share an
+    /// address. Default 1,000.
     public var maximumConnectionsPerAddress = 1_000
     /// How deep arrays and objects may nest in a request or message, the envelope included; deeper
     /// is refused with `invalid-argument` before anything of it is used. Default 64; at most
@@ -41,6 +42,17 @@ public struct ServerLimits: Sendable, Hashable {
     /// The most write requests one connection may have waiting to commit; past it a write is
     /// answered `unavailable` at once (nothing written). Default 1,000.
     public var maximumPendingWritesPerConnection = 1_000
+    /// The most reads (`get`, `query` and `fetch`) one WebSocket connection may have under way at
+    /// once; past it a read is answered `resource-exhausted` with `retryAfter` (250 ms) at once,
+    /// not acted on, and the connection goes on. `TandemClient` waits it out and sends the read
+    /// again. Default 100.
+    public var maximumReadsInFlightPerConnection = 100
+    /// The most reads one signed-in user may send per second over HTTP (`GET /v1/documents/…`,
+    /// `POST /v1/query`, `GET /v1/changes`, `GET /v1/collections`, `GET /v1/groups`), on average;
+    /// up to a second's worth may come at once. Anonymous callers' reads count against their
+    /// address (an IPv6 address by its /64), at the same rate. Past it a read is answered `429`
+    /// with `Retry-After` (`resource-exhausted` with `retryAfter`). Default 10,000.
+    public var maximumHTTPReadsPerSecondPerUser = 10_000
 
     /// The default limits, as each property states.
     public init() {}

@@ -35,6 +35,7 @@ public final class MockServer: Sendable {
         configuration.logger.logLevel = .critical
         configuration.limits.maximumWritesPerSecond = .max
         configuration.limits.maximumPendingWritesPerConnection = .max
+        configuration.limits.maximumReadsInFlightPerConnection = .max
         let listeners = Locked(0)
         configuration.onListenerCountChange = { count in listeners.value = count }
         self.listeners = listeners

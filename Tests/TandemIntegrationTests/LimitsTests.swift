@@ -32,6 +32,17 @@ struct LimitsTests {
         range.map { Mutation(path: documentPath("users/\(uid)/notes/\($0)"), kind: .set(["n": .int($0)]), id: MutationID(clientID: client, sequence: UInt64($0 + 1))) }
     }
 
+    /// An HTTP request to `server`, with a JSON body and a bearer token when given.
+    func call(_ server: LiveServer, _ method: String, _ path: String, body: String? = nil, token: String? = nil) async throws -> (HTTPURLResponse, JSONValue) {
+        var request = URLRequest(url: URL(string: "\(server.url.absoluteString)\(path)")!)
+        request.httpMethod = method
+        request.setValue("application/json", forHTTPHeaderField: "Content-Type")
+        if let body { request.httpBody = Data(body.utf8) }
+        if let token { request.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization") }
+        let (data, response) = try await URLSession.shared.data(for: request)
+        return (response as! HTTPURLResponse, (try? JSONText.parse(bytes: data)) ?? .null)
+    }
+
     @Test("a connection past its write rate is answered resource-exhausted with retryAfter; TandemClient waits it out, sends again, and each write applies once")
     func clientHonoursRetryAfter() async throws {
         let (server, tokens) = try await server { $0.limits.maximumWritesPerSecond = 5 }
@@ -164,6 +175,95 @@ struct LimitsTests {
         // hello and two reads took the three: a third of a second brings the next.
         #expect(refused.code == .resourceExhausted && refused.retryAfter == .milliseconds(334) && refused.message.contains("3 messages a second"))
         #expect(try await server.store.currentVersion() == 0)
+        await stream.close()
+        await server.stop()
+    }
+
+    @Test("a user past the HTTP read rate gets 429 with Retry-After and retryAfter on every read route, and nothing is read; another user reads on, and writes have a rate of their own")
+    func httpReadRate() async throws {
+        let (server, tokens) = try await server {
+            $0.limits.maximumHTTPReadsPerSecondPerUser = 2
+            // Time stands still on the server: nothing refills between requests.
+            $0.clock = ManualClock()
+        }
+        let ada = try token(tokens, "ada")
+        #expect(try await call(server, "GET", "/v1/documents/users/ada/notes/1", token: ada).0.statusCode == 404)
+        #expect(try await call(server, "POST", "/v1/query", body: #"{"collection":"users/ada/notes"}"#, token: ada).0.statusCode == 200)
+        let reads: [(method: String, path: String, body: String?)] = [
+            ("GET", "/v1/documents/users/ada/notes/1", nil),
+            ("POST", "/v1/query", #"{"collection":"users/ada/notes"}"#),
+            ("GET", "/v1/changes?since=0&collection=users/ada/notes", nil),
+            ("GET", "/v1/collections", nil),
+            ("GET", "/v1/groups", nil),
+        ]
+        for read in reads {
+            let (refused, answer) = try await call(server, read.method, read.path, body: read.body, token: ada)
+            #expect(refused.statusCode == 429 && refused.value(forHTTPHeaderField: "Retry-After") == "1", "\(read.method) \(read.path): \(answer)")
+            #expect(answer[field: "error"]?[field: "code"] == "resource-exhausted" && answer[field: "error"]?[field: "retryAfter"] == 500, "\(read.method) \(read.path): \(answer)")
+            #expect(answer[field: "error"]?[field: "message"]?.stringValue?.contains("more than 2 reads a second") == true, "\(answer)")
+        }
+        let bob = try token(tokens, "bob")
+        #expect(try await call(server, "GET", "/v1/documents/users/bob/notes/1", token: bob).0.statusCode == 404, "another user's reads have a bucket of their own")
+        let write = #"{"writes":[{"op":"set","path":"users/ada/notes/1","data":{}}]}"#
+        #expect(try await call(server, "POST", "/v1/commit", body: write, token: ada).0.statusCode == 200, "writes have a rate of their own")
+        await server.stop()
+    }
+
+    @Test("an anonymous caller past the HTTP read rate gets 429 too, counted by its address; a request that reads no data is not counted")
+    func anonymousHTTPReadRate() async throws {
+        var configuration = SyncServerConfiguration()
+        configuration.limits.maximumHTTPReadsPerSecondPerUser = 1
+        configuration.clock = ManualClock()
+        let server = try await LiveServer.start(store: MemoryServerStore(clock: ManualClock()), configuration: configuration)
+        #expect(try await call(server, "GET", "/v1/groups").0.statusCode == 200)
+        let (refused, body) = try await call(server, "GET", "/v1/collections")
+        #expect(refused.statusCode == 429 && refused.value(forHTTPHeaderField: "Retry-After") == "1", "\(body)")
+        #expect(body[field: "error"]?[field: "message"]?.stringValue?.contains("The address 127.0.0.1") == true, "\(body)")
+        #expect(try await call(server, "GET", "/health").0.statusCode == 200)
+        await server.stop()
+    }
+
+    @Test("a connection's reads past its in-flight cap are refused at once with resource-exhausted and retryAfter, never reaching the store; the session goes on, and an answered read makes room")
+    func readsInFlightPerConnection() async throws {
+        let store = HeldReadsStore()
+        var configuration = SyncServerConfiguration()
+        configuration.limits.maximumReadsInFlightPerConnection = 2
+        configuration.clock = ManualClock()
+        let server = try await LiveServer.start(store: store, configuration: configuration)
+        let stream = RawStream(port: server.port)
+        try #require(await stream.hello("reader"), "expected welcome")
+        let notes = try CollectionPath("notes")
+        // Four reads at once, one of each kind and another get: the store holds the first two
+        // under way, so the other two find the cap reached and are answered first.
+        stream.send(.get(id: 1, path: documentPath("notes/1")))
+        stream.send(.query(id: 2, target: .collection(notes, Query())))
+        stream.send(.fetch(id: 3, target: .collection(notes, Query()), since: .zero, limit: 10))
+        stream.send(.get(id: 4, path: documentPath("notes/4")))
+        guard case .error(3, let third)? = await stream.next(), case .error(4, let fourth)? = await stream.next() else {
+            Issue.record("expected the third and fourth reads refused at once")
+            return
+        }
+        for refused in [third, fourth] {
+            #expect(refused.code == .resourceExhausted && refused.retryAfter == .milliseconds(250) && refused.message.contains("2 reads under way"), "\(refused)")
+        }
+        #expect(await store.gate.wait(until: { $0.arrived == 2 }), "the first two reads are under way in the store")
+        store.gate.withLock { $0.open = true }
+        var answered: Set<Int> = []
+        for _ in 0..<2 {
+            guard case .documents(let id, _, _)? = await stream.next() else {
+                Issue.record("expected the held reads answered")
+                return
+            }
+            answered.insert(id)
+        }
+        #expect(answered == [1, 2])
+        // Their answers gave their room back: the next read goes.
+        stream.send(.get(id: 5, path: documentPath("notes/5")))
+        guard case .documents(5, _, _)? = await stream.next() else {
+            Issue.record("expected the next read answered")
+            return
+        }
+        #expect(store.gate.value.arrived == 3, "the refused reads never reached the store")
         await stream.close()
         await server.stop()
     }

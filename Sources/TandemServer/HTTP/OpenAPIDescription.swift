@@ -84,7 +84,7 @@ public enum OpenAPIDescription {
                 ],
             ],
             "/v1/documents/{path}": [
-                "get": operation("getDocument", "Read a document", parameters: [document], ok: ref("Document"), errors: [400, 401, 403, 404]),
+                "get": operation("getDocument", "Read a document", parameters: [document], ok: ref("Document"), errors: [400, 401, 403, 404, 429]),
                 "put": operation("setDocument", "Set a document's body (with merge=true, merge into it); transforms go in place ({\"$increment\": 1})",
                                  parameters: write + [["$ref": "#/components/parameters/merge"]], body: ref("Fields"),
                                  ok: ref("WriteAnswer"), errors: [400, 401, 403, 409, 412, 413, 415, 429, 503]),
@@ -97,7 +97,7 @@ public enum OpenAPIDescription {
                 "post": operation("query", "Run a query once", body: ref("Target"), ok: [
                     "type": "object", "required": ["documents", "version"],
                     "properties": ["documents": ["type": "array", "items": ref("Document")], "version": ref("Version")],
-                ], errors: [400, 401, 403, 404, 413, 415]),
+                ], errors: [400, 401, 403, 404, 413, 415, 429]),
             ],
             "/v1/commit": [
                 "post": operation("commit", "Apply writes atomically: all of them at one new version, or none; a refused write is answered with its error",
@@ -118,18 +118,18 @@ public enum OpenAPIDescription {
                                  ], ok: [
                                     "type": "object", "required": ["changes", "version", "hasMore"],
                                     "properties": ["changes": ["type": "array", "items": ref("Change")], "version": ref("Version"), "hasMore": ["type": "boolean"]],
-                                 ], errors: [400, 401, 403, 410]),
+                                 ], errors: [400, 401, 403, 410, 429]),
             ],
             "/v1/collections": [
                 "get": operation("listCollections", "The collections at the root, or directly under a document, that hold a document and that the caller may list whole",
                                  parameters: [query("parent", "A document path; the root when absent", documentPattern)],
                                  ok: ["type": "object", "required": ["collections"], "properties": ["collections": ["type": "array", "items": ["type": "string"]]]],
-                                 errors: [400, 401]),
+                                 errors: [400, 401, 429]),
             ],
             "/v1/groups": [
                 "get": operation("listGroups", "The collection groups that hold a document and that the caller may list whole",
                                  ok: ["type": "object", "required": ["groups"], "properties": ["groups": ["type": "array", "items": ["type": "string"]]]],
-                                 errors: [401]),
+                                 errors: [401, 429]),
             ],
         ]
     }

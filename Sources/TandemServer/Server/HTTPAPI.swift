@@ -16,6 +16,15 @@ struct HTTPAPI: Sendable {
         Principal(identity: try service.authenticate(authorization: request.headers[.authorization]), address: context.remoteAddress?.ipAddress)
     }
 
+    /// Who sends the read `request`, once its caller's HTTP read rate admits it (see
+    /// ``Admission/admitRead(from:)``); past the rate the refusal is thrown, answered 429 with
+    /// `Retry-After`, before anything is read.
+    private func reader(_ request: Request, _ context: CallerRequestContext) throws(TandemError) -> Principal {
+        let asker = try caller(request, context)
+        if let refusal = service.admission.admitRead(from: asker) { throw refusal }
+        return asker
+    }
+
     func register(on router: Router<CallerRequestContext>) {
         router.get("/health") { _, _ in
             // `access`, for a console: "open" (no access control), "rules" (rules, every caller
@@ -54,7 +63,7 @@ struct HTTPAPI: Sendable {
         }
         router.get("/v1/documents/**") { request, context in
             try await handle {
-                let asker = try self.caller(request, context)
+                let asker = try self.reader(request, context)
                 let path = try Self.documentPath(context)
                 guard let document = try await service.get(path, context: asker).documents.first else {
                     throw TandemError(.notFound, "No document at \(path).")
@@ -90,7 +99,7 @@ struct HTTPAPI: Sendable {
         }
         router.get("/v1/collections") { request, context in
             try await handle {
-                let asker = try self.caller(request, context)
+                let asker = try self.reader(request, context)
                 let parent = try request.uri.queryParameters.get("parent").map { text throws(TandemError) in
                     try DocumentPath(text)
                 }
@@ -99,13 +108,13 @@ struct HTTPAPI: Sendable {
         }
         router.get("/v1/groups") { request, context in
             try await handle {
-                let asker = try self.caller(request, context)
+                let asker = try self.reader(request, context)
                 return .object(["groups": .array(try await service.collectionGroups(context: asker).map(JSONValue.string))])
             }
         }
         router.post("/v1/query") { request, context in
             try await handle {
-                let asker = try self.caller(request, context)
+                let asker = try self.reader(request, context)
                 let target = try ListenTarget(wire: try await Self.body(request, limits: limits))
                 let snapshot = try await service.query(target, context: asker)
                 return .object(["documents": .array(snapshot.documents.map(\.wireValue)), "version": .int(Int(clamping: snapshot.version.rawValue))])
@@ -127,7 +136,7 @@ struct HTTPAPI: Sendable {
         }
         router.get("/v1/changes") { request, context in
             try await handle {
-                let asker = try self.caller(request, context)
+                let asker = try self.reader(request, context)
                 let parameters = request.uri.queryParameters
                 let since = try Self.integer(parameters.get("since"), name: "since") ?? 0
                 let limit = try Self.integer(parameters.get("limit"), name: "limit") ?? 1000

@@ -104,8 +104,8 @@ final class StreamSession: Sendable {
         state.withLock { $0.principal ?? Principal() }
     }
 
-    /// Handles one text message, as the UTF-8 bytes that came; reads and listens run in `tasks`,
-    /// writes go to the write queue.
+    /// Handles one text message, as the UTF-8 bytes that came; reads and listens run in `tasks`
+    /// (reads counted in flight, see ``read(_:in:_:)``), writes go to the write queue.
     func handle(_ bytes: UnsafeRawBufferPointer, tasks: inout DiscardingTaskGroup) {
         service.metrics.received(bytes: bytes.count)
         // The cheap checks first, before the message is parsed: its size and the connection's
@@ -176,35 +176,45 @@ final class StreamSession: Sendable {
             case .refuse(let error): outbox.send(.error(id: requestID, error))
             }
         case .get(let requestID, let path):
-            let context = self.context
-            tasks.addTask {
-                do {
-                    let read = try await self.service.get(path, context: context)
-                    self.outbox.send(.documents(id: requestID, documents: read.documents, version: read.version))
-                } catch {
-                    self.outbox.send(.error(id: requestID, SyncService.tandemError(error)))
-                }
+            read(requestID, in: &tasks) { context in
+                let snapshot = try await self.service.get(path, context: context)
+                return .documents(id: requestID, documents: snapshot.documents, version: snapshot.version)
             }
         case .query(let requestID, let target):
-            let context = self.context
-            tasks.addTask {
-                do {
-                    let snapshot = try await self.service.query(target, context: context)
-                    self.outbox.send(.documents(id: requestID, documents: snapshot.documents, version: snapshot.version))
-                } catch {
-                    self.outbox.send(.error(id: requestID, SyncService.tandemError(error)))
-                }
+            read(requestID, in: &tasks) { context in
+                let snapshot = try await self.service.query(target, context: context)
+                return .documents(id: requestID, documents: snapshot.documents, version: snapshot.version)
             }
         case .fetch(let requestID, let target, let since, let limit):
-            let context = self.context
-            tasks.addTask {
-                do {
-                    let page = try await self.service.changes(since: since, in: target, limit: min(limit, SyncService.maximumChangesPerPage), context: context)
-                    self.outbox.send(.page(id: requestID, page))
-                } catch {
-                    self.outbox.send(.error(id: requestID, SyncService.tandemError(error)))
-                }
+            read(requestID, in: &tasks) { context in
+                let page = try await self.service.changes(since: since, in: target, limit: min(limit, SyncService.maximumChangesPerPage), context: context)
+                return .page(id: requestID, page)
             }
+        }
+    }
+
+    /// Runs a read (`get`, `query` or `fetch`) in a task of its own, once ``Admission`` admits it
+    /// to the connection's reads in flight; past them it is refused at once (`resource-exhausted`
+    /// with `retryAfter`), and the session goes on. `body` reads, as the session's principal, and
+    /// returns the answer.
+    private func read(_ requestID: Int, in tasks: inout DiscardingTaskGroup, _ body: @escaping @Sendable (Principal) async throws -> ServerMessage) {
+        if let refusal = state.withLock({ service.admission.admitRead(on: &$0.counters) }) {
+            outbox.send(.error(id: requestID, refusal))
+            return
+        }
+        let context = self.context
+        tasks.addTask {
+            let answer: ServerMessage
+            do {
+                // However the read ends (answered, failed, or cancelled with the session), it
+                // leaves the count, and before its answer goes out: a client that has the answer
+                // finds the room it made.
+                defer { self.state.withLock { self.service.admission.readEnded(on: &$0.counters) } }
+                answer = try await body(context)
+            } catch {
+                answer = .error(id: requestID, SyncService.tandemError(error))
+            }
+            self.outbox.send(answer)
         }
     }
 

@@ -11,6 +11,8 @@ import TandemCore
 /// | open WebSocket connections, at `hello` | user, or an anonymous caller's address | `maximumConnectionsPerUser`, `maximumConnectionsPerAddress` | `resource-exhausted` |
 /// | writes a second | connection, and user or anonymous address | `maximumWritesPerSecond`, `maximumWritesPerSecondPerUser` | `resource-exhausted` + `retryAfter` |
 /// | write requests waiting to commit | connection | `maximumPendingWritesPerConnection` | `unavailable` |
+/// | reads (`get`, `query`, `fetch`) under way on a WebSocket | connection | `maximumReadsInFlightPerConnection` | `resource-exhausted` + `retryAfter` |
+/// | HTTP reads a second | user, or anonymous address | `maximumHTTPReadsPerSecondPerUser` | `resource-exhausted` + `retryAfter` (429) |
 /// | writes in a request, path depth | request | `maximumBatchWrites`, `maximumPathDepth` | `resource-exhausted`, `invalid-argument` |
 /// | listeners running | connection | `maximumListenersPerConnection` | `resource-exhausted` |
 ///
@@ -21,21 +23,13 @@ import TandemCore
 /// its refusal reads the same as an access refusal.
 ///
 /// An anonymous caller has no user to count against, so its quotas count against its address: many
-/// connections or HTTP requests from one address share one connection count and one write bucket.
+/// connections or HTTP requests from one address share one connection count, one write bucket and
+/// one read bucket. An IPv6 address counts by its /64 (see ``Caller``).
+///
+/// The rate buckets of at most ``maximumTrackedCallers`` callers are kept; past it the least
+/// recently seen caller's bucket is forgotten (``LRUTable``), so a crowd of new callers never
+/// refills the buckets of the callers busy now.
 final class Admission: Sendable {
-    /// Whom a quota counts against.
-    enum Caller: Hashable, Sendable, CustomStringConvertible {
-        case user(String)
-        case address(String)
-
-        var description: String {
-            switch self {
-            case .user(let uid): "The user \(uid)"
-            case .address(let address): "The address \(address)"
-            }
-        }
-    }
-
     /// A connection counted against its caller, from ``seat(_:)``: given back once with
     /// ``release(_:)``.
     struct Seat: Sendable, Hashable {
@@ -47,6 +41,8 @@ final class Admission: Sendable {
         var messages: RateLimiter
         /// The order and rate of the connection's writes (see ``WriteSequencer``).
         var writes: WriteSequencer
+        /// Reads admitted by ``Admission/admitRead(on:)`` and not yet ended.
+        var readsInFlight = 0
 
         init(limits: ServerLimits) {
             messages = RateLimiter(perSecond: limits.maximumMessagesPerSecond)
@@ -56,15 +52,20 @@ final class Admission: Sendable {
 
     private struct State {
         var connections: [Caller: Int] = [:]
-        var writes: [Caller: RateLimiter] = [:]
+        var writes = LRUTable<Caller, RateLimiter>(capacity: Admission.maximumTrackedCallers)
+        var reads = LRUTable<Caller, RateLimiter>(capacity: Admission.maximumTrackedCallers)
     }
 
     let limits: ServerLimits
     private let now: @Sendable () -> Duration
     private let state = Mutex(State())
-    /// The most callers whose write buckets are kept; past it they all start full again (at most a
-    /// second's worth more for each), so the table never grows without bound.
+    /// The most callers whose write buckets (and, apart, read buckets) are kept; past it the least
+    /// recently seen caller's bucket is forgotten, to start full again if it comes back (at most a
+    /// second's worth more for it), so the tables never grow without bound.
     static let maximumTrackedCallers = 65_536
+    /// How long a read refused for its connection's reads in flight is told to wait: a few reads'
+    /// time, after which some of those under way have been answered.
+    static let readsInFlightRetryAfter = Duration.milliseconds(250)
 
     init(limits: ServerLimits, now: @escaping @Sendable () -> Duration) {
         self.limits = limits
@@ -159,12 +160,7 @@ final class Admission: Sendable {
     func admitWrites(_ count: Int, for caller: Caller) -> TandemError? {
         let now = now()
         let limit = limits.maximumWritesPerSecondPerUser
-        let wait = state.withLock { state -> Duration? in
-            if state.writes[caller] == nil, state.writes.count >= Self.maximumTrackedCallers { state.writes.removeAll() }
-            var bucket = state.writes[caller] ?? RateLimiter(perSecond: limit)
-            defer { state.writes[caller] = bucket }
-            return bucket.admit(count, at: now) ? nil : bucket.wait(for: count)
-        }
+        let wait = state.withLock { state in state.writes.take(count, by: caller, at: now, perSecond: limit) }
         guard let wait else { return nil }
         return TandemError(.resourceExhausted, "\(caller) sent more than \(limit) writes a second; nothing was written. Wait \(wait.wholeMilliseconds) ms (retryAfter), then send it again.",
                            retryAfter: wait)
@@ -175,8 +171,60 @@ final class Admission: Sendable {
         try limits.checkBatch(mutations)
     }
 
+    // MARK: Reads
+
+    /// A read (`get`, `query` or `fetch`) arrives on a WebSocket connection, which runs each in a
+    /// task of its own: counted in flight until ``readEnded(on:)``. Refused at once, with
+    /// `resource-exhausted` and `retryAfter`, when the connection has
+    /// `maximumReadsInFlightPerConnection` reads under way already; the connection goes on. Nil
+    /// when admitted.
+    func admitRead(on connection: inout ConnectionCounters) -> TandemError? {
+        let limit = limits.maximumReadsInFlightPerConnection
+        guard connection.readsInFlight >= limit else {
+            connection.readsInFlight += 1
+            return nil
+        }
+        let wait = Self.readsInFlightRetryAfter
+        return TandemError(.resourceExhausted, "This connection has \(limit) reads under way, the most allowed; this one was not read. Wait \(wait.wholeMilliseconds) ms (retryAfter), then send it again, or wait for answers before sending more reads.",
+                           retryAfter: wait)
+    }
+
+    /// A read admitted by ``admitRead(on:)`` ended: answered, failed, or cancelled.
+    func readEnded(on connection: inout ConnectionCounters) {
+        connection.readsInFlight = max(0, connection.readsInFlight - 1)
+    }
+
+    /// An HTTP read (a document, a query, a page of changes, a listing) arrives from `principal`:
+    /// one read from the bucket of its caller (its user, or an anonymous caller's address); the
+    /// refusal (with `retryAfter`, answered 429) when the bucket is empty. Nil when admitted, or
+    /// when there is no one to count it against.
+    func admitRead(from principal: Principal) -> TandemError? {
+        guard let caller = principal.caller else { return nil }
+        return admitRead(for: caller)
+    }
+
+    /// As above, for a caller.
+    func admitRead(for caller: Caller) -> TandemError? {
+        let now = now()
+        let limit = limits.maximumHTTPReadsPerSecondPerUser
+        let wait = state.withLock { state in state.reads.take(1, by: caller, at: now, perSecond: limit) }
+        guard let wait else { return nil }
+        return TandemError(.resourceExhausted, "\(caller) sent more than \(limit) reads a second over HTTP; this one was not read. Wait \(wait.wholeMilliseconds) ms (retryAfter), then send it again, or read over the WebSocket stream.",
+                           retryAfter: wait)
+    }
+
     // MARK: Listeners
 
     /// The most listeners one connection may run at once.
     var listenersPerConnection: Int { limits.maximumListenersPerConnection }
+}
+
+extension LRUTable where Value == RateLimiter {
+    /// Takes `count` tokens from `key`'s bucket (a full one of `limit` a second when the table
+    /// holds none for it); how long until there are enough when there are not, nil when taken.
+    fileprivate mutating func take(_ count: Int, by key: Key, at now: Duration, perSecond limit: Int) -> Duration? {
+        update(key, default: RateLimiter(perSecond: limit)) { bucket in
+            bucket.admit(count, at: now) ? nil : bucket.wait(for: count)
+        }
+    }
 }

@@ -5,7 +5,7 @@
 /// derived from it, never kept apart:
 /// - what access control reads (``identity``);
 /// - who owns the writer ids a write uses (``writerOwner``);
-/// - whom a connection and its writes count against in ``Admission`` (``caller``).
+/// - whom a connection, its writes and its HTTP reads count against in ``Admission`` (``caller``).
 ///
 /// A client id grants nothing by itself: the same id said by two users is two principals, and
 /// neither can write under the other's writer ids.
@@ -53,12 +53,13 @@ struct Principal: Sendable, Hashable {
     /// The owner of an anonymous device's writer ids.
     static func anonymousOwner(_ device: String) -> String { "a:" + device }
 
-    /// Whom this principal's connections and writes count against: its user, or an anonymous
-    /// caller's address. Nil for an anonymous caller with no address (in process), which only the
-    /// per-connection limits bound.
+    /// Whom this principal's connections, writes and HTTP reads count against: its user, or an
+    /// anonymous caller's address (an IPv6 address by its /64, see
+    /// ``Admission/Caller/anonymous(from:)``). Nil for an anonymous caller with no address (in
+    /// process), which only the per-connection limits bound.
     var caller: Admission.Caller? {
         if let user = identity.user { return .user(user.uid) }
-        if let address { return .address(address) }
+        if let address { return .anonymous(from: address) }
         return nil
     }
 }

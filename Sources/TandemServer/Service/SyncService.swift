@@ -15,11 +15,10 @@ final class SyncService: Sendable {
     let streamSessions = Atomic<Int>(0)
     /// What the server counts (``ServerMetrics``).
     let metrics: ServerMetrics
-    /// Connections and writes a second, per signed-in user.
     /// Every limit and quota a request passes before it is acted on.
     let admission: Admission
 
-    /// - Parameter now: the server's clock, for the per-user write rate.
+    /// - Parameter now: the server's clock, for the per-user write and HTTP read rates.
     init(store: any ServerStore, hub: FanOutHub, limits: ServerLimits, access: AccessControl? = nil, metrics: ServerMetrics = ServerMetrics(),
          now: @escaping @Sendable () -> Duration) {
         self.metrics = metrics
