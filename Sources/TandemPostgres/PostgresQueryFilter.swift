@@ -15,7 +15,9 @@ import TandemCore
 /// form, so keys match by canonical equivalence, as Swift's dictionaries find them, and values
 /// whose bytes are equal are found (with some that are only canonically equal, which the
 /// evaluator then leaves out). A document whose body
-/// PostgreSQL could not store as `jsonb` is always a candidate.
+/// PostgreSQL could not store as `jsonb` is always a candidate. An `or` of filters is read as
+/// the `OR` of its branches' conditions when every branch has one, and not narrowed otherwise. Every
+/// value is a bind parameter: nothing of a query is written into the SQL's text.
 struct PostgresQueryFilter {
     /// The conditions over `d.body`, with `$n` placeholders numbered from the `first` given; a
     /// document PostgreSQL could not hold as `jsonb` (its `body` NULL) is read beside them.
@@ -25,56 +27,115 @@ struct PostgresQueryFilter {
 
     /// The condition for `query`'s filters (nil when none can be translated), its placeholders
     /// numbered from `first`.
+    ///
+    /// Composite filters keep the rule of a superset: an `and` becomes the `AND` of what of it
+    /// translates (leaving out a filter only keeps more); an `or` becomes the parenthesized `OR`
+    /// of its branches only when every branch translates, since a branch left out would lose the
+    /// documents only it keeps. An `or` with a branch that does not translate pushes nothing: the
+    /// evaluator decides it over every candidate the rest of the query reads.
     init?(_ query: Query, firstPlaceholder first: Int) {
+        var builder = Builder(first: first)
         var conditions: [String] = []
+        for operation in query.operations {
+            let condition: String?
+            switch operation {
+            case .filter(let field, let op, let value): condition = builder.condition(field, op, value)
+            case .compositeFilter(let filter): condition = builder.condition(filter)
+            case .order, .limit, .limitToLast, .cursor: condition = nil
+            }
+            if let condition { conditions.append(condition) }
+        }
+        guard !conditions.isEmpty else { return nil }
+        self.conditions = conditions.joined(separator: " AND ")
+        self.binds = builder.binds
+    }
+
+    /// Makes the conditions and collects their binds. A condition it does not make (nil) leaves
+    /// ``binds`` as they were, so no placeholder is bound that the SQL does not use.
+    private struct Builder {
+        let first: Int
         var binds: [PostgresBind] = []
-        func placeholder(_ bind: PostgresBind) -> String {
+
+        init(first: Int) {
+            self.first = first
+        }
+
+        mutating func placeholder(_ bind: PostgresBind) -> String {
             binds.append(bind)
             return "$\(first + binds.count - 1)"
         }
+
         // Compared as the bodies are stored: normalized (NFC), so text compares as Swift's strings
         // do, by canonical equivalence.
-        func json(_ value: JSONValue) -> String { "normalize(\(placeholder(.text(JSONText.encode(value)))), NFC)::jsonb" }
-        for case .filter(let field, let op, let value) in query.operations {
-            guard field.segments.allSatisfy(Self.storable) else { continue }
+        mutating func json(_ value: JSONValue) -> String { "normalize(\(placeholder(.text(JSONText.encode(value)))), NFC)::jsonb" }
+
+        /// A composite filter's condition: see ``PostgresQueryFilter/init(_:firstPlaceholder:)``.
+        mutating func condition(_ filter: Filter) -> String? {
+            switch filter {
+            case .field(let field, let op, let value):
+                return condition(field, op, value)
+            case .and(let filters):
+                var parts: [String] = []
+                for filter in filters {
+                    if let part = condition(filter) { parts.append(part) }
+                }
+                return parts.isEmpty ? nil : "(" + parts.joined(separator: " AND ") + ")"
+            case .or(let filters):
+                let mark = binds.count
+                var parts: [String] = []
+                for filter in filters {
+                    guard let part = condition(filter) else {
+                        // Bound for the branches before it, which are not used now.
+                        binds.removeSubrange(mark...)
+                        return nil
+                    }
+                    parts.append("(" + part + ")")
+                }
+                return parts.isEmpty ? nil : "(" + parts.joined(separator: " OR ") + ")"
+            }
+        }
+
+        /// One field filter's condition, or nil when it has none that never leaves a match out.
+        mutating func condition(_ field: FieldPath, _ op: Query.FilterOperator, _ value: JSONValue) -> String? {
+            guard field.segments.allSatisfy(PostgresQueryFilter.storable) else { return nil }
             switch op {
             case .equal:
-                guard Self.containable(value) else { continue }
-                conditions.append("d.body @> \(json(Self.nest(value, at: field)))")
+                guard PostgresQueryFilter.containable(value) else { return nil }
+                return "d.body @> \(json(PostgresQueryFilter.nest(value, at: field)))"
             case .in:
-                guard case .array(let wanted) = value, !wanted.isEmpty, wanted.count <= 100, wanted.allSatisfy(Self.containable) else { continue }
-                conditions.append("(" + wanted.map { "d.body @> \(json(Self.nest($0, at: field)))" }.joined(separator: " OR ") + ")")
+                guard case .array(let wanted) = value, !wanted.isEmpty, wanted.count <= 100, wanted.allSatisfy(PostgresQueryFilter.containable) else { return nil }
+                var parts: [String] = []
+                for element in wanted { parts.append("d.body @> \(json(PostgresQueryFilter.nest(element, at: field)))") }
+                return "(" + parts.joined(separator: " OR ") + ")"
             case .arrayContains:
-                guard Self.containable(value) else { continue }
-                conditions.append("d.body @> \(json(Self.nest(.array([value]), at: field)))")
+                guard PostgresQueryFilter.containable(value) else { return nil }
+                return "d.body @> \(json(PostgresQueryFilter.nest(.array([value]), at: field)))"
             case .arrayContainsAny:
-                guard case .array(let wanted) = value, !wanted.isEmpty, wanted.count <= 100, wanted.allSatisfy(Self.containable) else { continue }
-                conditions.append("(" + wanted.map { "d.body @> \(json(Self.nest(.array([$0]), at: field)))" }.joined(separator: " OR ") + ")")
+                guard case .array(let wanted) = value, !wanted.isEmpty, wanted.count <= 100, wanted.allSatisfy(PostgresQueryFilter.containable) else { return nil }
+                var parts: [String] = []
+                for element in wanted { parts.append("d.body @> \(json(PostgresQueryFilter.nest(.array([element]), at: field)))") }
+                return "(" + parts.joined(separator: " OR ") + ")"
             case .lessThan, .lessThanOrEqual, .greaterThan, .greaterThanOrEqual:
                 // A range keeps only values of its value's type; numbers also by their integer
                 // part (clamped to ±2^53), which never orders two numbers the wrong way round.
                 let type: String
                 switch value {
-                case .null: continue
+                case .null: return nil
                 case .bool: type = "boolean"
                 case .string: type = "string"
                 case .array: type = "array"
                 case .object: type = "object"
                 case .int, .double:
-                    guard let bound = Self.integerPart(value) else { continue }
+                    guard let bound = PostgresQueryFilter.integerPart(value) else { return nil }
                     let path = placeholder(.textArray(field.segments))
                     let comparison = op == .lessThan || op == .lessThanOrEqual ? "<=" : ">="
-                    conditions.append("jsonb_typeof(d.body #> \(path)) = 'number' AND \(Self.integerPartSQL("d.body #> \(path)")) \(comparison) \(placeholder(.int(bound)))")
-                    continue
+                    return "jsonb_typeof(d.body #> \(path)) = 'number' AND \(PostgresQueryFilter.integerPartSQL("d.body #> \(path)")) \(comparison) \(placeholder(.int(bound)))"
                 }
-                conditions.append("jsonb_typeof(d.body #> \(placeholder(.textArray(field.segments)))) = '\(type)'")
+                return "jsonb_typeof(d.body #> \(placeholder(.textArray(field.segments)))) = '\(type)'"
             case .notEqual, .notIn:
-                continue  // keeps nearly everything: read it all
+                return nil  // keeps nearly everything: read it all
             }
         }
-        guard !conditions.isEmpty else { return nil }
-        self.conditions = conditions.joined(separator: " AND ")
-        self.binds = binds
     }
 
     /// Whether containment finds every stored value equal to `value` in the query order.

@@ -81,8 +81,76 @@ enum Reference {
         return cur
     }
 
+    /// Whether a document passes one field filter.
+    static func passes(_ d: Document, _ f: FieldPath, _ o: Query.FilterOperator, _ v: JSONValue) -> Bool {
+        guard let x = get(d, f) else { return false }
+        var pass: Bool
+        switch o {
+        case .equal: pass = cmp(x, v) == 0
+        case .notEqual: pass = !x.isNull && cmp(x, v) != 0
+        case .lessThan: pass = rank(x) == rank(v) && cmp(x, v) < 0
+        case .lessThanOrEqual: pass = rank(x) == rank(v) && cmp(x, v) <= 0
+        case .greaterThan: pass = rank(x) == rank(v) && cmp(x, v) > 0
+        case .greaterThanOrEqual: pass = rank(x) == rank(v) && cmp(x, v) >= 0
+        case .arrayContains:
+            pass = false
+            if case .array(let xs) = x { for e in xs where cmp(e, v) == 0 { pass = true } }
+        case .arrayContainsAny:
+            pass = false
+            if case .array(let xs) = x, case .array(let vs) = v {
+                for e in xs { for w in vs where cmp(e, w) == 0 { pass = true } }
+            }
+        case .in:
+            pass = false
+            for w in v.arrayValue! where cmp(x, w) == 0 { pass = true }
+        case .notIn:
+            pass = !x.isNull
+            for w in v.arrayValue! where w.isNull || cmp(x, w) == 0 { pass = false }
+        }
+        return pass
+    }
+
+    /// Whether a document passes a filter: every one of an and's, one of an or's, spelled out.
+    static func passes(_ d: Document, _ filter: Filter) -> Bool {
+        switch filter {
+        case .field(let f, let o, let v):
+            return passes(d, f, o, v)
+        case .and(let all):
+            for x in all where !passes(d, x) { return false }
+            return true
+        case .or(let some):
+            for x in some where passes(d, x) { return true }
+            return false
+        }
+    }
+
+    /// Whether the query is invalid by the composite filters' rules: an empty and or or anywhere,
+    /// or more than 30 disjunctions once multiplied out (an or adds, an and multiplies).
+    static func compositeInvalid(_ query: Query) -> Bool {
+        func empty(_ filter: Filter) -> Bool {
+            switch filter {
+            case .field: return false
+            case .and(let xs), .or(let xs): return xs.isEmpty || xs.contains(where: empty)
+            }
+        }
+        func terms(_ filter: Filter) -> Int {
+            switch filter {
+            case .field: return 1
+            case .and(let xs): return xs.reduce(1) { $0 * terms($1) }
+            case .or(let xs): return xs.reduce(0) { $0 + terms($1) }
+            }
+        }
+        var total = 1
+        for op in query.operations {
+            guard case .compositeFilter(let filter) = op else { continue }
+            if empty(filter) { return true }
+            total *= terms(filter)
+        }
+        return total > 30
+    }
+
     static func evaluate(_ query: Query, _ docs: [Document]) -> [Document] {
-        var filters: [(FieldPath, Query.FilterOperator, JSONValue)] = []
+        var filters: [Filter] = []
         var orders: [(FieldPath, Bool)] = []
         var startAt: ([JSONValue], Bool)? = nil
         var endAt: ([JSONValue], Bool)? = nil
@@ -90,7 +158,8 @@ enum Reference {
         var last: Int? = nil
         for op in query.operations {
             switch op {
-            case .filter(let f, let o, let v): filters.append((f, o, v))
+            case .filter(let f, let o, let v): filters.append(.field(field: f, op: o, value: v))
+            case .compositeFilter(let filter): filters.append(filter)
             case .order(let f, let d): orders.append((f, d))
             case .limit(let n): first = n; last = nil
             case .limitToLast(let n): last = n; first = nil
@@ -103,32 +172,9 @@ enum Reference {
         var out: [Document] = []
         for d in docs {
             var ok = true
-            for (f, o, v) in filters {
-                guard let x = get(d, f) else { ok = false; break }
-                var pass: Bool
-                switch o {
-                case .equal: pass = cmp(x, v) == 0
-                case .notEqual: pass = !x.isNull && cmp(x, v) != 0
-                case .lessThan: pass = rank(x) == rank(v) && cmp(x, v) < 0
-                case .lessThanOrEqual: pass = rank(x) == rank(v) && cmp(x, v) <= 0
-                case .greaterThan: pass = rank(x) == rank(v) && cmp(x, v) > 0
-                case .greaterThanOrEqual: pass = rank(x) == rank(v) && cmp(x, v) >= 0
-                case .arrayContains:
-                    pass = false
-                    if case .array(let xs) = x { for e in xs where cmp(e, v) == 0 { pass = true } }
-                case .arrayContainsAny:
-                    pass = false
-                    if case .array(let xs) = x, case .array(let vs) = v {
-                        for e in xs { for w in vs where cmp(e, w) == 0 { pass = true } }
-                    }
-                case .in:
-                    pass = false
-                    for w in v.arrayValue! where cmp(x, w) == 0 { pass = true }
-                case .notIn:
-                    pass = !x.isNull
-                    for w in v.arrayValue! where w.isNull || cmp(x, w) == 0 { pass = false }
-                }
-                if !pass { ok = false; break }
+            for filter in filters where !passes(d, filter) {
+                ok = false
+                break
             }
             if ok { out.append(d) }
         }
@@ -194,6 +240,40 @@ enum Generate {
         return Document(path: try! DocumentPath("\(parent)/\(index)/items/d\(Int.random(in: 0..<1000, using: &rng))"), data: data)
     }
 
+    /// A valid field filter on `field`.
+    static func fieldFilter(_ field: FieldPath, _ rng: inout SplitMix64) -> Filter {
+        var op = Query.FilterOperator.allCases.randomElement(using: &rng)!
+        var operand = value(&rng)
+        switch op {
+        case .in, .notIn, .arrayContainsAny:
+            operand = .array((0..<Int.random(in: 1...3, using: &rng)).map { _ in
+                Bool.random(using: &rng) ? value(&rng) : .string(["x", "y"].randomElement(using: &rng)!)
+            })
+        case .lessThan, .lessThanOrEqual, .greaterThan, .greaterThanOrEqual:
+            if operand.isNull { operand = 1 }
+        case .arrayContains:
+            if Bool.random(using: &rng) { operand = "x" }
+        default:
+            if Int.random(in: 0..<4, using: &rng) == 0 { op = .equal }
+        }
+        return Filter.whereField(field, op, operand)
+    }
+
+    /// An or or an and of one to three filters (rarely none, which a query refuses), each a field
+    /// filter on any field or, while `depth` lasts, another or or and.
+    static func composite(_ rng: inout SplitMix64, depth: Int) -> Filter {
+        let count = Int.random(in: 0..<25, using: &rng) == 0 ? 0 : Int.random(in: 1...3, using: &rng)
+        var members: [Filter] = []
+        for _ in 0..<count {
+            if depth > 1 && Int.random(in: 0..<3, using: &rng) == 0 {
+                members.append(composite(&rng, depth: depth - 1))
+            } else {
+                members.append(fieldFilter(fields.randomElement(using: &rng)!, &rng))
+            }
+        }
+        return Bool.random(using: &rng) ? Filter.orFilter(members) : Filter.andFilter(members)
+    }
+
     static func query(_ rng: inout SplitMix64) -> Query {
         var query = Query()
         var orderCount = 0
@@ -201,21 +281,12 @@ enum Generate {
             let field = fields.randomElement(using: &rng)!
             switch Int.random(in: 0..<6, using: &rng) {
             case 0, 1:
-                var op = Query.FilterOperator.allCases.randomElement(using: &rng)!
-                var operand = value(&rng)
-                switch op {
-                case .in, .notIn, .arrayContainsAny:
-                    operand = .array((0..<Int.random(in: 1...3, using: &rng)).map { _ in
-                        Bool.random(using: &rng) ? value(&rng) : .string(["x", "y"].randomElement(using: &rng)!)
-                    })
-                case .lessThan, .lessThanOrEqual, .greaterThan, .greaterThanOrEqual:
-                    if operand.isNull { operand = 1 }
-                case .arrayContains:
-                    if Bool.random(using: &rng) { operand = "x" }
-                default:
-                    if Int.random(in: 0..<4, using: &rng) == 0 { op = .equal }
+                // Half the filters are ors and ands, nested up to two deep.
+                if Bool.random(using: &rng) {
+                    query = query.whereFilter(composite(&rng, depth: 2))
+                } else {
+                    query = query.whereFilter(fieldFilter(field, &rng))
                 }
-                query = query.whereField(field, op, operand)
             case 2, 3:
                 query = query.order(by: field, descending: Bool.random(using: &rng))
                 orderCount += 1
@@ -243,21 +314,33 @@ struct QueryPropertyTests {
     func agreesWithReference(seed: UInt64) throws {
         var rng = SplitMix64(seed: seed)
         var nonEmpty = 0
+        var nonEmptyWithComposite = 0
         for round in 0..<300 {
             let docs = (0..<Int.random(in: 0...40, using: &rng)).map { Generate.document($0, &rng) }
             let query = Generate.query(&rng)
+            let invalid = Reference.compositeInvalid(query)
             let expected = Reference.evaluate(query, docs).map(\.path)
             let actual: [DocumentPath]
             do {
                 actual = try query.evaluate(docs).map(\.path)
             } catch {
-                Issue.record("seed \(seed) round \(round): \(error) for \(query.operations)")
+                if !invalid || error.code != .invalidArgument {
+                    Issue.record("seed \(seed) round \(round): \(error) for \(query.operations)")
+                }
                 continue
             }
-            if !expected.isEmpty { nonEmpty += 1 }
+            if invalid {
+                Issue.record("seed \(seed) round \(round): expected invalid-argument (an empty or/and, or over 30 disjunctions) for \(query.operations)")
+                continue
+            }
+            if !expected.isEmpty {
+                nonEmpty += 1
+                if query.operations.contains(where: { if case .compositeFilter = $0 { return true } else { return false } }) { nonEmptyWithComposite += 1 }
+            }
             #expect(actual == expected, "seed \(seed) round \(round): \(query.operations)")
         }
         // The generator must exercise non-trivial results, or the agreement proves little.
         #expect(nonEmpty > 100)
+        #expect(nonEmptyWithComposite > 5, "ors and ands must be exercised too")
     }
 }

@@ -135,6 +135,147 @@ struct QueryTests {
         }
     }
 
+    @Test("an or keeps a document that passes any of its filters; each filter skips documents without its field, as alone")
+    func orFilters() throws {
+        let either = Filter.orFilter([Filter.whereField("s", isEqualTo: "y"), Filter.whereField("m.k", isGreaterThanOrEqualTo: 2)])
+        #expect(try ids(Query().whereFilter(either)) == ["b", "e", "f"])
+        // != skips f (n is null) and e (no n), but e passes the other branch.
+        #expect(try ids(Query().whereFilter(Filter.orFilter([Filter.whereField("n", isNotEqualTo: 1), Filter.whereField("s", isEqualTo: "z")]))) == ["b", "c", "d", "e"])
+        // An or of equalities on one field is an in.
+        let orOfEqualities = Query().whereFilter(Filter.orFilter([Filter.whereField("s", isEqualTo: "x"), Filter.whereField("s", isEqualTo: "z")]))
+        #expect(try ids(orOfEqualities) == ids(Query().whereField("s", in: ["x", "z"])))
+        #expect(try ids(orOfEqualities) == ["a", "d", "e"])
+        // Nested: an and inside an or, and an or beside the query's other filters (a conjunction).
+        let nested = Filter.orFilter([
+            Filter.andFilter([Filter.whereField("s", isEqualTo: "x"), Filter.whereField("n", isLessThan: 2)]),
+            Filter.whereField("tags", arrayContains: "green"),
+        ])
+        #expect(try ids(Query().whereFilter(nested)) == ["a", "b"])
+        let beside = Query().whereField("s", isEqualTo: "x").whereFilter(Filter.orFilter([Filter.whereField("n", isEqualTo: 1), Filter.whereField("n", isEqualTo: "text")]))
+        #expect(try ids(beside) == ["a", "d"])
+        #expect(try ids(Query().whereFilter(Filter.orFilter([Filter.whereField("n", isEqualTo: 1), Filter.whereField("n", isEqualTo: "text")])).whereField("s", isEqualTo: "y")) == [])
+        // Orders, limits and cursors apply to what the or keeps.
+        let ordered = Query().whereFilter(Filter.orFilter([Filter.whereField("s", isEqualTo: "x"), Filter.whereField("s", isEqualTo: "y")])).order(by: "n", descending: true)
+        #expect(try ids(ordered) == ["d", "b", "a"])
+        #expect(try ids(ordered.limit(to: 2)) == ["d", "b"])
+        #expect(try ids(ordered.start(after: 2.5)) == ["a"])
+        #expect(try Query().whereFilter(either).matches(docs[5]))
+        #expect(try !Query().whereFilter(either).matches(docs[0]))
+    }
+
+    @Test("an and is the filters chained; whereFilter of one field filter is whereField")
+    func andFilters() throws {
+        let both = Query().whereFilter(Filter.andFilter([Filter.whereField("s", isEqualTo: "x"), Filter.whereField("n", isEqualTo: 1)]))
+        #expect(try ids(both) == ids(Query().whereField("s", isEqualTo: "x").whereField("n", isEqualTo: 1)))
+        #expect(try ids(both) == ["a"])
+        #expect(Query().whereFilter(Filter.whereField("s", isEqualTo: "x")) == Query().whereField("s", isEqualTo: "x"))
+        #expect(Query().whereFilter(Filter.whereField("tags", arrayContainsAny: ["red"])) == Query().whereField("tags", arrayContainsAny: ["red"]))
+        // One filter alone in an or or an and is that filter.
+        #expect(try ids(Query().whereFilter(Filter.orFilter([Filter.andFilter([Filter.whereField("tags", arrayContains: "red")])]))) == ["a", "f"])
+        // Composite filters keep their place in the chain, and survive Codable.
+        let chained = Query().order(by: "n").whereFilter(Filter.orFilter([Filter.whereField("n", isEqualTo: 1), Filter.whereField("s", isEqualTo: "z")]))
+        #expect(chained.operations.count == 2)
+        if case .order = chained.operations[0], case .compositeFilter = chained.operations[1] {} else {
+            Issue.record("operations out of chain order: \(chained.operations)")
+        }
+        #expect(try JSONDecoder().decode(Query.self, from: JSONEncoder().encode(chained)) == chained)
+    }
+
+    @Test("composite filters are refused when empty, when a filter inside is invalid, or past 30 disjunctions", arguments: [
+        Query().whereFilter(Filter.orFilter([])),
+        Query().whereFilter(Filter.andFilter([])),
+        Query().whereFilter(Filter.orFilter([Filter.whereField("s", isEqualTo: "x"), Filter.andFilter([])])),
+        Query().whereFilter(Filter.orFilter([Filter.whereField("n", in: []), Filter.whereField("s", isEqualTo: "x")])),
+        Query().whereFilter(Filter.orFilter([Filter.whereField("n", isLessThan: nil), Filter.whereField("s", isEqualTo: "x")])),
+        Query().whereFilter(Filter.orFilter([Filter.whereField("a..b", isEqualTo: 1), Filter.whereField("s", isEqualTo: "x")])),
+        Query().whereFilter(Filter.orFilter((0..<31).map { Filter.whereField("n", isEqualTo: .int($0)) })),
+        // 6 × 6 once multiplied out.
+        Query().whereFilter(Filter.andFilter([
+            Filter.orFilter((0..<6).map { Filter.whereField("n", isEqualTo: .int($0)) }),
+            Filter.orFilter((0..<6).map { Filter.whereField("s", isEqualTo: .int($0)) }),
+        ])),
+        Query().whereFilter(Filter.orFilter((0..<6).map { Filter.whereField("n", isEqualTo: .int($0)) }))
+            .whereFilter(Filter.orFilter((0..<6).map { Filter.whereField("s", isEqualTo: .int($0)) })),
+    ])
+    func invalidComposite(query: Query) {
+        do {
+            _ = try query.evaluate(docs)
+            Issue.record("expected invalid-argument")
+        } catch {
+            #expect(error.code == .invalidArgument)
+        }
+    }
+
+    @Test("up to 30 disjunctions are allowed, and the refusal past them says the limit")
+    func disjunctionLimit() throws {
+        let thirty = Query().whereFilter(Filter.orFilter((0..<30).map { Filter.whereField("n", isEqualTo: .int($0)) }))
+        #expect(try ids(thirty) == ["a", "c"])
+        let fiveBySix = Query().whereFilter(Filter.orFilter((0..<5).map { Filter.whereField("n", isEqualTo: .int($0)) }))
+            .whereFilter(Filter.orFilter([Filter.whereField("s", isEqualTo: "x"), Filter.whereField("s", isEqualTo: nil), Filter.whereField("s", isEqualTo: "q"),
+                                          Filter.whereField("s", isEqualTo: "r"), Filter.whereField("s", isEqualTo: "t"), Filter.whereField("s", isEqualTo: "u")]))
+        #expect(try ids(fiveBySix) == ["a", "c"])
+        // in counts as one filter, however many values it has.
+        #expect(try ids(Query().whereField("n", in: (0..<100).map { JSONValue.int($0) }).whereFilter(thirtyFilter)) == ["a", "c"])
+        do {
+            _ = try CompiledQuery(thirty.whereFilter(Filter.orFilter([Filter.whereField("s", isEqualTo: "x"), Filter.whereField("s", isEqualTo: nil)])))
+            Issue.record("expected invalid-argument")
+        } catch {
+            #expect(error.code == .invalidArgument)
+            #expect(error.message.contains("30"), "\(error.message)")
+        }
+    }
+
+    private var thirtyFilter: Filter { Filter.orFilter((0..<30).map { Filter.whereField("n", isEqualTo: .int($0)) }) }
+
+    @Test("composite filters on the wire: {\"or\": [...]} and {\"and\": [...]} of filter objects, round trip, the old form unchanged")
+    func wire() throws {
+        let query = Query()
+            .whereField("s", isEqualTo: "x")
+            .whereFilter(Filter.orFilter([
+                Filter.whereField("n", isLessThan: 2),
+                Filter.andFilter([Filter.whereField("tags", arrayContains: "red"), Filter.whereField("m.k", in: [2, 3])]),
+            ]))
+            .order(by: "n")
+            .limit(to: 5)
+        let expected: JSONValue = [
+            ["where": "s", "op": "==", "value": "x"],
+            ["or": [
+                ["where": "n", "op": "<", "value": 2],
+                ["and": [["where": "tags", "op": "array-contains", "value": "red"], ["where": "m.k", "op": "in", "value": [2, 3]]]],
+            ]],
+            ["orderBy": "n", "descending": false],
+            ["limit": 5],
+        ]
+        #expect(query.wireValue == expected)
+        #expect(try Query(wire: query.wireValue) == query)
+        #expect(try Query(wire: try JSONText.parse(JSONText.encode(query.wireValue))) == query)
+        // A field filter read from inside an or is the same filter whereField makes.
+        let read = try Query(wire: try JSONText.parse(#"[{"or": [{"where": "s", "op": "==", "value": "x"}, {"where": "n", "op": "==", "value": 1}]}]"#))
+        #expect(read == Query().whereFilter(Filter.orFilter([Filter.whereField("s", isEqualTo: "x"), Filter.whereField("n", isEqualTo: 1)])))
+        #expect(try ids(read) == ["a", "d"])
+    }
+
+    @Test("malformed composite filters on the wire are invalid-argument and say where", arguments: [
+        (#"[{"or": []}]"#, "The or in query operation 1 has no filters"),
+        (#"[{"and": 3}]"#, "must be an array"),
+        (#"[{"or": [{"where": "a", "op": "==", "value": 1}], "limit": 1}]"#, "names or and limit"),
+        (#"[{"or": [{"orderBy": "a"}]}]"#, "Filter 1 of the or in query operation 1 names orderBy, which is not a filter"),
+        (#"[{"or": [{"x": 1}]}]"#, "is not a filter"),
+        (#"[{"or": [{"where": "a", "or": []}]}]"#, "names where and or"),
+        (#"[{"or": [{"where": "a", "op": "~", "value": 1}]}]"#, "Unknown filter operator '~' in filter 1 of the or in query operation 1"),
+        (#"[{"and": [{"where": "a", "op": "==", "value": 1}, {"or": [{"where": "b", "op": "=="}]}]}]"#, "Filter 1 of the or in filter 2 of the and in query operation 1 is missing the field 'value'"),
+        (#"[{"or": [{"where": "a", "op": "in", "value": []}]}]"#, "needs at least one value"),
+    ])
+    func malformedWire(text: String, fragment: String) throws {
+        do {
+            _ = try Query(wire: try JSONText.parse(text))
+            Issue.record("expected an error for \(text)")
+        } catch {
+            #expect(error.code == .invalidArgument)
+            #expect(error.message.contains(fragment), "\(error.message)")
+        }
+    }
+
     @Test("matches tells whether one document passes the filters")
     func matches() throws {
         let query = Query().whereField("tags", arrayContains: "red").limit(to: 1)

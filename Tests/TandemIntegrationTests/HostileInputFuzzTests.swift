@@ -81,7 +81,8 @@ struct HostileInputFuzzTests {
         mutating func valid() -> String {
             switch int(10) {
             case 0: return #"{"type":"get","id":\#(id()),"path":"fuzz/d\#(int(50))"}"#
-            case 1: return #"{"type":"query","id":\#(id()),"target":{"collection":"fuzz","query":[{"where":"n","op":">=","value":\#(int(1_000))}]}}"#
+            case 1 where chance(50): return #"{"type":"query","id":\#(id()),"target":{"collection":"fuzz","query":[{"where":"n","op":">=","value":\#(int(1_000))}]}}"#
+            case 1: return #"{"type":"query","id":\#(id()),"target":{"collection":"fuzz","query":[{"or":[{"where":"n","op":"==","value":\#(int(1_000))},{"and":[{"where":"n","op":"<","value":\#(int(1_000))},{"where":"s","op":"!=","value":""}]}]}]}}"#
             case 2: return #"{"type":"heartbeat"}"#
             case 3: return #"{"type":"write","id":\#(id()),"atomic":false,"mutations":[\#(mutation()),\#(mutation())]}"#
             case 4 where chance(20): return #"{"type":"listen","id":\#(id()),"target":{"document":"fuzz/d\#(int(50))"}}"#
@@ -249,7 +250,9 @@ struct HostileInputFuzzTests {
         case "/v1/commit":
             body = Array(#"{"writes":[{"op":"set","path":"fuzz/h\#(generator.int(20))","data":{"n":\#(generator.int(100))}},{"op":"update","path":"fuzz/h\#(generator.int(20))","fields":{"m":1}}]}"#.utf8)
         case "/v1/query":
-            body = Array(#"{"collection":"fuzz","query":[{"where":"n","op":"==","value":\#(generator.int(100))}]}"#.utf8)
+            body = generator.chance(50)
+                ? Array(#"{"collection":"fuzz","query":[{"where":"n","op":"==","value":\#(generator.int(100))}]}"#.utf8)
+                : Array(#"{"collection":"fuzz","query":[{"or":[{"where":"n","op":"==","value":\#(generator.int(100))},{"and":[{"where":"n","op":">","value":\#(generator.int(100))},{"where":"s","op":"in","value":["a",""]}]}]}]}"#.utf8)
         default:
             body = Array(#"{"n":\#(generator.int(100)),"nested":{"a":[1,2,3]}}"#.utf8)
         }

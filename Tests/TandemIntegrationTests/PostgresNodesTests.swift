@@ -648,15 +648,30 @@ struct PostgresQueryTests {
         _ = try await postgres.commit(writes)
         _ = try await memory.commit(writes)
         let fields: [FieldPath] = ["a", try FieldPath(dotted: "b.c"), "tags", "score"]
+        func filter(_ ops: [Query.FilterOperator]) -> Filter {
+            let op = ops[Int.random(in: 0..<ops.count, using: &random)]
+            let operand: JSONValue = [.in, .notIn, .arrayContainsAny].contains(op) ? .array([value(), value()]) : value()
+            return Filter.whereField(fields[Int.random(in: 0..<fields.count, using: &random)], op, operand)
+        }
+        var withOr = 0
         for _ in 0..<120 {
             var query = Query()
             // Half the queries only filter by equality (or none), which PostgreSQL applies as a superset.
             let exactOnly = Bool.random(using: &random)
+            let ops: [Query.FilterOperator] = exactOnly ? [.equal, .in] : Query.FilterOperator.allCases
             for _ in 0..<Int.random(in: 0...2, using: &random) {
-                let ops: [Query.FilterOperator] = exactOnly ? [.equal, .in] : Query.FilterOperator.allCases
-                let op = ops[Int.random(in: 0..<ops.count, using: &random)]
-                let operand: JSONValue = [.in, .notIn, .arrayContainsAny].contains(op) ? .array([value(), value()]) : value()
-                query = query.whereField(fields[Int.random(in: 0..<fields.count, using: &random)], op, operand)
+                query = query.whereFilter(filter(ops))
+            }
+            // A third also have an or of two or three filters, some of them ands: PostgreSQL reads
+            // the OR of its branches when each translates (most often in the equality-only half),
+            // reads without it when one does not, and the evaluator decides every candidate.
+            if Int.random(in: 0..<3, using: &random) == 0 {
+                var branches: [Filter] = []
+                for _ in 0..<Int.random(in: 2...3, using: &random) {
+                    branches.append(Int.random(in: 0..<3, using: &random) == 0 ? Filter.andFilter([filter(ops), filter(ops)]) : filter(ops))
+                }
+                query = query.whereFilter(Filter.orFilter(branches))
+                withOr += 1
             }
             let orders = Int.random(in: 0...2, using: &random)
             for _ in 0..<orders {
@@ -688,6 +703,7 @@ struct PostgresQueryTests {
             }
         }
         #expect(postgres.limitedReads.load(ordering: .relaxed) > 5, "PostgreSQL applied the limit of some queries")
+        #expect(withOr > 20, "queries with an or were compared")
     }
 }
 

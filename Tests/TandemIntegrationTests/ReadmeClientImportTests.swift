@@ -30,9 +30,10 @@ enum ReadmeClientImport {
     static func types() throws -> [Any] {
         let path = try DocumentPath("products/p1/reviews/r9")
         let query = Query().whereField("price", isLessThan: 100)
+        let either = Query().whereFilter(Filter.orFilter([Filter.whereField("price", isLessThan: 100), Filter.whereField("stock", isEqualTo: 0)]))
         let value: JSONValue = ["stock": 1]
         let error = TandemError.invalidArgument("x")
-        return [path, query, value, error, Mutation.delete(path), Version(1)]
+        return [path, query, either, value, error, Mutation.delete(path), Version(1)]
     }
 }
 
@@ -51,6 +52,6 @@ struct ReadmeClientImportTests {
         for line in block {
             #expect(lines.contains(line), "the README's line is not in this file: \(line)")
         }
-        #expect(try ReadmeClientImport.types().count == 6)
+        #expect(try ReadmeClientImport.types().count == 7)
     }
 }

@@ -202,6 +202,45 @@ struct AccessRulesTests {
         #expect(special.decideList(collection("rooms"), auth: nil).truth != .yes)
     }
 
+    @Test("a query with or filters is allowed only when every branch proves the rules")
+    func orQueries() throws {
+        let rules = try AccessRules(parsing: Self.file)
+        func decide(_ filter: Filter, _ query: Query = Query(), auth: AuthenticatedUser?) -> Truth {
+            rules.decideList(collection("rooms", query.whereFilter(filter)), auth: auth).truth
+        }
+        let mine = Filter.whereField("owner", isEqualTo: "ada")
+        let open = Filter.whereField("status", isEqualTo: "open")
+        // Every branch fixes the owner to the caller: allowed.
+        #expect(decide(Filter.orFilter([Filter.andFilter([mine, open]), mine]), auth: ada) == .yes)
+        #expect(decide(Filter.orFilter([Filter.andFilter([mine, open]), Filter.andFilter([mine, Filter.whereField("status", isEqualTo: "closed")])]), auth: ada) == .yes)
+        // The owner fixed beside the or holds in every branch.
+        #expect(decide(Filter.orFilter([open, Filter.whereField("status", isEqualTo: "closed")]), Query().whereField("owner", isEqualTo: "ada"), auth: ada) == .yes)
+        // One branch proves nothing of the owner, or fixes another's: refused whole, whatever the other proves.
+        #expect(decide(Filter.orFilter([mine, open]), auth: ada) != .yes)
+        #expect(decide(Filter.orFilter([open, mine]), auth: ada) != .yes)
+        #expect(decide(Filter.orFilter([mine, Filter.whereField("owner", isEqualTo: "bob")]), auth: ada) != .yes)
+        #expect(decide(Filter.orFilter([Filter.andFilter([mine, open]), Filter.whereField("status", isEqualTo: "closed")]), auth: ada) != .yes)
+        #expect(decide(Filter.orFilter([mine, mine]), auth: bob) != .yes)
+        // A condition that holds whatever the document (an admin's token) needs no branch to prove anything.
+        #expect(decide(Filter.orFilter([open, Filter.whereField("n", isEqualTo: 1)]), auth: admin) == .yes)
+        // An and proves what its equalities prove together, as chained filters do.
+        #expect(decide(Filter.andFilter([open, mine]), auth: ada) == .yes)
+        #expect(decide(Filter.andFilter([open, Filter.whereField("n", isEqualTo: 1)]), auth: ada) != .yes)
+        // in is an or of equalities: each value must prove the rules; a field fixed by == stays fixed.
+        #expect(rules.decideList(collection("rooms", Query().whereField("owner", in: ["ada", "ada"])), auth: ada).truth == .yes)
+        #expect(rules.decideList(collection("rooms", Query().whereField("owner", in: ["ada", "bob"])), auth: ada).truth != .yes)
+        #expect(rules.decideList(collection("rooms", Query().whereField("owner", isEqualTo: "ada").whereField("owner", in: ["ada", "bob"])), auth: ada).truth == .yes)
+        #expect(decide(Filter.orFilter([Filter.whereField("owner", in: ["ada"]), Filter.andFilter([open, Filter.whereField("owner", in: ["ada", "ada"])])]), auth: ada) == .yes)
+        // A collection group: each branch must prove every rule that could cover one of its documents.
+        let group = try AccessRules(parsing: "rules:\n  - match: 'rooms/{room}/messages/{message}'\n    list: resource.data.public == true\n  - match: '{rest=**}'\n    list: resource.data.visibility == 'everyone'\n")
+        let everyone = Filter.whereField("visibility", isEqualTo: "everyone")
+        let isPublic = Filter.whereField("public", isEqualTo: true)
+        #expect(group.decideList(.collectionGroup("messages", Query().whereFilter(Filter.orFilter([
+            Filter.andFilter([isPublic, everyone]), Filter.andFilter([isPublic, everyone, Filter.whereField("n", isEqualTo: 1)]),
+        ]))), auth: nil).truth == .yes)
+        #expect(group.decideList(.collectionGroup("messages", Query().whereFilter(Filter.orFilter([Filter.andFilter([isPublic, everyone]), everyone]))), auth: nil).truth != .yes)
+    }
+
     @Test("a rules file is read from disk; a missing or bad one says which file and where")
     func files() throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("rules-\(UUID().uuidString)")

@@ -112,8 +112,14 @@ extension SyncCore {
 }
 
 extension Query {
-    /// How many filters the query has, for analytics.
+    /// How many filters the query has, for analytics: a composite filter (an `or` or an `and`)
+    /// counts as one, as Firestore's `whereFilter` does.
     var filterCount: Int {
-        operations.filter { if case .filter = $0 { return true } else { return false } }.count
+        operations.filter {
+            switch $0 {
+            case .filter, .compositeFilter: return true
+            case .order, .limit, .limitToLast, .cursor: return false
+            }
+        }.count
     }
 }

@@ -68,10 +68,24 @@ extension CompiledQuery {
 
     /// Whether a document's fields pass every filter.
     package func matchesFilters(_ data: JSONObject) -> Bool {
-        for filter in filters where !Self.matches(filter, data[field: filter.field]) {
+        for filter in filters where !Self.matches(filter, data) {
             return false
         }
         return true
+    }
+
+    /// Whether a document's fields pass a filter: an `and` when every one of its filters holds, an
+    /// `or` when one does; each field filter decides as it does alone (a missing field never
+    /// matches), whichever branch it is in.
+    static func matches(_ predicate: Predicate, _ data: JSONObject) -> Bool {
+        switch predicate {
+        case .field(let filter):
+            return matches(filter, data[field: filter.field])
+        case .and(let all):
+            return all.allSatisfy { matches($0, data) }
+        case .or(let branches):
+            return branches.contains { matches($0, data) }
+        }
     }
 
     /// The `count` smallest rows in order, without sorting the rest: a bounded max-heap.
@@ -142,7 +156,7 @@ extension CompiledQuery {
         }
     }
 
-    static func matches(_ filter: Filter, _ field: JSONValue?) -> Bool {
+    static func matches(_ filter: FieldFilter, _ field: JSONValue?) -> Bool {
         guard let field else { return false }  // a missing field never matches
         switch filter.op {
         case .equal:

@@ -11,11 +11,25 @@
 ///     .limit(to: 10)
 /// let result = try topAdults.evaluate(documents)
 /// ```
+///
+/// Filters combine with `or` (and `and`) through ``Filter`` and ``whereFilter(_:)``:
+///
+/// ```swift
+/// let adultsInLondonOrParis = Query()
+///     .whereField("age", isGreaterThanOrEqualTo: 18)
+///     .whereFilter(Filter.orFilter([
+///         Filter.whereField("address.city", isEqualTo: "London"),
+///         Filter.whereField("address.city", isEqualTo: "Paris"),
+///     ]))
+/// ```
 public struct Query: Sendable, Hashable, Codable {
     /// One chained operation.
     public enum Operation: Sendable, Hashable, Codable {
         /// Keeps documents whose field compares to the value with the operator.
         case filter(field: FieldPath, op: FilterOperator, value: JSONValue)
+        /// Keeps documents that pass an `and` or an `or` of filters (see ``Filter``).
+        /// ``Query/whereFilter(_:)`` appends a field filter as ``filter(field:op:value:)`` instead.
+        case compositeFilter(Filter)
         /// Orders by a field, ascending unless `descending`.
         case order(field: FieldPath, descending: Bool)
         /// Keeps the first results, at most this many.

@@ -1,12 +1,16 @@
 extension Query {
     /// The query on the wire: its operations in chain order, each one object —
     /// `{"where": "age", "op": ">=", "value": 18}`, `{"orderBy": "score", "descending": true}`,
-    /// `{"limit": 10}`, `{"limitToLast": 10}`, `{"startAt": [...]}` (and `startAfter`, `endAt`, `endBefore`).
+    /// `{"limit": 10}`, `{"limitToLast": 10}`, `{"startAt": [...]}` (and `startAfter`, `endAt`, `endBefore`);
+    /// composite filters `{"or": [filter, …]}` and `{"and": [filter, …]}`, each filter a `where`
+    /// object or another `or` or `and` (see ``Filter/wireValue``).
     public var wireValue: JSONValue {
         .array(operations.map { operation -> JSONValue in
             switch operation {
             case .filter(let field, let op, let value):
-                return .object(["where": .string(field.description), "op": .string(op.rawValue), "value": value])
+                return Filter.field(field: field, op: op, value: value).wireValue
+            case .compositeFilter(let filter):
+                return filter.wireValue
             case .order(let field, let descending):
                 return .object(["orderBy": .string(field.description), "descending": .bool(descending)])
             case .limit(let count):
@@ -32,13 +36,11 @@ extension Query {
             if named.count > 1 {
                 throw TandemError.invalidArgument("Query operation \(index + 1) names \(named.joined(separator: " and ")); give each its own operation, one key each.")
             }
-            if object.has("where") {
-                let opText = try object.string("op")
-                guard let op = FilterOperator(rawValue: opText) else {
-                    let known = FilterOperator.allCases.map(\.rawValue).joined(separator: ", ")
-                    throw TandemError.invalidArgument("Unknown filter operator '\(opText)' in query operation \(index + 1); use one of \(known).")
+            if Filter.wireKeys.contains(where: { object.has($0) }) {
+                switch try Filter(wire: object) {
+                case .field(let field, let op, let value): operations.append(.filter(field: field, op: op, value: value))
+                case let filter: operations.append(.compositeFilter(filter))
                 }
-                operations.append(.filter(field: try FieldPath(dotted: try object.string("where")), op: op, value: try object.value("value")))
             } else if object.has("orderBy") {
                 operations.append(.order(field: try FieldPath(dotted: try object.string("orderBy")), descending: try object.bool("descending", default: false)))
             } else if object.has("limit") {
@@ -48,7 +50,7 @@ extension Query {
             } else if let position = [CursorPosition.startAt, .startAfter, .endAt, .endBefore].first(where: { object.has($0.rawValue) }) {
                 operations.append(.cursor(position, values: try object.array(position.rawValue)))
             } else {
-                throw TandemError.invalidArgument("Query operation \(index + 1) is none of where, orderBy, limit, limitToLast, startAt, startAfter, endAt, endBefore.")
+                throw TandemError.invalidArgument("Query operation \(index + 1) is none of where, or, and, orderBy, limit, limitToLast, startAt, startAfter, endAt, endBefore.")
             }
         }
         self.init(operations: operations)
@@ -56,5 +58,5 @@ extension Query {
     }
 
     /// The key that says which operation an object of a wire query is.
-    static let operationKeys = ["where", "orderBy", "limit", "limitToLast", "startAt", "startAfter", "endAt", "endBefore"]
+    static let operationKeys = ["where", "or", "and", "orderBy", "limit", "limitToLast", "startAt", "startAfter", "endAt", "endBefore"]
 }

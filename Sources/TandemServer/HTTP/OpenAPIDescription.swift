@@ -203,6 +203,11 @@ public enum OpenAPIDescription {
             errorResponses[String(status)] = .object(response)
         }
         let value: JSONValue = ["description": "Any JSON value; integers and doubles are kept apart"]
+        let fieldFilter: JSONValue = ["type": "object", "required": ["where", "op", "value"], "properties": [
+            "where": ["type": "string"],
+            "op": ["type": "string", "enum": .array(Query.FilterOperator.allCases.map { .string($0.rawValue) })],
+            "value": value,
+        ]]
         return [
             "securitySchemes": ["bearer": ["type": "http", "scheme": "bearer", "bearerFormat": "JWT"]],
             "parameters": [
@@ -284,11 +289,11 @@ public enum OpenAPIDescription {
                 ],
                 "QueryOperation": [
                     "oneOf": [
-                        ["type": "object", "required": ["where", "op", "value"], "properties": [
-                            "where": ["type": "string"],
-                            "op": ["type": "string", "enum": .array(Query.FilterOperator.allCases.map { .string($0.rawValue) })],
-                            "value": value,
-                        ]],
+                        fieldFilter,
+                        ["type": "object", "required": ["or"], "properties": ["or": ["type": "array", "minItems": 1, "items": ref("QueryFilter")]],
+                         "description": "Documents that pass any of the filters"],
+                        ["type": "object", "required": ["and"], "properties": ["and": ["type": "array", "minItems": 1, "items": ref("QueryFilter")]],
+                         "description": "Documents that pass every one of the filters"],
                         ["type": "object", "required": ["orderBy"], "properties": ["orderBy": ["type": "string"], "descending": nullable(["type": "boolean"])]],
                         ["type": "object", "required": ["limit"], "properties": ["limit": ["type": "integer", "minimum": 0]]],
                         ["type": "object", "required": ["limitToLast"], "properties": ["limitToLast": ["type": "integer", "minimum": 0]]],
@@ -297,6 +302,17 @@ public enum OpenAPIDescription {
                         ["type": "object", "required": ["endAt"], "properties": ["endAt": ["type": "array"]]],
                         ["type": "object", "required": ["endBefore"], "properties": ["endBefore": ["type": "array"]]],
                     ],
+                ],
+                // A filter inside an or or an and. Nested ors and ands are described as objects
+                // with an array, not by referring to this schema again: a schema-driven fuzzer
+                // need not follow a recursive reference, and the server checks each level.
+                "QueryFilter": [
+                    "oneOf": [
+                        fieldFilter,
+                        ["type": "object", "required": ["or"], "properties": ["or": ["type": "array", "minItems": 1, "items": ["type": "object"]]]],
+                        ["type": "object", "required": ["and"], "properties": ["and": ["type": "array", "minItems": 1, "items": ["type": "object"]]]],
+                    ],
+                    "description": .string("A where filter, or an or or an and of filters; the query's filters make at most \(CompiledQuery.maximumDisjunctions) disjunctions once multiplied out"),
                 ],
                 "Target": [
                     "oneOf": [

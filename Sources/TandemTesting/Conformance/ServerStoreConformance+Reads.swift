@@ -20,6 +20,16 @@ extension ServerStoreConformance {
                 try expectEqual(query.version, 3, "a query's version")
                 let group = try await store.read(.collectionGroup("q", Query().whereField("n", isLessThan: 3)))
                 try expectEqual(group.documents.map(\.path.id), ["b"], "a group query's filter")
+                // An or: a store that narrows its reads by the filters keeps what any branch keeps.
+                let either = try await store.read(.collection(collection("q"), Query().whereFilter(Filter.orFilter([
+                    Filter.whereField("n", isEqualTo: 2),
+                    Filter.andFilter([Filter.whereField("n", isGreaterThan: 2), Filter.whereField("n", isLessThan: 10)]),
+                ])).order(by: "n", descending: true)))
+                try expectEqual(either.documents.map(\.path.id), ["a", "b"], "a query's or")
+                let partly = try await store.read(.collectionGroup("q", Query().whereFilter(Filter.orFilter([
+                    Filter.whereField("n", isEqualTo: 2), Filter.whereField("n", isNotEqualTo: 2),
+                ]))))
+                try expectEqual(partly.documents.map(\.path.id), ["a", "b"], "an or with a branch no store can narrow by")
             },
             Check("collections are listed by parent, and groups by name, only while they hold a document") { opened in
                 let store = opened.store

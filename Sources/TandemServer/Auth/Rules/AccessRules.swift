@@ -35,7 +35,8 @@ import Yams
 ///
 /// **Queries.** Rules are not filters: a query or listener is allowed only when its own equality
 /// filters prove the `list` condition for every document it could return (`where owner ==
-/// <your uid>` proves `resource.data.owner == auth.uid`); otherwise it is refused whole.
+/// <your uid>` proves `resource.data.owner == auth.uid`); otherwise it is refused whole. A query
+/// with `or` filters (or an `in` of several values) is allowed only when every branch proves it.
 ///
 /// In Swift, read a file with `init(contentsOfFile:)`, or parse text, and give the rules to a server's
 /// `AccessControl`:
@@ -142,16 +143,73 @@ public struct AccessRules: Sendable {
     /// Whether a query may run: `yes` only when its equality filters prove the `list` condition of
     /// every rule that could cover one of its documents, up to one that covers them all. A
     /// document target is a `get` of a document not read yet.
+    ///
+    /// Filters with `or` are proven branch by branch. The filters are taken in disjunctive normal
+    /// form (`CompiledQuery.disjunctiveTerms`): every document the query returns passes every
+    /// field filter of one term at least, so the query is allowed only when each term alone proves
+    /// the rules (a conjunction is proven by all of its equalities together, as a query without
+    /// `or` always was). One term that proves nothing refuses the query whole, whatever the others
+    /// prove: conservative, never a document the caller may not read. `in` is an `or` of
+    /// equalities on one field, and is proven the same way, value by value (see `provenFields(_:)`).
     func decideList(_ target: ListenTarget, auth: AuthenticatedUser?) -> Decision {
         if case .document(let path) = target { return decide(.get, at: path, auth: auth, resource: .unknown) }
-        var fields: [FieldPath: JSONValue] = [:]
-        for operation in target.query?.operations ?? [] {
-            switch operation {
-            case .filter(let field, .equal, let value): fields[field] = value
-            case .filter(let field, .in, .array(let values)) where values.count == 1: fields[field] = values[0]
+        // The query was validated before it is checked (an invalid one is refused as such), so it
+        // compiles. Were it not to, the proof uses no filter at all: it then proves less, never more.
+        let terms = target.query.flatMap { try? CompiledQuery($0) }?.disjunctiveTerms ?? [[]]
+        var decision = Decision(truth: .no, rule: nil)
+        for term in terms {
+            for fields in Self.provenFields(term) {
+                decision = decideList(target, fields: fields, auth: auth)
+                if decision.truth != .yes { return decision }
+            }
+        }
+        return decision
+    }
+
+    /// The most equality sets one conjunction of filters is proven as, once its `in` filters are
+    /// taken value by value; an `in` that would make more is not taken apart (it then proves
+    /// nothing of its field, as before `or` was known).
+    static let maximumProvenSets = CompiledQuery.maximumDisjunctions
+
+    /// What a conjunction of filters (one term of a query's disjunctive normal form) says of the
+    /// fields of every document that passes it, as sets of fields fixed to values: a document
+    /// that passes the term has every field of at least one set equal to its value.
+    ///
+    /// `==` fixes its field; so does `in` with one value. An `in` of several values is an `or` of
+    /// equalities, so it splits each set in one per value, unless its field is already fixed (by
+    /// an `==` or another `in`: a document passing both has that value, so the set holds as it
+    /// is) or the sets would number more than `maximumProvenSets`. Other filters fix nothing.
+    /// Where two filters fix one field differently no document passes both, and either value
+    /// proves what it proves of none.
+    static func provenFields(_ term: [CompiledQuery.FieldFilter]) -> [[FieldPath: JSONValue]] {
+        var fixed: [FieldPath: JSONValue] = [:]
+        var alternatives: [(field: FieldPath, values: [JSONValue])] = []
+        for filter in term {
+            switch (filter.op, filter.value) {
+            case (.equal, let value): fixed[filter.field] = value
+            case (.in, .array(let values)) where values.count == 1: fixed[filter.field] = values[0]
+            case (.in, .array(let values)) where values.count > 1: alternatives.append((filter.field, values))
             default: break
             }
         }
+        var sets = [fixed]
+        for (field, values) in alternatives where fixed[field] == nil && sets.count * values.count <= maximumProvenSets {
+            // Two `in`s on one field: the first splits the sets, the second finds its field fixed.
+            guard sets.allSatisfy({ $0[field] == nil }) else { continue }
+            sets = sets.flatMap { known -> [[FieldPath: JSONValue]] in
+                values.map { value -> [FieldPath: JSONValue] in
+                    var split = known
+                    split[field] = value
+                    return split
+                }
+            }
+        }
+        return sets
+    }
+
+    /// Whether a query whose every document has these field values may run: the rules that could
+    /// cover one of its documents, in order, up to one that covers them all.
+    private func decideList(_ target: ListenTarget, fields: [FieldPath: JSONValue], auth: AuthenticatedUser?) -> Decision {
         for (index, rule) in rules.enumerated() {
             let coverage: PathPattern.Coverage
             switch target {
