@@ -190,6 +190,9 @@ let package = Package(
                 .product(name: "OpenAPIKit", package: "OpenAPIKit"),
                 .product(name: "MetricsTestKit", package: "swift-metrics"),
                 .product(name: "Crypto", package: "swift-crypto"),
+                // Tokens signed as identity providers sign them (RS256, ES256), with keys the tests make.
+                .product(name: "CryptoExtras", package: "swift-crypto"),
+                .product(name: "JWTKit", package: "jwt-kit"),
                 .product(name: "SwiftASN1", package: "swift-asn1"),
                 // The README's change-sync example keeps its notes in a GRDB table.
                 .product(name: "GRDB", package: "GRDB.swift"),

@@ -43,7 +43,7 @@ public struct AccessControl: Sendable {
     func authenticate(_ token: String?) throws(TandemError) -> Principal.Identity {
         guard let token else { return .anonymous }
         guard let tokens else {
-            throw TandemError(.unauthenticated, "This server was started without an auth secret, so it verifies no tokens; connect without one.")
+            throw TandemError(.unauthenticated, "This server was started without an auth secret or a key set, so it verifies no tokens; connect without one.")
         }
         return .user(try tokens.verify(token, now: now()))
     }

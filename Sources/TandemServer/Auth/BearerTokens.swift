@@ -21,18 +21,34 @@ public struct AuthenticatedUser: Sendable, Hashable {
     }
 }
 
-/// Verifies and mints HS256 JSON Web Tokens with one shared secret. The signature is jwt-kit's
-/// HMAC-SHA256; the parts and claims are read here, so a verification runs on the caller's thread
-/// with no suspension, and every refusal is `unauthenticated` with a message saying what was wrong
-/// (never anything about the secret).
+/// Verifies JSON Web Tokens: RS256 and ES256 tokens an identity provider signs, against its
+/// published keys (``TokenKeySet``), and HS256 tokens signed with one shared secret (for
+/// development: whoever holds the secret can mint any user's token). The signatures are jwt-kit's;
+/// the parts and claims are read here, so a verification runs on the caller's thread with no
+/// suspension, and every refusal is `unauthenticated` with a message saying what was wrong (never
+/// anything about the keys).
 ///
 /// ```swift
 /// let tokens = try await BearerTokens(secret: secret)   // at least 32 bytes
 /// let token = try tokens.mint(subject: "ada", lifetime: .seconds(3600), claims: ["role": "admin"])
 /// let user = try tokens.verify(token)   // AuthenticatedUser(uid: "ada", …)
+///
+/// // Tokens from an identity provider:
+/// let keys = try await TokenKeySet(url: URL(string: "https://example.auth0.com/.well-known/jwks.json")!)
+/// let verified = try await BearerTokens(keys: keys, issuer: "https://example.auth0.com/", audience: "https://sync.example.com")
 /// ```
 public struct BearerTokens: Sendable {
-    private let algorithm: any JWTAlgorithm
+    /// HS256 with the shared secret; nil when only provider tokens are taken.
+    private let algorithm: (any JWTAlgorithm)?
+    /// The provider's keys, for RS256 and ES256; nil when only HS256 tokens are taken.
+    public let keys: TokenKeySet?
+    /// The `iss` a token must carry, when set.
+    public let issuer: String?
+    /// The `aud` a token must carry (or list), when set.
+    public let audience: String?
+    /// How far the token's clock and this server's may disagree: a token is taken until `exp`
+    /// plus this, and from `nbf` less this.
+    public let clockSkew: Duration
     /// Longer tokens are refused unread.
     public static let maximumLength = 8_192
 
@@ -44,9 +60,39 @@ public struct BearerTokens: Sendable {
         guard secret.utf8.count >= Self.minimumSecretBytes else {
             throw TandemError.invalidArgument("The auth secret is \(secret.utf8.count) bytes; use at least \(Self.minimumSecretBytes), a long random string (say, the output of `openssl rand -hex 32`).")
         }
-        let keys = JWTKeyCollection()
-        await keys.add(hmac: HMACKey(from: secret), digestAlgorithm: .sha256)
-        algorithm = try await keys.getKey(alg: "HS256")
+        try await self.init(keys: nil, secret: secret, clockSkew: .zero)
+    }
+
+    /// Tokens signed by a provider's `keys` (RS256, ES256), and, with a `secret`, HS256 tokens
+    /// signed with it too.
+    ///
+    /// - Parameters:
+    ///   - keys: the provider's public keys; nil takes HS256 tokens alone.
+    ///   - secret: the shared secret of HS256 tokens (at least ``minimumSecretBytes``); nil takes
+    ///     none.
+    ///   - issuer: the `iss` every token must carry (the provider's: `https://appleid.apple.com`,
+    ///     `https://securetoken.google.com/PROJECT`, …); nil checks none.
+    ///   - audience: the `aud` every token must carry or list (the app's client id, or the API's
+    ///     identifier); nil checks none.
+    ///   - clockSkew: how far clocks may disagree, for `exp` and `nbf`. Default 60 s.
+    public init(keys: TokenKeySet?, secret: String? = nil, issuer: String? = nil, audience: String? = nil, clockSkew: Duration = .seconds(60)) async throws {
+        guard keys != nil || secret != nil else {
+            throw TandemError.invalidArgument("Tokens need a key set (--jwks-file or --jwks-url) or a shared secret (--auth-secret) to be verified with.")
+        }
+        if let secret {
+            guard secret.utf8.count >= Self.minimumSecretBytes else {
+                throw TandemError.invalidArgument("The auth secret is \(secret.utf8.count) bytes; use at least \(Self.minimumSecretBytes), a long random string (say, the output of `openssl rand -hex 32`).")
+            }
+            let collection = JWTKeyCollection()
+            await collection.add(hmac: HMACKey(from: secret), digestAlgorithm: .sha256)
+            algorithm = try await collection.getKey(alg: "HS256")
+        } else {
+            algorithm = nil
+        }
+        self.keys = keys
+        self.issuer = issuer
+        self.audience = audience
+        self.clockSkew = clockSkew
     }
 
     /// The user a token proves, at `now`.
@@ -61,15 +107,13 @@ public struct BearerTokens: Sendable {
         guard let headerBytes = Base64URL.decode(parts[0]), let header = try? JSONText.parse(bytes: headerBytes).objectValue else {
             throw Self.refusal("The token is malformed: its header is not base64url-encoded JSON.")
         }
-        guard header["alg"]?.stringValue == "HS256" else {
-            throw Self.refusal("The token is signed with \(header["alg"]?.stringValue ?? "no algorithm"); this server accepts HS256 only.")
-        }
+        let verifier = try self.verifier(for: header)
         guard let signature = Base64URL.decode(parts[2]) else {
             throw Self.refusal("The token is malformed: its signature is not base64url.")
         }
         let signingInput = Array(token.utf8.prefix(parts[0].utf8.count + 1 + parts[1].utf8.count))
-        guard (try? algorithm.verify(signature, signs: signingInput)) == true else {
-            throw Self.refusal("The token's signature is not valid: it was not signed with this server's secret, or it was altered.")
+        guard (try? verifier.verify(signature, signs: signingInput)) == true else {
+            throw Self.refusal("The token's signature is not valid: it was not signed with \(header["alg"]?.stringValue == "HS256" ? "this server's secret" : "the key it names"), or it was altered.")
         }
         guard let payloadBytes = Base64URL.decode(parts[1]), let claims = try? JSONText.parse(bytes: payloadBytes).objectValue else {
             throw Self.refusal("The token is malformed: its payload is not base64url-encoded JSON.")
@@ -77,14 +121,56 @@ public struct BearerTokens: Sendable {
         guard let uid = claims["sub"]?.stringValue, !uid.isEmpty else {
             throw Self.refusal("The token is malformed: it has no `sub` claim naming the user.")
         }
-        let expiresAt = try Self.date(claims["exp"], named: "exp")
+        let skew = Double(clockSkew.components.seconds) + Double(clockSkew.components.attoseconds) / 1e18
+        // Taken until exp, and from nbf, give or take the clocks' disagreement.
+        let expiresAt = try Self.date(claims["exp"], named: "exp").map { $0.addingTimeInterval(skew) }
         if let expiresAt, now >= expiresAt {
-            throw Self.refusal("The token expired at \(ServerTime(expiresAt).iso8601); get a fresh one.", expired: true)
+            throw Self.refusal("The token expired at \(ServerTime(expiresAt.addingTimeInterval(-skew)).iso8601); get a fresh one.", expired: true)
         }
-        if let notBefore = try Self.date(claims["nbf"], named: "nbf"), now < notBefore {
+        if let notBefore = try Self.date(claims["nbf"], named: "nbf"), now.addingTimeInterval(skew) < notBefore {
             throw Self.refusal("The token is not valid before \(ServerTime(notBefore).iso8601).")
         }
+        if let issuer, claims["iss"]?.stringValue != issuer {
+            throw Self.refusal("The token was issued by \(claims["iss"]?.stringValue.map { "'\($0.prefix(200))'" } ?? "no one (no `iss` claim)"), not by this server's identity provider; sign in with it.")
+        }
+        if let audience {
+            let audiences: [String]
+            switch claims["aud"] {
+            case .string(let one)?: audiences = [one]
+            case .array(let many)?: audiences = many.compactMap(\.stringValue)
+            default: audiences = []
+            }
+            guard audiences.contains(audience) else {
+                throw Self.refusal("The token is for \(audiences.isEmpty ? "no audience (no `aud` claim)" : audiences.map { "'\($0.prefix(100))'" }.joined(separator: ", ")), not for this server; ask the identity provider for one for this app.")
+            }
+        }
         return AuthenticatedUser(uid: uid, claims: claims, expiresAt: expiresAt)
+    }
+
+    /// What verifies a token with this header: the shared secret for HS256, the key set's key the
+    /// header names (`kid`) for RS256 and ES256.
+    private func verifier(for header: JSONObject) throws(TandemError) -> any JWTAlgorithm {
+        let name = header["alg"]?.stringValue
+        let accepted = (algorithm == nil ? [] : ["HS256"]) + (keys == nil ? [] : ["RS256", "ES256"])
+        switch name {
+        case "HS256"?:
+            if let algorithm { return algorithm }
+        case "RS256"?, "ES256"?:
+            guard let keys else { break }
+            guard let kid = header["kid"]?.stringValue else {
+                throw Self.refusal("The token names no key (no `kid` in its header), so it cannot be verified; sign in with the identity provider again.")
+            }
+            guard let key = keys.key(named: kid) else {
+                throw Self.refusal("The token is signed with a key this server does not know (kid '\(kid.prefix(100))'). If the identity provider just rotated its keys, the server is fetching them again: try again in a moment.")
+            }
+            guard key.algorithm == name else {
+                throw Self.refusal("The token says \(name ?? "") but its key \(kid.prefix(100)) is for \(key.algorithm).")
+            }
+            return key.verifier
+        default:
+            break
+        }
+        throw Self.refusal("The token is signed with \(name ?? "no algorithm"); this server accepts \(accepted.joined(separator: ", ")) only.")
     }
 
     /// A signed token for `subject`, valid from `now` for `lifetime` (forever when nil), carrying
@@ -102,6 +188,9 @@ public struct BearerTokens: Sendable {
 
     /// A signed token carrying exactly `claims`.
     package func sign(_ claims: JSONObject) throws -> String {
+        guard let algorithm else {
+            throw TandemError(.failedPrecondition, "Tokens are minted with the shared secret (--auth-secret); this server verifies its identity provider's tokens only, which the provider mints.")
+        }
         let header = Base64URL.encode(Array(#"{"alg":"HS256","typ":"JWT"}"#.utf8))
         let body = Base64URL.encode(Array(JSONText.encode(claims).utf8))
         let signature = try algorithm.sign(Array("\(header).\(body)".utf8))

@@ -100,7 +100,8 @@ public struct SyncServer: Service {
             server: server,
             configuration: .init(address: .hostname(host, port: port), serverName: "tandem/\(TandemVersion.current)",
                                  availableConnectionsDelegate: .maximum(configuration.maximumConnections, logger: configuration.logger)),
-            services: [store, hub, watchdog],
+            // A key set fetched from a URL keeps itself fresh as a service of the server's.
+            services: [store, hub, watchdog] + (configuration.access?.tokens?.keys.flatMap { $0.url == nil ? nil : [$0] } ?? []),
             onServerRunning: { channel in
                 await onListening(host, channel.localAddress?.port ?? port)
             },

@@ -41,6 +41,21 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(name: .customLong("tls-key"), help: "The PEM private key of --tls-cert.")
     var tlsKey: String?
 
+    @Option(name: .customLong("jwks-file"), help: "Verify RS256 and ES256 tokens with the public keys of this JSON Web Key Set file (an identity provider's).")
+    var jwksFile: String?
+
+    @Option(name: .customLong("jwks-url"), help: "Verify RS256 and ES256 tokens with the JSON Web Key Set at this URL (Sign in with Apple, Firebase Auth, Auth0, Supabase Auth, Keycloak publish one), fetched again on its cache headers and when a token names a key it does not hold.")
+    var jwksURL: String?
+
+    @Option(name: .customLong("token-issuer"), help: "The iss claim every token must carry (the identity provider's).")
+    var tokenIssuer: String?
+
+    @Option(name: .customLong("token-audience"), help: "The aud claim every token must carry or list (your app's client id, or this API's identifier).")
+    var tokenAudience: String?
+
+    @Option(name: .customLong("token-clock-skew"), help: "Seconds the token issuer's clock and this server's may disagree by, for exp and nbf (default 60 with a key set, 0 for --auth-secret alone).")
+    var tokenClockSkew: Int?
+
     @Option(name: .customLong("allow-origin"), help: "A web origin (https://app.example) whose pages may write to this server and open streams, besides the server's own console; repeat for several, or * for every page. Requests without an Origin header (native clients) are not affected.")
     var allowOrigins: [String] = []
 
@@ -97,7 +112,35 @@ struct ServeCommand: AsyncParsableCommand {
         let scheme = configuration.tls == nil ? "http" : "https"
         let secret = authSecret ?? ProcessInfo.processInfo.environment["TANDEM_AUTH_SECRET"].flatMap({ $0.isEmpty ? nil : $0 })
         do {
-            let tokens = try await secret.asyncMap { try await BearerTokens(secret: $0) }
+            var keys: TokenKeySet?
+            switch (jwksFile, jwksURL) {
+            case (let file?, nil):
+                keys = try await TokenKeySet(contentsOfFile: file)
+            case (nil, let text?):
+                guard let url = URL(string: text), let scheme = url.scheme?.lowercased(), ["http", "https"].contains(scheme), url.host != nil else {
+                    throw TandemError.invalidArgument("--jwks-url takes an http(s) URL, such as https://appleid.apple.com/auth/keys, not '\(text)'.")
+                }
+                var keysLogger = logger
+                keysLogger[metadataKey: "jwks"] = .string(text)
+                keys = try await TokenKeySet(url: url, logger: keysLogger)
+            case (nil, nil):
+                break
+            case (_?, _?):
+                throw TandemError.invalidArgument("--jwks-file and --jwks-url are two ways to give one key set: give one of them.")
+            }
+            if (tokenIssuer != nil || tokenAudience != nil || tokenClockSkew != nil), keys == nil, secret == nil {
+                throw TandemError.invalidArgument("--token-issuer, --token-audience and --token-clock-skew check tokens: give --jwks-url, --jwks-file or --auth-secret too.")
+            }
+            if let skew = tokenClockSkew, skew < 0 {
+                throw TandemError.invalidArgument("--token-clock-skew is a number of seconds, 0 or more.")
+            }
+            let tokens: BearerTokens?
+            if keys != nil || tokenIssuer != nil || tokenAudience != nil || tokenClockSkew != nil {
+                tokens = try await BearerTokens(keys: keys, secret: secret, issuer: tokenIssuer, audience: tokenAudience,
+                                                clockSkew: .seconds(tokenClockSkew ?? (keys == nil ? 0 : 60)))
+            } else {
+                tokens = try await secret.asyncMap { try await BearerTokens(secret: $0) }
+            }
             let accessRules = try rules.map { try AccessRules(contentsOfFile: $0) }
             if tokens != nil || accessRules != nil {
                 configuration.access = AccessControl(tokens: tokens, rules: accessRules ?? .ownDocuments)
@@ -107,10 +150,10 @@ struct ServeCommand: AsyncParsableCommand {
             throw ExitCode(2)
         }
         let note: String
-        switch (secret != nil, rules) {
+        switch (secret != nil || jwksFile != nil || jwksURL != nil, rules) {
         case (true, nil): note = "bearer tokens required; each user reads and writes users/{uid} and below"
         case (true, let file?): note = "bearer tokens required; access follows the rules in \(file)"
-        case (false, let file?): note = "no auth secret: every caller is anonymous, and access follows the rules in \(file)"
+        case (false, let file?): note = "no auth secret or key set: every caller is anonymous, and access follows the rules in \(file)"
         case (false, nil): note = "the server runs open; no access rules are enforced"
         }
         // An open server on an address others reach: anyone who can reach it reads and writes
