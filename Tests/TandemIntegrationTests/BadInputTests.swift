@@ -143,6 +143,15 @@ struct BadInputTests {
         #expect(status == 404 && code(body) == "not-found")
         (status, body) = try await call(server, "PUT", "/v1/documents/a/b?exists=true", body: "{}")
         #expect(status == 412 && code(body) == "failed-precondition")
+        // Two preconditions, one of them malformed: refused (the malformed one was ignored, and the
+        // delete applied, found by the schema-driven fuzz).
+        (status, body) = try await call(server, "DELETE", "/v1/documents/a/b?exists=false&version=false")
+        #expect(status == 400 && code(body) == "invalid-argument")
+        (status, body) = try await call(server, "DELETE", "/v1/documents/a/b?exists=false&version=0")
+        #expect(status == 400 && code(body) == "invalid-argument", "one precondition a write")
+        // Over 2^63 is no integer to the server, nor to its description.
+        (status, body) = try await call(server, "GET", "/v1/changes?since=99999999999999999999")
+        #expect(status == 400 && code(body) == "invalid-argument")
         #expect(try await server.store.currentVersion() == 0)
 
         // And the good path: a transform, a precondition, the change feed.

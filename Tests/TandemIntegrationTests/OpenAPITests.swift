@@ -40,7 +40,7 @@ struct OpenAPITests {
         let router = Router(context: CallerRequestContext.self)
         HTTPAPI(service: SyncService(store: store, hub: FanOutHub(store: store), limits: ServerLimits(), now: { .zero })).register(on: router)
         let registered = Set(router.routes.map { route in
-            "\(route.method.rawValue) \(route.path.description.replacingOccurrences(of: "/**", with: "/{path}"))"
+            "\(route.method.rawValue) \(route.path.description.replacingOccurrences(of: "/**", with: "/{collection}/{id}"))"
         })
         let paths = try #require(OpenAPIDescription.document()[field: "paths"]?.objectValue)
         let described = Set(paths.flatMap { path, item in (item.objectValue ?? [:]).keys.map { "\($0.uppercased()) \(path)" } })
@@ -49,7 +49,7 @@ struct OpenAPITests {
         #expect(described.subtracting(registered).isEmpty, "described, not routes: \(described.subtracting(registered).sorted())")
         // The methods the error middleware lists for a path (405, OPTIONS) are the described ones.
         for (path, item) in paths {
-            let concrete = path.replacingOccurrences(of: "{path}", with: "a/b")
+            let concrete = path.replacingOccurrences(of: "{collection}", with: "a").replacingOccurrences(of: "{id}", with: "b")
             let methods = Set((item.objectValue ?? [:]).keys.map { $0.uppercased() })
             let allowed = Set(JSONErrorMiddleware.methods(for: concrete) ?? [])
             #expect(methods.isSubset(of: allowed), "\(path): the middleware allows \(allowed.sorted()), the description has \(methods.sorted())")

@@ -54,8 +54,11 @@ public enum OpenAPIDescription {
     // MARK: Paths
 
     static func paths(_ limits: ServerLimits) -> JSONValue {
-        let document: JSONValue = ["$ref": "#/components/parameters/documentPath"]
-        let write: [JSONValue] = [document, ["$ref": "#/components/parameters/exists"], ["$ref": "#/components/parameters/version"]]
+        // A top-level document's path, as two segments: a path parameter holds no `/`, so a fuzzer
+        // can make every value its schema allows. A document deeper down takes the same
+        // operations at /v1/documents/collection/id/subcollection/id….
+        let document: [JSONValue] = [["$ref": "#/components/parameters/collectionID"], ["$ref": "#/components/parameters/documentID"]]
+        let write: [JSONValue] = document + [["$ref": "#/components/parameters/exists"], ["$ref": "#/components/parameters/version"]]
         return [
             "/health": [
                 "get": operation("health", "Liveness, the server's version and how it is secured", security: false, ok: ref("Health"), errors: []),
@@ -83,8 +86,8 @@ public enum OpenAPIDescription {
                     ],
                 ],
             ],
-            "/v1/documents/{path}": [
-                "get": operation("getDocument", "Read a document", parameters: [document], ok: ref("Document"), errors: [400, 401, 403, 404, 429]),
+            "/v1/documents/{collection}/{id}": [
+                "get": operation("getDocument", "Read a document", parameters: document, ok: ref("Document"), errors: [400, 401, 403, 404, 429]),
                 "put": operation("setDocument", "Set a document's body (with merge=true, merge into it); transforms go in place ({\"$increment\": 1})",
                                  parameters: write + [["$ref": "#/components/parameters/merge"]], body: ref("Fields"),
                                  ok: ref("WriteAnswer"), errors: [400, 401, 403, 409, 412, 413, 415, 429, 503]),
@@ -112,8 +115,8 @@ public enum OpenAPIDescription {
             "/v1/changes": [
                 "get": operation("changes", "A page of the change feed after a version, never splitting a commit; without collection, the whole database's (operators only on a secured server)",
                                  parameters: [
-                                    query("since", "The version to read changes after (0: from the start)", ["type": "integer", "minimum": 0]),
-                                    query("limit", "About how many changes a page holds (at most \(SyncService.maximumChangesPerPage))", ["type": "integer", "minimum": 1]),
+                                    query("since", "The version to read changes after (0: from the start; past the server's newest: 410)", int64(minimum: 0)),
+                                    query("limit", "About how many changes a page holds (at most \(SyncService.maximumChangesPerPage))", int64(minimum: 1)),
                                     query("collection", "One collection's feed, read as its listener would be", collectionPattern),
                                  ], ok: [
                                     "type": "object", "required": ["changes", "version", "hasMore"],
@@ -139,6 +142,13 @@ public enum OpenAPIDescription {
     static let documentPattern: JSONValue = ["type": "string", "pattern": "^[^/]+/[^/]+(/[^/]+/[^/]+)*$"]
     static let collectionPattern: JSONValue = ["type": "string", "pattern": "^[^/]+(/[^/]+/[^/]+)*$"]
     static let groupPattern: JSONValue = ["type": "string", "pattern": "^[^/]+$"]
+    /// One segment of a path: no `/`, and neither `.` nor `..`.
+    static let segmentPattern: JSONValue = ["type": "string", "pattern": "^([^/.][^/]*|\\.[^/.][^/]*|\\.\\.[^/]+)$"]
+
+    /// An integer as the server reads one: 64 bits, signed (a larger one is not an integer to it).
+    static func int64(minimum: Int) -> JSONValue {
+        ["type": "integer", "minimum": .int(minimum), "maximum": .int(Int(Int64.max))]
+    }
 
     /// An optional field, which may also be null (read as absent).
     static func nullable(_ schema: JSONValue) -> JSONValue { ["anyOf": [schema, ["type": "null"]]] }
@@ -211,18 +221,23 @@ public enum OpenAPIDescription {
         return [
             "securitySchemes": ["bearer": ["type": "http", "scheme": "bearer", "bearerFormat": "JWT"]],
             "parameters": [
-                "documentPath": [
-                    "name": "path", "in": "path", "required": true,
-                    "description": .string("A document path, collection/id[/subcollection/id…]: an even number of non-empty segments, at most \(limits.maximumPathDepth). A segment's `/` may be written %2F"),
-                    "schema": documentPattern,
+                "collectionID": [
+                    "name": "collection", "in": "path", "required": true,
+                    "description": .string("The collection's id: the first segment of a document path, collection/id[/subcollection/id…] (an even number of segments, at most \(limits.maximumPathDepth); a deeper document's path goes on after the id). A segment's `/` may be written %2F"),
+                    "schema": segmentPattern,
+                ],
+                "documentID": [
+                    "name": "id", "in": "path", "required": true,
+                    "description": "The document's id within the collection",
+                    "schema": segmentPattern,
                 ],
                 "exists": query("exists", "Write only if the document exists (true) or does not (false)", ["type": "string", "enum": ["true", "false"]]),
-                "version": query("version", "Write only if the document is at this version (0: does not exist)", ["type": "integer", "minimum": 0]),
+                "version": query("version", "Write only if the document is at this version (0: does not exist)", int64(minimum: 0)),
                 "merge": query("merge", "Merge the body into the document instead of replacing it", ["type": "string", "enum": ["true", "false"]]),
             ],
             "responses": .object(errorResponses),
             "schemas": [
-                "Version": ["type": "integer", "minimum": 0, "description": "A commit's version: everything up to it"],
+                "Version": ["type": "integer", "minimum": 0, "maximum": .int(Int(Int64.max)), "description": "A commit's version: everything up to it"],
                 "Value": value,
                 "Fields": [
                     "type": "object", "additionalProperties": value,
@@ -248,7 +263,7 @@ public enum OpenAPIDescription {
                 ],
                 "MutationID": [
                     "type": "object", "required": ["client", "sequence"],
-                    "properties": ["client": ["type": "string", "minLength": 1], "sequence": ["type": "integer", "minimum": 0]],
+                    "properties": ["client": ["type": "string", "minLength": 1], "sequence": int64(minimum: 0)],
                 ],
                 "Precondition": [
                     "oneOf": [
@@ -295,8 +310,8 @@ public enum OpenAPIDescription {
                         ["type": "object", "required": ["and"], "properties": ["and": ["type": "array", "minItems": 1, "items": ref("QueryFilter")]],
                          "description": "Documents that pass every one of the filters"],
                         ["type": "object", "required": ["orderBy"], "properties": ["orderBy": ["type": "string"], "descending": nullable(["type": "boolean"])]],
-                        ["type": "object", "required": ["limit"], "properties": ["limit": ["type": "integer", "minimum": 0]]],
-                        ["type": "object", "required": ["limitToLast"], "properties": ["limitToLast": ["type": "integer", "minimum": 0]]],
+                        ["type": "object", "required": ["limit"], "properties": ["limit": int64(minimum: 0)]],
+                        ["type": "object", "required": ["limitToLast"], "properties": ["limitToLast": int64(minimum: 0)]],
                         ["type": "object", "required": ["startAt"], "properties": ["startAt": ["type": "array"]]],
                         ["type": "object", "required": ["startAfter"], "properties": ["startAfter": ["type": "array"]]],
                         ["type": "object", "required": ["endAt"], "properties": ["endAt": ["type": "array"]]],

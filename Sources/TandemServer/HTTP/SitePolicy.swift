@@ -55,7 +55,10 @@ struct SitePolicy: Sendable, Equatable {
            !allows(origin: origin, requested: requested) {
             return .init(status: 403, error: TandemError(.permissionDenied, "Requests from pages on \(origin.prefix(200)) may not \(upgrades ? "open streams on" : "write to") this server; the connection is closed. Serve the page from the server's own origin, or start the server with --allow-origin \(origin.prefix(200))."))
         }
-        if ["POST", "PUT", "PATCH"].contains(method), target.hasPrefix("/v1/"), !Self.isJSON(contentType) {
+        // Only where a route takes the method: elsewhere the answer is the route's 405 or 404.
+        let path = String(target.prefix { $0 != "?" })
+        if ["POST", "PUT", "PATCH"].contains(method), path.hasPrefix("/v1/"), JSONErrorMiddleware.methods(for: path)?.contains(method) == true,
+           !Self.isJSON(contentType) {
             // A page on an allowed origin may read why.
             let headers = origin.map { allowsListed(origin: $0) ? ["Access-Control-Allow-Origin": $0, "Vary": "Origin"] : [:] } ?? [:]
             return .init(status: 415, error: TandemError(.invalidArgument, "The request's body is \(contentType.map { "'\($0.prefix(100))'" } ?? "of no declared type"), not JSON; the connection is closed. Send the JSON body with Content-Type: application/json."),

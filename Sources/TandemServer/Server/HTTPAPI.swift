@@ -216,14 +216,20 @@ struct HTTPAPI: Sendable {
 
     static func precondition(_ request: Request) throws -> Mutation.Precondition? {
         let parameters = request.uri.queryParameters
-        if let exists = try flag(parameters.get("exists"), name: "exists") {
+        // Both are read, so a malformed one is refused even beside the other.
+        let exists = try flag(parameters.get("exists"), name: "exists")
+        let version = try integer(parameters.get("version"), name: "version")
+        switch (exists, version) {
+        case (_?, _?):
+            throw TandemError.invalidArgument("A write takes one precondition: exists or version, not both.")
+        case (let exists?, nil):
             return .exists(exists)
-        }
-        if let version = try integer(parameters.get("version"), name: "version") {
+        case (nil, let version?):
             guard version >= 0 else { throw TandemError.invalidArgument("version must be 0 or more.") }
             return .version(Version(UInt64(version)))
+        case (nil, nil):
+            return nil
         }
-        return nil
     }
 
     /// A query parameter that is `true` or `false`; nil when absent.
