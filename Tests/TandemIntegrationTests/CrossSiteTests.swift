@@ -62,6 +62,20 @@ struct CrossSiteTests {
         await server.stop()
     }
 
+    @Test("a request pipelined behind a refused one is not served: the refusal closes the connection once the answers before it are written")
+    func pipelinedBehindARefusal() async throws {
+        let server = try await LiveServer.start()
+        let connection = try await RawConnection.open(port: server.port)
+        let body = "{}"
+        try await connection.send("GET /v1/documents/a/b HTTP/1.1\r\nHost: localhost\r\n\r\n"
+            + "GET /health HTTP/1.1\r\nHost: rebound.evil.example\r\n\r\n"
+            + "PUT /v1/documents/a/c HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: \(body.utf8.count)\r\n\r\n\(body)")
+        let text = try await connection.readUntilClosed()
+        #expect(text.components(separatedBy: "HTTP/1.1 ").count == 3 && text.contains("HTTP/1.1 404") && text.contains("HTTP/1.1 421"), "\(text)")
+        #expect(try await server.store.document(at: DocumentPath("a/c")) == nil, "the write behind the refusal was applied")
+        await server.stop()
+    }
+
     @Test("an allowed origin writes, opens streams, reads its answers (CORS) and passes the browser's preflight")
     func allowedOrigin() async throws {
         var configuration = SyncServerConfiguration()

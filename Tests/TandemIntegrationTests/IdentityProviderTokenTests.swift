@@ -118,14 +118,20 @@ struct IdentityProviderTokenTests {
         await #expect(throws: TandemError.self) { _ = try await TokenKeySet(json: "[1, 2]") }
     }
 
-    @Test("HS256 stays for development beside a key set: both verify, and a server with a key set alone mints nothing")
+    @Test("a key set needs an issuer and an audience; HS256 stays for development beside it, unchecked for them; a provider's token must expire; a server with a key set alone mints nothing")
     func secretBesideKeys() async throws {
         let ec = try await ProviderKey.ec("ec-1")
         let keys = try await TokenKeySet(json: Self.jwks([ec]))
-        let both = try await BearerTokens(keys: keys, secret: "a-development-secret-long-enough-to-use")
-        #expect(try both.verify(try both.mint(subject: "dev", now: Self.now), now: Self.now).uid == "dev")
+        // The provider's keys sign every app's tokens: without iss and aud, another app's would pass.
+        await #expect(throws: TandemError.self) { _ = try await BearerTokens(keys: keys) }
+        await #expect(throws: TandemError.self) { _ = try await BearerTokens(keys: keys, issuer: Self.issuer) }
+        let both = try await BearerTokens(keys: keys, secret: "a-development-secret-long-enough-to-use", issuer: Self.issuer, audience: Self.audience)
+        #expect(try both.verify(try both.mint(subject: "dev", now: Self.now), now: Self.now).uid == "dev", "a development token has no iss or aud")
         #expect(try both.verify(try ec.sign(Self.claims("ada")), now: Self.now).uid == "ada")
-        let providerOnly = try await BearerTokens(keys: keys)
+        var forever = Self.claims("ada")
+        forever["exp"] = nil
+        #expect(refusal(both, try ec.sign(forever))?.contains("never expires") == true)
+        let providerOnly = try await BearerTokens(keys: keys, issuer: Self.issuer, audience: Self.audience)
         #expect(throws: TandemError.self) { _ = try providerOnly.mint(subject: "x") }
     }
 
@@ -217,6 +223,8 @@ struct IdentityProviderTokenTests {
         #expect(result.status == 2 && result.err.contains("give one of them"), "\(result.err)")
         result = try await CLIProcess.run(["serve", "--port", "0", "--data-dir", directory.url.path, "--token-audience", Self.audience])
         #expect(result.status == 2 && result.err.contains("--token-audience"), "\(result.err)")
+        result = try await CLIProcess.run(["serve", "--port", "0", "--data-dir", directory.url.path, "--jwks-file", file.path])
+        #expect(result.status == 2 && result.err.contains("--token-issuer") && result.err.contains("--token-audience"), "a key set without issuer and audience: \(result.err)")
         result = try await CLIProcess.run(["serve", "--port", "0", "--data-dir", directory.url.path, "--jwks-file", directory.url.appendingPathComponent("missing.json").path])
         #expect(result.status == 2 && result.err.contains("Check the path (--jwks-file)"), "\(result.err)")
     }

@@ -247,6 +247,15 @@ struct SQLiteServerStoreTests {
         #expect(try await write("ada/notes", as: Principal(identity: .user(AuthenticatedUser(uid: "ada")), device: "x").writerOwner!) == nil)
         #expect(try await write("ada/notes", as: Principal(device: "u3:ada").writerOwner!) == .permissionDenied)
         #expect(try await write("odd/notes", as: Principal(device: "u3:adam").writerOwner!) == nil)
+        // A node not yet upgraded (PostgreSQL, several nodes) claims under the bare client id: the
+        // device keeps its writer ids, but a bare id that reads as a user's never gives them away.
+        let legacy = try await store.pool.write { db in
+            try db.execute(sql: "INSERT INTO writers VALUES ('tablet/notes', 'tablet'), ('bob/notes', 'u3:bob')")
+        }
+        _ = legacy
+        #expect(try await write("tablet/notes", as: Principal(device: "tablet").writerOwner!) == nil)
+        #expect(try await write("bob/notes", as: Principal(device: "u3:bob").writerOwner!) == .permissionDenied)
+        #expect(Principal.readsAsUserOwner("u3:a:b") && Principal.readsAsUserOwner("u2:é") && !Principal.readsAsUserOwner("u03:ada") && !Principal.readsAsUserOwner("u:"))
     }
 
     @Test("in a shared transaction a refused request writes nothing and the others are committed")

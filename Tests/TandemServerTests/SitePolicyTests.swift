@@ -32,6 +32,7 @@ struct SitePolicyTests {
         #expect(status(allowed, origin: "http://localhost:3001") == 403)
         #expect(allowed.allowsListed(origin: "HTTP://LOCALHOST:3000") && !allowed.allowsListed(origin: "http://127.0.0.1:8080"))
         #expect(status(SitePolicy(bindHost: "127.0.0.1", allowedOrigins: ["*"]), origin: "https://evil.example") == nil)
+        #expect(status(SitePolicy(bindHost: "127.0.0.1", allowedOrigins: ["https://app.example:443"]), host: "app.example", origin: "https://app.example") == nil, "the scheme's port")
     }
 
     @Test("a body under /v1 must be declared JSON: the plain-text and form bodies a page sends unasked are refused 415")
@@ -44,6 +45,8 @@ struct SitePolicyTests {
         #expect(status(policy, type: "application/merge-patch+json") == nil)
         #expect(status(policy, "DELETE", "/v1/documents/a/b", type: nil) == nil)
         #expect(status(policy, "POST", "/health", type: "text/plain") == nil, "outside the API: the route answers")
+        #expect(status(policy, "POST", "/v1//commit/", type: "text/plain") == 415, "spelled with empty segments, as the router reads it")
+        #expect(status(policy, "PUT", "/v1/changes", type: nil) == nil, "a method the path does not take: the router's 405")
     }
 
     @Test("a server bound to loopback answers loopback names, allowed hosts and allowed origins' hosts only (DNS rebinding); one bound elsewhere any name")
@@ -58,5 +61,12 @@ struct SitePolicyTests {
         #expect(status(local, "GET", "/health", host: nil, type: nil) == nil, "HTTP/1.0 without Host")
         #expect(status(SitePolicy(bindHost: "0.0.0.0"), "GET", "/health", host: "evil.example", type: nil) == nil)
         #expect(status(SitePolicy(bindHost: "localhost"), "GET", "/health", host: "evil.example", type: nil) == 421)
+        // Open on an address others reach (0.0.0.0 in a container published on 127.0.0.1): a name
+        // is a rebinding page's unless allowed; addresses and loopback names are answered.
+        let exposedOpen = SitePolicy(bindHost: "0.0.0.0", open: true, allowedHosts: ["sync.lan"])
+        for host in ["192.168.1.5:8080", "[fe80::1]:8080", "localhost:8080", "127.0.0.1", "sync.lan"] {
+            #expect(status(exposedOpen, "GET", "/v1/documents/a/b", host: host, type: nil) == nil, "\(host)")
+        }
+        #expect(status(exposedOpen, "GET", "/v1/documents/a/b", host: "rebound.evil.example:8080", type: nil) == 421)
     }
 }

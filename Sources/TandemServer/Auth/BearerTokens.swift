@@ -42,9 +42,10 @@ public struct BearerTokens: Sendable {
     private let algorithm: (any JWTAlgorithm)?
     /// The provider's keys, for RS256 and ES256; nil when only HS256 tokens are taken.
     public let keys: TokenKeySet?
-    /// The `iss` a token must carry, when set.
+    /// The `iss` a token of the key set must carry (required with a key set; HS256 development
+    /// tokens are not checked for it).
     public let issuer: String?
-    /// The `aud` a token must carry (or list), when set.
+    /// The `aud` a token of the key set must carry or list (required with a key set).
     public let audience: String?
     /// How far the token's clock and this server's may disagree: a token is taken until `exp`
     /// plus this, and from `nbf` less this.
@@ -70,14 +71,21 @@ public struct BearerTokens: Sendable {
     ///   - keys: the provider's public keys; nil takes HS256 tokens alone.
     ///   - secret: the shared secret of HS256 tokens (at least ``minimumSecretBytes``); nil takes
     ///     none.
-    ///   - issuer: the `iss` every token must carry (the provider's: `https://appleid.apple.com`,
-    ///     `https://securetoken.google.com/PROJECT`, …); nil checks none.
-    ///   - audience: the `aud` every token must carry or list (the app's client id, or the API's
-    ///     identifier); nil checks none.
+    ///   - issuer: the `iss` every token of the key set must carry (the provider's:
+    ///     `https://appleid.apple.com`, `https://securetoken.google.com/PROJECT`, …); required with
+    ///     a key set, which its provider uses for every app it serves.
+    ///   - audience: the `aud` every token of the key set must carry or list (the app's client id,
+    ///     or the API's identifier); required with a key set.
     ///   - clockSkew: how far clocks may disagree, for `exp` and `nbf`. Default 60 s.
     public init(keys: TokenKeySet?, secret: String? = nil, issuer: String? = nil, audience: String? = nil, clockSkew: Duration = .seconds(60)) async throws {
         guard keys != nil || secret != nil else {
             throw TandemError.invalidArgument("Tokens need a key set (--jwks-file or --jwks-url) or a shared secret (--auth-secret) to be verified with.")
+        }
+        // A provider signs with one key set for every app it serves (Apple, Google and Firebase
+        // share theirs): without an issuer and an audience, a token it made for another app, with
+        // any user id its owner chose, would pass.
+        if keys != nil, issuer == nil || audience == nil {
+            throw TandemError.invalidArgument("A key set verifies tokens its identity provider signed for any app it serves: give the issuer (--token-issuer, the provider's `iss`) and the audience (--token-audience, your app's id) too, so only tokens made for this app pass.")
         }
         if let secret {
             guard secret.utf8.count >= Self.minimumSecretBytes else {
@@ -108,6 +116,8 @@ public struct BearerTokens: Sendable {
             throw Self.refusal("The token is malformed: its header is not base64url-encoded JSON.")
         }
         let verifier = try self.verifier(for: header)
+        // Tokens of the key set are the provider's: checked for whom they were made, and that they end.
+        let fromProvider = header["alg"]?.stringValue != "HS256"
         guard let signature = Base64URL.decode(parts[2]) else {
             throw Self.refusal("The token is malformed: its signature is not base64url.")
         }
@@ -130,10 +140,13 @@ public struct BearerTokens: Sendable {
         if let notBefore = try Self.date(claims["nbf"], named: "nbf"), now.addingTimeInterval(skew) < notBefore {
             throw Self.refusal("The token is not valid before \(ServerTime(notBefore).iso8601).")
         }
-        if let issuer, claims["iss"]?.stringValue != issuer {
+        if fromProvider, claims["exp"] == nil {
+            throw Self.refusal("The token never expires (no `exp` claim); an identity provider's token must. Sign in again.")
+        }
+        if fromProvider, let issuer, claims["iss"]?.stringValue != issuer {
             throw Self.refusal("The token was issued by \(claims["iss"]?.stringValue.map { "'\($0.prefix(200))'" } ?? "no one (no `iss` claim)"), not by this server's identity provider; sign in with it.")
         }
-        if let audience {
+        if fromProvider, let audience {
             let audiences: [String]
             switch claims["aud"] {
             case .string(let one)?: audiences = [one]

@@ -165,7 +165,8 @@ public final class TokenKeySet: Service, Sendable {
         }
         await cancelWhenGracefulShutdown {
             await withDiscardingTaskGroup { group in
-                // The timer: wakes the loop when the set's lifetime runs out.
+                // The timer: fetches the set again itself when its lifetime runs out. Every attempt,
+                // failed or not, moves the deadline on (a failure by a minute), so it never spins.
                 let clock = self.clock
                 group.addTask {
                     while !Task.isCancelled {
@@ -176,25 +177,32 @@ public final class TokenKeySet: Service, Sendable {
                             return
                         }
                         let due = self.state.withLock { state in clock.now() >= (state.fetchedAt ?? .zero) + state.lifetime }
-                        if due { self.wake.yield() }
+                        if due { await self.refreshLogging() }
                     }
                 }
+                // A token named a key the set does not hold (at most once an interval).
                 for await _ in self.wakeUps {
-                    do {
-                        try await self.refresh()
-                    } catch {
-                        self.logger.warning("the key set could not be fetched again; the keys held stay in use, and it is tried again in a minute: \((error as? TandemError)?.message ?? "\(error)")")
-                        // Tried again a minute from now, through the timer.
-                        self.state.withLock { state in
-                            state.fetchedAt = clock.now()
-                            state.lifetime = .seconds(60)
-                        }
-                    }
+                    await self.refreshLogging()
                 }
                 group.cancelAll()
             }
         }
         wake.finish()
+    }
+
+    /// Fetches the set again; a failure is logged, the keys held stay, and the next attempt comes
+    /// a minute later.
+    private func refreshLogging() async {
+        do {
+            try await refresh()
+        } catch {
+            logger.warning("the key set could not be fetched again; the keys held stay in use, and it is tried again in a minute: \(error.message)")
+            let now = clock.now()
+            state.withLock { state in
+                state.fetchedAt = now
+                state.lifetime = .seconds(60)
+            }
+        }
     }
 
     // MARK: Reading a key set

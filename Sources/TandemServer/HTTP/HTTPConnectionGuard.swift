@@ -43,7 +43,8 @@ final class HTTPConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler {
     /// The request, counted as above, that said `Connection: close` (or was HTTP/1.0 without
     /// keep-alive): the connection's last. Its answer says so, and nothing after it is served.
     private var lastRequest: Int?
-    /// The last request ended: what follows it on the connection is not read.
+    /// The last request ended, or a request was refused from its head (its answer perhaps waiting
+    /// behind one under way): what follows on the connection is not read, nor served.
     private var lastRequestEnded = false
     /// A 101 was written: step aside once it is flushed.
     private var stepAsideAfterFlush = false
@@ -106,6 +107,10 @@ final class HTTPConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler {
                 requestsPassed += 1
                 if summary.closesConnection { lastRequest = requestsPassed }
                 context.fireChannelRead(data)
+            } else {
+                // Its body, and any request pipelined behind it, never reach a route: the answer
+                // closes the connection once the ones before it are written.
+                lastRequestEnded = true
             }
             run(action, context: context)
         case .body:

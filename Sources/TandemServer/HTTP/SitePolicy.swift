@@ -27,10 +27,18 @@ struct SitePolicy: Sendable, Equatable {
     /// bound to an address others reach by their own names).
     var allowedHosts: Set<String>?
 
-    /// The policy for a server bound to `bindHost`: a loopback address checks `Host`.
-    init(bindHost: String = "0.0.0.0", allowedOrigins: [String] = [], allowedHosts: [String] = []) {
+    /// Whether an address (an IP literal) is answered besides the names: true on a server bound to
+    /// an address others reach and running open, where a name can only be a rebinding page's or
+    /// one given with `allowedHosts`.
+    var answersAddresses = false
+
+    /// The policy for a server bound to `bindHost`: a loopback address checks `Host`; so does any
+    /// other when the server runs `open` (no access control: a rebinding page would read and
+    /// write everything), which then answers addresses, loopback names and allowed names.
+    init(bindHost: String = "0.0.0.0", open: Bool = false, allowedOrigins: [String] = [], allowedHosts: [String] = []) {
         self.allowedOrigins = Set(allowedOrigins.map { Self.normalizedOrigin($0) })
-        if Self.isLoopbackName(bindHost.lowercased()) {
+        if Self.isLoopbackName(bindHost.lowercased()) || open {
+            answersAddresses = !Self.isLoopbackName(bindHost.lowercased())
             var hosts = Set(allowedHosts.map { $0.lowercased() })
             for origin in self.allowedOrigins where origin != "*" {
                 if let authority = Self.authority(ofOrigin: origin) { hosts.insert(authority.host) }
@@ -46,8 +54,9 @@ struct SitePolicy: Sendable, Equatable {
         let requested = host.flatMap(Self.authority(ofHost:))
         if let allowedHosts, let host {
             let name = requested?.host ?? String(host.prefix(100))
-            if requested == nil || (!Self.isLoopbackName(name) && !allowedHosts.contains(name)) {
-                return .init(status: 421, error: TandemError(.permissionDenied, "This server is bound to a loopback address and answers requests addressed to localhost, 127.0.0.1 or [::1] only, not to '\(name.prefix(100))' (a guard against DNS rebinding); the connection is closed. Address it by a loopback name, or start it with --allow-host NAME for a name a proxy in front of it keeps in the Host header."))
+            if requested == nil || (!Self.isLoopbackName(name) && !allowedHosts.contains(name) && !(answersAddresses && Self.isAddress(name))) {
+                let whom = answersAddresses ? "its addresses and localhost" : "localhost, 127.0.0.1 or [::1]"
+                return .init(status: 421, error: TandemError(.permissionDenied, "This server \(answersAddresses ? "runs open and" : "is bound to a loopback address and") answers requests addressed to \(whom) only, not to '\(name.prefix(100))' (a guard against DNS rebinding); the connection is closed. Address it so, or start it with --allow-host NAME for a name it is reached by (or a proxy in front of it keeps in the Host header)."))
             }
         }
         let method = method.uppercased()
@@ -56,7 +65,8 @@ struct SitePolicy: Sendable, Equatable {
             return .init(status: 403, error: TandemError(.permissionDenied, "Requests from pages on \(origin.prefix(200)) may not \(upgrades ? "open streams on" : "write to") this server; the connection is closed. Serve the page from the server's own origin, or start the server with --allow-origin \(origin.prefix(200))."))
         }
         // Only where a route takes the method: elsewhere the answer is the route's 405 or 404.
-        let path = String(target.prefix { $0 != "?" })
+        // Spelled as the router reads it: empty segments (`/v1//commit/`) do not count.
+        let path = "/" + target.prefix { $0 != "?" }.split(separator: "/").joined(separator: "/")
         if ["POST", "PUT", "PATCH"].contains(method), path.hasPrefix("/v1/"), JSONErrorMiddleware.methods(for: path)?.contains(method) == true,
            !Self.isJSON(contentType) {
             // A page on an allowed origin may read why.
@@ -99,6 +109,13 @@ struct SitePolicy: Sendable, Equatable {
         return type == "application/json" || (type.hasPrefix("application/") && type.hasSuffix("+json"))
     }
 
+    /// Whether a host is an IP literal: a dotted IPv4 address or a bracketed IPv6 one.
+    static func isAddress(_ host: String) -> Bool {
+        if host.hasPrefix("[") && host.hasSuffix("]") { return host.dropFirst().dropLast().allSatisfy { $0.isHexDigit || $0 == ":" || $0 == "." } }
+        let parts = host.split(separator: ".", omittingEmptySubsequences: false)
+        return parts.count == 4 && parts.allSatisfy { UInt8($0) != nil }
+    }
+
     /// Whether a host name (lower-cased, brackets kept on IPv6) names this machine's loopback.
     static func isLoopbackName(_ host: String) -> Bool {
         if host == "localhost" || host.hasSuffix(".localhost") || host == "[::1]" || host == "::1" { return true }
@@ -106,11 +123,15 @@ struct SitePolicy: Sendable, Equatable {
         return parts.count == 4 && parts[0] == "127" && parts.allSatisfy { UInt8($0) != nil }
     }
 
-    /// `scheme://host[:port]`, lower-cased and without a trailing slash.
+    /// `scheme://host[:port]`, lower-cased, without a trailing slash, and without the port its
+    /// scheme implies (browsers send `https://app.example`, never `https://app.example:443`).
     static func normalizedOrigin(_ origin: String) -> String {
-        var text = origin.trimmingWhitespace.lowercased()
+        var text = String(origin.trimmingWhitespace.lowercased())
         while text.hasSuffix("/") { text.removeLast() }
-        return String(text)
+        for (scheme, port) in [("https://", ":443"), ("http://", ":80")] where text.hasPrefix(scheme) && text.hasSuffix(port) {
+            text.removeLast(port.count)
+        }
+        return text
     }
 
     /// The host and port of an origin, and the port its scheme implies.

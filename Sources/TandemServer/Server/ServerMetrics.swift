@@ -100,8 +100,14 @@ public final class ServerMetrics: Sendable {
                     replayed.increment()
                 }
                 for acknowledgement in result.acknowledgements { mutations[acknowledgement.status]?.increment() }
-            case .failure:
-                failed.increment()
+            case .failure(let error):
+                // Refused before anything was decided (a writer id another caller owns, a request
+                // that is not valid), or the store could not decide (it is down).
+                if [.unavailable, .internal, .deadlineExceeded, .dataLoss, .unknown, .cancelled, .aborted].contains(error.code) {
+                    failed.increment()
+                } else {
+                    refused.increment()
+                }
             }
         }
     }

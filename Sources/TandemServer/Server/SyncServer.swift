@@ -53,7 +53,8 @@ public struct SyncServer: Service {
         let service = SyncService(store: store, hub: hub, limits: configuration.limits, access: configuration.access, metrics: metrics, now: clock.now)
         // HEAD is answered like GET without the body.
         let router = Router(context: CallerRequestContext.self, options: .autoGenerateHeadEndpoints)
-        let sites = SitePolicy(bindHost: configuration.host, allowedOrigins: configuration.allowedOrigins, allowedHosts: configuration.allowedHosts)
+        let sites = SitePolicy(bindHost: configuration.host, open: configuration.access == nil, allowedOrigins: configuration.allowedOrigins,
+                               allowedHosts: configuration.allowedHosts)
         if !sites.allowedOrigins.isEmpty {
             router.add(middleware: AllowedOriginsMiddleware(sites: sites))
         }

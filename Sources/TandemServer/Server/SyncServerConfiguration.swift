@@ -59,7 +59,8 @@ public struct SyncServerConfiguration: Sendable {
     /// Host names a server bound to a loopback address answers besides `localhost`, `127.0.0.1`,
     /// `[::1]` and the allowed origins' hosts: the name a proxy in front of it keeps in the `Host`
     /// header. Requests addressed to any other name are refused (a guard against DNS rebinding).
-    /// Unused when the server is bound to another address. Default none.
+    /// An open server (no ``access``) bound to another address checks names too, and answers its
+    /// IP addresses, loopback names and these; a secured one answers any. Default none.
     public var allowedHosts: [String] = []
     /// The server's logger.
     public var logger = Logger(label: "tandem.server")

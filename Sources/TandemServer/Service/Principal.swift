@@ -53,6 +53,26 @@ struct Principal: Sendable, Hashable {
     /// The owner of an anonymous device's writer ids.
     static func anonymousOwner(_ device: String) -> String { "a:" + device }
 
+    /// Whether a stored owner reads as a user's: `u`, the uid's byte count (no leading zero), `:`,
+    /// then exactly that many bytes.
+    static func readsAsUserOwner(_ owner: String) -> Bool {
+        let bytes = Array(owner.utf8)
+        guard bytes.first == UInt8(ascii: "u"), let colon = bytes.firstIndex(of: UInt8(ascii: ":")) else { return false }
+        let digits = bytes[1..<colon]
+        guard (1...9).contains(digits.count), digits.first != UInt8(ascii: "0"),
+              digits.allSatisfy({ (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) }),
+              let count = Int(String(decoding: digits, as: UTF8.self)) else { return false }
+        return bytes.count - colon - 1 == count
+    }
+
+    /// Whether `owner`, kept by a store, is the anonymous owner `claimant` as it was written before
+    /// anonymous owners were prefixed: a node not yet upgraded (several nodes on one database are
+    /// upgraded one at a time) claims under the bare client id. One that reads as a user's owner
+    /// never is: that is the id an attacker would say.
+    static func isLegacyAnonymousOwner(_ owner: String, of claimant: String) -> Bool {
+        claimant.hasPrefix("a:") && claimant.utf8.dropFirst(2).elementsEqual(owner.utf8) && !readsAsUserOwner(owner)
+    }
+
     /// Whom this principal's connections, writes and HTTP reads count against: its user, or an
     /// anonymous caller's address (an IPv6 address by its /64, see
     /// ``Admission/Caller/anonymous(from:)``). Nil for an anonymous caller with no address (in

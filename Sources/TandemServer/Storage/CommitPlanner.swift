@@ -91,7 +91,7 @@ public struct CommitPlanner: Sendable {
                 unclaimed.append(writer)
                 continue
             }
-            if owner != clientID {
+            if owner != clientID, !(clientID.map { Principal.isLegacyAnonymousOwner(owner, of: $0) } ?? false) {
                 return .failure(TandemError(.permissionDenied, "The writer id '\(writer)' belongs to another client; a connection may only write under writer ids it used first. Nothing was written."))
             }
         }

@@ -128,8 +128,11 @@ struct ServeCommand: AsyncParsableCommand {
             case (_?, _?):
                 throw TandemError.invalidArgument("--jwks-file and --jwks-url are two ways to give one key set: give one of them.")
             }
-            if (tokenIssuer != nil || tokenAudience != nil || tokenClockSkew != nil), keys == nil, secret == nil {
-                throw TandemError.invalidArgument("--token-issuer, --token-audience and --token-clock-skew check tokens: give --jwks-url, --jwks-file or --auth-secret too.")
+            if (tokenIssuer != nil || tokenAudience != nil), keys == nil {
+                throw TandemError.invalidArgument("--token-issuer and --token-audience check an identity provider's tokens: give its key set too (--jwks-url or --jwks-file).")
+            }
+            if tokenClockSkew != nil, keys == nil, secret == nil {
+                throw TandemError.invalidArgument("--token-clock-skew applies to tokens: give --jwks-url, --jwks-file or --auth-secret too.")
             }
             if let skew = tokenClockSkew, skew < 0 {
                 throw TandemError.invalidArgument("--token-clock-skew is a number of seconds, 0 or more.")
