@@ -499,6 +499,15 @@ public final class PostgresServerStore: ServerStore {
     }
 
     public func changes(since version: Version, in target: ListenTarget?, limit: Int) async throws -> ChangePage {
+        try await changes(since: version, in: target, limit: limit, fromStart: version == .zero)
+    }
+
+    public func changes(continuingFromStartAfter version: Version, in target: ListenTarget?, limit: Int) async throws -> ChangePage {
+        try await changes(since: version, in: target, limit: limit, fromStart: true)
+    }
+
+    /// A page of the feed; `fromStart`: of a read that began at version 0, served whatever was pruned.
+    private func changes(since version: Version, in target: ListenTarget?, limit: Int, fromStart: Bool) async throws -> ChangePage {
         let limit = max(1, limit)
         let (scope, value): (String, String?) = switch target {
         case .document(let path)?: (" AND d.path = $2", path.description)
@@ -535,18 +544,16 @@ public final class PostgresServerStore: ServerStore {
             if version > current {
                 throw TandemError(.outOfRange, "Version \(version) is beyond this server's newest, \(current): the server's data is not the history this version came from (restored from a backup, or replaced). Reload a full snapshot.")
             }
-            // A read from the beginning needs no tombstones (its reader holds nothing to delete):
-            // it is served whatever was pruned.
-            if since != 0, since < prunedThrough {
+            // A read from the beginning needs no tombstones (its reader holds only what its pages
+            // gave it): it is served whatever was pruned.
+            if !fromStart, since < prunedThrough {
                 throw TandemError(.outOfRange, "Changes since version \(version) are no longer kept (tombstones through \(prunedThrough) were pruned); reload a full snapshot, or fetch again from version 0.")
             }
             var rows = try await self.changes(connection, sql: "SELECT \(Self.documentColumns) FROM tandem_documents AS d WHERE d.version > $1\(scope) ORDER BY d.version, d.path LIMIT $\(next)", binds: binds(since, Int64(limit)))
             var hasMore = false
             if rows.count == limit, let last = rows.last?.version {
-                // Finish the last commit whole, then see whether anything follows it. A read from
-                // before the pruned tombstones (from the beginning) ends its page no earlier than
-                // them, so the next page starts from a version still kept.
-                let through = max(Int64(last.rawValue), since < prunedThrough ? prunedThrough : 0)
+                // Finish the last commit whole, then see whether anything follows it.
+                let through = Int64(last.rawValue)
                 rows = try await self.changes(connection, sql: "SELECT \(Self.documentColumns) FROM tandem_documents AS d WHERE d.version > $1\(scope) AND d.version <= $\(next) ORDER BY d.version, d.path", binds: binds(since, through))
                 for try await exists in try await connection.query(PostgresQuery(unsafeSQL: "SELECT EXISTS (SELECT 1 FROM tandem_documents AS d WHERE d.version > $1\(scope))", binds: binds(through)), logger: self.logger).decode(Bool.self) {
                     hasMore = exists

@@ -20,6 +20,8 @@ struct WireTests {
             .write(id: 6, mutations: [mutation, .delete(path), .set(path, ["a": 1.0], transforms: [.init("t", .serverTimestamp)])]),
             .get(id: 7, path: path),
             .query(id: 8, target: .collection(try CollectionPath("users"), query)),
+            .fetch(id: 9, target: .collection(try CollectionPath("users"), Query()), since: 40, limit: 100),
+            .fetch(id: 10, target: .collection(try CollectionPath("users"), Query()), since: 40, limit: 100, fromStart: true),
             .heartbeat,
         ]
         for message in messages {

@@ -180,7 +180,7 @@ struct ChangeSyncEngineTests {
         #expect(await phone.until { phone.engine.pendingCount == 0 })
         #expect(try await server.store.pruneTombstones(olderThan: Date().addingTimeInterval(3600)) == 1, "n1's tombstone pruned")
 
-        // Two records a page: the first page (from the beginning) reaches past the pruned deletion.
+        // Two records a page, the read continuing from the beginning past the pruned deletion.
         let tablet = try Device(server, ClientSignInTests.Provider(tokens, now: now), id: "tablet", fetchPageSize: 2)
         await signedIn(tablet.running.client, as: "ada")
         tablet.engine.start()
@@ -195,6 +195,38 @@ struct ChangeSyncEngineTests {
         #expect(!tablet.engine.status.isHalted, "the new device halted: \(String(describing: tablet.engine.lastError))")
         await phone.running.stop()
         await tablet.running.stop()
+        await server.stop()
+    }
+
+    @Test("a device whose token the server no longer keeps changes for reads everything again, and is told the deletions whose tombstones were pruned")
+    func existingDeviceAfterPruning() async throws {
+        let (server, tokens) = try await AuthenticationTests.server(now: now)
+        let phone = try Device(server, ClientSignInTests.Provider(tokens, now: now), id: "phone")
+        let laptop = try Device(server, ClientSignInTests.Provider(tokens, now: now), id: "laptop", fetchPageSize: 2)
+        await signedIn(phone.running.client, as: "ada")
+        await signedIn(laptop.running.client, as: "ada")
+        phone.engine.start()
+        laptop.engine.start()
+        try phone.send((1...4).map { n in phone.notebook.edit("n\(n)") { $0.properties = ["title": .value(.string("Note \(n)"))] } })
+        #expect(await laptop.until { (1...4).allSatisfy { laptop.notebook["n\($0)"] != nil } })
+        // The laptop is away while n1 and n2 are deleted and their tombstones pruned.
+        laptop.engine.stop()
+        try phone.send([], delete: ["n1", "n2"])
+        #expect(await phone.until { phone.engine.pendingCount == 0 })
+        try phone.send((5...6).map { n in phone.notebook.edit("n\(n)") { $0.properties = ["title": .value(.string("Note \(n)"))] } })
+        #expect(await phone.until { phone.engine.pendingCount == 0 })
+        #expect(try await server.store.pruneTombstones(olderThan: Date().addingTimeInterval(3600)) >= 1, "the tombstones pruned")
+
+        laptop.engine.start()
+        _ = await laptop.until {
+            (laptop.notebook["n1"] == nil && laptop.notebook["n2"] == nil && laptop.notebook["n6"] != nil) || laptop.engine.status.isHalted
+        }
+        #expect(laptop.notebook["n1"] == nil && laptop.notebook["n2"] == nil, "the deletions whose tombstones were pruned were not told")
+        #expect((3...6).allSatisfy { laptop.notebook["n\($0)"] != nil }, "the records that exist")
+        #expect(laptop.notebook.tokens.withLock { $0.contains(nil) }, "the laptop's token was reset once")
+        #expect(!laptop.engine.status.isHalted, "the laptop halted: \(String(describing: laptop.engine.lastError))")
+        await phone.running.stop()
+        await laptop.running.stop()
         await server.stop()
     }
 

@@ -684,6 +684,41 @@ final class ChangeQueueStore: Sendable {
         }
     }
 
+    // MARK: Reading the whole feed again
+
+    /// Marks that a read of the account's whole feed from version 0 began (a new device, or a
+    /// token the server no longer keeps changes for): if the engine stops before the read ends,
+    /// the next fetch reads from 0 again rather than go on from a token whose sweep was lost.
+    func beginSweep(account: String) async throws {
+        try await queue.write { db in try Self.setMeta(db, account: account, "sweep", "from-start") }
+    }
+
+    /// Whether a read of the whole feed from 0 began and did not end.
+    func isSweeping(account: String) async throws -> Bool {
+        try await queue.read { db in try Self.meta(db, account: account, "sweep") != nil }
+    }
+
+    /// Ends a read of the whole feed from 0 that brought every record in `seen`, through version
+    /// `through`: a record this engine knew the server had (its base) at or below `through` that
+    /// the read did not bring was deleted, its tombstone since pruned. Such bases are removed and
+    /// returned, with their types, to be told as deletions.
+    func endSweep(account: String, seen: Set<String>, through: Version) async throws -> [RecordDeletion] {
+        try await queue.write { db in
+            var gone: [RecordDeletion] = []
+            let select = try db.cachedStatement(sql: "SELECT record_id, json_extract(data, '$.\(RecordFields.type)') FROM base WHERE account = ? AND version <= ?")
+            let rows = try GRDB.Row.fetchAll(select, arguments: [account, Int64(clamping: through.rawValue)])
+            let delete = try db.cachedStatement(sql: "DELETE FROM base WHERE account = ? AND record_id = ?")
+            for row in rows {
+                let id: String = row[0]
+                guard !seen.contains(id) else { continue }
+                try delete.execute(arguments: [account, id])
+                gone.append(RecordDeletion(recordID: id, recordType: (row[1] as String?) ?? ""))
+            }
+            try db.execute(sql: "DELETE FROM meta WHERE account = ? AND key = 'sweep'", arguments: [account])
+            return gone
+        }
+    }
+
     // MARK: Meta
 
     /// The account's writer id: random, made once, used for nothing else.

@@ -113,6 +113,8 @@ public final class ChangeSyncEngine: Observable, Sendable {
         var wake: Task<Void, Never>?
         /// The page after a page that said `hasMore`, asked for while that page is handled.
         var readAhead: ReadAhead?
+        /// A read of the whole feed from version 0 under way, and the records it brought so far.
+        var sweep: Sweep?
         var lastError: (any Error)?
         var delegate: WeakDelegate?
         var observers: [Int: AsyncStream<ChangeSyncEvent>.Continuation] = [:]
@@ -126,6 +128,15 @@ public final class ChangeSyncEngine: Observable, Sendable {
             readAhead?.page.cancel()
             readAhead = nil
         }
+    }
+
+    /// A read of an account's whole feed from version 0 (a new device, or a token the server no
+    /// longer keeps changes for): its pages continue it (`fromStart`), and once it reaches the
+    /// end, a record this engine knew of that it did not bring was deleted long ago (its tombstone
+    /// pruned) and is told as a deletion.
+    private struct Sweep {
+        var account: String
+        var seen: Set<String> = []
     }
 
     /// A send the machine started: prepared and put on the wire by the send lane, in the order
@@ -726,8 +737,23 @@ public final class ChangeSyncEngine: Observable, Sendable {
     }
 
     private func fetch(after token: ChangeToken?, account: String, attempt: Int) async {
+        var token = token
         let page: ChangePage
+        let fromStart: Bool
         do {
+            // A read from 0 that an earlier run of the engine left unfinished starts over: the
+            // records it brought were not kept, so its end could not tell what is gone.
+            if token != nil, core.withLock({ $0.sweep?.account != account }), try await store.isSweeping(account: account) {
+                token = nil
+            }
+            if token == nil {
+                core.withLock { core in
+                    core.dropReadAhead()
+                    core.sweep = Sweep(account: account)
+                }
+                try await store.beginSweep(account: account)
+            }
+            fromStart = core.withLock { $0.sweep?.account == account }
             // The page read ahead for this token, if it was; any other is of no use now.
             let ahead = core.withLock { core -> Task<ChangePage, any Error>? in
                 guard let readAhead = core.readAhead, readAhead.account == account, readAhead.token == token else {
@@ -740,7 +766,7 @@ public final class ChangeSyncEngine: Observable, Sendable {
             if let ahead {
                 page = try await ahead.value
             } else {
-                page = try await readPage(after: token, account: account)
+                page = try await readPage(after: token, account: account, fromStart: fromStart)
             }
         } catch {
             handle(.failed(Self.classify(error, fetching: true), attempt: attempt, now: now))
@@ -752,7 +778,7 @@ public final class ChangeSyncEngine: Observable, Sendable {
         // (it is the fetch the machine runs next, unless a send comes first).
         if page.hasMore {
             let next = ChangeToken(page.version)
-            let task = Task { try await self.readPage(after: next, account: account) }
+            let task = Task { try await self.readPage(after: next, account: account, fromStart: fromStart) }
             core.withLock { core in
                 core.dropReadAhead()
                 core.readAhead = ReadAhead(account: account, token: next, page: task)
@@ -798,6 +824,23 @@ public final class ChangeSyncEngine: Observable, Sendable {
         core.withLock { core in
             for stamp in modifications.compactMap({ $0.metadata.stamps.values.max() }) { core.clock.observe(stamp, wall: wall) }
         }
+        // The end of a read from 0: what this engine knew of and the read did not bring is gone.
+        if fromStart {
+            let ended = core.withLock { core -> Set<String>? in
+                core.sweep?.seen.formUnion(page.changes.map(\.path.id))
+                guard !page.hasMore, let sweep = core.sweep, sweep.account == account else { return nil }
+                core.sweep = nil
+                return sweep.seen
+            }
+            if let seen = ended {
+                do {
+                    deletions += try await store.endSweep(account: account, seen: seen, through: page.version)
+                } catch {
+                    handle(.failed(.fatal(Self.tandemError(error)), attempt: attempt, now: now))
+                    return
+                }
+            }
+        }
         if !deletions.isEmpty { emit(.fetchedDeletions(deletions)) { $0.syncEngine(self, didFetchDeletions: deletions) } }
         // A configured size below one (which sends take as one) must not stall this loop or trap.
         let size = max(1, configuration.maxRecordsPerBatch)
@@ -818,8 +861,9 @@ public final class ChangeSyncEngine: Observable, Sendable {
         core.withLock { $0.dropReadAhead() }
     }
 
-    private func readPage(after token: ChangeToken?, account: String) async throws -> ChangePage {
-        try await client.changes(.collection(try recordsPath(account), Query()), since: token?.version ?? Version(0), limit: configuration.fetchPageSize)
+    private func readPage(after token: ChangeToken?, account: String, fromStart: Bool) async throws -> ChangePage {
+        try await client.changes(.collection(try recordsPath(account), Query()), since: token?.version ?? Version(0), limit: configuration.fetchPageSize,
+                                 fromStart: fromStart)
     }
 
     /// How a failure is retried, split, restarted or ends the engine.

@@ -260,22 +260,23 @@ public final class TandemClient: Service, Sendable, Observable {
     /// One page of `target`'s change feed: every change after `since` (a version, 0 for all),
     /// at most about `limit` of them (a commit is never cut in two), oldest first. The page's
     /// `version` is the `since` of the next; `hasMore` says whether one follows. A `since` of 0 is
-    /// always served, however long ago the server pruned deletions, and so are the pages after it;
-    /// any other `since` older than the server keeps deletions for (or beyond its newest version)
-    /// throws `out-of-range`: start again from 0.
+    /// always served, however long ago the server pruned deletions, and so are the pages after it
+    /// when they say `fromStart` (the caller holds only what the read's pages gave it); any other
+    /// `since` older than the server keeps deletions for (or beyond its newest version) throws
+    /// `out-of-range`: start again from 0.
     ///
     /// ```swift
     /// var since = Version(0)
     /// while true {
-    ///     let page = try await client.changes(.collection(try CollectionPath("notes"), Query()), since: since)
+    ///     let page = try await client.changes(.collection(try CollectionPath("notes"), Query()), since: since, fromStart: true)
     ///     apply(page.changes)
     ///     since = page.version
     ///     if !page.hasMore { break }
     /// }
     /// ```
-    public func changes(_ target: ListenTarget, since: Version, limit: Int = 1_000) async throws -> ChangePage {
+    public func changes(_ target: ListenTarget, since: Version, limit: Int = 1_000, fromStart: Bool = false) async throws -> ChangePage {
         guard limit > 0 else { throw TandemError.invalidArgument("A fetch's limit is more than 0 (it is \(limit)).") }
-        guard case .page(_, let page) = try await request({ .fetch(id: $0, target: target, since: since, limit: limit) }) else {
+        guard case .page(_, let page) = try await request({ .fetch(id: $0, target: target, since: since, limit: limit, fromStart: fromStart) }) else {
             throw TandemError(.internal, "The server answered a fetch with the wrong message.")
         }
         return page

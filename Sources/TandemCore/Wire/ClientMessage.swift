@@ -26,8 +26,10 @@ package enum ClientMessage: Sendable, Hashable {
     /// Runs a query once.
     case query(id: Int, target: ListenTarget)
     /// Reads one page of a target's change feed: what changed after `since`, at most about
-    /// `limit` changes (a commit is never cut), answered with a `page`.
-    case fetch(id: Int, target: ListenTarget, since: Version, limit: Int)
+    /// `limit` changes (a commit is never cut), answered with a `page`. `fromStart`: the page
+    /// continues a read that began at version 0, so the client holds only what its pages gave it,
+    /// and it is served however long ago deletions were pruned.
+    case fetch(id: Int, target: ListenTarget, since: Version, limit: Int, fromStart: Bool = false)
     /// Keeps the connection alive; the server answers with a heartbeat.
     case heartbeat
 
@@ -35,7 +37,7 @@ package enum ClientMessage: Sendable, Hashable {
     package var requestID: Int? {
         switch self {
         case .hello, .heartbeat: return nil
-        case .listen(let id, _, _, _), .unlisten(let id), .write(let id, _, _), .writeEach(let id, _, _), .get(let id, _), .query(let id, _), .fetch(let id, _, _, _): return id
+        case .listen(let id, _, _, _), .unlisten(let id), .write(let id, _, _), .writeEach(let id, _, _), .get(let id, _), .query(let id, _), .fetch(let id, _, _, _, _): return id
         }
     }
 
@@ -64,8 +66,10 @@ package enum ClientMessage: Sendable, Hashable {
             return .object(["type": "get", "id": .int(id), "path": .string(path.description)])
         case .query(let id, let target):
             return .object(["type": "query", "id": .int(id), "target": target.wireValue])
-        case .fetch(let id, let target, let since, let limit):
-            return .object(["type": "fetch", "id": .int(id), "target": target.wireValue, "since": .int(Int(clamping: since.rawValue)), "limit": .int(limit)])
+        case .fetch(let id, let target, let since, let limit, let fromStart):
+            var object: JSONObject = ["type": "fetch", "id": .int(id), "target": target.wireValue, "since": .int(Int(clamping: since.rawValue)), "limit": .int(limit)]
+            if fromStart { object["fromStart"] = true }
+            return .object(object)
         case .heartbeat:
             return ["type": "heartbeat"]
         }
@@ -128,7 +132,8 @@ package enum ClientMessage: Sendable, Hashable {
             guard limit > 0 else {
                 throw TandemError.invalidArgument("A fetch's limit is more than 0 (it is \(limit)).")
             }
-            self = .fetch(id: try object.int("id"), target: try ListenTarget(wire: try object.value("target")), since: since, limit: limit)
+            self = .fetch(id: try object.int("id"), target: try ListenTarget(wire: try object.value("target")), since: since, limit: limit,
+                          fromStart: try object.optionalBool("fromStart") ?? false)
         case "heartbeat":
             self = .heartbeat
         default:

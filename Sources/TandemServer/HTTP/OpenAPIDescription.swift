@@ -118,6 +118,7 @@ public enum OpenAPIDescription {
                                     query("since", "The version to read changes after (0: from the start; past the server's newest: 410)", int64(minimum: 0)),
                                     query("limit", "About how many changes a page holds (at most \(SyncService.maximumChangesPerPage))", int64(minimum: 1)),
                                     query("collection", "One collection's feed, read as its listener would be", collectionPattern),
+                                    query("fromStart", "true: the page continues a read that began at since=0 (the caller holds only what its pages gave it), served however long ago deletions were pruned", ["type": "string", "enum": ["true", "false"]]),
                                  ], ok: [
                                     "type": "object", "required": ["changes", "version", "hasMore"],
                                     "properties": ["changes": ["type": "array", "items": ref("Change")], "version": ref("Version"), "hasMore": ["type": "boolean"]],

@@ -145,7 +145,10 @@ struct HTTPAPI: Sendable {
                 }
                 // One collection's feed (`collection=users/ada/notes`), or the whole database's.
                 let target = try parameters.get("collection").map { ListenTarget.collection(try CollectionPath($0), Query()) }
-                let page = try await service.changes(since: Version(UInt64(since)), in: target, limit: min(limit, SyncService.maximumChangesPerPage), context: asker)
+                // The next page of a read that began at 0: served whatever was pruned.
+                let fromStart = try Self.flag(parameters.get("fromStart"), name: "fromStart") ?? false
+                let page = try await service.changes(since: Version(UInt64(since)), in: target, limit: min(limit, SyncService.maximumChangesPerPage),
+                                                     fromStart: fromStart, context: asker)
                 return .object([
                     "changes": .array(page.changes.map(\.wireValue)),
                     "version": .int(Int(clamping: page.version.rawValue)),

@@ -185,9 +185,10 @@ final class StreamSession: Sendable {
                 let snapshot = try await self.service.query(target, context: context)
                 return .documents(id: requestID, documents: snapshot.documents, version: snapshot.version)
             }
-        case .fetch(let requestID, let target, let since, let limit):
+        case .fetch(let requestID, let target, let since, let limit, let fromStart):
             read(requestID, in: &tasks) { context in
-                let page = try await self.service.changes(since: since, in: target, limit: min(limit, SyncService.maximumChangesPerPage), context: context)
+                let page = try await self.service.changes(since: since, in: target, limit: min(limit, SyncService.maximumChangesPerPage), fromStart: fromStart,
+                                                          context: context)
                 return .page(id: requestID, page)
             }
         }

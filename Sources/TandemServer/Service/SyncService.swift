@@ -92,7 +92,8 @@ final class SyncService: Sendable {
     /// it is lowered to it).
     static let maximumChangesPerPage = 10_000
 
-    func changes(since version: Version, in target: ListenTarget?, limit: Int, context: Principal) async throws -> ChangePage {
+    /// `fromStart`: the page continues a read that began at version 0 (served whatever was pruned).
+    func changes(since version: Version, in target: ListenTarget?, limit: Int, fromStart: Bool = false, context: Principal) async throws -> ChangePage {
         var readGuard: ReadGuard?
         if let target {
             try check(target)
@@ -100,7 +101,9 @@ final class SyncService: Sendable {
         } else {
             try access?.checkWholeChangeFeed(by: context.identity)
         }
-        let page = try await store.changes(since: version, in: target, limit: limit)
+        let page = fromStart && version > .zero
+            ? try await store.changes(continuingFromStartAfter: version, in: target, limit: limit)
+            : try await store.changes(since: version, in: target, limit: limit)
         if let refusal = readGuard?.refusal(of: page.changes) { throw refusal }
         return page
     }

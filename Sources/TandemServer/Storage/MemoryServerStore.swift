@@ -212,27 +212,34 @@ public final class MemoryServerStore<C: Clock>: ServerStore where C.Duration == 
     }
 
     public func changes(since version: Version, in target: ListenTarget?, limit: Int) async throws -> ChangePage {
+        try changes(since: version, in: target, limit: limit, fromStart: version == .zero)
+    }
+
+    public func changes(continuingFromStartAfter version: Version, in target: ListenTarget?, limit: Int) async throws -> ChangePage {
+        try changes(since: version, in: target, limit: limit, fromStart: true)
+    }
+
+    /// A page of the feed; `fromStart`: of a read that began at version 0, served whatever was pruned.
+    private func changes(since version: Version, in target: ListenTarget?, limit: Int, fromStart: Bool) throws -> ChangePage {
         let limit = max(1, limit)
-        let (found, newest, prunedThrough) = try storage.withLock { storage throws(TandemError) -> ([Row], Version, Version) in
+        let (found, newest) = try storage.withLock { storage throws(TandemError) -> ([Row], Version) in
             if version > storage.version {
                 throw TandemError(.outOfRange, "Version \(version) is beyond this server's newest, \(storage.version): the server's data is not the history this version came from (restored from a backup, or replaced). Reload a full snapshot.")
             }
-            // A read from the beginning needs no tombstones (its reader holds nothing to delete):
-            // it is served whatever was pruned.
-            if version != .zero, version < storage.prunedThrough {
+            // A read from the beginning needs no tombstones (its reader holds only what its pages
+            // gave it): it is served whatever was pruned.
+            if !fromStart, version < storage.prunedThrough {
                 throw TandemError(.outOfRange, "Changes since version \(version) are no longer kept (tombstones through \(storage.prunedThrough) were pruned); reload a full snapshot, or fetch again from version 0.")
             }
             let paths = target.map { Self.scope($0, in: storage) } ?? Array(storage.rows.keys)
-            return (paths.compactMap { storage.rows[$0] }.filter { $0.version > version }, storage.version, storage.prunedThrough)
+            return (paths.compactMap { storage.rows[$0] }.filter { $0.version > version }, storage.version)
         }
         var rows = found.sorted { ($0.version, $0.path) < ($1.version, $1.path) }
         var current = newest
         var hasMore = false
         if rows.count > limit {
-            // Finish the last commit whole; what follows it comes in the next page. A read from
-            // before the pruned tombstones (from the beginning) ends its page no earlier than
-            // them, so the next page starts from a version still kept.
-            let through = max(rows[limit - 1].version, version < prunedThrough ? prunedThrough : .zero)
+            // Finish the last commit whole; what follows it comes in the next page.
+            let through = rows[limit - 1].version
             let end = rows.firstIndex { $0.version > through } ?? rows.count
             hasMore = end < rows.count
             rows = Array(rows[..<end])

@@ -262,6 +262,15 @@ public final class SQLiteServerStore: ServerStore {
     }
 
     public func changes(since version: Version, in target: ListenTarget?, limit: Int) async throws -> ChangePage {
+        try await changes(since: version, in: target, limit: limit, fromStart: version == .zero)
+    }
+
+    public func changes(continuingFromStartAfter version: Version, in target: ListenTarget?, limit: Int) async throws -> ChangePage {
+        try await changes(since: version, in: target, limit: limit, fromStart: true)
+    }
+
+    /// A page of the feed; `fromStart`: of a read that began at version 0, served whatever was pruned.
+    private func changes(since version: Version, in target: ListenTarget?, limit: Int, fromStart: Bool) async throws -> ChangePage {
         let limit = max(1, limit)
         return try await readDatabase { db in
             let current = try Self.committedVersion(db)
@@ -269,9 +278,9 @@ public final class SQLiteServerStore: ServerStore {
                 throw TandemError(.outOfRange, "Version \(version) is beyond this server's newest, \(current): the server's data is not the history this version came from (restored from a backup, or replaced). Reload a full snapshot.")
             }
             let prunedThrough = try Int64.fetchOne(db, sql: "SELECT value FROM meta WHERE key = 'pruned_through'") ?? 0
-            // A read from the beginning needs no tombstones (its reader holds nothing to delete):
-            // it is served whatever was pruned.
-            if version != .zero, Int64(version.rawValue) < prunedThrough {
+            // A read from the beginning needs no tombstones (its reader holds only what its pages
+            // gave it): it is served whatever was pruned.
+            if !fromStart, Int64(version.rawValue) < prunedThrough {
                 throw TandemError(.outOfRange, "Changes since version \(version) are no longer kept (tombstones through \(prunedThrough) were pruned); reload a full snapshot, or fetch again from version 0.")
             }
             var scope = ""
@@ -294,10 +303,8 @@ public final class SQLiteServerStore: ServerStore {
             var hasMore = false
             var pageVersion = current
             if rows.count == limit, let last = rows.last?.version {
-                // Finish the last commit whole, then see whether anything follows it. A read from
-                // before the pruned tombstones (from the beginning) ends its page no earlier than
-                // them, so the next page starts from a version still kept.
-                let through = max(Int64(last.rawValue), since < prunedThrough ? prunedThrough : 0)
+                // Finish the last commit whole, then see whether anything follows it.
+                let through = Int64(last.rawValue)
                 rows = try Self.fetchChanges(db, sql: "SELECT * FROM documents WHERE version > ? AND version <= ?\(scope) ORDER BY version, path", arguments: [since, through] + scopeArguments)
                 hasMore = try Bool.fetchOne(db, sql: "SELECT EXISTS (SELECT 1 FROM documents WHERE version > ?\(scope))", arguments: [through] + scopeArguments) ?? false
                 if hasMore { pageVersion = Version(UInt64(through)) }

@@ -89,11 +89,17 @@ public protocol ServerStore: Service {
     /// What changed after `version`, oldest first, never splitting a commit: at most about `limit`
     /// changes (a commit larger than that comes whole). With a target, only changes in its scope;
     /// a document that no longer matches its query comes as a removal. A `version` of zero is always
-    /// served (what exists now, and the tombstones still kept); its first page ends no earlier than
-    /// the newest pruned tombstone, so the page after it is served too. Throws `out-of-range` when
+    /// served (what exists now, and the tombstones still kept). Throws `out-of-range` when
     /// tombstones after a nonzero `version` were pruned, or when `version` is beyond the store's:
     /// the caller fetches again from zero, or reloads a full snapshot.
     func changes(since version: Version, in target: ListenTarget?, limit: Int) async throws -> ChangePage
+
+    /// The next page of a read that began at version zero: what changed after `version` as
+    /// ``changes(since:in:limit:)`` gives it, served whatever tombstones after `version` were
+    /// pruned, since the reader holds only what the earlier pages of the same read gave it (a
+    /// document deleted long ago was not among them). The default refuses as
+    /// ``changes(since:in:limit:)`` does; a store that prunes serves it.
+    func changes(continuingFromStartAfter version: Version, in target: ListenTarget?, limit: Int) async throws -> ChangePage
 
     /// The visible watermark: every commit at or below it is durable and visible.
     func currentVersion() async throws -> Version
@@ -136,6 +142,10 @@ public protocol ServerStore: Service {
 
 extension ServerStore {
     public func commitsUnderWay() -> Bool { false }
+
+    public func changes(continuingFromStartAfter version: Version, in target: ListenTarget?, limit: Int) async throws -> ChangePage {
+        try await changes(since: version, in: target, limit: limit)
+    }
 
     public func observeGroupCommits(_ observer: @escaping @Sendable (Int) -> Void) {}
 
