@@ -17,7 +17,7 @@ extension TandemClient {
     /// filters, order or limit) by their version only, without their changes: each batch is empty
     /// and carries the version of the last commit it tells of, the first one the version the
     /// listener starts at (after `resumeFrom`, if anything changed since). For a client that reads
-    /// what changed itself, from a change feed (``changes(_:since:limit:)``): nothing is sent twice.
+    /// what changed itself, from a change feed (``changes(_:since:limit:fromStart:)``): nothing is sent twice.
     /// Resumes by itself across reconnects.
     public func notifications(of target: ListenTarget, resumeFrom: Version? = nil) -> AsyncThrowingStream<RemoteChangeBatch, any Error> {
         listen(target, resumeFrom: resumeFrom, failWhenDisconnected: false, inPieces: false, notify: true)
