@@ -58,28 +58,45 @@ extension PostgresServerStore {
         }
     }
 
-    /// Reads what was committed after the version this node last told of, and tells it. One
-    /// statement, so one snapshot: the counter and the changes through it agree.
+    /// The most versions one catch-up reads: a node far behind catches up in steps, each told
+    /// as it is read, instead of holding the whole gap at once.
+    static let catchUpSpan: Int64 = 2_048
+
+    /// Reads the commits after the version this node last told of from the commit log, and tells
+    /// them. One statement, so one snapshot: the counter and the commits through it agree. When
+    /// the log no longer holds all of them (this node was cut off for longer than it kept them),
+    /// says so (`incomplete`), and its listeners load again.
     private func catchUpNow(mustReport: Bool) async {
         let told = published.withLock { $0 }
         do {
-            let (changes, current) = try await withDrainConnection { connection -> ([RemoteChange], Version) in
+            let from = Int64(told.rawValue)
+            let (changes, current, newest, prunedThrough) = try await withDrainConnection { connection -> ([RemoteChange], Version, Version, Version) in
                 var changes: [RemoteChange] = []
                 var current = told
+                var newest = told
+                var prunedThrough = Version.zero
                 for try await row in try await connection.query("""
-                    SELECT c.version, \(unescaped: Self.documentColumns) FROM tandem_counter AS c
-                    LEFT JOIN tandem_documents AS d ON d.version > \(Int64(told.rawValue)) AND d.version <= c.version
-                    WHERE c.id = 1 ORDER BY d.version, d.path
+                    SELECT c.version, m.value, least(c.version, \(from + Self.catchUpSpan)), \(unescaped: Self.documentColumns)
+                    FROM tandem_counter AS c CROSS JOIN tandem_meta AS m
+                    LEFT JOIN tandem_changes AS d ON d.version > \(from) AND d.version <= least(c.version, \(from + Self.catchUpSpan))
+                    WHERE c.id = 1 AND m.key = 'log_pruned_through' ORDER BY d.version, d.path
                     """, logger: self.logger) {
                     let cells = row.makeRandomAccess()
-                    current = Version(UInt64(try cells[0].decode(Int64.self)))
-                    if let change = try Self.change(cells, from: 1) { changes.append(change) }
+                    newest = Version(UInt64(try cells[0].decode(Int64.self)))
+                    prunedThrough = Version(UInt64(try cells[1].decode(Int64.self)))
+                    current = Version(UInt64(try cells[2].decode(Int64.self)))
+                    if let change = try Self.change(cells, from: 3) { changes.append(change) }
                 }
-                return (changes, current)
+                return (changes, current, newest, prunedThrough)
             }
-            guard current > told || mustReport else { return }
-            published.withLock { $0 = max($0, current) }
-            publish(CommitNotice(batches: Self.batches(changes), visibleThrough: max(current, told)))
+            let incomplete = prunedThrough > told
+            if incomplete { logger.error("this node was cut off from the database for longer than the commit log kept what it had not read (through \(prunedThrough)); its listeners load again") }
+            if current > told || mustReport || incomplete {
+                published.withLock { $0 = max($0, current) }
+                publish(CommitNotice(batches: Self.batches(changes), visibleThrough: max(current, told), incomplete: incomplete))
+            }
+            // Far behind: the next step at once.
+            if newest > current { catchUp() }
         } catch {
             if mustReport { publish(CommitNotice(batches: [], visibleThrough: told)) }
             logger.warning("catching up with other nodes' commits failed: \(Self.reason(error)); the next notification or poll tries again")
@@ -98,7 +115,7 @@ extension PostgresServerStore {
         let time = ServerTime(WireTimestamp.date(milliseconds: WireTimestamp.milliseconds(configuration.now())))
         let told = published.withLock { $0 }
         do {
-            let (answers, last, earlier) = try await withDrainConnection { connection in
+            let (answers, last, earlier, incomplete) = try await withDrainConnection { connection in
                 let requests = submissions.flatMap(\.requests)
                 // First without a transaction: read, decide, then write only if no commit came
                 // between (one statement each, two round trips). Should one have come, again
@@ -118,7 +135,10 @@ extension PostgresServerStore {
                 }
             }
             published.withLock { $0 = max($0, last) }
-            if last != told || !batches.isEmpty || mustReport { publish(CommitNotice(batches: batches, visibleThrough: last)) }
+            if incomplete { logger.error("this node was cut off from the database for longer than the commit log kept what it had not read (through \(last)); its listeners load again") }
+            if last != told || !batches.isEmpty || mustReport || incomplete {
+                publish(CommitNotice(batches: batches, visibleThrough: last, incomplete: incomplete))
+            }
             return answers.map { .success($0) }
         } catch {
             // PostgreSQL refused data of a request (a NUL character in a path, writer id or
@@ -160,7 +180,7 @@ extension PostgresServerStore {
         }
     }
 
-    typealias Decided = (answers: [[Result<CommitResult, TandemError>]], last: Version, earlier: [RemoteChange])
+    typealias Decided = (answers: [[Result<CommitResult, TandemError>]], last: Version, earlier: [RemoteChange], incomplete: Bool)
 
     /// Reads what the requests can read in one statement (one snapshot), decides them, and writes
     /// what they wrote in one statement that first takes the counter's lock and checks that no
@@ -172,10 +192,10 @@ extension PostgresServerStore {
         let (answers, version) = try CommitPlanner.decide(submissions, in: &transaction, time: time, after: read.version)
         // Nothing written (every request a replay answered from its record, or refused before
         // it wrote): the answers hold as of the read, with no lock to take.
-        guard transaction.writes || version != read.version else { return (answers, version, read.earlier) }
+        guard transaction.writes || version != read.version else { return (answers, version, read.earlier, read.logPrunedThrough > told) }
         if let hook = betweenReadAndWrite.withLock({ $0 }) { await hook.body() }
         guard try await transaction.flush(over: connection, expectingCommits: read.commits, to: version, logger: logger) else { return nil }
-        return (answers, version, read.earlier)
+        return (answers, version, read.earlier, read.logPrunedThrough > told)
     }
 
     /// The same in a transaction holding the counter's lock from the start: from then until the
@@ -194,7 +214,7 @@ extension PostgresServerStore {
                 }
             }
             try await connection.query("COMMIT", logger: logger)
-            return (answers, version, read.earlier)
+            return (answers, version, read.earlier, read.logPrunedThrough > told)
         } catch {
             _ = try? await connection.query("ROLLBACK", logger: logger)
             throw error
@@ -228,7 +248,7 @@ extension PostgresServerStore {
                             """, logger: self.logger)
                     }
                     if let listening = listeningConnection.withLock({ $0 }) {
-                        try await notify(listening)
+                        try await withDeadline(on: listening) { try await notify(listening) }
                     } else {
                         try await withLease(notify)
                     }
@@ -288,6 +308,9 @@ struct PostgresTransaction: StoreTransaction {
     }
     var written: [DocumentPath: Written] = [:]
     var writtenOrder: [DocumentPath] = []
+    /// Every write, in order: the commit log's rows (a path written by two requests of the group
+    /// is in both commits, where `written` keeps its last state).
+    var logged: [(path: DocumentPath, entry: Written)] = []
     var recorded: [MutationID: MutationRecord] = [:]
     var recordedOrder: [MutationID] = []
     var claims: [(clientID: String, owner: String)] = []
@@ -300,6 +323,9 @@ struct PostgresTransaction: StoreTransaction {
         /// The changes of the commits after the version this node last told its observers of,
         /// through `version`, in version order.
         var earlier: [RemoteChange] = []
+        /// The newest version whose rows the commit log may have dropped: above `told`, some of
+        /// `earlier` may be missing (``PostgresServerStore/missedCommits(told:prunedThrough:)``).
+        var logPrunedThrough = Version.zero
     }
 
     /// Reads what `requests` can ask for, the counter, and the changes of the commits after
@@ -362,6 +388,7 @@ struct PostgresTransaction: StoreTransaction {
             default:
                 read.version = Version(UInt64(try cells[2].decode(Int64.self)))
                 read.commits = try cells[3].decode(Int64.self)
+                read.logPrunedThrough = Version(UInt64(try cells[4].decode(Int64.self)))
             }
         }
         return (transaction, read)
@@ -371,7 +398,8 @@ struct PostgresTransaction: StoreTransaction {
     ///
     /// Its rows are tagged by their first column: 0 a document the requests write, 1 a client's
     /// highest recorded sequence, 2 its pruned sequence, 3 its owner, 4 the record of an id,
-    /// 5 a change of a commit after `told`, 6 the counter. Documents and changes hold
+    /// 5 a change of a commit after `told` (from the commit log), 6 the counter with how far the
+    /// log was trimmed. Documents and changes hold
     /// ``PostgresServerStore/documentColumns`` from the second column on; the others use the
     /// same columns as their types allow.
     ///
@@ -379,7 +407,7 @@ struct PostgresTransaction: StoreTransaction {
     /// for a prepared statement does not know them (the records are looked up one id at a time,
     /// `LIMIT 1` keeping that from becoming a join that reads them all).
     struct Prefetch: PostgresPreparedStatement {
-        static let name = "tandem_prefetch_v2"
+        static let name = "tandem_prefetch_v3"
         static let sql = """
             SELECT 0, \(PostgresServerStore.documentColumns), NULL::text, NULL::text, NULL::bigint
                 FROM tandem_documents AS d WHERE d.path = ANY($1::text[]) AND d.data IS NOT NULL
@@ -396,9 +424,10 @@ struct PostgresTransaction: StoreTransaction {
                     LATERAL (SELECT * FROM tandem_mutation_results AS r WHERE r.client_id = wanted.client_id AND r.sequence = wanted.sequence LIMIT 1) AS r
             UNION ALL
             SELECT 5, \(PostgresServerStore.documentColumns), NULL::text, NULL::text, NULL::bigint
-                FROM tandem_documents AS d WHERE d.version > $5::bigint AND d.version <= (SELECT version FROM tandem_counter WHERE id = 1)
+                FROM tandem_changes AS d WHERE d.version > $5::bigint AND d.version <= (SELECT version FROM tandem_counter WHERE id = 1)
             UNION ALL
-            SELECT 6, NULL, version, commits, NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM tandem_counter WHERE id = 1
+            SELECT 6, NULL, version, commits, (SELECT value FROM tandem_meta WHERE key = 'log_pruned_through'), NULL, NULL, NULL, NULL, NULL, NULL
+                FROM tandem_counter WHERE id = 1
             ORDER BY 1, 3, 2
             """
 
@@ -452,7 +481,9 @@ struct PostgresTransaction: StoreTransaction {
     mutating func write(_ document: Document?, at path: DocumentPath, version: Version, time: Date, encodedData: String?, writer: MutationID?) throws {
         documents[path] = .some(document)
         if written[path] == nil { writtenOrder.append(path) }
-        written[path] = Written(document: document, version: version, time: time, encodedData: encodedData, writer: writer)
+        let entry = Written(document: document, version: version, time: time, encodedData: encodedData, writer: writer)
+        written[path] = entry
+        logged.append((path, entry))
     }
 
     mutating func record(_ record: MutationRecord, for id: MutationID) throws {
@@ -517,11 +548,26 @@ struct PostgresTransaction: StoreTransaction {
             hasDigest.append(record.digest != nil)
             digests.append(record.digest.map { Int64(bitPattern: $0) } ?? 0)
         }
+        // The commit log: each write's path, version, times, data (empty for a deletion) and writer.
+        var log = Flush.Log()
+        for (path, entry) in logged {
+            log.paths.append(path.description)
+            log.versions.append(Int64(entry.version.rawValue))
+            let time = WireTimestamp.milliseconds(entry.time)
+            log.created.append(entry.document.map { WireTimestamp.milliseconds($0.createTime) } ?? time)
+            log.updated.append(time)
+            log.live.append(entry.document != nil)
+            log.data.append(entry.document.map { entry.encodedData ?? JSONText.encode($0.data) } ?? "")
+            log.hasWriter.append(entry.writer != nil)
+            log.writerClients.append(entry.writer?.clientID ?? "")
+            log.writerSequences.append(entry.writer.map { Int64(bitPattern: $0.sequence) } ?? 0)
+        }
         let statement = Flush(paths: paths, collections: collections, groups: groups, versions: versions, created: created, updated: updated,
                               live: live, data: data, hasWriter: hasWriter, writerClients: writerClients, writerSequences: writerSequences,
                               clients: clients, sequences: sequences, recordVersions: recordVersions, times: times, hasDocument: hasDocument,
                               documents: documents, refused: refused, codes: codes, messages: messages, hasDigest: hasDigest, digests: digests,
-                              claimClients: claims.map(\.clientID), claimOwners: claims.map(\.owner), commits: commits, version: Int64(version.rawValue))
+                              claimClients: claims.map(\.clientID), claimOwners: claims.map(\.owner), commits: commits, version: Int64(version.rawValue),
+                              log: log)
         var passed = false
         for try await count in try await connection.execute(statement, logger: logger) {
             passed = count == 1
@@ -535,7 +581,7 @@ struct PostgresTransaction: StoreTransaction {
 /// only if the counter, as that commit left it, still counts the commits expected; every write
 /// reads the gate first, so none happens before the lock is held, or at all when it did not pass.
 struct Flush: PostgresPreparedStatement {
-    static let name = "tandem_flush_v1"
+    static let name = "tandem_flush_v2"
     static let sql = """
         WITH gate AS (
             SELECT version FROM tandem_counter WHERE id = 1 AND commits = $25::bigint FOR UPDATE
@@ -562,6 +608,12 @@ struct Flush: PostgresPreparedStatement {
                 status = excluded.status, error_code = excluded.error_code, error_message = excluded.error_message, digest = excluded.digest
         ), claimed AS (
             INSERT INTO tandem_writers (client_id, owner) SELECT * FROM unnest($23::text[], $24::text[]) WHERE EXISTS (SELECT 1 FROM gate)
+        ), logged AS (
+            INSERT INTO tandem_changes (version, path, create_time, update_time, data, mutation_client, mutation_sequence)
+            SELECT v, p, ct, ut, CASE WHEN l THEN d END, CASE WHEN w THEN mc END, CASE WHEN w THEN ms END
+            FROM unnest($27::text[], $28::bigint[], $29::bigint[], $30::bigint[], $31::bool[], $32::text[], $33::bool[], $34::text[], $35::bigint[])
+                AS t(p, v, ct, ut, l, d, w, mc, ms)
+            WHERE EXISTS (SELECT 1 FROM gate)
         ), moved AS (
             UPDATE tandem_counter SET version = $26::bigint, commits = commits + 1 WHERE id = 1 AND EXISTS (SELECT 1 FROM gate)
         )
@@ -575,9 +627,16 @@ struct Flush: PostgresPreparedStatement {
     var claimClients: [String], claimOwners: [String]
     var commits: Int64
     var version: Int64
+    var log: Log
+
+    /// The commit log's rows, a column each.
+    struct Log {
+        var paths: [String] = [], versions: [Int64] = [], created: [Int64] = [], updated: [Int64] = []
+        var live: [Bool] = [], data: [String] = [], hasWriter: [Bool] = [], writerClients: [String] = [], writerSequences: [Int64] = []
+    }
 
     func makeBindings() -> PostgresBindings {
-        var bindings = PostgresBindings(capacity: 26)
+        var bindings = PostgresBindings(capacity: 35)
         bindings.append(paths)
         bindings.append(collections)
         bindings.append(groups)
@@ -604,6 +663,15 @@ struct Flush: PostgresPreparedStatement {
         bindings.append(claimOwners)
         bindings.append(commits)
         bindings.append(version)
+        bindings.append(log.paths)
+        bindings.append(log.versions)
+        bindings.append(log.created)
+        bindings.append(log.updated)
+        bindings.append(log.live)
+        bindings.append(log.data)
+        bindings.append(log.hasWriter)
+        bindings.append(log.writerClients)
+        bindings.append(log.writerSequences)
         return bindings
     }
 

@@ -17,6 +17,9 @@ extension PostgresServerStore {
     /// - `tandem_mutation_results`: the decision about each mutation id, kept with the writes it
     ///   decided; `tandem_pruned_clients` the newest sequence pruning removed per client;
     ///   `tandem_writers` the client that owns each writer id; `tandem_meta` what pruning moved.
+    /// - `tandem_changes`: the commit log, each commit's changes whole, which other nodes read
+    ///   (kept until every node running has read it); `tandem_nodes` each node running, the newest
+    ///   version it has read, and when it last said so.
     static let migrations: [(name: String, sql: [String])] = [
         ("v1", [
             """
@@ -83,12 +86,36 @@ extension PostgresServerStore {
                        ELSE true END
             """,
         ]),
+        ("v5: commit log", [
+            // Every commit's changes, whole, by version: how nodes learn each other's commits.
+            // `tandem_documents` holds each document's newest state only, so a document written
+            // twice before another node read it showed that node its later state alone. Rows
+            // stay until every node running has read them (`tandem_nodes`); `log_pruned_through`
+            // is the newest version whose rows may be gone. The log starts at the counter: a node
+            // of this version learns only the commits after it, so every node is upgraded together.
+            """
+            CREATE TABLE tandem_changes (
+                version bigint NOT NULL,
+                path text NOT NULL,
+                create_time bigint NOT NULL,
+                update_time bigint NOT NULL,
+                data text,
+                mutation_client text,
+                mutation_sequence bigint,
+                PRIMARY KEY (version, path)
+            )
+            """,
+            "CREATE TABLE tandem_nodes (node text PRIMARY KEY, read_through bigint NOT NULL, seen_at timestamptz NOT NULL DEFAULT now())",
+            "INSERT INTO tandem_meta (key, value) SELECT 'log_pruned_through', version FROM tandem_counter WHERE id = 1",
+        ]),
     ]
 
     /// The advisory lock that one node at a time holds while it migrates.
     static let migrationLock: Int64 = 0x7461_6E64_656D_0001
     /// The advisory lock that one node at a time holds while it prunes.
     static let pruneLock: Int64 = 0x7461_6E64_656D_0002
+    /// The advisory lock that one node at a time holds while it trims the commit log.
+    static let logLock: Int64 = 0x7461_6E64_656D_0003
 
     /// Creates or migrates the schema over `connection`. Returns the names of the steps applied.
     @discardableResult

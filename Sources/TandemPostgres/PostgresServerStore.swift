@@ -23,6 +23,12 @@ public struct PostgresServerStoreConfiguration: Sendable {
     /// How long a read waits for a connection of the pool (PostgreSQL down or unreachable) before
     /// it fails with `unavailable`. Default 10 s.
     public var connectionWait: Duration = .seconds(10)
+    /// How long any statement may wait for PostgreSQL's answer (a commit's statements together, a
+    /// read's, a wake-up, a catch-up, a poll, a pruning) before its connection is closed and it
+    /// fails with `unavailable`: a database that restarts or a network that drops packets
+    /// without a word then fails what was under way, which the caller retries, and never holds
+    /// the commits queued behind it or the node's shutdown. Default 30 s.
+    public var statementTimeout: Duration = .seconds(30)
     /// The most connections of this node's pool, for reads and listening (at least two); commits
     /// have one more of their own. Default 20.
     public var maximumConnections = 20
@@ -30,6 +36,11 @@ public struct PostgresServerStoreConfiguration: Sendable {
     /// notifications are wake-ups, and may be lost), and how often it tells them it is there (a
     /// node heard of within three of its polls is woken at each commit). Default 1 s.
     public var pollInterval: Duration = .seconds(1)
+    /// How long a node may go unheard (each poll says it is there) and still hold the commit log:
+    /// the log keeps every commit some node running has not read, and forgets a node silent this
+    /// long. A node cut off from the database for longer finds, when it is back, that commits it
+    /// had not read are gone, and has its listeners load again from where they were. Default 60 s.
+    public var nodeTimeout: Duration = .seconds(60)
     /// Where failures and housekeeping are logged.
     public var logger = Logger(label: "tandem.postgres")
 
@@ -68,8 +79,8 @@ public final class PostgresServerStore: ServerStore {
     private let clientTask: Task<Void, Never>
     let logger: Logger
     let queue = GroupCommitQueue<Work, [Result<CommitResult, TandemError>]>()
-    /// This node's name in its notifications, so it skips its own.
-    let node = UUID().uuidString
+    /// This node's name in its notifications (so it skips its own) and in `tandem_nodes`.
+    let node: String
     /// The channel of the wake-ups that say a node committed.
     static let channel = "tandem_commits"
     private let observers = CommitObservers()
@@ -117,10 +128,11 @@ public final class PostgresServerStore: ServerStore {
             throw TandemError(.unavailable, "Could not connect to PostgreSQL at \(url): \(Self.reason(error)). Check the URL (host, port, user, password, database) and that the server is running.", cause: error)
         }
         let version: Version
+        let node = UUID().uuidString
         do {
             try await checkServer(connection, url: url, logger: logger)
             try await migrate(connection, logger: logger)
-            version = try await counter(connection, logger: logger)
+            version = try await register(node, over: connection, logger: logger)
             try? await connection.close()
         } catch let error as TandemError {
             try? await connection.close()
@@ -129,10 +141,24 @@ public final class PostgresServerStore: ServerStore {
             try? await connection.close()
             throw TandemError(.unavailable, "Could not create or migrate Tandem's tables in PostgreSQL at \(url): \(Self.reason(error)). The user needs to be allowed to create tables in the database.", cause: error)
         }
-        return PostgresServerStore(url: url, configuration: configuration, client: PostgresClient(configuration: try url.clientConfiguration(connectTimeout: configuration.connectTimeout, maximumConnections: configuration.maximumConnections), backgroundLogger: logger), version: version)
+        return PostgresServerStore(url: url, configuration: configuration, client: PostgresClient(configuration: try url.clientConfiguration(connectTimeout: configuration.connectTimeout, maximumConnections: configuration.maximumConnections), backgroundLogger: logger), version: version, node: node)
     }
 
-    private init(url: PostgresURL, configuration: PostgresServerStoreConfiguration, client: PostgresClient, version: Version) {
+    /// Records that `node` runs, having read everything through the counter, and returns the
+    /// counter, in one statement: the commit log keeps what comes after it for this node from now.
+    private static func register(_ node: String, over connection: PostgresConnection, logger: Logger) async throws -> Version {
+        var version = Version.zero
+        for try await value in try await connection.query("""
+            INSERT INTO tandem_nodes (node, read_through, seen_at) SELECT \(node), version, now() FROM tandem_counter WHERE id = 1
+            RETURNING read_through
+            """, logger: logger).decode(Int64.self) {
+            version = Version(UInt64(value))
+        }
+        return version
+    }
+
+    private init(url: PostgresURL, configuration: PostgresServerStoreConfiguration, client: PostgresClient, version: Version, node: String) {
+        self.node = node
         self.url = url
         self.configuration = configuration
         self.client = client
@@ -200,124 +226,6 @@ public final class PostgresServerStore: ServerStore {
                          now: configuration.now, logger: logger) { date in
             try await self.pruneTombstones(olderThan: date)
         }
-    }
-
-    /// Tells this node's observers of what other nodes commit. On a connection of its own: LISTEN
-    /// first, then say this node is there and read what was committed since this node last told
-    /// (``catchUp()``), then wait for a notification, or `pollInterval` without one (a lost
-    /// notification costs that delay), and read again; each poll also says again that this node is
-    /// there, which checks the connection. After any failure, a new connection does the same, in
-    /// the same order, so nothing committed meanwhile is missed.
-    func follow() async {
-        while !Task.isCancelled {
-            do {
-                try await client.withConnection { connection in
-                    self.listeningConnection.withLock { $0 = connection }
-                    defer { self.listeningConnection.withLock { if $0 === connection { $0 = nil } } }
-                    try await connection.listen(on: Self.channel) { notifications in
-                        // Each wake-up reads again; the poll's also says again that this node is
-                        // there (a notification shows the connection alive, so only the poll
-                        // checks it), and so does one for a node heard for the first time (or
-                        // again after a silence): one that started listening after this node last
-                        // said so learns of it now, not at this node's next poll. Wake-ups that
-                        // come together become one, which announces if any of them asked to.
-                        let (wakes, wake) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
-                        let announcing = Flag()
-                        try await withThrowingTaskGroup(of: Void.self) { group in
-                            group.addTask {
-                                for try await notification in notifications {
-                                    let payload = notification.payload
-                                    guard let colon = payload.lastIndex(of: ":") else { continue }
-                                    let sender = payload[..<colon]
-                                    guard sender != self.node else { continue }
-                                    if self.heardOtherNode(sender) {
-                                        announcing.raise()
-                                        wake.yield()
-                                    } else if !payload.hasSuffix(Self.presence) {
-                                        wake.yield()
-                                    }
-                                }
-                                throw TandemError(.unavailable, "The connection listening for other nodes' commits closed.")
-                            }
-                            group.addTask {
-                                while true {
-                                    try await self.configuration.clock.sleep(for: self.configuration.pollInterval)
-                                    self.others.withLock { $0.polls += 1 }
-                                    announcing.raise()
-                                    wake.yield()
-                                }
-                            }
-                            group.addTask {
-                                try await self.announce(over: connection)
-                                self.catchUp()
-                                for await _ in wakes {
-                                    if announcing.lower() { try await self.announce(over: connection) }
-                                    self.catchUp()
-                                }
-                            }
-                            try await group.next()
-                            group.cancelAll()
-                        }
-                    }
-                }
-            } catch {
-                if Task.isCancelled { return }
-                logger.warning("listening for other nodes' commits failed: \(Self.reason(error)); listening again in \(configuration.pollInterval)")
-                try? await configuration.clock.sleep(for: configuration.pollInterval)
-            }
-        }
-    }
-
-    /// A request raised by some tasks and taken down by another, for ``follow()``.
-    private final class Flag: Sendable {
-        private let raised = Atomic<Bool>(false)
-        func raise() { raised.store(true, ordering: .releasing) }
-        /// Lowers the flag, and returns whether it was raised.
-        func lower() -> Bool { raised.exchange(false, ordering: .acquiringAndReleasing) }
-    }
-
-    /// The end of a notification that says only that its node is there (``announce(over:)``).
-    static let presence = ":here"
-
-    /// Whether another node has said it is there within the last three polls of this one: only
-    /// then do this node's commits wake other nodes (``wakeOtherNodes(_:)``). A node alone sends
-    /// no wake-ups; one that starts says so at once, the nodes that hear it answer at once, and a
-    /// commit it hears of no sooner is found by its first read, or its poll.
-    package var otherNodesListening: Bool {
-        others.withLock { state in state.heardAt.values.contains { state.polls - $0 <= 3 } }
-    }
-
-    /// Notes that `sender` is there, and returns whether it is new: not heard within the last
-    /// three polls (then this node answers with its own presence).
-    func heardOtherNode(_ sender: Substring) -> Bool {
-        let (new, first) = others.withLock { state -> (Bool, Bool) in
-            let polls = state.polls
-            let first = !state.heardAt.values.contains { polls - $0 <= 3 }
-            let new = state.heardAt[sender].map { polls - $0 > 3 } ?? true
-            // Nodes silent for long are forgotten, so nodes that come and go leave nothing behind.
-            if new { state.heardAt = state.heardAt.filter { polls - $0.value <= 3 } }
-            state.heardAt[sender] = polls
-            return (new, first)
-        }
-        if first, let hook = otherNodeHeard.withLock({ $0 }) { Task { await hook.body() } }
-        return new
-    }
-
-    /// Tells the other nodes this one is there, on the listening connection, which this checks:
-    /// one that does not answer within `connectionWait` (cut off without a word: no notification
-    /// would come either) is closed, which ends the wait for its notifications, and the node
-    /// listens again on another. Not flushed to disk: it matters only while the node runs.
-    private func announce(over connection: PostgresConnection) async throws {
-        let answered = Mutex(false)
-        let watchdog = Task {
-            try await Task.sleep(for: configuration.connectionWait)
-            if !answered.withLock({ $0 }) { try? await connection.close() }
-        }
-        defer { watchdog.cancel() }
-        try await connection.query("""
-            SELECT set_config('synchronous_commit', 'off', true), pg_notify(\(Self.channel), \("\(node)\(Self.presence)"))
-            """, logger: logger)
-        answered.withLock { $0 = true }
     }
 
     public func observeCommits(_ observer: @escaping @Sendable (CommitNotice) -> Void) {
@@ -619,93 +527,6 @@ public final class PostgresServerStore: ServerStore {
     }
 
 
-    /// Runs `body` on the drain's own connection, outside the pool: commits and catch-ups run one
-    /// at a time (``GroupCommitQueue``), so one connection serves them, without a lease for each.
-    /// Opened when there is none, within `connectTimeout` or `unavailable`; after any failure it is
-    /// closed (a transaction it left open must not meet the next commit) and the next opens another.
-    func withDrainConnection<T>(_ body: (PostgresConnection) async throws -> T) async throws -> T {
-        let connection: PostgresConnection
-        if let open = drainConnection.withLock({ $0 }), !open.isClosed {
-            connection = open
-        } else {
-            do {
-                connection = try await PostgresConnection.connect(configuration: try url.connectionConfiguration(connectTimeout: configuration.connectTimeout),
-                                                                  id: drainConnections.add(1, ordering: .relaxed).newValue, logger: logger)
-            } catch {
-                throw TandemError(.unavailable, "Could not connect to PostgreSQL at \(url): \(Self.reason(error)). Nothing was done; retry.", cause: error)
-            }
-            drainConnection.withLock { $0 = connection }
-        }
-        do {
-            return try await body(connection)
-        } catch {
-            drainConnection.withLock { if $0 === connection { $0 = nil } }
-            try? await connection.close()
-            throw error
-        }
-    }
-
-    /// Runs `body` on a connection of the pool, once one is free. When none is within
-    /// `connectionWait` (PostgreSQL is down or unreachable: the pool keeps trying to connect, and
-    /// a lease would wait for it), fails with `unavailable` instead of waiting on; a `body` that
-    /// started runs to its end (a statement on a dead connection fails by itself).
-    func withLease<T: Sendable>(_ body: @escaping @Sendable (PostgresConnection) async throws -> T) async throws -> T {
-        let state = LeaseState()
-        let answer = Ticket<T>()
-        // Neither the lease nor the timer is waited for once the other answered: a lease the pool
-        // is slow to give up must not hold the caller past `connectionWait`.
-        let lease = Task {
-            do {
-                answer.fulfill(.success(try await self.client.withConnection { connection in
-                    // Given up on meanwhile: the caller was told nothing was done, so nothing is.
-                    guard state.start() else { throw CancellationError() }
-                    return try await body(connection)
-                }))
-            } catch {
-                answer.fulfill(.failure(error))
-            }
-        }
-        let wait = configuration.connectionWait
-        let url = self.url
-        let timer = Task {
-            try await Task.sleep(for: wait)
-            guard state.abandon() else { return }
-            lease.cancel()
-            answer.fulfill(.failure(TandemError(.unavailable, "No connection to PostgreSQL at \(url) within \(wait): the database is down or unreachable. Nothing was done; retry.")))
-        }
-        defer { timer.cancel() }
-        return try await answer.value()
-    }
-
-    /// Runs `body` on a connection of the pool (``withLease(_:)``); what PostgreSQL or the network
-    /// fails with is `unavailable`.
-    func reading<T: Sendable>(_ body: @escaping @Sendable (PostgresConnection) async throws -> T) async throws -> T {
-        do {
-            return try await withLease(body)
-        } catch let error as TandemError {
-            throw error
-        } catch is CancellationError {
-            throw TandemError(.cancelled, "The read was cancelled.")
-        } catch {
-            throw TandemError(.unavailable, "The server database failed to read: \(Self.reason(error)).", cause: error)
-        }
-    }
-
-    /// As ``reading(_:)``, in one read-only snapshot (REPEATABLE READ) across its statements.
-    func readingConsistently<T: Sendable>(_ body: @escaping @Sendable (PostgresConnection) async throws -> T) async throws -> T {
-        try await reading { connection in
-            try await connection.query("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", logger: self.logger)
-            do {
-                let result = try await body(connection)
-                try await connection.query("COMMIT", logger: self.logger)
-                return result
-            } catch {
-                _ = try? await connection.query("ROLLBACK", logger: self.logger)
-                throw error
-            }
-        }
-    }
-
     // MARK: Pruning
 
     @discardableResult
@@ -769,24 +590,4 @@ public final class PostgresServerStore: ServerStore {
 package final class TestHook: Sendable {
     let body: @Sendable () async -> Void
     package init(_ body: @escaping @Sendable () async -> Void) { self.body = body }
-}
-
-/// Whether a lease's body started, or the caller gave up on it first (``PostgresServerStore/withLease(_:)``).
-private final class LeaseState: Sendable {
-    private enum State { case waiting, started, abandoned }
-    private let state = Mutex(State.waiting)
-
-    /// Marks the body started; false when the caller gave up first.
-    func start() -> Bool { move(to: .started) }
-
-    /// Marks the lease given up on; false when its body started first.
-    func abandon() -> Bool { move(to: .abandoned) }
-
-    private func move(to next: State) -> Bool {
-        state.withLock { state in
-            guard state == .waiting else { return false }
-            state = next
-            return true
-        }
-    }
 }

@@ -167,6 +167,69 @@ struct PostgresNodesTests {
         #expect(paths.count == 80)
     }
 
+    /// The batches of `notices` until one is visible through `version`, as (version, path, data).
+    static func batches(_ notices: AsyncStream<CommitNotice>, through version: Version) async -> (batches: [[String]], incomplete: Bool) {
+        var batches: [[String]] = []
+        var incomplete = false
+        for await notice in notices {
+            incomplete = incomplete || notice.incomplete
+            for batch in notice.batches {
+                batches.append(batch.changes.map { "\(batch.version) \($0.path) \($0.document.map { JSONText.encode($0.data) } ?? "-")" })
+            }
+            if notice.visibleThrough >= version { break }
+        }
+        return (batches, incomplete)
+    }
+
+    @Test("another node tells every commit whole and in version order, as the node that made it does: a document written twice before it read, and one written by two requests of one group, reach it as each commit left them")
+    func everyCommitWhole() async throws {
+        let (_, url) = try await PostgresClusterTrait.freshDatabase()
+        let a = try await Self.open(url)
+        // Not running: it reads what other nodes committed only when asked to.
+        let b = try await Self.open(url)
+        let notices = Self.notices(of: b)
+        _ = try await a.commit([Self.set("c/d", ["k": 3])])
+        _ = try await a.commit([Self.set("c/d", ["k": 1]), Self.set("c/x", ["k": 0])])
+        let results = await a.commit([[try Self.set("c/e", ["k": 1])], [try Self.set("c/e", ["k": 2])]], limits: ServerLimits(), clientID: nil)
+        #expect(results.map { (try? $0.get())?.acknowledgements[0].version } == [Version(3), Version(4)])
+        b.catchUp()
+        let heard = await Self.batches(notices, through: Version(4))
+        #expect(heard.batches == [[#"1 c/d {"k":3}"#], [#"2 c/d {"k":1}"#, #"2 c/x {"k":0}"#], [#"3 c/e {"k":1}"#], [#"4 c/e {"k":2}"#]])
+        #expect(!heard.incomplete)
+    }
+
+    @Test("the commit log keeps what a node running has not read and drops the rest; a node silent past nodeTimeout no longer holds it, and one behind its trimmed end says its notice is incomplete")
+    func commitLogTrimmed() async throws {
+        let (cluster, url) = try await PostgresClusterTrait.freshDatabase()
+        let database = String(url.split(separator: "/").last!.split(separator: "?").first!)
+        let a = try await Self.open(url)
+        let b = try await Self.open(url)
+        let notices = Self.notices(of: b)
+        for n in 1...5 { _ = try await a.commit([Self.set("c/d\(n)", ["n": .int(n)])]) }
+        // Both nodes registered at version 0 and have said nothing since: nothing goes.
+        try await a.trimCommitLog()
+        #expect(try await cluster.psql("SELECT count(*) FROM tandem_changes", database: database) == "5")
+        // Both have read through 4; a node not heard from for two minutes had read through 1.
+        try await cluster.psql("""
+            UPDATE tandem_nodes SET read_through = 4;
+            INSERT INTO tandem_nodes (node, read_through, seen_at) VALUES ('gone', 1, now() - interval '2 minutes');
+            """, database: database)
+        try await a.trimCommitLog()
+        #expect(try await cluster.psql("SELECT string_agg(version::text, ',') FROM tandem_changes", database: database) == "5")
+        #expect(try await cluster.psql("SELECT count(*) FROM tandem_nodes WHERE node = 'gone'", database: database) == "0")
+        #expect(try await cluster.psql("SELECT value FROM tandem_meta WHERE key = 'log_pruned_through'", database: database) == "4")
+        // b told nothing yet: commits 1 to 4 are gone for it.
+        b.catchUp()
+        let heard = await Self.batches(notices, through: Version(5))
+        #expect(heard.incomplete)
+        #expect(heard.batches == [[#"5 c/d5 {"n":5}"#]])
+        _ = try await a.commit([Self.set("c/d6", ["n": 6])])
+        b.catchUp()
+        let next = await Self.batches(notices, through: Version(6))
+        #expect(!next.incomplete)
+        #expect(next.batches == [[#"6 c/d6 {"n":6}"#]])
+    }
+
     @Test("a commit whose notification never came reaches the other node at its next poll")
     func pollCoversLostNotifications() async throws {
         let (cluster, url) = try await PostgresClusterTrait.freshDatabase()
@@ -186,6 +249,7 @@ struct PostgresNodesTests {
             UPDATE tandem_counter SET version = version + 1 WHERE id = 1;
             INSERT INTO tandem_documents (path, collection, collection_group, version, create_time, update_time, data, body)
                 SELECT 'items/quiet', 'items', 'items', version, 0, 0, '{"n":1}', '{"n":1}' FROM tandem_counter;
+            INSERT INTO tandem_changes (version, path, create_time, update_time, data) SELECT version, 'items/quiet', 0, 0, '{"n":1}' FROM tandem_counter;
             COMMIT;
             """, database: database)
         clock.advance(by: .seconds(1))

@@ -132,6 +132,46 @@ struct FanOutTests {
         #expect(try await take() == [2, 3, 4])
     }
 
+    @Test("a notice that the store missed commits has every live listener load again from where it was: a plain, a filtered and a limit listener each get what they missed")
+    func incompleteNoticeReloads() async throws {
+        let store = MemoryServerStore(clock: ManualClock())
+        let hub = FanOutHub(store: store)
+        let running = Task { try await hub.run() }
+        defer { running.cancel() }
+        let notes = try CollectionPath("notes")
+        let outbox = SessionOutbox(budget: 1 << 20)
+        func take() async throws -> (target: Int, changes: [String], version: Version, reset: Bool) {
+            guard let (text, bytes) = await outbox.next() else { throw TandemError(.internal, "no message") }
+            outbox.wrote(bytes)
+            guard case .batch(let target, let batch, let reset, _) = try ServerMessage.parse(text) else { throw TandemError(.internal, "not a batch: \(text)") }
+            return (target, batch.changes.map { "\($0.path.id)\($0.document == nil ? "-" : "+")" }, batch.version, reset)
+        }
+        _ = try await store.commit([.set(path("notes/a"), ["n": 1])])
+        await hub.listen(ListenerKey(session: 1, target: 1), target: .collection(notes, Query()), resumeFrom: nil, outbox: outbox)
+        await hub.listen(ListenerKey(session: 1, target: 2), target: .collection(notes, Query().whereField("n", isGreaterThan: 1)), resumeFrom: nil, outbox: outbox)
+        await hub.listen(ListenerKey(session: 1, target: 3), target: .collection(notes, Query().order(by: "n").limit(to: 1)), resumeFrom: nil, outbox: outbox)
+        for _ in 0..<3 { _ = try await take() }  // the snapshots
+        // Commits the hub is never told of (it observes nothing here), as a node cut off misses them.
+        _ = try await store.commit([.set(path("notes/b"), ["n": 2])])
+        _ = try await store.commit([.set(path("notes/c"), ["n": 0])])
+        #expect(outbox.queuedCount == 0)
+        hub.receive(CommitNotice(batches: [], visibleThrough: Version(3), incomplete: true))
+        var got: [Int: (changes: [String], version: Version, reset: Bool)] = [:]
+        for _ in 0..<3 {
+            let batch = try await take()
+            got[batch.target] = (batch.changes, batch.version, batch.reset)
+        }
+        #expect(got[1]?.changes == ["b+", "c+"] && got[1]?.version == Version(3) && got[1]?.reset == false, "the plain listener resumes with what it missed")
+        #expect(got[2]?.changes == ["b+", "c-"] && got[2]?.version == Version(3), "the filtered listener hears b enter and c as not in its view")
+        #expect(got[3]?.changes == ["c+"] && got[3]?.reset == true, "the limit listener takes a snapshot that replaces its view")
+        // Live again: the next commit it is told of reaches them as before.
+        store.observeCommits { hub.receive($0) }
+        _ = try await store.commit([.set(path("notes/d"), ["n": 5])])
+        var live: Set<Int> = []
+        for _ in 0..<2 { live.insert(try await take().target) }
+        #expect(live == [1, 2])
+    }
+
     @Test("a publication of several commits reaches a listener as one batch of whole commits, oldest first, at the last version")
     func coalescedPublication() async throws {
         let store = MemoryServerStore(clock: ManualClock())

@@ -42,8 +42,8 @@ final class FanOutHub: Service, Sendable {
     let metrics: ServerMetrics?
     private let wake: AsyncStream<Void>
     private let wakeContinuation: AsyncStream<Void>.Continuation
-    private let requeries: AsyncStream<(ListenerKey, Int)>
-    private let requeryQueue: AsyncStream<(ListenerKey, Int)>.Continuation
+    private let requeries: AsyncStream<(ListenerKey, Int, reloadFrom: Version?)>
+    private let requeryQueue: AsyncStream<(ListenerKey, Int, reloadFrom: Version?)>.Continuation
     /// Touched only by `run()`'s one notice loop.
     private let order = Mutex(CommitOrder())
 
@@ -68,7 +68,7 @@ final class FanOutHub: Service, Sendable {
         self.clock = clock
         self.logger = logger
         (wake, wakeContinuation) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
-        (requeries, requeryQueue) = AsyncStream.makeStream(of: (ListenerKey, Int).self)
+        (requeries, requeryQueue) = AsyncStream.makeStream(of: (ListenerKey, Int, reloadFrom: Version?).self)
     }
 
     /// Queues a store's notice for `run()`; returns at once, as a store observer must. Once `run()`
@@ -93,7 +93,7 @@ final class FanOutHub: Service, Sendable {
                     // When the oldest commit not yet delivered was told of, for the latency.
                     var waitingSince: ContinuousClock.Instant?
                     for await _ in self.wake {
-                        var (released, since) = self.release()
+                        var (released, since, incomplete) = self.release()
                         deciding: while true {
                             if !released.isEmpty, waitingSince == nil { waitingSince = since }
                             switch hold.receive(released, now: self.clock.now(), commitsUnderWay: { self.store.commitsUnderWay() }) {
@@ -107,13 +107,20 @@ final class FanOutHub: Service, Sendable {
                             case .waitUntil(let deadline):
                                 // Notices that come meanwhile wait in `pending` and go with these.
                                 guard (try? await self.clock.sleepUntil(deadline)) != nil else { break deciding }  // shutting down
-                                (released, since) = self.release()
+                                let more: Bool
+                                (released, since, more) = self.release()
+                                incomplete = incomplete || more
                             }
                         }
+                        if incomplete { self.reloadAll() }
                     }
                 }
-                for await (key, registration) in self.requeries {
-                    group.addTask { await self.requery(key, registration: registration) }
+                for await (key, registration, reloadFrom) in self.requeries {
+                    if let reloadFrom {
+                        group.addTask { await self.reload(key, registration: registration, from: reloadFrom) }
+                    } else {
+                        group.addTask { await self.requery(key, registration: registration) }
+                    }
                 }
             }
         }
@@ -124,8 +131,8 @@ final class FanOutHub: Service, Sendable {
     }
 
     /// The batches the notices queued since the last call release, in version order, without
-    /// those that change nothing.
-    private func release() -> ([CommittedBatch], since: ContinuousClock.Instant?) {
+    /// those that change nothing, and whether a notice said the store missed commits.
+    private func release() -> ([CommittedBatch], since: ContinuousClock.Instant?, incomplete: Bool) {
         let (notices, since) = pending.withLock { pending in
             defer {
                 pending.notices.removeAll(keepingCapacity: true)
@@ -134,14 +141,42 @@ final class FanOutHub: Service, Sendable {
             return (pending.notices, pending.since)
         }
         var ready: [CommittedBatch] = []
+        var incomplete = false
         for notice in notices {
+            incomplete = incomplete || notice.incomplete
             let (released, late) = order.withLock { $0.receive(notice) }
             if late > 0 {
                 logger.error("the store reported \(late) commit(s) at or below a watermark it had already passed; listeners may have missed them")
             }
             ready += released.lazy.filter { !$0.changes.isEmpty }
         }
-        return (ready, since)
+        return (ready, since, incomplete)
+    }
+
+    /// Has every live listener load again from the version it had reached (its changes since, or a
+    /// snapshot that replaces its view where it takes one), as after a reconnection: the store
+    /// missed commits (``CommitNotice/incomplete``), so what the listeners were sent may lack
+    /// them. Commits meanwhile wait in each listener's buffer, as for a first load.
+    func reloadAll() {
+        let reloads = state.withLock { state -> [(ListenerKey, Int, Version)] in
+            var reloads: [(ListenerKey, Int, Version)] = []
+            for key in state.table.keys {
+                state.table.update(key) { listener in
+                    guard case .live(let version) = listener.phase else { return }
+                    listener.phase = .loading([])
+                    reloads.append((key, listener.registration, version))
+                }
+            }
+            return reloads
+        }
+        logger.warning("the store missed commits; \(reloads.count) listener(s) load again")
+        for (key, registration, version) in reloads { requeryQueue.yield((key, registration, reloadFrom: version)) }
+    }
+
+    /// Loads a listener again from `version` (``reloadAll()``), unless it was stopped meanwhile.
+    private func reload(_ key: ListenerKey, registration: Int, from version: Version) async {
+        guard let target = state.withLock({ state in state.table[key].flatMap { $0.registration == registration ? $0.target : nil } }) else { return }
+        await load(key, target: target, resumeFrom: version)
     }
 
     var listenerCount: Int { state.withLock { $0.table.count } }
@@ -485,7 +520,7 @@ final class FanOutHub: Service, Sendable {
 
     /// Asks `run()` to read a limit listener's query again.
     private func startRequery(_ key: ListenerKey, registration: Int) {
-        requeryQueue.yield((key, registration))
+        requeryQueue.yield((key, registration, reloadFrom: nil))
     }
 
     /// Reads a limit query again and sends the difference from what the listener has.

@@ -124,6 +124,9 @@ struct ListenerTable {
         return listener
     }
 
+    /// Every listener's key.
+    var keys: [ListenerKey] { Array(places.keys) }
+
     /// The keys of one connection's listeners.
     func keys(ofSession session: Int) -> [ListenerKey] {
         places.keys.filter { $0.session == session }

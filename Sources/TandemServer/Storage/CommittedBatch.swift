@@ -28,11 +28,17 @@ public struct CommitNotice: Sendable, Hashable {
     public var batches: [CommittedBatch]
     /// Every commit at or below this version is visible.
     public var visibleThrough: Version
+    /// The store could not tell some commit at or below `visibleThrough` (a node of a shared
+    /// database cut off from it for longer than it keeps the commits its nodes have not read):
+    /// the fan-out has every listener load again from the version it had reached, so none is left
+    /// with a view that misses a commit.
+    public var incomplete: Bool
 
     /// A notice of `batches`, with every commit at or below `visibleThrough` visible.
-    public init(batches: [CommittedBatch], visibleThrough: Version) {
+    public init(batches: [CommittedBatch], visibleThrough: Version, incomplete: Bool = false) {
         self.batches = batches
         self.visibleThrough = visibleThrough
+        self.incomplete = incomplete
     }
 }
 
