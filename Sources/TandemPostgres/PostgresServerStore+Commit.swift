@@ -174,7 +174,7 @@ extension PostgresServerStore {
                 return [.failure(TandemError(.invalidArgument, "PostgreSQL cannot store this write: \(Self.reason(error)). A path, writer id or message with a NUL character cannot be kept in PostgreSQL; nothing was written. Do not send it again as it is."))]
             }
             if mustReport { publish(CommitNotice(batches: [], visibleThrough: told)) }
-            let failure = TandemError(.unavailable, "The server database failed to commit: \(Self.reason(error)). Nothing was written; retry.", cause: error)
+            let failure = error as? TandemError ?? TandemError(.unavailable, "The server database failed to commit: \(Self.reason(error)). Nothing was written; retry.", cause: error)
             logger.error("commit failed: \(Self.reason(error))")
             return submissions.map { _ in .failure(failure) }
         }

@@ -10,25 +10,34 @@ import TandemServer
 // `unavailable`, never leave it (and the commits queued behind it, and the shutdown that waits
 // for them) waiting for an answer that does not come.
 extension PostgresServerStore {
-    /// Runs `body`, closing `connection` if it has not returned within `statementTimeout`: the
-    /// statement under way then fails, and so does `body`. A connection closed this way is not
-    /// used again (the pool and the drain open another).
-    func withDeadline<T>(on connection: PostgresConnection, _ body: () async throws -> T) async throws -> T {
+    /// Runs `body`, and fails with `unavailable` if it has not returned within `statementTimeout`:
+    /// then `connection` is closed, so the statement under way fails and the connection is not
+    /// used again (the pool and the drain open another). The caller is answered at the deadline
+    /// whether or not `body` ever returns: a statement that waits on a connection PostgreSQL
+    /// dropped mid-answer must not hold what waits behind it.
+    func withDeadline<T: Sendable>(on connection: PostgresConnection, _ body: @escaping @Sendable () async throws -> T) async throws -> T {
         let timeout = configuration.statementTimeout
-        let expired = Atomic<Bool>(false)
+        let answer = Ticket<T>()
         let logger = self.logger
+        let work = Task {
+            do {
+                answer.fulfill(.success(try await body()))
+            } catch {
+                answer.fulfill(.failure(error))
+            }
+        }
         let watchdog = Task {
             try await Task.sleep(for: timeout)
-            expired.store(true, ordering: .relaxed)
-            logger.warning("a statement to PostgreSQL had no answer within \(timeout); closing its connection")
+            logger.warning("a statement to PostgreSQL had no answer within \(timeout); its connection is closed")
+            answer.fulfill(.failure(TandemError(.unavailable, "The server's database did not answer within \(timeout): it is down, restarting or unreachable. Retry.")))
+            work.cancel()
             try? await connection.close()
         }
         defer { watchdog.cancel() }
-        do {
-            return try await body()
-        } catch {
-            guard expired.load(ordering: .relaxed) else { throw error }
-            throw TandemError(.unavailable, "PostgreSQL did not answer within \(timeout): the database is down, restarting or unreachable. Retry.", cause: error)
+        return try await withTaskCancellationHandler {
+            try await answer.value()
+        } onCancel: {
+            work.cancel()
         }
     }
 
@@ -37,7 +46,7 @@ extension PostgresServerStore {
     /// Opened when there is none, within `connectTimeout` or `unavailable`; after any failure it is
     /// closed (a transaction it left open must not meet the next commit) and the next opens another.
     /// `body` runs under the statement deadline (``withDeadline(on:_:)``).
-    func withDrainConnection<T>(_ body: (PostgresConnection) async throws -> T) async throws -> T {
+    func withDrainConnection<T: Sendable>(_ body: @escaping @Sendable (PostgresConnection) async throws -> T) async throws -> T {
         let connection: PostgresConnection
         if let open = drainConnection.withLock({ $0 }), !open.isClosed {
             connection = open
@@ -46,7 +55,9 @@ extension PostgresServerStore {
                 connection = try await PostgresConnection.connect(configuration: try url.connectionConfiguration(connectTimeout: configuration.connectTimeout),
                                                                   id: drainConnections.add(1, ordering: .relaxed).newValue, logger: logger)
             } catch {
-                throw TandemError(.unavailable, "Could not connect to PostgreSQL at \(url): \(Self.reason(error)). Nothing was done; retry.", cause: error)
+                // Where the database is is the server's to know: the caller is told it is unreachable.
+                logger.warning("could not connect to PostgreSQL at \(url): \(Self.reason(error))")
+                throw TandemError(.unavailable, "The server's database is unreachable. Nothing was done; retry.", cause: error)
             }
             drainConnection.withLock { $0 = connection }
         }
@@ -54,7 +65,7 @@ extension PostgresServerStore {
             return try await withDeadline(on: connection) { try await body(connection) }
         } catch {
             drainConnection.withLock { if $0 === connection { $0 = nil } }
-            try? await connection.close()
+            Task { try? await connection.close() }
             throw error
         }
     }
@@ -80,12 +91,11 @@ extension PostgresServerStore {
             }
         }
         let wait = configuration.connectionWait
-        let url = self.url
         let timer = Task {
             try await Task.sleep(for: wait)
             guard state.abandon() else { return }
             lease.cancel()
-            answer.fulfill(.failure(TandemError(.unavailable, "No connection to PostgreSQL at \(url) within \(wait): the database is down or unreachable. Nothing was done; retry.")))
+            answer.fulfill(.failure(TandemError(.unavailable, "No connection to the server's database within \(wait): it is down or unreachable. Nothing was done; retry.")))
         }
         defer { timer.cancel() }
         return try await answer.value()

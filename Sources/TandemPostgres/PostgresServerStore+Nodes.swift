@@ -153,11 +153,11 @@ extension PostgresServerStore {
         try await withDeadline(on: connection) {
             try await connection.query("""
                 WITH beat AS (
-                    INSERT INTO tandem_nodes (node, read_through, seen_at) VALUES (\(node), \(told), now())
+                    INSERT INTO tandem_nodes (node, read_through, seen_at) VALUES (\(self.node), \(told), now())
                     ON CONFLICT (node) DO UPDATE SET read_through = excluded.read_through, seen_at = excluded.seen_at
                 )
-                SELECT set_config('synchronous_commit', 'off', true), pg_notify(\(Self.channel), \("\(node)\(Self.presence)"))
-                """, logger: logger)
+                SELECT set_config('synchronous_commit', 'off', true), pg_notify(\(Self.channel), \("\(self.node)\(Self.presence)"))
+                """, logger: self.logger)
         }
     }
 
@@ -186,7 +186,7 @@ extension PostgresServerStore {
                     WHERE key = 'log_pruned_through' AND (SELECT through FROM floor) IS NOT NULL
                 )
                 SELECT 1
-                """, logger: logger)
+                """, logger: self.logger)
         }
     }
 }

@@ -62,7 +62,31 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(name: .customLong("allow-host"), help: "A host name a server bound to a loopback address answers besides localhost, 127.0.0.1 and [::1] (the name a proxy in front of it keeps in the Host header); repeat for several.")
     var allowHosts: [String] = []
 
+    @Option(name: .customLong("statement-timeout"), help: "With --postgres: seconds any statement may wait for PostgreSQL's answer before its connection is closed and what it did fails with unavailable (a database restarting, a network dropping packets).")
+    var statementTimeout: Double = 30
+
+    @Option(name: .customLong("shutdown-grace"), help: "Seconds SIGTERM or SIGINT waits for requests and commits under way to finish before the server stops them and exits.")
+    var shutdownGrace: Double = 10
+
+    @Option(name: .customLong("max-connections"), help: "The most connections (HTTP and WebSocket together) served at once; more wait to be accepted. /health and /metrics are still answered at the cap.")
+    var maximumConnections = 10_000
+
+    @Option(name: .customLong("max-connections-per-address"), help: "The most anonymous WebSocket connections one address (an IPv6 /64) may hold at once.")
+    var maximumConnectionsPerAddress = 1_000
+
+    @Option(name: .customLong("max-connections-per-user"), help: "The most WebSocket connections one signed-in user may hold at once.")
+    var maximumConnectionsPerUser = 100
+
     func run() async throws {
+        for (name, value) in [("--statement-timeout", statementTimeout), ("--shutdown-grace", shutdownGrace)] where !(value > 0 && value <= 86_400) {
+            Console.error("error: invalid-argument: \(name) takes a number of seconds above 0 and at most 86400, not \(value).")
+            throw ExitCode(2)
+        }
+        for (name, value) in [("--max-connections", maximumConnections), ("--max-connections-per-address", maximumConnectionsPerAddress),
+                              ("--max-connections-per-user", maximumConnectionsPerUser)] where value < 1 {
+            Console.error("error: invalid-argument: \(name) takes a count of at least 1, not \(value).")
+            throw ExitCode(2)
+        }
         var logger = Logger(label: "tandem.server")
         logger.logLevel = Logger.Level(rawValue: logLevel) ?? .warning
         let store: any ServerStore
@@ -71,6 +95,7 @@ struct ServeCommand: AsyncParsableCommand {
             if let postgresURL {
                 var storeConfiguration = PostgresServerStoreConfiguration()
                 storeConfiguration.logger = logger
+                storeConfiguration.statementTimeout = .milliseconds(Int64(statementTimeout * 1000))
                 store = try await PostgresServerStore.open(url: try PostgresURL(postgresURL), configuration: storeConfiguration)
             } else {
                 store = try SQLiteServerStore(directory: URL(fileURLWithPath: dataDirectory))
@@ -88,6 +113,9 @@ struct ServeCommand: AsyncParsableCommand {
         configuration.logger = logger
         configuration.allowedOrigins = allowOrigins
         configuration.allowedHosts = allowHosts
+        configuration.maximumConnections = maximumConnections
+        configuration.limits.maximumConnectionsPerAddress = maximumConnectionsPerAddress
+        configuration.limits.maximumConnectionsPerUser = maximumConnectionsPerUser
         for origin in allowOrigins where origin != "*" {
             guard let url = URL(string: origin), let scheme = url.scheme, ["http", "https"].contains(scheme.lowercased()), url.host != nil,
                   url.path.isEmpty || url.path == "/", url.query == nil else {
@@ -174,7 +202,15 @@ struct ServeCommand: AsyncParsableCommand {
                     """)
             }
         }
-        let group = ServiceGroup(services: [server], gracefulShutdownSignals: [.sigint, .sigterm], logger: logger)
+        // Past the grace, what is still under way is cancelled; past as long again, the process
+        // ends whatever still runs: a shutdown finishes whatever the database or the clients do.
+        let grace = Duration.milliseconds(Int64(shutdownGrace * 1000))
+        var groupConfiguration = ServiceGroupConfiguration(services: [
+            .init(service: server),
+            .init(service: ShutdownDeadline(grace: grace), successTerminationBehavior: .ignore),
+        ], gracefulShutdownSignals: [.sigint, .sigterm], logger: logger)
+        groupConfiguration.maximumGracefulShutdownDuration = grace
+        let group = ServiceGroup(configuration: groupConfiguration)
         do {
             try await group.run()
         } catch let error as IOError where error.errnoCode == EADDRINUSE {
@@ -186,6 +222,23 @@ struct ServeCommand: AsyncParsableCommand {
         } catch {
             Console.error("error: the server stopped: \(error)")
             throw ExitCode(1)
+        }
+    }
+}
+
+/// Ends the process twice the grace after a shutdown began, if it is still running then: the
+/// service group cancels what is under way at the grace, and a part that does not end when
+/// cancelled must not keep a stopped server's process alive.
+struct ShutdownDeadline: Service {
+    let grace: Duration
+
+    func run() async throws {
+        try? await gracefulShutdown()
+        let grace = self.grace
+        Task.detached {
+            try? await Task.sleep(for: grace * 2)
+            Console.error("error: the server did not stop within \(grace * 2) of being asked to; exiting")
+            exit(1)
         }
     }
 }
