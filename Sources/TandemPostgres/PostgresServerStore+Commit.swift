@@ -67,6 +67,8 @@ extension PostgresServerStore {
     /// the log no longer holds all of them (this node was cut off for longer than it kept them),
     /// says so (`incomplete`), and its listeners load again.
     private func catchUpNow(mustReport: Bool) async {
+        let started = ContinuousClock.now
+        let woken = lastWake.withLock { wake in defer { wake = nil }; return wake }
         let told = published.withLock { $0 }
         do {
             let from = Int64(told.rawValue)
@@ -95,6 +97,7 @@ extension PostgresServerStore {
                 published.withLock { $0 = max($0, current) }
                 publish(CommitNotice(batches: Self.batches(changes), visibleThrough: max(current, told), incomplete: incomplete))
             }
+            catchUpTimings.publish(CatchUpTiming(woken: woken, started: started, told: .now, through: current, rows: changes.count))
             // Far behind: the next step at once.
             if newest > current { catchUp() }
         } catch {
@@ -574,6 +577,17 @@ struct PostgresTransaction: StoreTransaction {
         }
         return passed
     }
+}
+
+/// When one catch-up was woken (nil: by its poll, or by a read still to do), began, and told its
+/// observers of the commits through `through`: for the benchmark's account of the time a commit
+/// takes to reach another node's listeners.
+package struct CatchUpTiming: Sendable {
+    package var woken: ContinuousClock.Instant?
+    package var started: ContinuousClock.Instant
+    package var told: ContinuousClock.Instant
+    package var through: Version
+    package var rows: Int
 }
 
 /// ``PostgresTransaction/flush(over:expectingCommits:to:logger:)``'s statement, prepared once per

@@ -79,6 +79,8 @@ extension PostgresServerStore {
                             announcing.raise()
                             wake.yield()
                         } else if !payload.hasSuffix(Self.presence) {
+                            let now = ContinuousClock.now
+                            self.lastWake.withLock { $0 = $0 ?? now }
                             wake.yield()
                         }
                     }

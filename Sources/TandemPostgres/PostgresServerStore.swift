@@ -113,6 +113,10 @@ public final class PostgresServerStore: ServerStore {
     /// This node's polls, and the poll at which it last heard each other node
     /// (``otherNodesListening``).
     let others = Mutex<(polls: Int, heardAt: [Substring: Int])>((0, [:]))
+    /// When the latest wake-up from another node came, until a catch-up takes it.
+    let lastWake = Mutex<ContinuousClock.Instant?>(nil)
+    /// Told of each catch-up's timing, for the benchmark's account of where cross-node time goes.
+    package let catchUpTimings = Observers<CatchUpTiming>()
     /// Runs when this node hears another node after hearing none, for tests.
     package let otherNodeHeard = Mutex<TestHook?>(nil)
 

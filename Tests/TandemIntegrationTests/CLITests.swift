@@ -71,6 +71,13 @@ struct CLITests {
         result = try await CLIProcess.run(["import", scratch.url.appendingPathComponent("missing.jsonl").path, "--collection", "x"])
         #expect(result.status == 1 && result.err.contains("exist. Check the path.") && !result.err.contains(".."), "\(result.err)")
         for output in [result.err] { #expect(output.split(separator: "\n").count == 1, "\(output)") }
+        for (flag, value, message) in [("--statement-timeout", "0", "--statement-timeout takes a number of seconds above 0"),
+                                       ("--shutdown-grace", "-1", "--shutdown-grace takes a number of seconds above 0"),
+                                       ("--max-connections", "0", "--max-connections takes a count of at least 1"),
+                                       ("--max-connections-per-address", "0", "--max-connections-per-address takes a count of at least 1")] {
+            result = try await CLIProcess.run(["serve", "--port", "0", "--data-dir", scratch.url.appendingPathComponent("flags").path, "\(flag)=\(value)"])
+            #expect(result.status == 2 && result.err.contains(message), "\(flag) \(value): \(result.err)")
+        }
     }
 
     @Test("backup copies a running server's data while writes go on: the copy is every commit up to one version, whole, and serves as it was; it never overwrites")

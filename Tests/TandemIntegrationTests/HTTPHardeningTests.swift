@@ -3,7 +3,7 @@ import Logging
 import Synchronization
 import Testing
 import TandemCore
-import TandemServer
+@testable import TandemServer
 import TandemTesting
 
 /// Malformed HTTP, silent peers and slow ones, over real sockets: every malformed request gets a
@@ -259,35 +259,57 @@ struct HTTPHardeningTests {
         await headServer.stop()
     }
 
-    @Test("past the connection cap a connection waits to be served until another closes")
+    @Test("at the connection cap /health and /metrics are still answered on a connection kept for probes, anything else there is 503 with Retry-After; past the probes' room a connection waits until one closes")
     func connectionCap() async throws {
         var configuration = Self.configuration
         configuration.maximumConnections = 2
-        // The first connection stays open, idle, until the test closes it: beside the whole suite
-        // on two cores the round trips below have taken over 30 s.
+        // The first connections stay open, idle, until the test closes them: beside the whole
+        // suite on two cores the round trips below have taken over 30 s.
         configuration.idleTimeout = .seconds(600)
         let server = try await LiveServer.start(store: MemoryServerStore(clock: ManualClock()), configuration: configuration)
         let first = try await RawConnection.open(port: server.port)
         let second = try await RawConnection.open(port: server.port)
         try await second.send("GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n")
         #expect(try await second.readResponse().hasPrefix("HTTP/1.1 200"))
+        // Full: a probe is answered at once, on a connection of the probes' room.
+        let probe = try await RawConnection.open(port: server.port)
+        try await probe.send("GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        #expect(try await probe.readResponse().hasPrefix("HTTP/1.1 200"))
+        try await probe.send("GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        #expect(try await probe.readResponse().hasPrefix("HTTP/1.1 200"))
+        // Anything else there is told the server is full, and when to come back.
+        let other = try await RawConnection.open(port: server.port)
+        try await other.send("GET /v1/documents/a/b HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        let refused = try #require(RawResponse(try await other.readUntilClosed()))
+        #expect(refused.status == 503)
+        #expect(refused.headers["retry-after"] == "1")
+        #expect(refused.body.contains("most connections it allows (2)"))
+        await probe.close()
+        // Past the probes' room too, a connection waits to be served until one closes.
+        var held: [RawConnection] = []
+        for _ in 0..<ConnectionCapacity.reserve { held.append(try await RawConnection.open(port: server.port)) }
+        for connection in held {
+            try await connection.send("GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n")
+            #expect(try await connection.readResponse().hasPrefix("HTTP/1.1 200"))
+        }
         let firstClosed = Flag()
-        let third = try await RawConnection.open(port: server.port)
-        try await third.send("GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        let waiting = try await RawConnection.open(port: server.port)
+        try await waiting.send("GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n")
         let answered = Task { () -> Bool in
-            let text = try await third.readResponse()
+            let text = try await waiting.readResponse()
             return text.hasPrefix("HTTP/1.1 200") && firstClosed.isSet
         }
-        // Round trips on the second connection give the server every chance to serve the third early.
+        // Round trips on the second connection give the server every chance to serve it early.
         for _ in 0..<20 {
             try await second.send("GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n")
             #expect(try await second.readResponse().hasPrefix("HTTP/1.1 200"))
         }
         firstClosed.set()
         await first.close()
-        #expect(try await answered.value, "the third connection was served while two were open")
+        #expect(try await answered.value, "a connection past the probes' room was served while all were open")
+        for connection in held { await connection.close() }
         await second.close()
-        await third.close()
+        await waiting.close()
         await server.stop()
     }
 }

@@ -28,7 +28,7 @@ struct NodesSimulationTests {
         let environment = ProcessInfo.processInfo.environment
         if let one = environment["TANDEM_NODES_SEED"].flatMap(UInt64.init) { return [one] }
         if let count = environment["TANDEM_NODES_SEEDS"].flatMap(UInt64.init), count > 0 { return Array(1...count) }
-        return [1, 2]
+        return [1, 2, 3]
     }()
 
     @Test("seeded nodes under node kills and database crashes: every listener batch equals the true state at its version, every acknowledged write is applied once, every write is answered, every node obeys SIGTERM",
@@ -336,6 +336,19 @@ final class NodesRun: Sendable {
     }
 }
 
+/// The stream's next message (nil inside when it closed), or nil when none came within `bound`.
+func nextMessage(of stream: RawStream, within bound: Duration) async -> ServerMessage?? {
+    let answer = Ticket<ServerMessage??>()
+    let reader = Task { answer.fulfill(.success(.some(await stream.next()))) }
+    let timer = Task {
+        try await Task.sleep(for: bound)
+        answer.fulfill(.success(nil))
+    }
+    defer { timer.cancel() }
+    _ = reader
+    return (try? await answer.value()) ?? nil
+}
+
 /// Whether `body` finished within `bound`; one that did not is left to finish by itself (it need
 /// not answer cancellation, as a wait for a process does not).
 func race(_ body: @escaping @Sendable () async -> Void, within bound: Duration) async -> Bool {
@@ -555,7 +568,13 @@ struct Writer: Sendable {
                     pending[made] = make()
                     send(made)
                 }
-                guard let message = await stream.next() else { break }
+                // A node that answers none of the writes it holds within the bound breaks the
+                // promise: reported, and the writes go again elsewhere.
+                guard let next = await nextMessage(of: stream, within: NodesRun.answerBound) else {
+                    run.fail("\(name): no answer to \(pending.count) write(s) from the node on port \(port) within \(NodesRun.answerBound)")
+                    break
+                }
+                guard let message = next else { break }
                 switch message {
                 case .ack(let key, let answers):
                     guard let write = pending.removeValue(forKey: key) else { run.fail("\(name): an answer to write \(key), which it did not wait for"); continue }

@@ -29,12 +29,20 @@ struct GuardedHTTPChannel: ServerChildChannel {
     /// Which web pages may drive the server: refused from the head otherwise.
     let sites: SitePolicy
     let clock: ServerClock
+    /// The connections served at once; past the cap, a connection answers health probes only.
+    var capacity: ConnectionCapacity?
 
     func setup(channel: any Channel, logger: Logger) -> EventLoopFuture<Value> {
         inner.setup(channel: channel, logger: logger).flatMapThrowing { value in
             let closed = ClosedByGuard()
+            var probesOnly: ConnectionCapacity?
+            if let capacity {
+                if capacity.opened() { probesOnly = capacity }
+                channel.closeFuture.whenComplete { _ in capacity.closed() }
+            }
             let decoder = try channel.pipeline.syncOperations.handler(type: ByteToMessageHandler<HTTPRequestDecoder>.self)
-            try channel.pipeline.syncOperations.addHandler(HTTPConnectionGuard(timeouts: timeouts, maximumBodyBytes: maximumBodyBytes, sites: sites, clock: clock, closed: closed),
+            try channel.pipeline.syncOperations.addHandler(HTTPConnectionGuard(timeouts: timeouts, maximumBodyBytes: maximumBodyBytes, sites: sites, clock: clock, closed: closed,
+                                                                                 probesOnly: probesOnly),
                                                            position: .after(decoder))
             // Behind the upgrade handler: puts the frame guard in place if the request upgrades.
             try channel.pipeline.syncOperations.addHandler(WebSocketUpgradeWatcher(), position: .last)

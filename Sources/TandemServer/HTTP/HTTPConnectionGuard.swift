@@ -51,11 +51,15 @@ final class HTTPConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler {
 
     /// Told when this guard answers and closes the connection itself.
     private let closed: GuardedHTTPChannel.ClosedByGuard?
+    /// The connection was accepted past the server's cap, into the room kept for health probes
+    /// (``ConnectionCapacity``): only `/health` and `/metrics` are answered on it.
+    private let probesOnly: ConnectionCapacity?
 
     init(timeouts: HTTPConnectionGuardStateMachine.Timeouts, maximumBodyBytes: Int = .max, sites: SitePolicy = SitePolicy(), clock: ServerClock,
-         closed: GuardedHTTPChannel.ClosedByGuard? = nil) {
+         closed: GuardedHTTPChannel.ClosedByGuard? = nil, probesOnly: ConnectionCapacity? = nil) {
         self.clock = clock
         self.closed = closed
+        self.probesOnly = probesOnly
         machine = HTTPConnectionGuardStateMachine(timeouts: timeouts, maximumBodyBytes: maximumBodyBytes, sites: sites, now: clock.now())
     }
 
@@ -98,7 +102,7 @@ final class HTTPConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler {
         case .head(let head):
             sawHeadThisRead = true
             let summary = Self.summary(of: head)
-            let refusal = machine.refusal(of: summary, isStreamPath: Self.isStreamPath)
+            let refusal = probesOnly?.refusal(target: summary.target) ?? machine.refusal(of: summary, isStreamPath: Self.isStreamPath)
             // Behind answers still to come (pipelined), the last request's close waits for its
             // own answer, which this handler counts; the machine closes after the answer under way.
             let behindOthers = requestsPassed > responsesEnded

@@ -86,13 +86,14 @@ public struct SyncServer: Service {
         let maximumFrame = Self.maximumIncomingFrameBytes(configuration.limits)
         let timeouts = HTTPConnectionGuardStateMachine.Timeouts(idle: configuration.idleTimeout, head: configuration.requestHeadTimeout, body: configuration.requestBodyTimeout)
         let webSocket = HTTP1WebSocketUpgradeChannel.Configuration(ws: .init(maxFrameSize: maximumFrame, autoPing: .disabled, closeTimeout: .seconds(5)))
+        let capacity = ConnectionCapacity(maximum: configuration.maximumConnections)
         let plain = HTTPServerBuilder { responder in
             GuardedHTTPChannel(
                 inner: HTTP1WebSocketUpgradeChannel(responder: responder, configuration: webSocket) { head, channel, _ in
                     head.path.map(HTTPConnectionGuard.isStreamPath) == true ? .upgrade([:], stream(channel)) : .dontUpgrade
                 },
                 timeouts: timeouts, maximumBodyBytes: configuration.limits.maximumRequestBytes,
-                sites: sites, clock: clock)
+                sites: sites, clock: clock, capacity: capacity)
         }
         // With TLS, the handshake comes first on each connection; everything above it is the same.
         let server = try configuration.tls.map { try HTTPServerBuilder.tls(plain, tlsConfiguration: $0) } ?? plain
@@ -100,7 +101,8 @@ public struct SyncServer: Service {
             router: router,
             server: server,
             configuration: .init(address: .hostname(host, port: port), serverName: "tandem/\(TandemVersion.current)",
-                                 availableConnectionsDelegate: .maximum(configuration.maximumConnections, logger: configuration.logger)),
+                                 availableConnectionsDelegate: .maximum(configuration.maximumConnections + ConnectionCapacity.reserve,
+                                                                                       logger: configuration.logger)),
             // A key set fetched from a URL keeps itself fresh as a service of the server's.
             services: [store, hub, watchdog] + (configuration.access?.tokens?.keys.flatMap { $0.url == nil ? nil : [$0] } ?? []),
             onServerRunning: { channel in

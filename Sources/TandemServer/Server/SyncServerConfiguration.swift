@@ -35,8 +35,9 @@ public struct SyncServerConfiguration: Sendable {
     /// How long a request's body may take to arrive after its head; past it, 408 and closed.
     /// Default 30 s.
     public var requestBodyTimeout: Duration = .seconds(30)
-    /// The most connections (HTTP and WebSocket together) served at once; more wait to be accepted
-    /// until one closes. Default 10,000.
+    /// The most connections (HTTP and WebSocket together) served at once. A few more are accepted
+    /// for health probes: on those `/health` and `/metrics` are answered, anything else `503` with
+    /// `Retry-After`; past them connections wait to be accepted until one closes. Default 10,000.
     public var maximumConnections = 10_000
     /// How listeners' deliveries are paced under sustained write load; nil delivers every commit
     /// as soon as it is visible, whatever the load. Default ``FanOutPacing/init(interval:busyCommits:)``.

@@ -127,12 +127,55 @@ enum PostgresBenchmarks {
                 }
                 report.notes.append(line)
             }
+            // Under load: 16 more clients commit through node A without pause all the while.
+            let load = 16
+            let (loadedSame, _) = try await ServerBenchmarks.latency(listeners: 100, commits: latencyCommits, writeTo: a, listenOn: a,
+                                                                     collection: "bench-\(run)-loaded-same", load: load)
+            report.notes.append("postgres: commit-to-listener latency on one node, 100 listeners, while \(load) clients commit through it without pause: \(ServerBenchmarks.percentiles(loadedSame))")
+            let timings = Locked<[CatchUpTiming]>([])
+            (b.store as? PostgresServerStore)?.catchUpTimings.add { timing in timings.withLock { $0.append(timing) } }
+            let samples = Locked<[(version: Version, committed: ContinuousClock.Instant, arrived: ContinuousClock.Instant)]>([])
+            let (loadedCross, _) = try await ServerBenchmarks.latency(listeners: 100, commits: latencyCommits, writeTo: a, listenOn: b,
+                                                                      collection: "bench-\(run)-loaded-cross", load: load) { version, committed, times in
+                samples.withLock { $0.append((version, committed, times.sorted()[times.count / 2])) }
+            }
+            let p50 = loadedCross[loadedCross.count / 2], p99 = loadedCross[min(loadedCross.count - 1, loadedCross.count * 99 / 100)]
+            report.notes.append("postgres: cross-node commit-to-listener latency, 100 listeners on node B, while \(load) clients commit through node A without pause: \(ServerBenchmarks.percentiles(loadedCross)) (target p50 ≤ 5 ms, p99 ≤ 25 ms: \(p50 <= .milliseconds(5) && p99 <= .milliseconds(25) ? "meets" : "MISSES"))")
+            report.notes.append("postgres: where that time goes (median of each measured commit; the listeners' median arrival): \(Self.breakdown(samples.withLock { $0 }, timings: timings.withLock { $0 }))")
             let (sqlite, _) = try await ServerBenchmarks.latency(listeners: 100, commits: latencyCommits, directory: directory)
             report.notes.append("sqlite, in the same run: commit-to-listener latency on one node, 100 listeners: \(ServerBenchmarks.percentiles(sqlite))")
             await b.stop()
         }
         await a.stop()
         return report
+    }
+
+    /// The measured commits' time split by stage: from the commit on node A to node B's wake-up
+    /// (the notification), from the wake-up to its catch-up read starting (the wait behind the
+    /// catch-up under way), the read itself until B's observers were told, and from then to the
+    /// listeners' median arrival (the fan-out: the hub's pacing, encoding, the socket).
+    static func breakdown(_ samples: [(version: Version, committed: ContinuousClock.Instant, arrived: ContinuousClock.Instant)], timings: [CatchUpTiming]) -> String {
+        var wake: [Duration] = [], queue: [Duration] = [], read: [Duration] = [], fanOut: [Duration] = []
+        var polled = 0
+        let ordered = timings.sorted { $0.told < $1.told }
+        for sample in samples {
+            // The first catch-up that told of the commit.
+            guard let timing = ordered.first(where: { $0.through >= sample.version && $0.told >= sample.committed }) else { continue }
+            if let woken = timing.woken {
+                wake.append(sample.committed.duration(to: woken))
+                queue.append(woken.duration(to: timing.started))
+            } else {
+                polled += 1
+            }
+            read.append(timing.started.duration(to: timing.told))
+            fanOut.append(timing.told.duration(to: sample.arrived))
+        }
+        func median(_ values: [Duration]) -> String {
+            guard !values.isEmpty else { return "-" }
+            let sorted = values.sorted()
+            return "\(BenchReport.time(sorted[sorted.count / 2].doubleSeconds)) (p99 \(BenchReport.time(sorted[min(sorted.count - 1, sorted.count * 99 / 100)].doubleSeconds)))"
+        }
+        return "commit to wake-up \(median(wake)), wake-up to read \(median(queue)), catch-up read \(median(read)), fan-out to listeners \(median(fanOut)); \(polled) of \(samples.count) found by a read not woken for them"
     }
 
     /// How a baseline sends its inserts.

@@ -85,8 +85,13 @@ enum ServerBenchmarks {
     /// Commit-to-listener latency with `listeners` listeners of `listenOn`, spread over at most 20
     /// connections, to commits written through `writeTo` (the same server, or another node on the
     /// same store): from when `writeTo`'s store has committed to when each listener has the batch.
+    ///
+    /// With `load`, that many more clients commit through `writeTo` all the while, one write after
+    /// another each, to another collection; `sample` is told each measured commit's version, when
+    /// its store committed it, and when each listener had it.
     static func latency(listeners: Int, commits: Int, writeTo: LiveServer, listenOn: LiveServer, token: String? = nil, query: Query = Query(),
-                        body: JSONObject = [:], collection name: String = "latency") async throws -> (commitToListener: [Duration], endToEnd: [Duration]) {
+                        body: JSONObject = [:], collection name: String = "latency", load: Int = 0,
+                        sample: (@Sendable (Version, ContinuousClock.Instant, [ContinuousClock.Instant]) -> Void)? = nil) async throws -> (commitToListener: [Duration], endToEnd: [Duration]) {
         let clock = ContinuousClock()
         let published = Locked<[Version: ContinuousClock.Instant]>([:])
         writeTo.store.observeCommits { notice in
@@ -118,6 +123,22 @@ enum ServerBenchmarks {
         while ready.withLock({ $0 }) < listeners { try await Task.sleep(for: .milliseconds(1)) }
         let (writer, writerTask) = client(writeTo, "bench-latency-writer", token: token)
         await writer.waitUntilConnected()
+        // Users' writes do not wait for each other: the load commits while the measure runs.
+        let loading = Locked(true)
+        var loaders: [Task<Void, any Error>] = []
+        for index in 0..<load {
+            let (loader, loaderTask) = client(writeTo, "bench-\(name)-load-\(index)", token: token)
+            await loader.waitUntilConnected()
+            let target = try CollectionPath("\(name)-load")
+            loaders.append(Task {
+                defer { loaderTask.cancel() }
+                var step = 0
+                while loading.withLock({ $0 }) {
+                    _ = try await loader.commit([.set(try target.document("doc-\(index)-\(step % 10)"), ["step": .int(step)])])
+                    step += 1
+                }
+            })
+        }
         var commitToListener: [Duration] = []
         var endToEnd: [Duration] = []
         for step in 0..<commits {
@@ -131,7 +152,10 @@ enum ServerBenchmarks {
             let committed = published.withLock { $0[version]! }
             commitToListener += times.map { committed.duration(to: $0) }
             endToEnd += times.map { sent.duration(to: $0) }
+            sample?(version, committed, times)
         }
+        loading.withLock { $0 = false }
+        for loader in loaders { _ = try? await loader.value }
         listening.forEach { $0.cancel() }
         writerTask.cancel()
         for (_, task) in clients { task.cancel() }
