@@ -65,7 +65,7 @@ extension PostgresServerStore {
     /// Reads the commits after the version this node last told of from the commit log, and tells
     /// them. One statement, so one snapshot: the counter and the commits through it agree. When
     /// the log no longer holds all of them (this node was cut off for longer than it kept them),
-    /// says so (`incomplete`), and its listeners load again.
+    /// it reads from where the log begins and says so (`incomplete`): its listeners load again.
     private func catchUpNow(mustReport: Bool) async {
         let started = ContinuousClock.now
         let woken = lastWake.withLock { wake in defer { wake = nil }; return wake }
@@ -78,9 +78,10 @@ extension PostgresServerStore {
                 var newest = told
                 var prunedThrough = Version.zero
                 for try await row in try await connection.query("""
-                    SELECT c.version, m.value, least(c.version, \(from + Self.catchUpSpan)), \(unescaped: Self.documentColumns)
+                    SELECT c.version, m.value, least(c.version, greatest(\(from), m.value) + \(Self.catchUpSpan)), \(unescaped: Self.documentColumns)
                     FROM tandem_counter AS c CROSS JOIN tandem_meta AS m
-                    LEFT JOIN tandem_changes AS d ON d.version > \(from) AND d.version <= least(c.version, \(from + Self.catchUpSpan))
+                    LEFT JOIN tandem_changes AS d ON d.version > greatest(\(from), m.value)
+                        AND d.version <= least(c.version, greatest(\(from), m.value) + \(Self.catchUpSpan))
                     WHERE c.id = 1 AND m.key = 'log_pruned_through' ORDER BY d.version, d.path
                     """, logger: self.logger) {
                     let cells = row.makeRandomAccess()

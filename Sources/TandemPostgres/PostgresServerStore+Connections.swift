@@ -10,13 +10,16 @@ import TandemServer
 // `unavailable`, never leave it (and the commits queued behind it, and the shutdown that waits
 // for them) waiting for an answer that does not come.
 extension PostgresServerStore {
-    /// Runs `body`, and fails with `unavailable` if it has not returned within `statementTimeout`:
-    /// then `connection` is closed, so the statement under way fails and the connection is not
-    /// used again (the pool and the drain open another). The caller is answered at the deadline
-    /// whether or not `body` ever returns: a statement that waits on a connection PostgreSQL
-    /// dropped mid-answer must not hold what waits behind it.
+    /// Runs `body`, and fails with `unavailable` if it has not returned within twice
+    /// `statementTimeout` and 2 s (a commit runs two statements, and PostgreSQL cancels each at
+    /// `statementTimeout`, the session's `statement_timeout`: its transaction rolls back, and the
+    /// caller is told so by the error that follows). This deadline is for when no answer can come
+    /// at all (the database unreachable, or a connection PostgreSQL dropped mid-answer): then
+    /// `connection` is closed and not used again (the pool and the drain open another), and the
+    /// caller is answered, saying the outcome is unknown, whether or not `body` ever returns, so
+    /// nothing waiting behind it is held. A `body` that never returns is left behind (logged).
     func withDeadline<T: Sendable>(on connection: PostgresConnection, _ body: @escaping @Sendable () async throws -> T) async throws -> T {
-        let timeout = configuration.statementTimeout
+        let timeout = configuration.statementTimeout * 2 + .seconds(2)
         let answer = Ticket<T>()
         let logger = self.logger
         let work = Task {
@@ -29,9 +32,10 @@ extension PostgresServerStore {
         let watchdog = Task {
             try await Task.sleep(for: timeout)
             logger.warning("a statement to PostgreSQL had no answer within \(timeout); its connection is closed")
-            answer.fulfill(.failure(TandemError(.unavailable, "The server's database did not answer within \(timeout): it is down, restarting or unreachable. Retry.")))
+            // Closing first: a pool must not lend the connection again before it is closed.
+            connection.close().whenComplete { _ in }
+            answer.fulfill(.failure(TandemError(.unavailable, "The server's database did not answer within \(timeout): it is down, restarting or unreachable. What was under way may or may not have taken effect: retry (a write sent again with the same id is applied once).")))
             work.cancel()
-            try? await connection.close()
         }
         defer { watchdog.cancel() }
         return try await withTaskCancellationHandler {
@@ -52,7 +56,7 @@ extension PostgresServerStore {
             connection = open
         } else {
             do {
-                connection = try await PostgresConnection.connect(configuration: try url.connectionConfiguration(connectTimeout: configuration.connectTimeout),
+                connection = try await PostgresConnection.connect(configuration: try url.connectionConfiguration(connectTimeout: configuration.connectTimeout, statementTimeout: configuration.statementTimeout),
                                                                   id: drainConnections.add(1, ordering: .relaxed).newValue, logger: logger)
             } catch {
                 // Where the database is is the server's to know: the caller is told it is unreachable.

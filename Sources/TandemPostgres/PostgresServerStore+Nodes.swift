@@ -16,8 +16,26 @@ extension PostgresServerStore {
     /// The end of a notification that says only that its node is there (``announce(over:)``).
     static let presence = ":here"
 
-    /// Trims the commit log every this many polls (one node at a time does).
-    static let trimEvery = 10
+    /// Trims the commit log every this many polls (one node at a time does): every 10 s by
+    /// default, more often when `nodeTimeout` is short.
+    var trimEvery: Int {
+        let polls = configuration.nodeTimeout / configuration.pollInterval
+        return max(1, min(10, Int(polls / 2)))
+    }
+
+    /// Trims the commit log on a connection of the pool, off the listening loop (a catch-up never
+    /// waits for it), unless a trim of this node's is under way.
+    func trimInBackground() {
+        guard trimming.exchange(true, ordering: .acquiringAndReleasing) == false else { return }
+        Task {
+            defer { trimming.store(false, ordering: .releasing) }
+            do {
+                try await trimCommitLog()
+            } catch {
+                logger.warning("trimming the commit log failed: \(Self.reason(error)); the next poll tries again")
+            }
+        }
+    }
 
     /// Tells this node's observers of what other nodes commit. On a connection of its own (not the
     /// pool's, whose wait for a connection a shutdown could not end): LISTEN first, then say this
@@ -33,7 +51,7 @@ extension PostgresServerStore {
             do {
                 let connection: PostgresConnection
                 do {
-                    connection = try await PostgresConnection.connect(configuration: try url.connectionConfiguration(connectTimeout: configuration.connectTimeout),
+                    connection = try await PostgresConnection.connect(configuration: try url.connectionConfiguration(connectTimeout: configuration.connectTimeout, statementTimeout: configuration.statementTimeout),
                                                                       id: 1_000_000 + attempt, logger: logger)
                 } catch {
                     throw TandemError(.unavailable, "Could not connect to PostgreSQL at \(url): \(Self.reason(error)).", cause: error)
@@ -60,7 +78,17 @@ extension PostgresServerStore {
     private func listen(over connection: PostgresConnection) async throws {
         listeningConnection.withLock { $0 = connection }
         defer { listeningConnection.withLock { if $0 === connection { $0 = nil } } }
+        // LISTEN itself under the deadline too: unanswered, the connection is closed, which ends
+        // the wait, and the node listens again on another.
+        let started = Flag()
+        let deadline = configuration.statementTimeout * 2 + .seconds(2)
+        let watchdog = Task {
+            try await Task.sleep(for: deadline)
+            if !started.lower() { connection.close().whenComplete { _ in } }
+        }
+        defer { watchdog.cancel() }
         try await connection.listen(on: Self.channel) { notifications in
+            started.raise()
             // Each wake-up reads again; the poll's also says again that this node is there (a
             // notification shows the connection alive, so only the poll checks it), and so does one
             // for a node heard for the first time (or again after a silence): one that started
@@ -102,7 +130,7 @@ extension PostgresServerStore {
                         if announcing.lower() {
                             try await self.announce(over: connection)
                             announced += 1
-                            if announced % Self.trimEvery == 0 { try await self.trimLog(over: connection) }
+                            if announced % self.trimEvery == 0 { self.trimInBackground() }
                         }
                         self.catchUp()
                     }
@@ -163,22 +191,18 @@ extension PostgresServerStore {
         }
     }
 
-    /// Trims the commit log now (``trimLog(over:)``), on a connection of the pool, for tests.
-    package func trimCommitLog() async throws {
-        try await withLease { connection in try await self.trimLog(over: connection) }
-    }
-
     /// Drops the commit log's rows that every node running has read (a node not heard from for
     /// `nodeTimeout` no longer counts, and is forgotten), and notes how far it did: a node that
     /// comes back behind that point has missed commits it can no longer read, and has its
-    /// listeners load again (``CommitNotice/incomplete``). One node at a time; the others skip.
-    func trimLog(over connection: PostgresConnection) async throws {
+    /// listeners load again (``CommitNotice/incomplete``). One node at a time (an advisory lock);
+    /// the others skip their turn. On a connection of the pool, under the statement deadline.
+    package func trimCommitLog() async throws {
         let timeout = Double(configuration.nodeTimeout.components.seconds) + Double(configuration.nodeTimeout.components.attoseconds) / 1e18
-        try await withDeadline(on: connection) {
+        try await withLease { connection in
             try await connection.query("""
                 WITH turn AS (SELECT pg_try_advisory_xact_lock(\(Self.logLock)) AS taken),
                 floor AS (
-                    SELECT least(min(n.read_through), (SELECT version FROM tandem_counter WHERE id = 1)) AS through
+                    SELECT min(least(n.read_through, (SELECT version FROM tandem_counter WHERE id = 1))) AS through
                     FROM tandem_nodes AS n, turn WHERE turn.taken AND n.seen_at > now() - make_interval(secs => \(timeout))
                 ),
                 gone AS (DELETE FROM tandem_changes WHERE version <= (SELECT through FROM floor)),

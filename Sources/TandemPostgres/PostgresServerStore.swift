@@ -23,11 +23,13 @@ public struct PostgresServerStoreConfiguration: Sendable {
     /// How long a read waits for a connection of the pool (PostgreSQL down or unreachable) before
     /// it fails with `unavailable`. Default 10 s.
     public var connectionWait: Duration = .seconds(10)
-    /// How long any statement may wait for PostgreSQL's answer (a commit's statements together, a
-    /// read's, a wake-up, a catch-up, a poll, a pruning) before its connection is closed and it
-    /// fails with `unavailable`: a database that restarts or a network that drops packets
-    /// without a word then fails what was under way, which the caller retries, and never holds
-    /// the commits queued behind it or the node's shutdown. Default 30 s.
+    /// How long any statement may run (a commit's, a read's, a wake-up, a catch-up, a poll, a
+    /// pruning): PostgreSQL cancels it then (each session's `statement_timeout`; its transaction
+    /// rolls back) and it fails with `unavailable`. Should no answer come at all (a database that
+    /// restarts, a network that drops packets without a word), the node gives up at twice this and
+    /// 2 s, closes the connection and answers `unavailable` anyway, saying the outcome is unknown:
+    /// what was under way never holds the commits queued behind it or the node's shutdown.
+    /// Default 30 s.
     public var statementTimeout: Duration = .seconds(30)
     /// The most connections of this node's pool, for reads and listening (at least two); commits
     /// have one more of their own. Default 20.
@@ -113,6 +115,8 @@ public final class PostgresServerStore: ServerStore {
     /// This node's polls, and the poll at which it last heard each other node
     /// (``otherNodesListening``).
     let others = Mutex<(polls: Int, heardAt: [Substring: Int])>((0, [:]))
+    /// A trim of the commit log runs (``trimInBackground()``).
+    let trimming = Atomic<Bool>(false)
     /// When the latest wake-up from another node came, until a catch-up takes it.
     let lastWake = Mutex<ContinuousClock.Instant?>(nil)
     /// Told of each catch-up's timing, for the benchmark's account of where cross-node time goes.
@@ -145,7 +149,8 @@ public final class PostgresServerStore: ServerStore {
             try? await connection.close()
             throw TandemError(.unavailable, "Could not create or migrate Tandem's tables in PostgreSQL at \(url): \(Self.reason(error)). The user needs to be allowed to create tables in the database.", cause: error)
         }
-        return PostgresServerStore(url: url, configuration: configuration, client: PostgresClient(configuration: try url.clientConfiguration(connectTimeout: configuration.connectTimeout, maximumConnections: configuration.maximumConnections), backgroundLogger: logger), version: version, node: node)
+        return PostgresServerStore(url: url, configuration: configuration, client: PostgresClient(configuration: try url.clientConfiguration(connectTimeout: configuration.connectTimeout, maximumConnections: configuration.maximumConnections,
+                                                                                                                                        statementTimeout: configuration.statementTimeout), backgroundLogger: logger), version: version, node: node)
     }
 
     /// Records that `node` runs, having read everything through the counter, and returns the

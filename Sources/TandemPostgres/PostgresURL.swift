@@ -65,22 +65,22 @@ public struct PostgresURL: Sendable, CustomStringConvertible {
     }
 
     /// The settings of one connection to this URL's database, with the store's session limits
-    /// (``sessionSettings``).
-    public func connectionConfiguration(connectTimeout: Duration) throws -> PostgresConnection.Configuration {
+    /// (``sessionSettings(statementTimeout:)``).
+    public func connectionConfiguration(connectTimeout: Duration, statementTimeout: Duration? = nil) throws -> PostgresConnection.Configuration {
         var configuration = PostgresConnection.Configuration(host: host, port: port, username: username, password: password, database: database, tls: try connectionTLS())
-        configuration.options.additionalStartupParameters = Self.sessionSettings
+        configuration.options.additionalStartupParameters = Self.sessionSettings(statementTimeout: statementTimeout)
         configuration.options.connectTimeout = .nanoseconds(Int64(connectTimeout.components.seconds) * 1_000_000_000 + connectTimeout.components.attoseconds / 1_000_000_000)
         return configuration
     }
 
     /// The settings of a pool of connections to this URL's database (at least two), with the
-    /// store's session limits (``sessionSettings``): for a `PostgresClient` beside the store's.
-    public func clientConfiguration(connectTimeout: Duration, maximumConnections: Int) throws -> PostgresClient.Configuration {
+    /// store's session limits (``sessionSettings(statementTimeout:)``): for a `PostgresClient` beside the store's.
+    public func clientConfiguration(connectTimeout: Duration, maximumConnections: Int, statementTimeout: Duration? = nil) throws -> PostgresClient.Configuration {
         var configuration = PostgresClient.Configuration(host: host, port: port, username: username, password: password, database: database, tls: try clientTLS())
         configuration.options.connectTimeout = connectTimeout
         // One connection listens for other nodes' commits; at least one more serves the rest.
         configuration.options.maximumConnections = max(2, maximumConnections)
-        configuration.options.additionalStartupParameters = Self.sessionSettings
+        configuration.options.additionalStartupParameters = Self.sessionSettings(statementTimeout: statementTimeout)
         return configuration
     }
 
@@ -92,7 +92,17 @@ public struct PostgresURL: Sendable, CustomStringConvertible {
     /// - the store's prepared statements (a commit's read and write) are planned once per
     ///   connection, not at each commit: every part of them reads through an index whatever the
     ///   values bound, and planning them again cost more than running them.
-    public static let sessionSettings = [("idle_in_transaction_session_timeout", "60s"), ("lock_timeout", "15s"), ("plan_cache_mode", "force_generic_plan")]
+    /// - with a `statementTimeout`, PostgreSQL cancels any statement that runs longer (its
+    ///   transaction rolls back, nothing of it kept), so a statement a node gave up on never takes
+    ///   effect after the caller was told it failed.
+    public static func sessionSettings(statementTimeout: Duration? = nil) -> [(String, String)] {
+        var settings = [("idle_in_transaction_session_timeout", "60s"), ("lock_timeout", "15s"), ("plan_cache_mode", "force_generic_plan")]
+        if let statementTimeout {
+            let milliseconds = max(1, statementTimeout.components.seconds * 1000 + statementTimeout.components.attoseconds / 1_000_000_000_000_000)
+            settings.append(("statement_timeout", "\(milliseconds)ms"))
+        }
+        return settings
+    }
 
     /// TLS as libpq does it: `prefer` and `require` encrypt without checking the certificate
     /// (servers commonly offer a self-signed one); `verify-full` checks it.

@@ -55,6 +55,8 @@ final class NodesRun: Sendable {
     let url: String
     let database: String
     let nodes: NodeSet
+    /// What the nodes said about reloading their listeners.
+    let nodeEvents: Locked<[String]>
     let failures = Mutex<[String]>([])
     let events = Mutex<[String]>([])
     /// Writes answered (acknowledged or refused), for the fault schedule's pacing.
@@ -88,7 +90,11 @@ final class NodesRun: Sendable {
         self.cluster = cluster
         self.url = url
         database = String(url.split(separator: "/").last!.split(separator: "?").first!)
-        nodes = NodeSet(url: url, count: seed % 3 == 0 ? 3 : 2)
+        let events = Locked<[String]>([])
+        nodes = NodeSet(url: url, count: seed % 3 == 0 ? 3 : 2) { index, line in
+            if line.contains("load again") { events.withLock { $0.append("node \(index): \(line)") } }
+        }
+        nodeEvents = events
     }
 
     func fail(_ message: String) {
@@ -116,7 +122,7 @@ final class NodesRun: Sendable {
         for index in 1..<nodeCount { try await nodes.start(index) }
         var random = SeededRandomNumberGenerator(seed: seed)
         let writesPerWriter = Int.random(in: 30...60, using: &random)
-        let faults = (0..<Int.random(in: 2...4, using: &random)).map { _ in Int.random(in: 0..<5, using: &random) }
+        let faults = (0..<Int.random(in: 2...4, using: &random)).map { _ in Int.random(in: 0..<6, using: &random) }
         let writerSeeds = (0..<Self.writerCount).map { _ in UInt64.random(in: 0...UInt64.max, using: &random) }
         let faultSeed = UInt64.random(in: 0...UInt64.max, using: &random)
         note("seed \(seed): \(writesPerWriter) writes per writer, faults \(faults)")
@@ -201,6 +207,18 @@ final class NodesRun: Sendable {
                 try await cluster.restart()
                 note("database back")
                 if fault == 3 { try await nodes.start(node) }
+            case 5:
+                // Frozen (a long pause, a partition) past the node timeout (2 s here): the others
+                // trim the commit log it has not read, and when it runs again its listeners load
+                // again from where they were.
+                let pause = Int.random(in: 3_000...6_000, using: &random)
+                note("pause node \(node) for \(pause) ms")
+                nodes.signal(node, SIGSTOP)
+                let start = ContinuousClock.now
+                // Commits it cannot read meanwhile, through another node.
+                await writeThroughAnother(than: node, tag: "pause-\(pause)")
+                try await Task.sleep(until: start + .milliseconds(pause))  // the fault's length, part of the schedule
+                nodes.signal(node, SIGCONT)
             default:
                 note("kill node \(node) and crash the database")
                 await nodes.kill(node)
@@ -220,7 +238,27 @@ final class NodesRun: Sendable {
         note("node \(index) exited after SIGTERM in \(took) with status \(status.map(String.init) ?? "none")")
         if status == nil { fail("node \(index) did not exit within \(Self.shutdownBound) of SIGTERM") }
         if let status, status != 0 { fail("node \(index) exited with status \(status) after SIGTERM, not 0") }
-        if restart { try? await nodes.start(index) }
+        if restart {
+            do {
+                try await nodes.start(index)
+            } catch {
+                fail("node \(index) did not start again: \(error)")
+            }
+        }
+    }
+
+    /// A few writes through a node other than `node`, each alone, once.
+    func writeThroughAnother(than node: Int, tag: String) async {
+        guard let port = nodes.livePorts().first(where: { $0 != nodes.port(node) }) else { return }
+        let stream = RawStream(port: port)
+        defer { Task { await stream.close() } }
+        guard await stream.hello(tag) else { return }
+        stream.send(.writeEach(id: 1, mutations: (1...3).map { n in
+            Mutation(path: documentPath("c/d\(n)"), kind: .set(["k": .int(n), "by": .string(tag)]), id: MutationID(clientID: tag, sequence: UInt64(n)))
+        }))
+        if case .ack(_, let answers)?? = await nextMessage(of: stream, within: .seconds(20)) {
+            note("\(tag): wrote through port \(port) at \(answers.map(\.version.rawValue))")
+        }
     }
 
     /// One atomic write that every listener target sees: c/d0 (k 0: the document, the collection,
@@ -313,6 +351,7 @@ final class NodesRun: Sendable {
                 fail("\(observation.listener) target \(observation.target) at \(observation.version): differs from the true state (wrong or missing: \(missing); wrong or extra: \(extra))")
             }
         }
+        for event in nodeEvents.withLock({ $0 }) { note(event) }
         note("checked \(observed.count) batches, \(acknowledged.withLock { $0.count }) acknowledgements, longest answer \(longestAnswer.load(ordering: .relaxed)) ms")
         if longestAnswer.load(ordering: .relaxed) > Int(Self.answerBound.components.seconds) * 1000 {
             fail("a write waited \(longestAnswer.load(ordering: .relaxed)) ms for its answer, more than \(Self.answerBound)")
@@ -339,7 +378,7 @@ final class NodesRun: Sendable {
 /// The stream's next message (nil inside when it closed), or nil when none came within `bound`.
 func nextMessage(of stream: RawStream, within bound: Duration) async -> ServerMessage?? {
     let answer = Ticket<ServerMessage??>()
-    let reader = Task { answer.fulfill(.success(.some(await stream.next()))) }
+    let reader = Task { answer.fulfill(.success(.some(await stream.next(heartbeats: true)))) }
     let timer = Task {
         try await Task.sleep(for: bound)
         answer.fulfill(.success(nil))
@@ -445,23 +484,33 @@ final class NodeSet: Sendable {
     let url: String
     private let processes: Mutex<[(process: RunningProcess, port: Int)?]>
 
-    init(url: String, count: Int) {
+    /// Told each line a node prints after it listens (its errors), with the node's index.
+    let output: @Sendable (Int, String) -> Void
+
+    init(url: String, count: Int, output: @escaping @Sendable (Int, String) -> Void = { _, _ in }) {
         self.url = url
+        self.output = output
         processes = Mutex(Array(repeating: nil, count: count))
     }
 
     func start(_ index: Int) async throws {
         let process = try RunningProcess(["serve", "--port", "0", "--postgres", url, "--statement-timeout", "5", "--shutdown-grace", "5",
+                                          "--node-timeout", "2",
                                           "--log-level", "error"], errorsToo: true)
         while let line = await process.nextLine() {
             if line.hasPrefix("listening on "), let port = line.split(separator: ":").last.flatMap({ Int($0) }) {
                 processes.withLock { $0[index] = (process, port) }
                 // Its output is read on, so it never blocks on a full pipe.
-                Task { while await process.nextLine() != nil {} }
+                let output = self.output
+                Task { while let line = await process.nextLine() { output(index, line) } }
                 return
             }
         }
         throw ClusterError(message: "node \(index) exited before it listened")
+    }
+
+    func signal(_ index: Int, _ signal: Int32) {
+        processes.withLock { $0[index] }?.process.signal(signal)
     }
 
     func livePorts() -> [Int] {
@@ -541,7 +590,12 @@ struct Writer: Sendable {
                 return Pending(mutations: [Mutation(path: document(), kind: .delete, id: id())], kind: kind)
             }
         }
+        let giveUp = clock.now + .seconds(600)
         while made < writes || !pending.isEmpty {
+            if clock.now > giveUp {
+                run.fail("\(name): \(pending.count) write(s) still unanswered after ten minutes of trying")
+                return
+            }
             guard let port = run.nodes.livePorts().randomElement(using: &random) else {
                 try? await Task.sleep(for: .milliseconds(50))  // a client's backoff while no node runs
                 continue
@@ -576,6 +630,8 @@ struct Writer: Sendable {
                 }
                 guard let message = next else { break }
                 switch message {
+                case .heartbeat:
+                    stream.send(.heartbeat)
                 case .ack(let key, let answers):
                     guard let write = pending.removeValue(forKey: key) else { run.fail("\(name): an answer to write \(key), which it did not wait for"); continue }
                     noteAnswer(write, clock: clock)
@@ -682,6 +738,10 @@ final class Listener: Sendable {
             }
             let connection = RawStream(port: port)
             stream.withLock { $0 = connection }
+            if stopped() {
+                await connection.close()
+                break
+            }
             guard await connection.hello("\(name)-\(UUID().uuidString.prefix(8))") else {
                 await connection.close()
                 attempt += 1

@@ -209,6 +209,17 @@ struct PostgresNodesTests {
         // Both nodes registered at version 0 and have said nothing since: nothing goes.
         try await a.trimCommitLog()
         #expect(try await cluster.psql("SELECT count(*) FROM tandem_changes", database: database) == "5")
+        // Another node trimming (it holds the lock): this one skips its turn, dropping nothing.
+        try await cluster.psql("UPDATE tandem_nodes SET read_through = 4", database: database)
+        let logger = Logger(label: "test")
+        let other = try await PostgresConnection.connect(configuration: try PostgresURL(url).connectionConfiguration(connectTimeout: .seconds(10)), id: 1, logger: logger)
+        try await other.query("BEGIN", logger: logger)
+        try await other.query("SELECT pg_advisory_xact_lock(\(PostgresServerStore.logLock))", logger: logger)
+        try await a.trimCommitLog()
+        try await other.query("COMMIT", logger: logger)
+        try await other.close()
+        #expect(try await cluster.psql("SELECT count(*) FROM tandem_changes", database: database) == "5")
+        #expect(try await cluster.psql("SELECT value FROM tandem_meta WHERE key = 'log_pruned_through'", database: database) == "0")
         // Both have read through 4; a node not heard from for two minutes had read through 1.
         try await cluster.psql("""
             UPDATE tandem_nodes SET read_through = 4;
@@ -329,6 +340,34 @@ struct PostgresNodesTests {
         try await other.close()
         #expect(try await node.pruneTombstones(olderThan: Date().addingTimeInterval(60)) == 5)
         await #expect(throws: TandemError.self) { _ = try await node.changes(since: Version(1), in: nil, limit: 10) }
+    }
+
+    @Test("a commit still waiting at statementTimeout (on a lock another session holds) is cancelled by PostgreSQL and answered unavailable, nothing of it kept even once the lock goes, and the node commits again")
+    func statementDeadline() async throws {
+        let (_, url) = try await PostgresClusterTrait.freshDatabase()
+        var configuration = PostgresServerStoreConfiguration()
+        configuration.statementTimeout = .seconds(1)
+        configuration.logger.logLevel = .critical
+        let node = try await PostgresServerStore.open(url: try PostgresURL(url), configuration: configuration)
+        _ = try await node.commit([Self.set("held/a", ["n": 0])])
+        // Another session holds the counter's lock, as a commit that hangs would.
+        let logger = Logger(label: "test")
+        let other = try await PostgresConnection.connect(configuration: try PostgresURL(url).connectionConfiguration(connectTimeout: .seconds(10)), id: 1, logger: logger)
+        try await other.query("BEGIN", logger: logger)
+        try await other.query("SELECT version FROM tandem_counter WHERE id = 1 FOR UPDATE", logger: logger)
+        let held = await node.commit([[try Self.set("held/b", ["n": 1])]], limits: ServerLimits(), clientID: nil)[0]
+        guard case .failure(let error) = held else {
+            Issue.record("a commit behind a held lock was acknowledged")
+            return
+        }
+        #expect(error.code == .unavailable)
+        #expect(error.message.contains("statement timeout"), "PostgreSQL cancelled it: \(error.message)")
+        try await other.query("ROLLBACK", logger: logger)
+        try await other.close()
+        let after = try await node.commit([Self.set("held/c", ["n": 2])])
+        #expect(after.acknowledgements[0].version == Version(2), "the held commit wrote nothing; the next one commits")
+        let stored = try await node.read(.collection(try CollectionPath("held"), Query()))
+        #expect(stored.documents.map(\.path.description) == ["held/a", "held/c"])
     }
 
     @Test("a write PostgreSQL cannot store (a NUL character in its path) is refused as invalid, nothing of it kept, and the store goes on")

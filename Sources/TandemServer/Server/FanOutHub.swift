@@ -23,6 +23,9 @@ final class FanOutHub: Service, Sendable {
     struct State {
         var table = ListenerTable()
         var registrations = 0
+        /// Listeners that were loading when the store said it missed commits (``reloadAll()``),
+        /// by registration: what they load may lack them too, so each loads again once live.
+        var staleLoads: [ListenerKey: Int] = [:]
     }
 
     let state = Mutex(State())
@@ -94,6 +97,9 @@ final class FanOutHub: Service, Sendable {
                     var waitingSince: ContinuousClock.Instant?
                     for await _ in self.wake {
                         var (released, since, incomplete) = self.release()
+                        // Before the notice's own batches are delivered: they then wait in each
+                        // listener's load, which starts from the version it had reached.
+                        if incomplete { self.reloadAll() }
                         deciding: while true {
                             if !released.isEmpty, waitingSince == nil { waitingSince = since }
                             switch hold.receive(released, now: self.clock.now(), commitsUnderWay: { self.store.commitsUnderWay() }) {
@@ -107,12 +113,10 @@ final class FanOutHub: Service, Sendable {
                             case .waitUntil(let deadline):
                                 // Notices that come meanwhile wait in `pending` and go with these.
                                 guard (try? await self.clock.sleepUntil(deadline)) != nil else { break deciding }  // shutting down
-                                let more: Bool
-                                (released, since, more) = self.release()
-                                incomplete = incomplete || more
+                                (released, since, incomplete) = self.release()
+                                if incomplete { self.reloadAll() }
                             }
                         }
-                        if incomplete { self.reloadAll() }
                     }
                 }
                 for await (key, registration, reloadFrom) in self.requeries {
@@ -162,7 +166,10 @@ final class FanOutHub: Service, Sendable {
             var reloads: [(ListenerKey, Int, Version)] = []
             for key in state.table.keys {
                 state.table.update(key) { listener in
-                    guard case .live(let version) = listener.phase else { return }
+                    guard case .live(let version) = listener.phase else {
+                        state.staleLoads[key] = listener.registration
+                        return
+                    }
                     listener.phase = .loading([])
                     reloads.append((key, listener.registration, version))
                 }
@@ -360,7 +367,21 @@ final class FanOutHub: Service, Sendable {
     /// Sends a listener its loaded batch and the commits buffered meanwhile, and makes it live.
     private func activate(_ key: ListenerKey, registration: Int, _ load: Load) {
         var requery = false
+        var reloadFrom: Version?
+        defer { if let reloadFrom { requeryQueue.yield((key, registration, reloadFrom: reloadFrom)) } }
         state.withLock { state in
+            defer {
+                // Loaded while the store said it missed commits: loads again from where it is now.
+                if state.staleLoads[key] == registration {
+                    state.staleLoads[key] = nil
+                    reloadFrom = state.table.update(key) { listener -> Version? in
+                        guard listener.registration == registration, case .live(let version) = listener.phase else { return nil }
+                        listener.phase = .loading([])
+                        return version
+                    } ?? nil
+                    if reloadFrom != nil { requery = false }
+                }
+            }
             if let listener = state.table[key], listener.registration == registration, listener.readGuard != nil,
                case .loading(let buffered) = listener.phase {
                 // A guarded listener (of one document) is checked against all it would be sent:
@@ -532,6 +553,13 @@ final class FanOutHub: Service, Sendable {
             state.withLock { state in
                 state.table.update(key) { listener in
                     guard listener.registration == registration, case .loading(let buffered) = listener.phase else { return }
+                    // The store said it missed commits meanwhile: read again, with nothing sent yet.
+                    if state.staleLoads[key] == registration {
+                        state.staleLoads[key] = nil
+                        listener.phase = .loading([])
+                        again = true
+                        return
+                    }
                     let previous = listener.members ?? [:]
                     var members: [DocumentPath: Version] = [:]
                     var changes: [RemoteChange] = []

@@ -65,6 +65,9 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(name: .customLong("statement-timeout"), help: "With --postgres: seconds any statement may wait for PostgreSQL's answer before its connection is closed and what it did fails with unavailable (a database restarting, a network dropping packets).")
     var statementTimeout: Double = 30
 
+    @Option(name: .customLong("node-timeout"), help: "With --postgres: seconds a node may go unheard (it says it is there every second) before the other nodes stop keeping the commit log for it; a node cut off longer has its listeners load again when it is back.")
+    var nodeTimeout: Double = 60
+
     @Option(name: .customLong("shutdown-grace"), help: "Seconds SIGTERM or SIGINT waits for requests and commits under way to finish before the server stops them and exits.")
     var shutdownGrace: Double = 10
 
@@ -78,7 +81,7 @@ struct ServeCommand: AsyncParsableCommand {
     var maximumConnectionsPerUser = 100
 
     func run() async throws {
-        for (name, value) in [("--statement-timeout", statementTimeout), ("--shutdown-grace", shutdownGrace)] where !(value > 0 && value <= 86_400) {
+        for (name, value) in [("--statement-timeout", statementTimeout), ("--shutdown-grace", shutdownGrace), ("--node-timeout", nodeTimeout)] where !(value > 0 && value <= 86_400) {
             Console.error("error: invalid-argument: \(name) takes a number of seconds above 0 and at most 86400, not \(value).")
             throw ExitCode(2)
         }
@@ -96,6 +99,7 @@ struct ServeCommand: AsyncParsableCommand {
                 var storeConfiguration = PostgresServerStoreConfiguration()
                 storeConfiguration.logger = logger
                 storeConfiguration.statementTimeout = .milliseconds(Int64(statementTimeout * 1000))
+                storeConfiguration.nodeTimeout = .milliseconds(Int64(nodeTimeout * 1000))
                 store = try await PostgresServerStore.open(url: try PostgresURL(postgresURL), configuration: storeConfiguration)
             } else {
                 store = try SQLiteServerStore(directory: URL(fileURLWithPath: dataDirectory))
