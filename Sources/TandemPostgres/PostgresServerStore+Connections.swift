@@ -38,10 +38,13 @@ extension PostgresServerStore {
             work.cancel()
         }
         defer { watchdog.cancel() }
+        // Cancelled (the server shutting down), the caller goes at once; the statement is left to
+        // end by itself.
         return try await withTaskCancellationHandler {
             try await answer.value()
         } onCancel: {
             work.cancel()
+            answer.fulfill(.failure(CancellationError()))
         }
     }
 
@@ -102,7 +105,14 @@ extension PostgresServerStore {
             answer.fulfill(.failure(TandemError(.unavailable, "No connection to the server's database within \(wait): it is down or unreachable. Nothing was done; retry.")))
         }
         defer { timer.cancel() }
-        return try await answer.value()
+        // Cancelled (the server shutting down), the caller goes at once: a wait for a connection
+        // must not hold a shutdown for `connectionWait`.
+        return try await withTaskCancellationHandler {
+            try await answer.value()
+        } onCancel: {
+            lease.cancel()
+            answer.fulfill(.failure(CancellationError()))
+        }
     }
 
     /// Runs `body` on a connection of the pool (``withLease(_:)``); what PostgreSQL or the network
