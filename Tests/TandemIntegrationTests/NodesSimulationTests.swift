@@ -55,6 +55,8 @@ final class NodesRun: Sendable {
     let url: String
     let database: String
     let nodes: NodeSet
+    /// This run's name, in the `meta/run` document of its database.
+    let runID = UUID().uuidString
     /// What the nodes said about reloading their listeners.
     let nodeEvents: Locked<[String]>
     let failures = Mutex<[String]>([])
@@ -119,6 +121,12 @@ final class NodesRun: Sendable {
             END $$;
             CREATE TRIGGER audit AFTER INSERT ON tandem_changes FOR EACH ROW EXECUTE FUNCTION audit_changes();
             """, database: database)
+        // What tells this run's nodes from any other server that may have taken a port one of them
+        // had (other suites start servers on free ports too): a document only this database holds.
+        try await cluster.psql("""
+            INSERT INTO tandem_documents (path, collection, collection_group, version, create_time, update_time, data, body)
+            VALUES ('meta/run', 'meta', 'meta', 0, 0, 0, '{"run":"\(runID)"}', '{"run":"\(runID)"}');
+            """, database: database)
         for index in 1..<nodeCount { try await nodes.start(index) }
         var random = SeededRandomNumberGenerator(seed: seed)
         let writesPerWriter = Int.random(in: 30...60, using: &random)
@@ -169,6 +177,28 @@ final class NodesRun: Sendable {
         // Every node obeys SIGTERM.
         for index in 0..<nodeCount { await terminate(index, restart: false) }
         return failures.withLock { $0 }
+    }
+
+    /// Says hello on `stream` and checks the node serves this run's database (the `meta/run`
+    /// document names it); false otherwise, or when the node did not answer.
+    func hello(_ stream: RawStream, _ clientID: String) async -> Bool {
+        guard await stream.hello(clientID) else { return false }
+        stream.send(.get(id: 999_999, path: documentPath("meta/run")))
+        while let next = await nextMessage(of: stream, within: Self.answerBound), let message = next {
+            switch message {
+            case .heartbeat:
+                stream.send(.heartbeat)
+            case .documents(999_999, let documents, _):
+                if case .string(runID)? = documents.first?.data["run"] { return true }
+                note("\(clientID): a server that is not this run's took a port of one of its nodes")
+                return false
+            case .error(999_999?, _):
+                return false
+            default:
+                continue
+            }
+        }
+        return false
     }
 
     /// Runs `body`, giving up after `seconds`; whether it finished.
@@ -252,7 +282,7 @@ final class NodesRun: Sendable {
         guard let port = nodes.livePorts().first(where: { $0 != nodes.port(node) }) else { return }
         let stream = RawStream(port: port)
         defer { Task { await stream.close() } }
-        guard await stream.hello(tag) else { return }
+        guard await hello(stream, tag) else { return }
         stream.send(.writeEach(id: 1, mutations: (1...3).map { n in
             Mutation(path: documentPath("c/d\(n)"), kind: .set(["k": .int(n), "by": .string(tag)]), id: MutationID(clientID: tag, sequence: UInt64(n)))
         }))
@@ -268,7 +298,7 @@ final class NodesRun: Sendable {
             guard let port = nodes.livePorts().first else { throw ClusterError(message: "no node is running") }
             let stream = RawStream(port: port)
             defer { Task { await stream.close() } }
-            guard await stream.hello("fence") else { continue }
+            guard await hello(stream, "fence") else { continue }
             stream.send(.write(id: 1, mutations: [
                 Mutation(path: documentPath("c/d0"), kind: .set(["k": 0, "by": "fence"]), id: MutationID(clientID: "fence", sequence: UInt64(attempt + 1))),
                 Mutation(path: documentPath("c/zfence"), kind: .set(["k": 9]), id: MutationID(clientID: "fence", sequence: UInt64(attempt + 1001))),
@@ -328,7 +358,7 @@ final class NodesRun: Sendable {
             fail("the counter is \(counter), but \(increments.load(ordering: .relaxed)) increments were acknowledged")
         }
         // The documents table ends as the history does.
-        let table = try await cluster.psql("SELECT path, data FROM tandem_documents WHERE data IS NOT NULL ORDER BY path", database: database)
+        let table = try await cluster.psql("SELECT path, data FROM tandem_documents WHERE data IS NOT NULL AND path <> 'meta/run' ORDER BY path", database: database)
         var stored: [String: JSONObject] = [:]
         for line in table.split(separator: "\n") {
             let cells = line.split(separator: "|", maxSplits: 1).map(String.init)
@@ -602,7 +632,7 @@ struct Writer: Sendable {
             }
             connections += 1
             let stream = RawStream(port: port)
-            guard await stream.hello(name) else {
+            guard await run.hello(stream, name) else {
                 await stream.close()
                 attempt += 1
                 try? await Task.sleep(for: .milliseconds(min(1000, 20 * attempt)))  // a client's backoff
@@ -742,7 +772,7 @@ final class Listener: Sendable {
                 await connection.close()
                 break
             }
-            guard await connection.hello("\(name)-\(UUID().uuidString.prefix(8))") else {
+            guard await run.hello(connection, "\(name)-\(UUID().uuidString.prefix(8))") else {
                 await connection.close()
                 attempt += 1
                 try? await Task.sleep(for: .milliseconds(min(1000, 20 * attempt)))  // a client's backoff
