@@ -84,7 +84,7 @@ final class NodesRun: Sendable {
     /// How long a write may wait for its answer: a statement's deadline (5 s here), a wait for a
     /// connection, and a loaded machine's slack.
     static let answerBound = Duration.seconds(40)
-    /// How long a node may take to exit after SIGTERM: its grace (5 s here) twice, with slack.
+    /// How long a node may take to exit after SIGTERM: three times its grace (5 s here), with slack.
     static let shutdownBound = Duration.seconds(20)
 
     init(seed: UInt64, cluster: PostgresCluster, url: String) {

@@ -68,7 +68,7 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(name: .customLong("node-timeout"), help: "With --postgres: seconds a node may go unheard (it says it is there every second) before the other nodes stop keeping the commit log for it; a node cut off longer has its listeners load again when it is back.")
     var nodeTimeout: Double = 60
 
-    @Option(name: .customLong("shutdown-grace"), help: "Seconds SIGTERM or SIGINT waits for requests and commits under way to finish before the server stops them and exits.")
+    @Option(name: .customLong("shutdown-grace"), help: "Seconds SIGTERM or SIGINT lets requests and commits under way finish; a server still running three times this long after the signal exits anyway, with status 1.")
     var shutdownGrace: Double = 10
 
     @Option(name: .customLong("max-connections"), help: "The most connections (HTTP and WebSocket together) served at once; more wait to be accepted. /health and /metrics are still answered at the cap.")
@@ -206,14 +206,13 @@ struct ServeCommand: AsyncParsableCommand {
                     """)
             }
         }
-        // Past the grace, what is still under way is cancelled; past as long again, the process
-        // ends whatever still runs: a shutdown finishes whatever the database or the clients do.
+        // Past three times the grace, the process ends whatever still runs: a shutdown finishes
+        // whatever the database or the clients do.
         let grace = Duration.milliseconds(Int64(shutdownGrace * 1000))
         var groupConfiguration = ServiceGroupConfiguration(services: [
             .init(service: server),
             .init(service: ShutdownDeadline(grace: grace), successTerminationBehavior: .ignore),
         ], gracefulShutdownSignals: [.sigint, .sigterm], logger: logger)
-        groupConfiguration.maximumGracefulShutdownDuration = grace
         let group = ServiceGroup(configuration: groupConfiguration)
         do {
             try await group.run()
@@ -230,9 +229,8 @@ struct ServeCommand: AsyncParsableCommand {
     }
 }
 
-/// Ends the process twice the grace after a shutdown began, if it is still running then: the
-/// service group cancels what is under way at the grace, and a part that does not end when
-/// cancelled must not keep a stopped server's process alive.
+/// Ends the process three times the grace after a shutdown began, if it is still running then: a
+/// part that does not end must not keep a stopped server's process alive.
 struct ShutdownDeadline: Service {
     let grace: Duration
 
@@ -240,8 +238,8 @@ struct ShutdownDeadline: Service {
         try? await gracefulShutdown()
         let grace = self.grace
         Task.detached {
-            try? await Task.sleep(for: grace * 2)
-            Console.error("error: the server did not stop within \(grace * 2) of being asked to; exiting")
+            try? await Task.sleep(for: grace * 3)
+            Console.error("error: the server did not stop within \(grace * 3) of being asked to; exiting")
             exit(1)
         }
     }
