@@ -37,6 +37,19 @@ extension PostgresServerStore {
         }
     }
 
+    /// Records that `node` runs, having read everything through the counter, and returns the
+    /// counter, in one statement: the commit log keeps what comes after it for this node from now.
+    static func register(_ node: String, over connection: PostgresConnection, logger: Logger) async throws -> Version {
+        var version = Version.zero
+        for try await value in try await connection.query("""
+            INSERT INTO tandem_nodes (node, read_through, seen_at) SELECT \(node), version, now() FROM tandem_counter WHERE id = 1
+            RETURNING read_through
+            """, logger: logger).decode(Int64.self) {
+            version = Version(UInt64(value))
+        }
+        return version
+    }
+
     /// Tells this node's observers of what other nodes commit. On a connection of its own (not the
     /// pool's, whose wait for a connection a shutdown could not end): LISTEN first, then say this
     /// node is there and read what was committed since this node last told (``catchUp()``), then

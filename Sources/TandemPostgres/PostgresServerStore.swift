@@ -153,19 +153,6 @@ public final class PostgresServerStore: ServerStore {
                                                                                                                                         statementTimeout: configuration.statementTimeout), backgroundLogger: logger), version: version, node: node)
     }
 
-    /// Records that `node` runs, having read everything through the counter, and returns the
-    /// counter, in one statement: the commit log keeps what comes after it for this node from now.
-    private static func register(_ node: String, over connection: PostgresConnection, logger: Logger) async throws -> Version {
-        var version = Version.zero
-        for try await value in try await connection.query("""
-            INSERT INTO tandem_nodes (node, read_through, seen_at) SELECT \(node), version, now() FROM tandem_counter WHERE id = 1
-            RETURNING read_through
-            """, logger: logger).decode(Int64.self) {
-            version = Version(UInt64(value))
-        }
-        return version
-    }
-
     private init(url: PostgresURL, configuration: PostgresServerStoreConfiguration, client: PostgresClient, version: Version, node: String) {
         self.node = node
         self.url = url

@@ -468,43 +468,34 @@ final class WriteProgress: Sendable {
 
     /// Waits until `count` writes were answered; false if the writers finished first.
     func wait(for count: Int) async -> Bool {
-        await withCheckedContinuation { continuation in
-            let ready: Bool? = state.withLock { state in
-                if state.answered >= count { return true }
-                if state.finished { return false }
-                state.waiters.append((count, false, continuation))
-                return nil
-            }
-            if let ready { continuation.resume(returning: ready) }
-        }
+        await reach(count, failures: false)
     }
 
     /// Waits until `more` more failures were seen, or `seconds` passed.
     func waitForFailures(_ more: Int, seconds: Int) async -> Bool {
         let target = state.withLock { $0.failures } + more
-        let (stream, continuation) = AsyncStream.makeStream(of: Bool.self)
+        let answer = Ticket<Bool>()
+        Task { answer.fulfill(.success(await self.reach(target, failures: true))) }
         let timer = Task {
             try await Task.sleep(for: .seconds(seconds))
-            continuation.yield(false)
+            answer.fulfill(.success(false))
         }
-        let waiter = Task {
-            let reached = await withCheckedContinuation { (waiting: CheckedContinuation<Bool, Never>) in
-                let ready: Bool? = state.withLock { state in
-                    if state.failures >= target { return true }
-                    if state.finished { return false }
-                    state.waiters.append((target, true, waiting))
-                    return nil
-                }
-                if let ready { waiting.resume(returning: ready) }
+        defer { timer.cancel() }
+        return (try? await answer.value()) ?? false
+    }
+
+    /// Waits until the answered writes (or the failures) reach `count`; false if the writers
+    /// finished first.
+    private func reach(_ count: Int, failures: Bool) async -> Bool {
+        await withCheckedContinuation { continuation in
+            let ready: Bool? = state.withLock { state in
+                if (failures ? state.failures : state.answered) >= count { return true }
+                if state.finished { return false }
+                state.waiters.append((count, failures, continuation))
+                return nil
             }
-            continuation.yield(reached)
+            if let ready { continuation.resume(returning: ready) }
         }
-        defer {
-            timer.cancel()
-            _ = waiter
-        }
-        for await value in stream { return value }
-        return false
     }
 }
 

@@ -46,7 +46,7 @@ final class FanOutHub: Service, Sendable {
     private let wake: AsyncStream<Void>
     private let wakeContinuation: AsyncStream<Void>.Continuation
     private let requeries: AsyncStream<(ListenerKey, Int, reloadFrom: Version?)>
-    private let requeryQueue: AsyncStream<(ListenerKey, Int, reloadFrom: Version?)>.Continuation
+    let requeryQueue: AsyncStream<(ListenerKey, Int, reloadFrom: Version?)>.Continuation
     /// Touched only by `run()`'s one notice loop.
     private let order = Mutex(CommitOrder())
 
@@ -155,35 +155,6 @@ final class FanOutHub: Service, Sendable {
             ready += released.lazy.filter { !$0.changes.isEmpty }
         }
         return (ready, since, incomplete)
-    }
-
-    /// Has every live listener load again from the version it had reached (its changes since, or a
-    /// snapshot that replaces its view where it takes one), as after a reconnection: the store
-    /// missed commits (``CommitNotice/incomplete``), so what the listeners were sent may lack
-    /// them. Commits meanwhile wait in each listener's buffer, as for a first load.
-    func reloadAll() {
-        let reloads = state.withLock { state -> [(ListenerKey, Int, Version)] in
-            var reloads: [(ListenerKey, Int, Version)] = []
-            for key in state.table.keys {
-                state.table.update(key) { listener in
-                    guard case .live(let version) = listener.phase else {
-                        state.staleLoads[key] = listener.registration
-                        return
-                    }
-                    listener.phase = .loading([])
-                    reloads.append((key, listener.registration, version))
-                }
-            }
-            return reloads
-        }
-        logger.warning("the store missed commits; \(reloads.count) listener(s) load again")
-        for (key, registration, version) in reloads { requeryQueue.yield((key, registration, reloadFrom: version)) }
-    }
-
-    /// Loads a listener again from `version` (``reloadAll()``), unless it was stopped meanwhile.
-    private func reload(_ key: ListenerKey, registration: Int, from version: Version) async {
-        guard let target = state.withLock({ state in state.table[key].flatMap { $0.registration == registration ? $0.target : nil } }) else { return }
-        await load(key, target: target, resumeFrom: version)
     }
 
     var listenerCount: Int { state.withLock { $0.table.count } }
