@@ -15,13 +15,29 @@ extension PostgresServerStore {
     }
 
     /// Queues a catch-up: what other nodes committed reaches this node's observers. One at a time
-    /// waits in the queue: those asked for meanwhile are the same read.
+    /// waits in the queue: those asked for meanwhile are the same one.
     func catchUp() {
-        guard catchUpQueued.withLock({ queued in
-            defer { queued = true }
-            return !queued
+        guard heardCommits.withLock({ heard in
+            defer { heard.queued = true }
+            return !heard.queued
         }) else { return }
         Task { _ = try? await submit(.catchUp) }
+    }
+
+    /// Queues a catch-up that reads the commit log: a wake-up or a poll asked for it.
+    func readCommitLog() {
+        heardCommits.withLock { $0.readWanted = true }
+        catchUp()
+    }
+
+    /// Keeps a commit another node's notification carried, and queues a catch-up to tell it.
+    func heard(_ range: CommitNotification.CommittedRange) {
+        let now = ContinuousClock.now
+        heardCommits.withLock { heard in
+            heard.keep(range)
+            heard.woken = heard.woken ?? now
+        }
+        catchUp()
     }
 
     /// Queues work for the drain, starting one (in a task of its own, so a writer cancelled while
@@ -44,7 +60,7 @@ extension PostgresServerStore {
         var submissions: [CommitSubmission] = []
         for case .commit(let submission) in work { submissions.append(submission) }
         if work.contains(where: { if case .catchUp = $0 { true } else { false } }) {
-            catchUpQueued.withLock { $0 = false }
+            heardCommits.withLock { $0.queued = false }
         }
         guard !submissions.isEmpty else {
             await catchUpNow(mustReport: mustReport)
@@ -62,14 +78,28 @@ extension PostgresServerStore {
     /// as it is read, instead of holding the whole gap at once.
     static let catchUpSpan: Int64 = 2_048
 
-    /// Reads the commits after the version this node last told of from the commit log, and tells
-    /// them. One statement, so one snapshot: the counter and the commits through it agree. When
-    /// the log no longer holds all of them (this node was cut off for longer than it kept them),
-    /// it reads from where the log begins and says so (`incomplete`): its listeners load again.
+    /// Tells the commits other nodes' notifications carried that follow the version this node
+    /// last told of, one after the other; then, when a notification asked for it (a wake-up, a
+    /// poll) or one left a gap, reads the commits after that from the commit log, and tells them.
+    /// One statement, so one snapshot: the counter and the commits through it agree. When the log
+    /// no longer holds all of them (this node was cut off for longer than it kept them), it reads
+    /// from where the log begins and says so (`incomplete`): its listeners load again.
     private func catchUpNow(mustReport: Bool) async {
         let started = ContinuousClock.now
-        let woken = lastWake.withLock { wake in defer { wake = nil }; return wake }
-        let told = published.withLock { $0 }
+        let before = published.withLock { $0 }
+        let heard = heardCommits.withLock { $0.take(after: before) }
+        if heard.through > before {
+            published.withLock { $0 = max($0, heard.through) }
+            publish(CommitNotice(batches: Self.batches(heard.changes), visibleThrough: heard.through))
+            catchUpTimings.publish(CatchUpTiming(woken: heard.woken, started: started, told: .now, through: heard.through, rows: heard.changes.count, read: false))
+        }
+        let told = heard.through
+        guard heard.read else {
+            if mustReport && told == before { publish(CommitNotice(batches: [], visibleThrough: told)) }
+            return
+        }
+        logReads.add(1, ordering: .relaxed)
+        let woken = told > before ? nil : heard.woken
         do {
             let from = Int64(told.rawValue)
             let (changes, current, newest, prunedThrough) = try await withDrainConnection { connection -> ([RemoteChange], Version, Version, Version) in
@@ -94,15 +124,15 @@ extension PostgresServerStore {
             }
             let incomplete = prunedThrough > told
             if incomplete { logger.error("this node was cut off from the database for longer than the commit log kept what it had not read (through \(prunedThrough)); its listeners load again") }
-            if current > told || mustReport || incomplete {
+            if current > told || (mustReport && told == before) || incomplete {
                 published.withLock { $0 = max($0, current) }
                 publish(CommitNotice(batches: Self.batches(changes), visibleThrough: max(current, told), incomplete: incomplete))
             }
-            catchUpTimings.publish(CatchUpTiming(woken: woken, started: started, told: .now, through: current, rows: changes.count))
+            catchUpTimings.publish(CatchUpTiming(woken: woken, started: started, told: .now, through: current, rows: changes.count, read: true))
             // Far behind: the next step at once.
-            if newest > current { catchUp() }
+            if newest > current { readCommitLog() }
         } catch {
-            if mustReport { publish(CommitNotice(batches: [], visibleThrough: told)) }
+            if mustReport && told == before { publish(CommitNotice(batches: [], visibleThrough: told)) }
             logger.warning("catching up with other nodes' commits failed: \(Self.reason(error)); the next notification or poll tries again")
         }
     }
@@ -130,7 +160,6 @@ extension PostgresServerStore {
                 self.conflicts.add(1, ordering: .relaxed)
                 return try await self.commitLocked(submissions, requests: requests, told: told, time: time, over: connection)
             }
-            if last != told { wakeOtherNodes(last) }
             // Durable and visible now: tell the observers, in version order, before answering.
             var batches = Self.batches(earlier)
             for results in answers {
@@ -198,7 +227,7 @@ extension PostgresServerStore {
         // it wrote): the answers hold as of the read, with no lock to take.
         guard transaction.writes || version != read.version else { return (answers, version, read.earlier, read.logPrunedThrough > told) }
         if let hook = betweenReadAndWrite.withLock({ $0 }) { await hook.body() }
-        guard try await transaction.flush(over: connection, expectingCommits: read.commits, to: version, logger: logger) else { return nil }
+        guard try await flush(transaction, after: read, to: version, over: connection) else { return nil }
         return (answers, version, read.earlier, read.logPrunedThrough > told)
     }
 
@@ -213,7 +242,7 @@ extension PostgresServerStore {
             var (transaction, read) = try await PostgresTransaction.prefetch(requests, earlierAfter: told, over: connection, logger: logger)
             let (answers, version) = try CommitPlanner.decide(submissions, in: &transaction, time: time, after: read.version)
             if transaction.writes || version != read.version {
-                guard try await transaction.flush(over: connection, expectingCommits: read.commits, to: version, logger: logger) else {
+                guard try await flush(transaction, after: read, to: version, over: connection) else {
                     throw TandemError(.internal, "The version counter moved while this commit held its lock.")
                 }
             }
@@ -225,50 +254,15 @@ extension PostgresServerStore {
         }
     }
 
-    /// Wakes the other nodes (``follow()``) to read the commits through `version`, when any
-    /// listens (``otherNodesListening``): after the commit, in a statement of its own (inside the
-    /// transaction it would take a lock that every node's commits wait for), on a connection of
-    /// its own so the writer's answer does not wait for it, and without waiting for its own flush
-    /// to disk (`synchronous_commit` off for it alone). One at a time: those asked for meanwhile
-    /// become one. Lost, it costs the other nodes a poll's delay, nothing more.
-    func wakeOtherNodes(_ version: Version) {
-        guard otherNodesListening else { return }
-        let start = wakeUps.withLock { state -> Bool in
-            state.newest = max(state.newest, version)
-            defer { state.sending = true }
-            return !state.sending
-        }
-        guard start else { return }
-        Task {
-            while true {
-                wakeUpsSent.add(1, ordering: .relaxed)
-                let newest = wakeUps.withLock { $0.newest }
-                do {
-                    // On the connection this node listens on, idle between notifications, when it
-                    // has one: no lease to wait for.
-                    let notify: @Sendable (PostgresConnection) async throws -> Void = { connection in
-                        try await connection.query("""
-                            SELECT set_config('synchronous_commit', 'off', true), pg_notify(\(Self.channel), \("\(self.node):\(newest.rawValue)"))
-                            """, logger: self.logger)
-                    }
-                    if let listening = listeningConnection.withLock({ $0 }) {
-                        try await withDeadline(on: listening) { try await notify(listening) }
-                    } else {
-                        try await withLease(notify)
-                    }
-                } catch {
-                    logger.warning("waking the other nodes failed: \(Self.reason(error)); they find the commit at their next poll")
-                }
-                let done = wakeUps.withLock { state -> Bool in
-                    if state.newest == newest {
-                        state.sending = false
-                        return true
-                    }
-                    return false
-                }
-                if done { return }
-            }
-        }
+    /// Writes what `transaction` wrote (``PostgresTransaction/flush(over:expectingCommits:to:notifying:logger:)``)
+    /// and, when other nodes listen (``otherNodesListening``), tells them of the commit in the
+    /// same statement. Returns whether it was written (false: another commit came since `read`).
+    private func flush(_ transaction: PostgresTransaction, after read: PostgresTransaction.Read, to version: Version,
+                       over connection: PostgresConnection) async throws -> Bool {
+        let notifying = otherNodesListening && version > read.version ? (node: node, from: read.version) : nil
+        let flushed = try await transaction.flush(over: connection, expectingCommits: read.commits, to: version, notifying: notifying, logger: logger)
+        if flushed.notified { wakeUpsSent.add(1, ordering: .relaxed) }
+        return flushed.passed
     }
 
     /// Whether PostgreSQL refused the data itself (SQLSTATE class 22, "data exception"): sending
@@ -294,7 +288,7 @@ extension PostgresServerStore {
 
 /// ``StoreTransaction`` over what one commit's requests can read, fetched before they are decided
 /// (each request reads only the documents it writes and the records of its own ids), and what they
-/// write, kept until ``flush(over:logger:)`` writes it in a few statements.
+/// write, kept until ``flush(over:expectingCommits:to:notifying:logger:)`` writes it in a few statements.
 struct PostgresTransaction: StoreTransaction {
     /// Each path the requests write: its document, nil when there is none (or a tombstone).
     var documents: [DocumentPath: Document?] = [:]
@@ -504,7 +498,12 @@ struct PostgresTransaction: StoreTransaction {
     /// `version`, in one statement ([Flush]), which first takes the counter's lock and checks that
     /// it counts `commits` commits still: false, writing nothing, when another commit came since
     /// the requests read. Inside a transaction that holds the lock already, the check passes.
-    func flush(over connection: PostgresConnection, expectingCommits commits: Int64, to version: Version, logger: Logger) async throws -> Bool {
+    /// With `notifying`, the same statement tells the other nodes of the commit of the versions
+    /// after `from` (``CommitNotification``): PostgreSQL delivers it once the commit is durable,
+    /// and never when it is not made.
+    /// Returns whether the gate passed, and whether a notification went.
+    func flush(over connection: PostgresConnection, expectingCommits commits: Int64, to version: Version, notifying: (node: String, from: Version)?,
+               logger: Logger) async throws -> (passed: Bool, notified: Bool) {
         var paths: [String] = [], collections: [String] = [], groups: [String] = []
         var versions: [Int64] = [], created: [Int64] = [], updated: [Int64] = []
         var live: [Bool] = [], data: [String] = [], hasWriter: [Bool] = [], writerClients: [String] = [], writerSequences: [Int64] = []
@@ -571,17 +570,18 @@ struct PostgresTransaction: StoreTransaction {
                               clients: clients, sequences: sequences, recordVersions: recordVersions, times: times, hasDocument: hasDocument,
                               documents: documents, refused: refused, codes: codes, messages: messages, hasDigest: hasDigest, digests: digests,
                               claimClients: claims.map(\.clientID), claimOwners: claims.map(\.owner), commits: commits, version: Int64(version.rawValue),
-                              log: log)
-        var passed = false
-        for try await count in try await connection.execute(statement, logger: logger) {
-            passed = count == 1
+                              log: log, notification: notifying.map { CommitNotification.payload(node: $0.node, from: $0.from, through: version, rows: log) })
+        var flushed = (passed: false, notified: false)
+        for try await answer in try await connection.execute(statement, logger: logger) {
+            flushed = answer
         }
-        return passed
+        return flushed
     }
 }
 
 /// When one catch-up was woken (nil: by its poll, or by a read still to do), began, and told its
-/// observers of the commits through `through`: for the benchmark's account of the time a commit
+/// observers of the commits through `through`, and whether it read them or its notifications
+/// carried them: for the benchmark's account of the time a commit
 /// takes to reach another node's listeners.
 package struct CatchUpTiming: Sendable {
     package var woken: ContinuousClock.Instant?
@@ -589,14 +589,16 @@ package struct CatchUpTiming: Sendable {
     package var told: ContinuousClock.Instant
     package var through: Version
     package var rows: Int
+    /// Whether it read the commit log (false: the notifications carried the commits it told).
+    package var read: Bool
 }
 
-/// ``PostgresTransaction/flush(over:expectingCommits:to:logger:)``'s statement, prepared once per
+/// ``PostgresTransaction/flush(over:expectingCommits:to:notifying:logger:)``'s statement, prepared once per
 /// connection. The gate takes the counter's lock (waiting for a commit that holds it) and passes
 /// only if the counter, as that commit left it, still counts the commits expected; every write
 /// reads the gate first, so none happens before the lock is held, or at all when it did not pass.
 struct Flush: PostgresPreparedStatement {
-    static let name = "tandem_flush_v2"
+    static let name = "tandem_flush_v3"
     static let sql = """
         WITH gate AS (
             SELECT version FROM tandem_counter WHERE id = 1 AND commits = $25::bigint FOR UPDATE
@@ -632,7 +634,8 @@ struct Flush: PostgresPreparedStatement {
         ), moved AS (
             UPDATE tandem_counter SET version = $26::bigint, commits = commits + 1 WHERE id = 1 AND EXISTS (SELECT 1 FROM gate)
         )
-        SELECT count(*) FROM gate
+        SELECT count(*), count(told.sent) FROM gate
+            LEFT JOIN LATERAL (SELECT pg_notify('\(PostgresServerStore.channel)', $36::text) IS NULL AS sent WHERE $36::text IS NOT NULL) AS told ON true
         """
 
     var paths: [String], collections: [String], groups: [String], versions: [Int64], created: [Int64], updated: [Int64]
@@ -643,6 +646,8 @@ struct Flush: PostgresPreparedStatement {
     var commits: Int64
     var version: Int64
     var log: Log
+    /// The payload of the notification that tells other nodes of the commit; nil for none.
+    var notification: String?
 
     /// The commit log's rows, a column each.
     struct Log {
@@ -651,7 +656,7 @@ struct Flush: PostgresPreparedStatement {
     }
 
     func makeBindings() -> PostgresBindings {
-        var bindings = PostgresBindings(capacity: 35)
+        var bindings = PostgresBindings(capacity: 36)
         bindings.append(paths)
         bindings.append(collections)
         bindings.append(groups)
@@ -687,8 +692,13 @@ struct Flush: PostgresPreparedStatement {
         bindings.append(log.hasWriter)
         bindings.append(log.writerClients)
         bindings.append(log.writerSequences)
+        bindings.append(notification)
         return bindings
     }
 
-    func decodeRow(_ row: PostgresRow) throws -> Int64 { try row.decode(Int64.self) }
+    /// Whether the gate passed, and whether the notification went with it.
+    func decodeRow(_ row: PostgresRow) throws -> (passed: Bool, notified: Bool) {
+        let (passed, notified) = try row.decode((Int64, Int64).self)
+        return (passed == 1, notified == 1)
+    }
 }

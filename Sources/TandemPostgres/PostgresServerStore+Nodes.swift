@@ -8,8 +8,11 @@ import TandemServer
 // How nodes on one database learn each other's commits. Each commit writes its changes, whole,
 // to the commit log (`tandem_changes`) in the transaction that makes it visible; a node reads the
 // log after the version it last told its observers of, so it tells every commit of every node,
-// whole and in version order, as the node that made it does. PostgreSQL's notifications only
-// wake it sooner (they may be lost: a poll reads anyway). Each node says it is there, and how far
+// whole and in version order, as the node that made it does. Each commit notifies the other
+// nodes in its own statement, carrying the commit itself when it fits in a notification: a node
+// that has told every commit before it tells it at once, without reading; one that finds a gap
+// before it, or is woken without the commit, reads the log. Notifications may be lost: each poll
+// reads anyway. Each node says it is there, and how far
 // it has read, at each poll (`tandem_nodes`); the log keeps what some node running has not read,
 // and one node at a time trims the rest.
 extension PostgresServerStore {
@@ -112,17 +115,22 @@ extension PostgresServerStore {
             try await withThrowingTaskGroup(of: Void.self) { group in
                 group.addTask {
                     for try await notification in notifications {
-                        let payload = notification.payload
-                        guard let colon = payload.lastIndex(of: ":") else { continue }
-                        let sender = payload[..<colon]
-                        guard sender != self.node else { continue }
-                        if self.heardOtherNode(sender) {
+                        guard let heard = CommitNotification(payload: notification.payload, ignoring: self.node) else { continue }
+                        if self.heardOtherNode(heard.sender) {
                             announcing.raise()
                             wake.yield()
-                        } else if !payload.hasSuffix(Self.presence) {
+                        }
+                        switch heard {
+                        case .presence:
+                            break
+                        case .wake:
                             let now = ContinuousClock.now
-                            self.lastWake.withLock { $0 = $0 ?? now }
+                            self.heardCommits.withLock { $0.woken = $0.woken ?? now }
                             wake.yield()
+                        case .commit(_, let range):
+                            // The commit itself: told without reading, when it follows what
+                            // this node told last.
+                            self.heard(range)
                         }
                     }
                     throw TandemError(.unavailable, "The connection listening for other nodes' commits closed.")
@@ -137,7 +145,7 @@ extension PostgresServerStore {
                 }
                 group.addTask {
                     try await self.announce(over: connection)
-                    self.catchUp()
+                    self.readCommitLog()
                     var announced = 1
                     for await _ in wakes {
                         if announcing.lower() {
@@ -145,7 +153,7 @@ extension PostgresServerStore {
                             announced += 1
                             if announced % self.trimEvery == 0 { self.trimInBackground() }
                         }
-                        self.catchUp()
+                        self.readCommitLog()
                     }
                 }
                 try await group.next()
@@ -163,8 +171,8 @@ extension PostgresServerStore {
     }
 
     /// Whether another node has said it is there within the last three polls of this one: only
-    /// then do this node's commits wake other nodes (``wakeOtherNodes(_:)``). A node alone sends
-    /// no wake-ups; one that starts says so at once, the nodes that hear it answer at once, and a
+    /// then do this node's commits notify other nodes (``CommitNotification``). A node alone sends
+    /// no notifications; one that starts says so at once, the nodes that hear it answer at once, and a
     /// commit it hears of no sooner is found by its first read, or its poll.
     package var otherNodesListening: Bool {
         others.withLock { state in state.heardAt.values.contains { state.polls - $0 <= 3 } }

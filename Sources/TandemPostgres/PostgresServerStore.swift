@@ -83,7 +83,7 @@ public final class PostgresServerStore: ServerStore {
     let queue = GroupCommitQueue<Work, [Result<CommitResult, TandemError>]>()
     /// This node's name in its notifications (so it skips its own) and in `tandem_nodes`.
     let node: String
-    /// The channel of the wake-ups that say a node committed.
+    /// The channel of the notifications that say a node committed (``CommitNotification``), or is there.
     static let channel = "tandem_commits"
     private let observers = CommitObservers()
     /// Told each group commit's number of requests.
@@ -91,8 +91,8 @@ public final class PostgresServerStore: ServerStore {
     /// The newest version this node has told its observers of: every commit at or below it, from
     /// any node, was told (the drain of `queue` moves it, one drain at a time).
     let published: Mutex<Version>
-    /// A catch-up waits in `queue` (``catchUp()``).
-    let catchUpQueued = Mutex(false)
+    /// What other nodes' notifications brought, until a catch-up takes it (``catchUp()``).
+    let heardCommits = Mutex(HeardCommits())
     /// Reads whose limit PostgreSQL applied (``PostgresQueryLimit``), for tests.
     package let limitedReads = Atomic<Int>(0)
     /// Commits that found another commit had come between their read and their write, and were
@@ -101,24 +101,21 @@ public final class PostgresServerStore: ServerStore {
     /// Runs between a commit's unlocked read and its write, for tests that commit through another
     /// node in that gap.
     package let betweenReadAndWrite = Mutex<TestHook?>(nil)
-    /// The wake-up to other nodes under way, and the newest version one must still tell of
-    /// (``wakeOtherNodes(_:)``).
-    let wakeUps = Mutex<(sending: Bool, newest: Version)>((false, .zero))
     /// The connection the drain commits and catches up on (``withDrainConnection(_:)``), and how
     /// many it has opened, for tests.
     let drainConnection = Mutex<PostgresConnection?>(nil)
     package let drainConnections = Atomic<Int>(0)
     /// The connection this node listens on, while it does (``follow()``).
     let listeningConnection = Mutex<PostgresConnection?>(nil)
-    /// Wake-ups sent to other nodes, for tests.
+    /// Commits that notified other nodes, for tests.
     package let wakeUpsSent = Atomic<Int>(0)
+    /// Catch-ups that read the commit log, for tests: a commit carried in its notification needs none.
+    package let logReads = Atomic<Int>(0)
     /// This node's polls, and the poll at which it last heard each other node
     /// (``otherNodesListening``).
     let others = Mutex<(polls: Int, heardAt: [Substring: Int])>((0, [:]))
     /// A trim of the commit log runs (``trimInBackground()``).
     let trimming = Atomic<Bool>(false)
-    /// When the latest wake-up from another node came, until a catch-up takes it.
-    let lastWake = Mutex<ContinuousClock.Instant?>(nil)
     /// Told of each catch-up's timing, for the benchmark's account of where cross-node time goes.
     package let catchUpTimings = Observers<CatchUpTiming>()
     /// Runs when this node hears another node after hearing none, for tests.

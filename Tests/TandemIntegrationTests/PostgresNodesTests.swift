@@ -85,6 +85,70 @@ struct PostgresNodesTests {
         #expect(polls == 4, "a kept waking b for three polls after last hearing it")
     }
 
+    @Test("a commit's notification carries it: another node tells it, whole, without reading the commit log; a commit too large to carry, and one after a notification that does not follow what it told, it reads from the log")
+    func notificationsCarryCommits() async throws {
+        let (cluster, url) = try await PostgresClusterTrait.freshDatabase()
+        let database = String(url.split(separator: "/").last!.split(separator: "?").first!)
+        // Neither node polls (manual clocks no one advances): only notifications tell b.
+        let a = try await Self.open(url, clock: ManualClock())
+        let b = try await Self.open(url, clock: ManualClock())
+        let heard = Self.hearing(a, b)
+        let own = Self.notices(of: a)
+        let notices = Self.notices(of: b)
+        let (timings, timing) = AsyncStream.makeStream(of: CatchUpTiming.self)
+        b.catchUpTimings.add { timing.yield($0) }
+        var running: [Task<Void, any Error>] = []
+        defer { running.forEach { $0.cancel() } }
+        running.append(Task { try await a.run() })
+        running.append(Task { try await b.run() })
+        await heard()
+        // Each commit awaited on b before the next: as it started, b read the log at most twice
+        // more (once listening, once hearing a), so at least four of six came in notifications.
+        var told = timings.makeAsyncIterator()
+        var carried = 0
+        for n in 1...6 {
+            let version = try await a.commit([Self.set("c/d\(n % 2)", ["n": .int(n)], id: n % 3 == 0 ? nil : MutationID(clientID: "w", sequence: UInt64(n)))])
+                .acknowledgements[0].version
+            // The first catch-up that told it.
+            while let next = await told.next() {
+                guard next.through >= version else { continue }
+                if !next.read { carried += 1 }
+                break
+            }
+        }
+        #expect(carried >= 4)
+        // b told each commit as a made it: the same documents, times and writers' ids, in the same batches.
+        let made = await Self.committed(own, through: Version(6))
+        let seen = await Self.committed(notices, through: Version(6))
+        #expect(made.count == 6)
+        #expect(seen == made)
+        // Too large to carry: b reads it from the log.
+        let large = try await a.commit([Self.set("c/large", ["s": .string(String(repeating: "x", count: 9_000))])]).acknowledgements[0].version
+        while let next = await told.next() {
+            guard next.through >= large else { continue }
+            #expect(next.read, "a commit of 9,000 bytes comes as a wake-up")
+            break
+        }
+        // A notification in a's name whose commit does not follow what b told (as after one b
+        // missed): b reads the log instead, and tells only what it holds.
+        try await cluster.psql(#"SELECT pg_notify('\#(PostgresServerStore.channel)', E'\#(a.node):12\n[10,["c/forged",12,0,0,{"n":0}]]')"#, database: database)
+        let after = try await a.commit([Self.set("c/after", ["n": 1])]).acknowledgements[0].version
+        let rest = await Self.committed(notices, through: after)
+        #expect(rest.map(\.version) == [large, after])
+        #expect(rest.first?.changes.first?.document?.data["s"] == .string(String(repeating: "x", count: 9_000)))
+        #expect(!rest.contains { $0.changes.contains { $0.path.description == "c/forged" } })
+    }
+
+    /// The batches a node's observers are told, through `version`.
+    static func committed(_ notices: AsyncStream<CommitNotice>, through version: Version) async -> [CommittedBatch] {
+        var batches: [CommittedBatch] = []
+        for await notice in notices {
+            batches += notice.batches
+            if notice.visibleThrough >= version { break }
+        }
+        return batches
+    }
+
     @Test("a node that starts listening after another said it was there learns of it at once: the other answers, and each wakes the other from then on")
     func lateListenerIsAnswered() async throws {
         let (_, url) = try await PostgresClusterTrait.freshDatabase()
@@ -192,7 +256,7 @@ struct PostgresNodesTests {
         _ = try await a.commit([Self.set("c/d", ["k": 1]), Self.set("c/x", ["k": 0])])
         let results = await a.commit([[try Self.set("c/e", ["k": 1])], [try Self.set("c/e", ["k": 2])]], limits: ServerLimits(), clientID: nil)
         #expect(results.map { (try? $0.get())?.acknowledgements[0].version } == [Version(3), Version(4)])
-        b.catchUp()
+        b.readCommitLog()
         let heard = await Self.batches(notices, through: Version(4))
         #expect(heard.batches == [[#"1 c/d {"k":3}"#], [#"2 c/d {"k":1}"#, #"2 c/x {"k":0}"#], [#"3 c/e {"k":1}"#], [#"4 c/e {"k":2}"#]])
         #expect(!heard.incomplete)
@@ -230,12 +294,12 @@ struct PostgresNodesTests {
         #expect(try await cluster.psql("SELECT count(*) FROM tandem_nodes WHERE node = 'gone'", database: database) == "0")
         #expect(try await cluster.psql("SELECT value FROM tandem_meta WHERE key = 'log_pruned_through'", database: database) == "4")
         // b told nothing yet: commits 1 to 4 are gone for it.
-        b.catchUp()
+        b.readCommitLog()
         let heard = await Self.batches(notices, through: Version(5))
         #expect(heard.incomplete)
         #expect(heard.batches == [[#"5 c/d5 {"n":5}"#]])
         _ = try await a.commit([Self.set("c/d6", ["n": 6])])
-        b.catchUp()
+        b.readCommitLog()
         let next = await Self.batches(notices, through: Version(6))
         #expect(!next.incomplete)
         #expect(next.batches == [[#"6 c/d6 {"n":6}"#]])

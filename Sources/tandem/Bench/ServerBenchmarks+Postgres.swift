@@ -151,12 +151,13 @@ enum PostgresBenchmarks {
     }
 
     /// The measured commits' time split by stage: from the commit on node A to node B's wake-up
-    /// (the notification), from the wake-up to its catch-up read starting (the wait behind the
-    /// catch-up under way), the read itself until B's observers were told, and from then to the
-    /// listeners' median arrival (the fan-out: the hub's pacing, encoding, the socket).
+    /// (the notification), from the wake-up to its catch-up starting (the wait behind the
+    /// catch-up under way), the catch-up itself until B's observers were told (a read of the
+    /// commit log, unless the notification carried the commit), and from then to the listeners'
+    /// median arrival (the fan-out: the hub's pacing, encoding, the socket).
     static func breakdown(_ samples: [(version: Version, committed: ContinuousClock.Instant, arrived: ContinuousClock.Instant)], timings: [CatchUpTiming]) -> String {
-        var wake: [Duration] = [], queue: [Duration] = [], read: [Duration] = [], fanOut: [Duration] = []
-        var polled = 0
+        var wake: [Duration] = [], queue: [Duration] = [], tell: [Duration] = [], fanOut: [Duration] = []
+        var polled = 0, read = 0
         let ordered = timings.sorted { $0.told < $1.told }
         for sample in samples {
             // The first catch-up that told of the commit.
@@ -167,7 +168,8 @@ enum PostgresBenchmarks {
             } else {
                 polled += 1
             }
-            read.append(timing.started.duration(to: timing.told))
+            if timing.read { read += 1 }
+            tell.append(timing.started.duration(to: timing.told))
             fanOut.append(timing.told.duration(to: sample.arrived))
         }
         func median(_ values: [Duration]) -> String {
@@ -175,7 +177,7 @@ enum PostgresBenchmarks {
             let sorted = values.sorted()
             return "\(BenchReport.time(sorted[sorted.count / 2].doubleSeconds)) (p99 \(BenchReport.time(sorted[min(sorted.count - 1, sorted.count * 99 / 100)].doubleSeconds)))"
         }
-        return "commit to wake-up \(median(wake)), wake-up to read \(median(queue)), catch-up read \(median(read)), fan-out to listeners \(median(fanOut)); \(polled) of \(samples.count) found by a read not woken for them"
+        return "commit to wake-up \(median(wake)), wake-up to catch-up \(median(queue)), catch-up \(median(tell)) (\(read) of \(samples.count) read from the commit log, the rest carried by their notification), fan-out to listeners \(median(fanOut)); \(polled) of \(samples.count) found by a catch-up not woken for them"
     }
 
     /// How a baseline sends its inserts.
