@@ -85,6 +85,27 @@ struct ServerStateMachineTests {
         #expect(hold.receive([], now: ms(31), commitsUnderWay: idle) == .wait)
     }
 
+    @Test("under sustained load a delivery that reached no listener does not count for the pacing: commits no one listens to never delay those someone does")
+    func pacingSkipsUnheardDeliveries() {
+        var hold = DeliveryHold(limit: 0, pacing: FanOutPacing(interval: .milliseconds(5), busyCommits: 3))
+        let idle = { () -> Bool in false }
+        func ms(_ value: Int) -> Duration { .milliseconds(value) }
+        func versions(_ decision: DeliveryHold.Decision) -> [Version]? {
+            if case .deliver(let batches) = decision { return batches.map(\.version) }
+            return nil
+        }
+        #expect(versions(hold.receive([batch(1)], now: ms(0), commitsUnderWay: idle)) == [1])
+        #expect(versions(hold.receive([batch(2)], now: ms(1), commitsUnderWay: idle)) == [2])
+        // Under load: due 5 ms after the delivery at 1 ms.
+        #expect(hold.receive([batch(3)], now: ms(2), commitsUnderWay: idle) == .waitUntil(ms(6)))
+        #expect(versions(hold.receive([], now: ms(6), commitsUnderWay: idle)) == [3])
+        // That one reached no listener: the next is due 5 ms after the one at 1 ms, so at once.
+        hold.reachedNoListener()
+        #expect(versions(hold.receive([batch(4)], now: ms(7), commitsUnderWay: idle)) == [4])
+        // This one did: under load still, the next waits for 12 ms.
+        #expect(hold.receive([batch(5), batch(6)], now: ms(8), commitsUnderWay: idle) == .waitUntil(ms(12)))
+    }
+
     @Test("a group commit drain asked whether it runs promises one more report: a group told to report, or the idle call")
     func groupCommitPromise() async throws {
         let queue = GroupCommitQueue<Int, Int>()

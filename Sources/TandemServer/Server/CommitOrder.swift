@@ -66,6 +66,8 @@ struct DeliveryHold: Sendable {
     private var held: [CommittedBatch] = []
     private var holds = 0
     private var lastDelivery: Duration?
+    /// The delivery before the last, which ``reachedNoListener()`` takes back.
+    private var deliveryBefore: Duration?
     /// Commits released within the last pacing interval, and when.
     private var recent: [(at: Duration, count: Int)] = []
     private var recentStart = 0
@@ -95,6 +97,7 @@ struct DeliveryHold: Sendable {
 
     private mutating func deliver(at now: Duration) -> Decision {
         holds = 0
+        deliveryBefore = lastDelivery
         lastDelivery = now
         defer { held = [] }
         return .deliver(held)
@@ -113,6 +116,13 @@ struct DeliveryHold: Sendable {
             recent.removeFirst(recentStart)
             recentStart = 0
         }
+    }
+
+    /// Says the last delivery reached no listener (every change outside each listener's scope):
+    /// it sent no frame, so the pacing does not count it, and the next delivery is due as if it
+    /// had not been made. Commits no one listens to never delay those someone does.
+    mutating func reachedNoListener() {
+        lastDelivery = deliveryBefore
     }
 
     /// Batches waiting to be delivered.

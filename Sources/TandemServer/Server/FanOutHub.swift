@@ -104,7 +104,9 @@ final class FanOutHub: Service, Sendable {
                             if !released.isEmpty, waitingSince == nil { waitingSince = since }
                             switch hold.receive(released, now: self.clock.now(), commitsUnderWay: { self.store.commitsUnderWay() }) {
                             case .deliver(let batches):
-                                self.publish(batches)
+                                // Pacing bounds the frames each connection gets: a delivery
+                                // that reached no listener sent none, and does not count.
+                                if !self.publish(batches) { hold.reachedNoListener() }
                                 if let start = waitingSince, !batches.isEmpty { self.metrics?.delivered(after: .now - start) }
                                 waitingSince = nil
                                 break deciding
@@ -408,7 +410,9 @@ final class FanOutHub: Service, Sendable {
         publish([batch])
     }
 
-    func publish(_ batches: [CommittedBatch]) {
+    /// Returns whether any change was in some listener's scope (false: nothing was sent).
+    @discardableResult
+    func publish(_ batches: [CommittedBatch]) -> Bool {
         // One list of every change; each keeps its commit's version.
         let changes = batches.count == 1 ? batches[0].changes : batches.flatMap(\.changes)
         var requeries: [(ListenerKey, Int)] = []
@@ -419,7 +423,7 @@ final class FanOutHub: Service, Sendable {
         // — a snapshot (sent by `activate` under the same lock) ahead of the commits after it, and
         // commits in version order. Sends gathered and made after unlocking could interleave with
         // another publish or activation and reach a connection out of order.
-        state.withLock { state in
+        let reached = state.withLock { state in
             // The changes each group's scope holds.
             var affected: [Int: [Int]] = [:]
             for (index, change) in changes.enumerated() {
@@ -480,8 +484,10 @@ final class FanOutHub: Service, Sendable {
                 }
             }
             for (key, refusal) in revoked { revoke(key, refusal, in: &state) }
+            return !affected.isEmpty
         }
         for (key, registration) in requeries { startRequery(key, registration: registration) }
+        return reached
     }
 
     /// Stops a listener whose rules no longer let it read what it would be sent, and tells its
