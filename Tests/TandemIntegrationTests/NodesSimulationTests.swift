@@ -186,7 +186,10 @@ final class NodesRun: Sendable {
     /// Says hello on `stream` and checks the node serves this run's database (the `meta/run`
     /// document names it); false otherwise, or when the node did not answer.
     func hello(_ stream: RawStream, _ clientID: String) async -> Bool {
-        guard await stream.hello(clientID) else { return false }
+        // Within the bound: a node that dies while the connection opens can leave it half closed,
+        // which the client would wait on for good.
+        stream.send(.hello(clientID: clientID, protocolVersion: TandemVersion.wireProtocol, token: nil))
+        guard case .welcome?? = await nextMessage(of: stream, within: Self.answerBound) else { return false }
         stream.send(.get(id: 999_999, path: documentPath("meta/run")))
         while let next = await nextMessage(of: stream, within: Self.answerBound), let message = next {
             switch message {
