@@ -346,6 +346,59 @@ struct ChangeSyncEngineTests {
         await server.stop()
     }
 
+    @Test("a change queued while the user switches stays the first user's: never sent into the second user's zone under their writer, and sent as the first user's once they are back")
+    func switchWhileQueueing() async throws {
+        let (server, tokens) = try await AuthenticationTests.server(now: now)
+        let provider = ClientSignInTests.Provider(tokens, now: now)
+        let device = try Device(server, provider, id: "shared")
+        await signedIn(device.running.client, as: "ada")
+        device.engine.start()
+        try device.send([device.notebook.edit("a1") { $0.properties = ["title": .value("Ada's")] }])
+        #expect(await device.until { device.engine.pendingCount == 0 && device.notebook["a1"]?.metadata.version.rawValue ?? 0 > 0 })
+
+        // Ada's change is in the file, and not yet handed to the engine, when Bob signs in.
+        let (reached, reach) = AsyncStream.makeStream(of: Void.self)
+        let release = DispatchSemaphore(value: 0)
+        device.engine.afterQueueing.withLock { $0 = QueueingHook { reach.yield(); release.wait() } }
+        let (sent, send) = AsyncStream.makeStream(of: (any Error)?.self)
+        let change = device.notebook.edit("a3") { $0.properties = ["title": .value("Ada's, queued as Bob came")] }
+        Thread {
+            do { try device.send([change]) } catch { send.yield(error); return }
+            send.yield(nil)
+        }.start()
+        for await _ in reached { break }
+        device.engine.afterQueueing.withLock { $0 = nil }
+        provider.user.withLock { $0 = "bob" }
+        let bobsBook = Notebook()
+        device.engine.delegate = bobsBook
+        device.running.client.setOnline(false)
+        device.running.client.setOnline(true)
+        await signedIn(device.running.client, as: "bob")
+        #expect(await device.until { device.engine.status.account == "bob" && device.engine.pendingCount == 0 && device.engine.token != nil })
+        release.signal()
+        for await error in sent {
+            #expect(error == nil)
+            break
+        }
+        // Bob's own change goes; Ada's does not go with it, or after it.
+        try device.engine.sendChanges(modify: [SyncedRecord(id: "b1", type: "Note", properties: ["title": .value("Bob's")], metadata: RecordMetadata(version: Version(0)))], delete: [])
+        #expect(await device.until { device.engine.pendingCount == 0 && bobsBook["b1"] != nil })
+        #expect(try await server.store.document(at: documentPath("users/bob/zones/notes/records/a3")) == nil)
+        #expect(try await server.store.document(at: documentPath("users/ada/zones/notes/records/a3")) == nil, "not sent while Bob is signed in")
+        #expect(bobsBook["a3"] == nil)
+
+        // Ada again: her change lands in her zone.
+        device.engine.delegate = device.notebook
+        provider.user.withLock { $0 = "ada" }
+        device.running.client.setOnline(false)
+        device.running.client.setOnline(true)
+        await signedIn(device.running.client, as: "ada")
+        #expect(await device.until { device.engine.status.account == "ada" && device.engine.pendingCount == 0 })
+        #expect(try await server.store.document(at: documentPath("users/ada/zones/notes/records/a3"))?.data["title"] == "Ada's, queued as Bob came")
+        await device.running.stop()
+        await server.stop()
+    }
+
     @Test("a user switch: the second user's engine sees none of the first user's records, and the first user's change queued offline is never sent as the second")
     func userSwitch() async throws {
         let (server, tokens) = try await AuthenticationTests.server(now: now)

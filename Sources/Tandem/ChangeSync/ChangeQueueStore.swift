@@ -76,7 +76,11 @@ final class ChangeQueueStore: Sendable {
         /// Boxed: a row is large, and the table would move each whole on every insert and resize.
         private final class Entry: Sendable {
             let row: Row
-            init(_ row: Row) { self.row = row }
+            let account: String
+            init(_ row: Row, account: String) {
+                self.row = row
+                self.account = account
+            }
         }
 
         private var rows: [Int64: Entry] = [:]
@@ -84,10 +88,14 @@ final class ChangeQueueStore: Sendable {
         /// Accounts whose every pending row is in `rows`.
         var complete: Set<String> = []
 
-        subscript(rowID: Int64) -> Row? { rows[rowID]?.row }
+        /// The row, when it is in `account`'s queue: another account's row is never found for it.
+        subscript(rowID: Int64, account: String) -> Row? {
+            guard let entry = rows[rowID], entry.account == account else { return nil }
+            return entry.row
+        }
 
         mutating func put(_ row: Row, account: String) {
-            if rows.updateValue(Entry(row), forKey: row.rowID) == nil {
+            if rows.updateValue(Entry(row, account: account), forKey: row.rowID) == nil {
                 byRecord[RecordKey(account: account, recordID: row.recordID), default: []].append(row.rowID)
             }
         }
@@ -262,7 +270,7 @@ final class ChangeQueueStore: Sendable {
         try queue.read { db in
             let rows = try Row.fetchAll(db, sql: "SELECT * FROM pending WHERE account = ? ORDER BY sequence IS NULL, sequence, row_id", arguments: [account])
             cache.withLock { cache in
-                for row in rows where cache[row.rowID] == nil { cache.put(row, account: account) }
+                for row in rows where cache[row.rowID, account] == nil { cache.put(row, account: account) }
                 cache.complete.insert(account)
             }
             return rows
@@ -282,7 +290,7 @@ final class ChangeQueueStore: Sendable {
                 guard cache.complete.contains(account) else { return nil }
                 var unsent: [String: Int64] = [:]
                 for id in saves.lazy.map(\.id) + deletions.lazy.map(\.id) {
-                    for rowID in cache.byRecord[RecordKey(account: account, recordID: id)] ?? [] where cache[rowID]?.isSent == false {
+                    for rowID in cache.byRecord[RecordKey(account: account, recordID: id)] ?? [] where cache[rowID, account]?.isSent == false {
                         unsent[id] = rowID
                     }
                 }
@@ -431,14 +439,15 @@ final class ChangeQueueStore: Sendable {
     /// was based on), stored before anything is sent.
     func prepare(account: String, records: CollectionPath, rowIDs: [Int64], fields: @escaping @Sendable (Row) throws -> JSONObject) async throws -> [Row] {
         try await write(account: account, flushed: true) { db in
-            let known = cache.withLock { cache in rowIDs.map { cache[$0] } }
+            let known = cache.withLock { cache in rowIDs.map { cache[$0, account] } }
             let writer = try Self.writer(db, account: account)
             var next = try UInt64(Self.meta(db, account: account, "next_sequence") ?? "1") ?? 1
             var rows: [Row] = []
             rows.reserveCapacity(rowIDs.count)
             let select = try db.cachedStatement(sql: "SELECT * FROM pending WHERE row_id = ? AND account = ?")
-            let update = try db.cachedStatement(sql: "UPDATE pending SET sequence = ?, data = ?, alone = ? WHERE row_id = ?")
-            let number = try db.cachedStatement(sql: "UPDATE pending SET sequence = ?, alone = ? WHERE row_id = ?")
+            // Only the account's own rows: another account's are never numbered under its writer.
+            let update = try db.cachedStatement(sql: "UPDATE pending SET sequence = ?, data = ?, alone = ? WHERE row_id = ? AND account = ?")
+            let number = try db.cachedStatement(sql: "UPDATE pending SET sequence = ?, alone = ? WHERE row_id = ? AND account = ?")
             var batch: [Row] = []
             for (rowID, known) in zip(rowIDs, known) {
                 if let row = try known ?? Row.fetchOne(select, arguments: [rowID, account]) { batch.append(row) }
@@ -472,9 +481,9 @@ final class ChangeQueueStore: Sendable {
                     }
                     if row.data == nil {
                         // Nearly every change: only its sequence is stored.
-                        try number.execute(arguments: [row.sequence, row.alone, rowID])
+                        try number.execute(arguments: [row.sequence, row.alone, rowID, account])
                     } else {
-                        try update.execute(arguments: [row.sequence, row.data, row.alone, rowID])
+                        try update.execute(arguments: [row.sequence, row.data, row.alone, rowID, account])
                     }
                 } else if row.mutation == nil {
                     // Sent by an earlier process: sent again as it went.
@@ -524,7 +533,7 @@ final class ChangeQueueStore: Sendable {
             var kept: [Row] = []
             var dropped: [Int64] = []
             for rowID in rowIDs {
-                guard var row = try cache.withLock({ $0[rowID] }) ?? Row.fetchOne(select, arguments: [rowID, account]) else { continue }
+                guard var row = try cache.withLock({ $0[rowID, account] }) ?? Row.fetchOne(select, arguments: [rowID, account]) else { continue }
                 if try Bool.fetchOne(newer, arguments: [account, row.recordID, rowID]) != nil {
                     try delete.execute(arguments: [rowID, account])
                     dropped.append(rowID)
@@ -608,7 +617,7 @@ final class ChangeQueueStore: Sendable {
             for id in ids {
                 guard let rowIDs = cache.byRecord[RecordKey(account: account, recordID: id)] else { continue }
                 for rowID in rowIDs.reversed() {
-                    if let record = cache[rowID]?.record {
+                    if let record = cache[rowID, account]?.record {
                         newest[id] = record
                         break
                     }

@@ -166,6 +166,9 @@ public final class ChangeSyncEngine: Observable, Sendable {
     let client: TandemClient
     let store: ChangeQueueStore
     private let core: Mutex<Core>
+    /// Runs between a change's queueing in the file and its handing to the machine, for tests that
+    /// switch the user in that gap.
+    package let afterQueueing = Mutex<QueueingHook?>(nil)
     private let registrar = ObservationRegistrar()
     private let started = ContinuousClock.now
     private let authTask = Mutex<Task<Void, Never>?>(nil)
@@ -365,7 +368,8 @@ public final class ChangeSyncEngine: Observable, Sendable {
             }
         }
         let rows = try store.enqueue(account: account, saves: stamped, deletions: deletions.map { ($0.recordID, $0.recordType) })
-        handle(.enqueue(rows.map(\.change), now: now))
+        afterQueueing.withLock { $0 }?.body()
+        handle(.enqueue(rows.map(\.change), now: now), for: account)
     }
 
     /// Fetches the changes after `token` (nil: every record), page by page. A fetch for a token
@@ -409,8 +413,15 @@ public final class ChangeSyncEngine: Observable, Sendable {
         emit(.accountChanged(uid)) { $0.syncEngine(self, didChangeAccount: uid) }
     }
 
-    private func handle(_ event: ChangeSyncStateMachine.Event) {
+    /// Hands the machine `event`. With `account`, only while that account is the machine's: the
+    /// changes of an event made for an account that was switched away from meanwhile (queued, or
+    /// a conflict's resolution, while the user changed) stay in that account's stored queue, and
+    /// go when it signs in again; they never join another account's queue, which would send them
+    /// into that user's zone under that user's writer. Checked under the same lock the machine is
+    /// changed under, so no switch comes between.
+    private func handle(_ event: ChangeSyncStateMachine.Event, for account: String? = nil) {
         let (actions, changedState) = core.withLock { core -> ([ChangeSyncStateMachine.Action], Bool) in
+            if let account, core.machine.account != account { return ([], false) }
             var actions = core.machine.handle(event)
             let before = core.state
             if core.machine.account == core.state.account {
@@ -716,7 +727,7 @@ public final class ChangeSyncEngine: Observable, Sendable {
             // conflict in its turn.
             let requeue = resolved + unresolved.map(\.1)
             let requeued = requeue.isEmpty ? [] : try store.enqueue(account: account, saves: requeue, deletions: [], keepingNewer: true)
-            if !again.isEmpty || !requeued.isEmpty { handle(.resolved(again.map(\.change) + requeued.map(\.change), now: now)) }
+            if !again.isEmpty || !requeued.isEmpty { handle(.resolved(again.map(\.change) + requeued.map(\.change), now: now), for: account) }
         } catch {
             handle(.failed(.fatal(Self.tandemError(error)), attempt: attempt, now: now))
             return
@@ -886,4 +897,11 @@ public final class ChangeSyncEngine: Observable, Sendable {
         if let error = error as? RecordEncryptionError { return TandemError.invalidArgument(error.description) }
         return TandemError(.internal, "\(error)")
     }
+}
+
+/// A step a test runs inside ``ChangeSyncEngine/sendChanges(modify:delete:)`` (boxed: a closure kept
+/// in a `Mutex` directly is thunked again on every access).
+package final class QueueingHook: Sendable {
+    let body: @Sendable () -> Void
+    package init(_ body: @escaping @Sendable () -> Void) { self.body = body }
 }

@@ -50,6 +50,28 @@ struct ChangeQueueStoreTests {
         #expect(try reopened.pending(account: "u1").map { $0.record?["title"] } == ["b", "e", "y"])
     }
 
+    @Test("a batch prepared for one account never takes another account's rows, whether in memory or only in the file: they stay unsent in their own queue, and are numbered under their own writer when it sends them")
+    func prepareKeepsToItsAccount() async throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let path = directory.url.appendingPathComponent("q.sqlite").path
+        let store = try ChangeQueueStore(path: path)
+        _ = try store.pending(account: "ada")
+        let adas = try store.enqueue(account: "ada", saves: [Self.note("a1", "Ada's")], deletions: [])
+        let bobs = try CollectionPath("users/bob/zones/notes/records")
+        let fields: @Sendable (ChangeQueueStore.Row) throws -> JSONObject = { try RecordCoding.fields(of: $0.record!, encryption: nil) }
+        // Her row in memory (the queue was read whole, and it was just queued).
+        #expect(try await store.prepare(account: "bob", records: bobs, rowIDs: adas.map(\.rowID), fields: fields).isEmpty)
+        // Only in the file.
+        let reopened = try ChangeQueueStore(path: path)
+        #expect(try await reopened.prepare(account: "bob", records: bobs, rowIDs: adas.map(\.rowID), fields: fields).isEmpty)
+        #expect(try reopened.pending(account: "ada").map(\.sequence) == [nil])
+        #expect(try reopened.pending(account: "bob").isEmpty)
+        let sent = try await reopened.prepare(account: "ada", records: try CollectionPath("users/ada/zones/notes/records"), rowIDs: adas.map(\.rowID), fields: fields)
+        #expect(sent.map { $0.mutation?.id?.sequence } == [1])
+        #expect(sent.first?.mutation?.path.description == "users/ada/zones/notes/records/a1")
+    }
+
     @Test("many changes in one call, some records twice, across the inserts made together: each record gets one row, holding its last change, in the order queued")
     func manyInOneCall() async throws {
         let directory = try TemporaryDirectory()
