@@ -147,20 +147,28 @@ final class NodesRun: Sendable {
                 group.addTask { await listener.run(until: { stopListening.withLock { $0 } }, fence: { fence.withLock { $0 } }, reached: { fenceReached.yield() }) }
             }
             // The writers and the faults; then a fence every target sees, which each listener
-            // must reach.
-            try await withThrowingTaskGroup(of: Void.self) { work in
-                work.addTask {
-                    await withTaskGroup(of: Void.self) { writers in
-                        for (index, seed) in writerSeeds.enumerated() {
-                            writers.addTask { await Writer(run: self, name: "w\(index)", seed: seed).run(writes: writesPerWriter) }
+            // must reach. Should any of it throw (a node that does not start again), the
+            // listeners stop too, so the run ends with the error instead of waiting on them.
+            let version: Version
+            do {
+                try await withThrowingTaskGroup(of: Void.self) { work in
+                    work.addTask {
+                        await withTaskGroup(of: Void.self) { writers in
+                            for (index, seed) in writerSeeds.enumerated() {
+                                writers.addTask { await Writer(run: self, name: "w\(index)", seed: seed).run(writes: writesPerWriter) }
+                            }
                         }
+                        self.progress.finish()
                     }
-                    self.progress.finish()
+                    work.addTask { try await self.inject(faults, seed: faultSeed, total: writesPerWriter * Self.writerCount) }
+                    try await work.waitForAll()
                 }
-                work.addTask { try await self.inject(faults, seed: faultSeed, total: writesPerWriter * Self.writerCount) }
-                try await work.waitForAll()
+                version = try await fenceWrite()
+            } catch {
+                stopListening.withLock { $0 = true }
+                for listener in listeners { await listener.close() }
+                throw error
             }
-            let version = try await fenceWrite()
             note("fence at \(version)")
             fence.withLock { $0 = version }
             // Each listener says when all its targets have reached the fence; one that never does
@@ -310,8 +318,10 @@ final class NodesRun: Sendable {
                 Mutation(path: documentPath("c/d0"), kind: .set(["k": 0, "by": "fence"]), id: MutationID(clientID: "fence", sequence: UInt64(attempt + 1))),
                 Mutation(path: documentPath("c/zfence"), kind: .set(["k": 9]), id: MutationID(clientID: "fence", sequence: UInt64(attempt + 1001))),
             ]))
-            if case .ack(_, let acknowledgements)? = await stream.next() {
-                return acknowledgements[0].version
+            while let next = await nextMessage(of: stream, within: Self.answerBound), let message = next {
+                if case .ack(_, let acknowledgements) = message { return acknowledgements[0].version }
+                guard case .heartbeat = message else { break }
+                stream.send(.heartbeat)
             }
             try await Task.sleep(for: .milliseconds(100))  // a retry's backoff
         }
