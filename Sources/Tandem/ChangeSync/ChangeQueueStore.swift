@@ -284,94 +284,99 @@ final class ChangeQueueStore: Sendable {
     /// (a conflict's resolution of an older change, when the app has changed the record since).
     func enqueue(account: String, saves: [SyncedRecord], deletions: [(id: String, type: String)], keepingNewer: Bool = false) throws -> [Row] {
         try write(account: account, flushed: true) { db in
-            // With the account's whole queue in memory, a record's unsent change is found there, and
-            // replaced by its row; otherwise the file finds it (the upsert).
-            let unsent = cache.withLock { cache -> [String: Int64]? in
-                guard cache.complete.contains(account) else { return nil }
-                var unsent: [String: Int64] = [:]
-                for id in saves.lazy.map(\.id) + deletions.lazy.map(\.id) {
-                    for rowID in cache.byRecord[RecordKey(account: account, recordID: id)] ?? [] where cache[rowID, account]?.isSent == false {
-                        unsent[id] = rowID
-                    }
-                }
-                return unsent
-            }
-            let findUnsent = try db.cachedStatement(sql: "SELECT row_id FROM pending WHERE account = ? AND record_id = ? AND sequence IS NULL")
-            let upsert = try db.cachedStatement(sql: """
-                INSERT INTO pending (account, record_id, record_type, is_deletion, record, bytes, precondition) VALUES (?, ?, ?, ?, ?, ?, ?)
-                ON CONFLICT (account, record_id) WHERE sequence IS NULL
-                DO UPDATE SET record_type = excluded.record_type, is_deletion = excluded.is_deletion, record = excluded.record, bytes = excluded.bytes,
-                    precondition = excluded.precondition
-                RETURNING row_id
-                """)
-            let replace = try db.cachedStatement(sql: "UPDATE pending SET record_type = ?, is_deletion = ?, record = ?, bytes = ?, precondition = ? WHERE row_id = ? AND sequence IS NULL")
-            var replaced: [String: Int64] = [:]
-            var rows: [Row] = []
-            rows.reserveCapacity(saves.count + deletions.count)
-            // New changes wait to be inserted together, up to 64 to a statement (one statement a
-            // row cost the app's thread more than the rest of the call).
-            var waiting: [Waiting] = []
-            var waitingIDs: Set<String> = []
-            func flush() throws {
-                guard !waiting.isEmpty else { return }
-                let statement = try db.cachedStatement(sql: "INSERT INTO pending (account, record_id, record_type, is_deletion, record, bytes, precondition) VALUES "
-                    + repeatElement("(?, ?, ?, ?, ?, ?, ?)", count: waiting.count).joined(separator: ", ") + " RETURNING row_id, record_id")
-                let given = try Self.insert(waiting, account: account, with: statement)
-                for entry in waiting {
-                    guard let rowID = given[entry.id] else {
-                        throw TandemError(.internal, "The engine's file gave no row for the change of record '\(entry.id)'.")
-                    }
-                    rows[entry.index].rowID = rowID
-                    replaced[entry.id] = rowID
-                }
-                waiting = []
-                waitingIDs = []
-            }
-            func row(id: String, type: String, record: SyncedRecord?, text: String?, bytes: Int) throws -> Row {
-                var rowID: Int64 = 0
-                let precondition = record.map { Int64(clamping: $0.metadata.version.rawValue) }
-                if let unsent {
-                    // The same record twice in one call: the second replaces the first, which
-                    // needs its row first.
-                    if waitingIDs.contains(id) { try flush() }
-                    if let existing = replaced[id] ?? unsent[id] {
-                        try replace.execute(arguments: [type, record == nil, text, bytes, precondition, existing])
-                        guard db.changesCount == 1 else {
-                            throw TandemError(.internal, "The engine's file no longer had the unsent change of record '\(id)' it was to replace.")
-                        }
-                        rowID = existing
-                        replaced[id] = rowID
-                    } else {
-                        // Its row comes with the others' (`flush`).
-                        waiting.append(Waiting(index: rows.count, id: id, type: type, isDeletion: record == nil, text: text, bytes: bytes, precondition: precondition))
-                        waitingIDs.insert(id)
-                    }
-                } else {
-                    guard let returned = try Int64.fetchOne(upsert, arguments: [account, id, type, record == nil, text, bytes, precondition]) else {
-                        throw TandemError(.internal, "The engine's file gave no row for the change of record '\(id)'.")
-                    }
-                    rowID = returned
-                }
-                return Row(rowID: rowID, recordID: id, recordType: type, isDeletion: record == nil, record: record, text: text, bytes: bytes,
-                           precondition: record?.metadata.version.rawValue)
-            }
-            for record in saves {
-                if keepingNewer {
-                    let queued = try unsent.map { $0[record.id] } ?? Int64.fetchOne(findUnsent, arguments: [account, record.id])
-                    if queued != nil { continue }
-                }
-                let text = RecordText.encode(record)
-                rows.append(try row(id: record.id, type: record.type, record: record, text: text, bytes: text.utf8.count + record.id.utf8.count))
-                if waiting.count == 64 { try flush() }
-            }
-            for deletion in deletions {
-                rows.append(try row(id: deletion.id, type: deletion.type, record: nil, text: nil, bytes: deletion.id.utf8.count + 64))
-                if waiting.count == 64 { try flush() }
-            }
-            try flush()
-            cache.withLock { cache in for row in rows { cache.put(row, account: account) } }
-            return rows
+            try enqueue(db, account: account, saves: saves, deletions: deletions, keepingNewer: keepingNewer)
         }
+    }
+
+    /// ``enqueue(account:saves:deletions:keepingNewer:)`` inside a write.
+    private func enqueue(_ db: Database, account: String, saves: [SyncedRecord], deletions: [(id: String, type: String)], keepingNewer: Bool) throws -> [Row] {
+        // With the account's whole queue in memory, a record's unsent change is found there, and
+        // replaced by its row; otherwise the file finds it (the upsert).
+        let unsent = cache.withLock { cache -> [String: Int64]? in
+            guard cache.complete.contains(account) else { return nil }
+            var unsent: [String: Int64] = [:]
+            for id in saves.lazy.map(\.id) + deletions.lazy.map(\.id) {
+                for rowID in cache.byRecord[RecordKey(account: account, recordID: id)] ?? [] where cache[rowID, account]?.isSent == false {
+                    unsent[id] = rowID
+                }
+            }
+            return unsent
+        }
+        let findUnsent = try db.cachedStatement(sql: "SELECT row_id FROM pending WHERE account = ? AND record_id = ? AND sequence IS NULL")
+        let upsert = try db.cachedStatement(sql: """
+            INSERT INTO pending (account, record_id, record_type, is_deletion, record, bytes, precondition) VALUES (?, ?, ?, ?, ?, ?, ?)
+            ON CONFLICT (account, record_id) WHERE sequence IS NULL
+            DO UPDATE SET record_type = excluded.record_type, is_deletion = excluded.is_deletion, record = excluded.record, bytes = excluded.bytes,
+                precondition = excluded.precondition
+            RETURNING row_id
+            """)
+        let replace = try db.cachedStatement(sql: "UPDATE pending SET record_type = ?, is_deletion = ?, record = ?, bytes = ?, precondition = ? WHERE row_id = ? AND sequence IS NULL")
+        var replaced: [String: Int64] = [:]
+        var rows: [Row] = []
+        rows.reserveCapacity(saves.count + deletions.count)
+        // New changes wait to be inserted together, up to 64 to a statement (one statement a
+        // row cost the app's thread more than the rest of the call).
+        var waiting: [Waiting] = []
+        var waitingIDs: Set<String> = []
+        func flush() throws {
+            guard !waiting.isEmpty else { return }
+            let statement = try db.cachedStatement(sql: "INSERT INTO pending (account, record_id, record_type, is_deletion, record, bytes, precondition) VALUES "
+                + repeatElement("(?, ?, ?, ?, ?, ?, ?)", count: waiting.count).joined(separator: ", ") + " RETURNING row_id, record_id")
+            let given = try Self.insert(waiting, account: account, with: statement)
+            for entry in waiting {
+                guard let rowID = given[entry.id] else {
+                    throw TandemError(.internal, "The engine's file gave no row for the change of record '\(entry.id)'.")
+                }
+                rows[entry.index].rowID = rowID
+                replaced[entry.id] = rowID
+            }
+            waiting = []
+            waitingIDs = []
+        }
+        func row(id: String, type: String, record: SyncedRecord?, text: String?, bytes: Int) throws -> Row {
+            var rowID: Int64 = 0
+            let precondition = record.map { Int64(clamping: $0.metadata.version.rawValue) }
+            if let unsent {
+                // The same record twice in one call: the second replaces the first, which
+                // needs its row first.
+                if waitingIDs.contains(id) { try flush() }
+                if let existing = replaced[id] ?? unsent[id] {
+                    try replace.execute(arguments: [type, record == nil, text, bytes, precondition, existing])
+                    guard db.changesCount == 1 else {
+                        throw TandemError(.internal, "The engine's file no longer had the unsent change of record '\(id)' it was to replace.")
+                    }
+                    rowID = existing
+                    replaced[id] = rowID
+                } else {
+                    // Its row comes with the others' (`flush`).
+                    waiting.append(Waiting(index: rows.count, id: id, type: type, isDeletion: record == nil, text: text, bytes: bytes, precondition: precondition))
+                    waitingIDs.insert(id)
+                }
+            } else {
+                guard let returned = try Int64.fetchOne(upsert, arguments: [account, id, type, record == nil, text, bytes, precondition]) else {
+                    throw TandemError(.internal, "The engine's file gave no row for the change of record '\(id)'.")
+                }
+                rowID = returned
+            }
+            return Row(rowID: rowID, recordID: id, recordType: type, isDeletion: record == nil, record: record, text: text, bytes: bytes,
+                       precondition: record?.metadata.version.rawValue)
+        }
+        for record in saves {
+            if keepingNewer {
+                let queued = try unsent.map { $0[record.id] } ?? Int64.fetchOne(findUnsent, arguments: [account, record.id])
+                if queued != nil { continue }
+            }
+            let text = RecordText.encode(record)
+            rows.append(try row(id: record.id, type: record.type, record: record, text: text, bytes: text.utf8.count + record.id.utf8.count))
+            if waiting.count == 64 { try flush() }
+        }
+        for deletion in deletions {
+            rows.append(try row(id: deletion.id, type: deletion.type, record: nil, text: nil, bytes: deletion.id.utf8.count + 64))
+            if waiting.count == 64 { try flush() }
+        }
+        try flush()
+        cache.withLock { cache in for row in rows { cache.put(row, account: account) } }
+        return rows
     }
 
     /// A new change waiting to be inserted with others (`enqueue`): `index` is its place among
@@ -524,37 +529,40 @@ final class ChangeQueueStore: Sendable {
     /// the request): each goes back to the queue unsent, to be sent again one by one under a new
     /// id, unless the record has a newer change queued, which replaces it. Returns those kept.
     func unprepare(account: String, rowIDs: [Int64]) throws -> [Row] {
-        try write(account: account) { db in
-            let select = try db.cachedStatement(sql: "SELECT * FROM pending WHERE row_id = ? AND account = ?")
-            // Whether the record has a change not yet sent, beside this one: the file decides.
-            let newer = try db.cachedStatement(sql: "SELECT 1 FROM pending WHERE account = ? AND record_id = ? AND sequence IS NULL AND row_id != ?")
-            let reset = try db.cachedStatement(sql: "UPDATE pending SET sequence = NULL, data = NULL, alone = 1 WHERE row_id = ? AND account = ?")
-            let delete = try db.cachedStatement(sql: "DELETE FROM pending WHERE row_id = ? AND account = ?")
-            var kept: [Row] = []
-            var dropped: [Int64] = []
-            for rowID in rowIDs {
-                guard var row = try cache.withLock({ $0[rowID, account] }) ?? Row.fetchOne(select, arguments: [rowID, account]) else { continue }
-                if try Bool.fetchOne(newer, arguments: [account, row.recordID, rowID]) != nil {
-                    try delete.execute(arguments: [rowID, account])
-                    dropped.append(rowID)
-                    continue
-                }
-                try reset.execute(arguments: [rowID, account])
-                row.sequence = nil
-                row.data = nil
-                row.mutation = nil
-                row.alone = true
-                kept.append(row)
+        try write(account: account) { db in try unprepare(db, account: account, rowIDs: rowIDs) }
+    }
+
+    /// ``unprepare(account:rowIDs:)`` inside a write.
+    private func unprepare(_ db: Database, account: String, rowIDs: [Int64]) throws -> [Row] {
+        let select = try db.cachedStatement(sql: "SELECT * FROM pending WHERE row_id = ? AND account = ?")
+        // Whether the record has a change not yet sent, beside this one: the file decides.
+        let newer = try db.cachedStatement(sql: "SELECT 1 FROM pending WHERE account = ? AND record_id = ? AND sequence IS NULL AND row_id != ?")
+        let reset = try db.cachedStatement(sql: "UPDATE pending SET sequence = NULL, data = NULL, alone = 1 WHERE row_id = ? AND account = ?")
+        let delete = try db.cachedStatement(sql: "DELETE FROM pending WHERE row_id = ? AND account = ?")
+        var kept: [Row] = []
+        var dropped: [Int64] = []
+        for rowID in rowIDs {
+            guard var row = try cache.withLock({ $0[rowID, account] }) ?? Row.fetchOne(select, arguments: [rowID, account]) else { continue }
+            if try Bool.fetchOne(newer, arguments: [account, row.recordID, rowID]) != nil {
+                try delete.execute(arguments: [rowID, account])
+                dropped.append(rowID)
+                continue
             }
-            cache.withLock { cache in
-                for rowID in dropped { cache.remove(rowID, account: account) }
-                for row in kept {
-                    cache.remove(row.rowID, account: account)
-                    cache.put(row, account: account)
-                }
-            }
-            return kept
+            try reset.execute(arguments: [rowID, account])
+            row.sequence = nil
+            row.data = nil
+            row.mutation = nil
+            row.alone = true
+            kept.append(row)
         }
+        cache.withLock { cache in
+            for rowID in dropped { cache.remove(rowID, account: account) }
+            for row in kept {
+                cache.remove(row.rowID, account: account)
+                cache.put(row, account: account)
+            }
+        }
+        return kept
     }
 
     /// Removes answered changes, in order, and sets the server's state of the records they left.
@@ -562,52 +570,69 @@ final class ChangeQueueStore: Sendable {
     /// queue, in a statement each, over a JSON list of rows and versions (the list the outer loop,
     /// `CROSS JOIN`, each row found by its id: never a scan of the queue per entry).
     func settle(account: String, _ answered: [(rowID: Int64, settlement: Settlement)]) async throws {
-        try await write(account: account) { db in
-            let sent = try db.cachedStatement(sql: """
-                INSERT OR REPLACE INTO base (account, record_id, version, data)
-                SELECT p.account, p.record_id, j.value ->> 1, coalesce(p.data, p.record) FROM json_each(?) AS j CROSS JOIN pending AS p ON p.row_id = j.value ->> 0
-                WHERE p.account = ? AND p.is_deletion = 0 ORDER BY j.key
-                """)
-            let removeBase = try db.cachedStatement(sql: "DELETE FROM base WHERE account = ? AND record_id = (SELECT record_id FROM pending WHERE row_id = ?)")
-            let putBase = try db.cachedStatement(sql: "INSERT OR REPLACE INTO base (account, record_id, version, data) SELECT account, record_id, ?, ? FROM pending WHERE row_id = ?")
-            let delete = try db.cachedStatement(sql: "DELETE FROM pending WHERE account = ? AND row_id IN (SELECT value FROM json_each(?))")
-            var run = WireWriter(capacity: 32 * answered.count)
-            var runCount = 0
-            func flush() throws {
-                guard runCount > 0 else { return }
+        try await write(account: account) { db in try self.settle(db, account: account, answered) }
+    }
+
+    /// Settles answered changes (``settle(account:_:)``), puts back those an atomic refusal left
+    /// undecided (``unprepare(account:rowIDs:)``) and queues conflicts' resolutions (``enqueue(account:saves:deletions:keepingNewer:)``,
+    /// keeping newer changes), in one transaction, flushed when it queues: a crash never leaves a
+    /// conflicted change settled with its resolution not yet queued. Returns the changes put back
+    /// and those queued.
+    func settle(account: String, _ answered: [(rowID: Int64, settlement: Settlement)], undecided: [Int64], requeue: [SyncedRecord]) async throws -> (again: [Row], requeued: [Row]) {
+        try await write(account: account, flushed: !requeue.isEmpty) { db in
+            try self.settle(db, account: account, answered)
+            let again = undecided.isEmpty ? [] : try self.unprepare(db, account: account, rowIDs: undecided)
+            let requeued = requeue.isEmpty ? [] : try self.enqueue(db, account: account, saves: requeue, deletions: [], keepingNewer: true)
+            return (again, requeued)
+        }
+    }
+
+    /// ``settle(account:_:)`` inside a write.
+    private func settle(_ db: Database, account: String, _ answered: [(rowID: Int64, settlement: Settlement)]) throws {
+        let sent = try db.cachedStatement(sql: """
+            INSERT OR REPLACE INTO base (account, record_id, version, data)
+            SELECT p.account, p.record_id, j.value ->> 1, coalesce(p.data, p.record) FROM json_each(?) AS j CROSS JOIN pending AS p ON p.row_id = j.value ->> 0
+            WHERE p.account = ? AND p.is_deletion = 0 ORDER BY j.key
+            """)
+        let removeBase = try db.cachedStatement(sql: "DELETE FROM base WHERE account = ? AND record_id = (SELECT record_id FROM pending WHERE row_id = ?)")
+        let putBase = try db.cachedStatement(sql: "INSERT OR REPLACE INTO base (account, record_id, version, data) SELECT account, record_id, ?, ? FROM pending WHERE row_id = ?")
+        let delete = try db.cachedStatement(sql: "DELETE FROM pending WHERE account = ? AND row_id IN (SELECT value FROM json_each(?))")
+        var run = WireWriter(capacity: 32 * answered.count)
+        var runCount = 0
+        func flush() throws {
+            guard runCount > 0 else { return }
+            run.raw("]")
+            try sent.execute(arguments: [run.text, account])
+            run = WireWriter(capacity: 32 * answered.count)
+            runCount = 0
+        }
+        for (rowID, settlement) in answered {
+            if case .sent(let version) = settlement {
+                run.raw(runCount == 0 ? "[[" : ",[")
+                run.int(Int(rowID))
+                run.raw(",")
+                run.int(Int(clamping: version.rawValue))
                 run.raw("]")
-                try sent.execute(arguments: [run.text, account])
-                run = WireWriter(capacity: 32 * answered.count)
-                runCount = 0
-            }
-            for (rowID, settlement) in answered {
-                if case .sent(let version) = settlement {
-                    run.raw(runCount == 0 ? "[[" : ",[")
-                    run.int(Int(rowID))
-                    run.raw(",")
-                    run.int(Int(clamping: version.rawValue))
-                    run.raw("]")
-                    runCount += 1
-                    continue
-                }
-                try flush()
-                switch settlement {
-                case .server(let version, let data): try putBase.execute(arguments: [Int64(clamping: version.rawValue), data, rowID])
-                case .gone: try removeBase.execute(arguments: [account, rowID])
-                case .sent, .unchanged: break
-                }
+                runCount += 1
+                continue
             }
             try flush()
-            var rowIDs = WireWriter(capacity: 12 * answered.count)
-            rowIDs.raw("[")
-            for (index, (rowID, _)) in answered.enumerated() {
-                if index > 0 { rowIDs.raw(",") }
-                rowIDs.int(Int(rowID))
+            switch settlement {
+            case .server(let version, let data): try putBase.execute(arguments: [Int64(clamping: version.rawValue), data, rowID])
+            case .gone: try removeBase.execute(arguments: [account, rowID])
+            case .sent, .unchanged: break
             }
-            rowIDs.raw("]")
-            try delete.execute(arguments: [account, rowIDs.text])
-            cache.withLock { cache in for (rowID, _) in answered { cache.remove(rowID, account: account) } }
         }
+        try flush()
+        var rowIDs = WireWriter(capacity: 12 * answered.count)
+        rowIDs.raw("[")
+        for (index, (rowID, _)) in answered.enumerated() {
+            if index > 0 { rowIDs.raw(",") }
+            rowIDs.int(Int(rowID))
+        }
+        rowIDs.raw("]")
+        try delete.execute(arguments: [account, rowIDs.text])
+        cache.withLock { cache in for (rowID, _) in answered { cache.remove(rowID, account: account) } }
     }
 
     /// The newest queued state of each of these records (a save, sent or not), if any.

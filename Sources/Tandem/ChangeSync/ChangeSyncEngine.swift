@@ -721,12 +721,10 @@ public final class ChangeSyncEngine: Observable, Sendable {
             }
         }
         do {
-            try await store.settle(account: account, settlements)
-            let again = undecided.isEmpty ? [] : try store.unprepare(account: account, rowIDs: undecided)
-            // A record the app changed again meanwhile keeps its newer change, which meets the
-            // conflict in its turn.
-            let requeue = resolved + unresolved.map(\.1)
-            let requeued = requeue.isEmpty ? [] : try store.enqueue(account: account, saves: requeue, deletions: [], keepingNewer: true)
+            // One transaction: a conflicted change never leaves the queue without its resolution
+            // in it. A record the app changed again meanwhile keeps its newer change, which meets
+            // the conflict in its turn.
+            let (again, requeued) = try await store.settle(account: account, settlements, undecided: undecided, requeue: resolved + unresolved.map(\.1))
             if !again.isEmpty || !requeued.isEmpty { handle(.resolved(again.map(\.change) + requeued.map(\.change), now: now), for: account) }
         } catch {
             handle(.failed(.fatal(Self.tandemError(error)), attempt: attempt, now: now))

@@ -130,6 +130,30 @@ struct ChangeQueueStoreTests {
         #expect(again.map { $0.mutation?.id?.sequence } == [3, 4], "new ids, after the ones refused")
     }
 
+    @Test("a conflicted change is settled and its resolution queued in one transaction: when queueing fails, the change is still there, sent, to meet the conflict again; when it succeeds, the resolution alone is queued")
+    func conflictSettledWithItsResolution() async throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let store = try ChangeQueueStore(path: directory.url.appendingPathComponent("q.sqlite").path)
+        let queued = try store.enqueue(account: "u1", saves: [Self.note("n1", "mine")], deletions: [])
+        let sent = try await store.prepare(account: "u1", records: Self.records, rowIDs: queued.map(\.rowID)) { try RecordCoding.fields(of: $0.record!, encryption: nil) }
+        let resolution = Self.note("n1", "merged", version: 3)
+        let conflict: [(rowID: Int64, settlement: ChangeQueueStore.Settlement)] = [(sent[0].rowID, .server(Version(3), #"{"_type":"Note","title":"theirs"}"#))]
+        // Queueing the resolution fails (the file refuses new rows): nothing of the step is kept.
+        try await store.queue.write { try $0.execute(sql: "CREATE TEMP TRIGGER refuse BEFORE INSERT ON pending BEGIN SELECT RAISE(ABORT, 'refused for the test'); END") }
+        await #expect(throws: (any Error).self) {
+            _ = try await store.settle(account: "u1", conflict, undecided: [], requeue: [resolution])
+        }
+        let after = try ChangeQueueStore(path: directory.url.appendingPathComponent("q.sqlite").path)
+        #expect(try after.pending(account: "u1").map { [$0.recordID, $0.sequence.map(String.init) ?? "-"] } == [["n1", "1"]])
+        try await store.queue.write { try $0.execute(sql: "DROP TRIGGER refuse") }
+        let (again, requeued) = try await store.settle(account: "u1", conflict, undecided: [], requeue: [resolution])
+        #expect(again.isEmpty && requeued.map(\.recordID) == ["n1"])
+        let pending = try ChangeQueueStore(path: directory.url.appendingPathComponent("q.sqlite").path).pending(account: "u1")
+        #expect(pending.map { [$0.recordID, $0.sequence.map(String.init) ?? "-"] } == [["n1", "-"]])
+        #expect(pending.first?.record?["title"] == "merged")
+    }
+
     @Test("a record's stored text reads back as the record, stamps and sealed properties included, whatever its node's id holds")
     func recordText() throws {
         for node in ["phone-1", "a \"quoted\" \\ node", "née"] {
