@@ -98,8 +98,9 @@ public final class CollectionGroupSyncEngine<T: SyncModel>: Sendable, RegistrarO
     }
 
     /// Stops the listener; with `clearCaches` (the default) the cache is dropped from memory and disk.
-    /// Returns at once: the cache is dropped on the engine's own executor, before any change asked
-    /// for after this call.
+    /// Returns at once: the listener stops and the cache is dropped on the engine's own executor,
+    /// after every call made before this one (a `startListening` still on its way included) and
+    /// before any made after it.
     public func stopListening(clearCaches: Bool = true) {
         core.stopListening(clearCaches: clearCaches)
     }

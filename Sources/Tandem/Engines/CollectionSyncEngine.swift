@@ -123,8 +123,9 @@ public final class CollectionSyncEngine<T: SyncModel>: Sendable, RegistrarObserv
     /// memory and disk; pending writes are kept and still sent.
     ///
     /// Returns at once, whatever the engine is writing to disk (safe from `.onDisappear`): the
-    /// listener stops now, and the cache is dropped on the engine's own executor, before any
-    /// change asked for after this call; observers see `currentCollection` empty then.
+    /// listener stops and the cache is dropped on the engine's own executor, after every call made
+    /// before this one (a `startListening` still on its way included) and before any made after
+    /// it; observers see `currentCollection` empty then.
     public func stopListening(clearCaches: Bool = true) {
         core.stopListening(clearCaches: clearCaches)
     }

@@ -97,25 +97,17 @@ public final class DocumentSyncEngine<T: SyncModel>: Sendable {
     /// state arrives, or at once with the cache if the server cannot be reached.
     public func startListening(documentId: String) async throws {
         _ = try remote.collectionPath().document(documentId)  // a valid path now, or a typed error
-        let switched = await core.switchDocument(to: documentId)
-        // The same id again: nothing to do while the listener is up; one waiting out a backoff
-        // starts again at once. Another id replaces the listener.
-        if !switched && core.isListenerUp { return }
         let remote = self.remote
-        await core.startListener(replacing: switched) { resumeFrom in remote.listen(documentID: documentId, resumeFrom: resumeFrom) }
+        await core.follow(documentID: documentId) { resumeFrom in remote.listen(documentID: documentId, resumeFrom: resumeFrom) }
         core.triggerFlush()
     }
 
     /// Stops the listener. With `clearCaches` (the default) the cached document and its id are
     /// dropped from memory and disk; pending writes are kept and still sent. Returns at once: the
-    /// cache is dropped on the engine's own executor, before any change asked for after this call.
+    /// listener stops and the cache is dropped on the engine's own executor, after every call made
+    /// before this one (a `startListening` still on its way included) and before any made after it.
     public func stopListening(clearCaches: Bool = true) {
-        core.stopListener()
-        core.log("listener_stopped")
-        if clearCaches {
-            core.clearDocuments(forgetDocumentID: true)
-            core.log("cachesCleared")
-        }
+        core.stopFollowing(clearCaches: clearCaches)
     }
 
     // MARK: Reading

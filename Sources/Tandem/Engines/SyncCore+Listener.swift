@@ -56,20 +56,49 @@ extension SyncCore {
     func startListener(replacing: Bool = false, _ listen: @escaping Listen) async {
         await withCheckedContinuation { (started: CheckedContinuation<Void, Never>) in
             // On `queue`: a batch of the stream being replaced is applied before, or not at all.
+            queue.enqueue { [self] in startListenerOnQueue(replacing: replacing, listen, started: started) }
+        }
+    }
+
+    /// Points a document engine at the document `id` and listens to it, in one step on `queue`,
+    /// so a stop asked for after this call is never undone by it. The same id again does nothing
+    /// while the listener is up (one waiting out a backoff starts again at once); another id
+    /// replaces the listener and the cached document, and keeps every pending write.
+    func follow(documentID id: String, _ listen: @escaping Listen) async {
+        await withCheckedContinuation { (started: CheckedContinuation<Void, Never>) in
             queue.enqueue { [self] in
-                let effects = state.withLock { state -> ListenerEffects in
-                    guard !state.tasks.isShutDown else { return ListenerEffects(resume: [started]) }
-                    state.tasks.source = ListenSource(listen)
-                    state.tasks.starts.append(started)
-                    return Self.take(replacing ? state.listener.restart() : state.listener.start(), in: &state)
+                let switched = switchDocumentOnQueue(to: id)
+                if !switched && isListenerUp {
+                    started.resume()
+                    return
                 }
-                perform(effects)
+                startListenerOnQueue(replacing: switched, listen, started: started)
             }
         }
     }
 
-    /// Stops the listener; pending writes stay.
+    /// ``startListener(replacing:_:)``'s step, run on `queue`; `started` is resumed with the
+    /// first batch, or at once when the engine is shut down.
+    private func startListenerOnQueue(replacing: Bool, _ listen: @escaping Listen, started: CheckedContinuation<Void, Never>) {
+        let effects = state.withLock { state -> ListenerEffects in
+            guard !state.tasks.isShutDown else { return ListenerEffects(resume: [started]) }
+            state.tasks.source = ListenSource(listen)
+            state.tasks.starts.append(started)
+            return Self.take(replacing ? state.listener.restart() : state.listener.start(), in: &state)
+        }
+        perform(effects)
+    }
+
+    /// Stops the listener; pending writes stay. On `queue`, like every start: it takes effect after
+    /// each call made before it (a start still queued included) and before any made after it.
     func stopListener() {
+        queue.enqueue { [self] in stopListenerNow() }
+    }
+
+    /// ``stopListener()``'s step, run on `queue`; or at once where no start can come after it (a
+    /// shut-down engine, whose queued starts do nothing). A start running meanwhile attaches a
+    /// stream this stop has made stale, which it cancels.
+    func stopListenerNow() {
         perform(state.withLock { state in
             state.tasks.source = nil
             return Self.take(state.listener.stop(), in: &state)
@@ -91,7 +120,7 @@ extension SyncCore {
         flushRetry?.cancel()
         connection?.cancel()
         auth?.cancel()
-        stopListener()
+        stopListenerNow()
         // Observers (snapshot sequences) look once more, and end.
         notifyChanged([])
     }

@@ -46,18 +46,35 @@ extension SyncCore {
         return String(digest.value, radix: 16)
     }
 
-    /// Stops the listener; with `clearCaches` the cached documents go from memory and disk.
+    /// Stops the listener; with `clearCaches` the cached documents go from memory and disk. One
+    /// step on `queue`: after each call made before it (a start still queued included), before any
+    /// made after it.
     func stopListening(clearCaches: Bool) {
-        stopListener()
-        state.withLock { state in
-            // The same query again resumes where this one stopped, while the cache is kept.
-            state.resumeQuery = clearCaches ? nil : state.queryDigest
-            state.query = nil
+        queue.enqueue { [self] in
+            stopListenerNow()
+            state.withLock { state in
+                // The same query again resumes where this one stopped, while the cache is kept.
+                state.resumeQuery = clearCaches ? nil : state.queryDigest
+                state.query = nil
+            }
+            log("listener_stopped")
+            if clearCaches {
+                clearDocumentsOnQueue()
+                log("cachesCleared")
+            }
         }
-        log("listener_stopped")
-        if clearCaches {
-            clearDocuments()
-            log("cachesCleared")
+    }
+
+    /// A document engine's stop (``stopListening(clearCaches:)``); with `clearCaches` the cached
+    /// document and its id go too.
+    func stopFollowing(clearCaches: Bool) {
+        queue.enqueue { [self] in
+            stopListenerNow()
+            log("listener_stopped")
+            if clearCaches {
+                clearDocumentsOnQueue(forgetDocumentID: true)
+                log("cachesCleared")
+            }
         }
     }
 

@@ -674,21 +674,24 @@ extension SyncCore {
     /// Queued on the engine's executor: the caller (an app's synchronous `stopListening()`) goes on
     /// at once, and the cache is gone before any change asked for after it.
     func clearDocuments(forgetDocumentID: Bool = false) {
-        queue.enqueue { [self] in
-            let (write, undecided) = state.withLock { state -> (LocalWrite, [Document]) in
-                if forgetDocumentID { state.documentID = nil }
-                state.view.clearBase(now: Date())
-                state.listener.forgetResumeVersion()
-                state.isFromCache = true
-                var change = LocalCollectionChange()
-                change.replacesAllDocuments = true
-                let write = state.persistence.write(change, view: state.view, documentID: state.documentID, resumeVersion: nil)
-                return (write, Self.pruneModels(in: &state))
-            }
-            store(write)
-            installModels(undecided)
-            notifyChanged([.documents, .isFromCache])
+        queue.enqueue { [self] in clearDocumentsOnQueue(forgetDocumentID: forgetDocumentID) }
+    }
+
+    /// ``clearDocuments(forgetDocumentID:)``'s step, run on `queue`.
+    func clearDocumentsOnQueue(forgetDocumentID: Bool = false) {
+        let (write, undecided) = state.withLock { state -> (LocalWrite, [Document]) in
+            if forgetDocumentID { state.documentID = nil }
+            state.view.clearBase(now: Date())
+            state.listener.forgetResumeVersion()
+            state.isFromCache = true
+            var change = LocalCollectionChange()
+            change.replacesAllDocuments = true
+            let write = state.persistence.write(change, view: state.view, documentID: state.documentID, resumeVersion: nil)
+            return (write, Self.pruneModels(in: &state))
         }
+        store(write)
+        installModels(undecided)
+        notifyChanged([.documents, .isFromCache])
     }
 
     /// After the base was dropped, in a locked step: the models of documents that went go too.
@@ -713,24 +716,22 @@ extension SyncCore {
     var documentID: String? { snapshot.documentID }
 
     /// Points a document engine at another document: the old cached document goes, its pending
-    /// writes stay. Returns whether the id changed.
-    func switchDocument(to id: String) async -> Bool {
-        await queue.run { [self] in
-            let change = state.withLock { state -> (LocalWrite, [Document])? in
-                guard state.documentID != id else { return nil }
-                state.documentID = id
-                state.view.clearBase(now: Date())
-                state.listener.forgetResumeVersion()
-                state.isFromCache = true
-                let write = state.persistence.write(LocalCollectionChange(), view: state.view, documentID: id, resumeVersion: nil)
-                return (write, Self.pruneModels(in: &state))
-            }
-            guard let (write, undecided) = change else { return false }
-            store(write)
-            installModels(undecided)
-            notifyChanged([.documents, .isFromCache])
-            return true
+    /// writes stay. Returns whether the id changed. Run on `queue`.
+    func switchDocumentOnQueue(to id: String) -> Bool {
+        let change = state.withLock { state -> (LocalWrite, [Document])? in
+            guard state.documentID != id else { return nil }
+            state.documentID = id
+            state.view.clearBase(now: Date())
+            state.listener.forgetResumeVersion()
+            state.isFromCache = true
+            let write = state.persistence.write(LocalCollectionChange(), view: state.view, documentID: id, resumeVersion: nil)
+            return (write, Self.pruneModels(in: &state))
         }
+        guard let (write, undecided) = change else { return false }
+        store(write)
+        installModels(undecided)
+        notifyChanged([.documents, .isFromCache])
+        return true
     }
 }
 

@@ -272,6 +272,8 @@ struct CollectionSyncEngineTests {
         await engine.startListening()
         await clock.waitForSleepers(count: 1)
         engine.stopListening()
+        // The stop runs on the engine's executor, after every call made before it.
+        await engine.core.queue.run {}
         #expect(clock.sleeperCount == 0, "the retry's sleep was cancelled")
         clock.advance(by: .seconds(60))
         #expect(remote.store.listenerCount == 0)

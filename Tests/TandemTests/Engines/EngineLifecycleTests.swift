@@ -1,3 +1,4 @@
+import Foundation
 import Testing
 import TandemCore
 import TandemTesting
@@ -164,5 +165,53 @@ struct CachePathTests {
         let profile = try MockLocalDocumentPersistence(document: Product.mocks[0], collectionPath: "products")
         _ = DocumentSyncEngine<Product>(remote: MockRemoteDocumentService(), managerKey: "lamp", persistence: profile, logger: documentLogger)
         #expect(!documentLogger.events(named: "lamp_persistence_mismatch").isEmpty)
+    }
+}
+
+/// A stop asked for while a start is still on its way to the engine's executor: the stop comes
+/// after it, so it wins, as the calls were made.
+@Suite("Stop after start", .timeLimit(.minutes(5)))
+struct StopAfterStartTests {
+    @Test("a collection engine stopped while its start waits on the busy executor keeps no listener: not in the engine, not on the server")
+    func collectionStopWins() async throws {
+        guard #available(macOS 26.0, iOS 26.0, tvOS 26.0, watchOS 26.0, *) else { return }
+        let server = MockServer()
+        _ = try await server.client.commit([.set(try DocumentPath("products/lamp"), ["id": "lamp", "name": "Lamp", "price": 20, "stock": 1])])
+        let engine = CollectionSyncEngine<Product>(remote: MockRemoteCollectionService(collectionPath: { "products" }, store: server), managerKey: "products",
+                                                   persistence: nil, clock: ManualClock())
+        // The executor busy (a large batch being applied, say) while the start is queued on it.
+        let gate = DispatchSemaphore(value: 0)
+        engine.core.queue.enqueue { gate.wait() }
+        // Runs until its step is queued, then waits for its first batch.
+        let start = Task.immediate { await engine.startListening() }
+        engine.stopListening()
+        gate.signal()
+        await start.value
+        await engine.core.queue.run {}
+        try #require(!engine.core.isListening, "the start queued before the stop ran after it")
+        #expect(engine.core.query == nil)
+        await server.settle()
+        #expect(await server.waitForListeners(count: 0))
+    }
+
+    @Test("a document engine stopped while its start waits on the busy executor keeps no listener, and forgets the document")
+    func documentStopWins() async throws {
+        guard #available(macOS 26.0, iOS 26.0, tvOS 26.0, watchOS 26.0, *) else { return }
+        let server = MockServer()
+        _ = try await server.client.commit([.set(try DocumentPath("users/ada"), ["id": "ada", "name": "Ada", "visits": 0])])
+        let engine = DocumentSyncEngine<UserModel>(remote: MockRemoteDocumentService(collectionPath: { "users" }, store: server), managerKey: "user",
+                                                   persistence: nil, clock: ManualClock())
+        let gate = DispatchSemaphore(value: 0)
+        engine.core.queue.enqueue { gate.wait() }
+        let start = Task.immediate { try await engine.startListening(documentId: "ada") }
+        engine.stopListening()
+        gate.signal()
+        try await start.value
+        await engine.core.queue.run {}
+        try #require(!engine.core.isListening, "the start queued before the stop ran after it")
+        #expect(engine.core.documentID == nil)
+        #expect(engine.currentDocument == nil)
+        await server.settle()
+        #expect(await server.waitForListeners(count: 0))
     }
 }
