@@ -251,7 +251,10 @@ extension SyncCore {
             // The engine is gone: its writes wait on disk for the next one.
             guard !state.withLock({ $0.tasks.isShutDown }) else { return }
             log("syncPendingWrites_start", ["pending_write_count": pendingWriteCount])
-            Task { [weak self] in await self?.send(window) }
+            // The window belongs to the space shown now (this step runs on `queue`, where spaces
+            // switch): its answers are settled only while that space is still shown.
+            let epoch = state.withLock { $0.space }
+            Task { [weak self] in await self?.send(window, epoch: epoch) }
         case .sleep(let deadline):
             let sleeper = sleep(until: deadline) { $0.retryDue() }
             state.withLock { state in
@@ -262,8 +265,9 @@ extension SyncCore {
         }
     }
 
-    /// Sends windows until the outbox is empty or a failure that may pass stops it.
-    private func send(_ first: [Sender.Request]) async {
+    /// Sends windows until the outbox is empty or a failure that may pass stops it. `epoch` is the
+    /// space the windows belong to (``State/space``).
+    private func send(_ first: [Sender.Request], epoch: Int) async {
         var window = first
         while true {
             var answers = await commit(window.map(\.writeRequest))
@@ -273,10 +277,11 @@ extension SyncCore {
                 log("syncPendingWrites_badAnswer", ["request_count": window.count, "answer_count": answers.count], severity: .severe)
                 answers = window.map { _ in .failure(TandemError(.internal, "The remote answered \(answers.count) of \(window.count) write requests.")) }
             }
-            guard let (action, retry) = await settle(answers, writer: window.first?.entries.first?.id.clientID) else {
-                // Sent from a space the engine has left: its writes stay queued there, and are
-                // sent (and answered `replayed` if they were applied) once it is shown again.
-                log("syncPendingWrites_otherSpace", ["request_count": window.count])
+            guard let (action, retry) = await settle(answers, epoch: epoch, writer: window.first?.entries.first?.id.clientID) else {
+                // Sent from a space the engine has left (even one shown again since, whose
+                // sender has started over): its writes stay queued there, and are sent again
+                // (and answered `replayed` if they were applied) by that space's own sender.
+                log("syncPendingWrites_otherSpace", ["request_count": window.count, "epoch": epoch])
                 return
             }
             if case .send(let next) = action, !state.withLock({ $0.tasks.isShutDown }) {
@@ -296,12 +301,13 @@ extension SyncCore {
     /// Records the answers to a window in one durable step: acknowledged writes leave the outbox
     /// with their results in the base, rejected ones leave the outbox and the view. Then tells
     /// the waiters, and returns what the sender does next.
-    /// Nil when the window was sent from another space than the one shown now (`writer` is its
-    /// writer id): those answers are not this space's to settle.
-    private func settle(_ answers: [Result<[WriteAcknowledgement], any Error>], writer: String?) async -> (Sender.Action, Task<Void, Never>?)? {
+    /// Nil when the window was sent from another space than the one shown now, or from an earlier
+    /// showing of this one (`epoch` is the space it was sent from, `writer` its writer id): those
+    /// answers are not this sender's to settle.
+    private func settle(_ answers: [Result<[WriteAcknowledgement], any Error>], epoch: Int, writer: String?) async -> (Sender.Action, Task<Void, Never>?)? {
         let random = randomness.next()
         let settled = await queue.run { [self] () -> (Sender.Settlement, Sender.Action, Task<Void, Never>?, [(DocumentPath, Version)])? in
-            guard state.withLock({ state in writer.map { $0 == state.view.outbox.clientID } ?? true }) else { return nil }
+            guard state.withLock({ state in state.space == epoch && (writer.map { $0 == state.view.outbox.clientID } ?? true) }) else { return nil }
             let (settlement, write, undecided, action, retry, refetched) = state.withLock { state in
                 let settlement = state.sender.answered(answers)
                 var change = LocalCollectionChange()
