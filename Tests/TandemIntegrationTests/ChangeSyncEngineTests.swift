@@ -346,8 +346,9 @@ struct ChangeSyncEngineTests {
         await server.stop()
     }
 
-    @Test("a change queued while the user switches stays the first user's: never sent into the second user's zone under their writer, and sent as the first user's once they are back")
-    func switchWhileQueueing() async throws {
+    /// A server, its sign-in provider and one device, with Ada signed in, her engine started and
+    /// her first record, a1, on the server.
+    func adaOnSharedDevice() async throws -> (LiveServer, ClientSignInTests.Provider, Device) {
         let (server, tokens) = try await AuthenticationTests.server(now: now)
         let provider = ClientSignInTests.Provider(tokens, now: now)
         let device = try Device(server, provider, id: "shared")
@@ -355,6 +356,20 @@ struct ChangeSyncEngineTests {
         device.engine.start()
         try device.send([device.notebook.edit("a1") { $0.properties = ["title": .value("Ada's")] }])
         #expect(await device.until { device.engine.pendingCount == 0 && device.notebook["a1"]?.metadata.version.rawValue ?? 0 > 0 })
+        return (server, provider, device)
+    }
+
+    /// Signs `uid` in on `device`: its connection is made again with the new user's token.
+    func signIn(_ device: Device, _ provider: ClientSignInTests.Provider, as uid: String) async {
+        provider.user.withLock { $0 = uid }
+        device.running.client.setOnline(false)
+        device.running.client.setOnline(true)
+        await signedIn(device.running.client, as: uid)
+    }
+
+    @Test("a change queued while the user switches stays the first user's: never sent into the second user's zone under their writer, and sent as the first user's once they are back")
+    func switchWhileQueueing() async throws {
+        let (server, provider, device) = try await adaOnSharedDevice()
 
         // Ada's change is in the file, and not yet handed to the engine, when Bob signs in.
         let (reached, reach) = AsyncStream.makeStream(of: Void.self)
@@ -368,12 +383,9 @@ struct ChangeSyncEngineTests {
         }.start()
         for await _ in reached { break }
         device.engine.afterQueueing.withLock { $0 = nil }
-        provider.user.withLock { $0 = "bob" }
         let bobsBook = Notebook()
         device.engine.delegate = bobsBook
-        device.running.client.setOnline(false)
-        device.running.client.setOnline(true)
-        await signedIn(device.running.client, as: "bob")
+        await signIn(device, provider, as: "bob")
         #expect(await device.until { device.engine.status.account == "bob" && device.engine.pendingCount == 0 && device.engine.token != nil })
         release.signal()
         for await error in sent {
@@ -389,10 +401,7 @@ struct ChangeSyncEngineTests {
 
         // Ada again: her change lands in her zone.
         device.engine.delegate = device.notebook
-        provider.user.withLock { $0 = "ada" }
-        device.running.client.setOnline(false)
-        device.running.client.setOnline(true)
-        await signedIn(device.running.client, as: "ada")
+        await signIn(device, provider, as: "ada")
         #expect(await device.until { device.engine.status.account == "ada" && device.engine.pendingCount == 0 })
         #expect(try await server.store.document(at: documentPath("users/ada/zones/notes/records/a3"))?.data["title"] == "Ada's, queued as Bob came")
         await device.running.stop()
@@ -401,13 +410,7 @@ struct ChangeSyncEngineTests {
 
     @Test("a user switch: the second user's engine sees none of the first user's records, and the first user's change queued offline is never sent as the second")
     func userSwitch() async throws {
-        let (server, tokens) = try await AuthenticationTests.server(now: now)
-        let provider = ClientSignInTests.Provider(tokens, now: now)
-        let device = try Device(server, provider, id: "shared")
-        await signedIn(device.running.client, as: "ada")
-        device.engine.start()
-        try device.send([device.notebook.edit("a1") { $0.properties = ["title": .value("Ada's")] }])
-        #expect(await device.until { device.engine.pendingCount == 0 && device.notebook["a1"]?.metadata.version.rawValue ?? 0 > 0 })
+        let (server, provider, device) = try await adaOnSharedDevice()
         device.running.client.setOnline(false)
         try device.send([device.notebook.edit("a2") { $0.properties = ["title": .value("Ada's, offline")] }])
         #expect(device.engine.pendingCount == 1)
@@ -427,10 +430,7 @@ struct ChangeSyncEngineTests {
 
         // Ada again: her queued change lands.
         device.engine.delegate = device.notebook
-        provider.user.withLock { $0 = "ada" }
-        device.running.client.setOnline(false)
-        device.running.client.setOnline(true)
-        await signedIn(device.running.client, as: "ada")
+        await signIn(device, provider, as: "ada")
         #expect(await device.until { device.engine.status.account == "ada" && device.engine.pendingCount == 0 })
         #expect(try await server.store.document(at: documentPath("users/ada/zones/notes/records/a2"))?.data["title"] == "Ada's, offline")
         await device.running.stop()

@@ -13,6 +13,14 @@ struct ServerStateMachineTests {
         CommittedBatch(version: Version(version), changes: [.removal(try! DocumentPath("a/\(version)"), version: Version(version))])
     }
 
+    /// The versions a decision delivers; nil when it delivers nothing.
+    func versions(_ decision: DeliveryHold.Decision) -> [Version]? {
+        if case .deliver(let batches) = decision { return batches.map(\.version) }
+        return nil
+    }
+
+    func ms(_ value: Int) -> Duration { .milliseconds(value) }
+
     @Test("commits reported out of order come out in version order, none before the watermark passes it")
     func commitOrder() {
         var order = CommitOrder()
@@ -38,10 +46,6 @@ struct ServerStateMachineTests {
         var asked = 0
         var busy = false
         let underWay = { () -> Bool in asked += 1; return busy }
-        func versions(_ decision: DeliveryHold.Decision) -> [Version]? {
-            if case .deliver(let batches) = decision { return batches.map(\.version) }
-            return nil
-        }
         // Idle: at once.
         #expect(versions(hold.receive([batch(1)], now: .zero, commitsUnderWay: underWay)) == [1])
         // Nothing to deliver: the store is not asked (asking costs it a notice).
@@ -61,11 +65,6 @@ struct ServerStateMachineTests {
     func deliveryPacing() {
         var hold = DeliveryHold(limit: 0, pacing: FanOutPacing(interval: .milliseconds(5), busyCommits: 3))
         let idle = { () -> Bool in false }
-        func ms(_ value: Int) -> Duration { .milliseconds(value) }
-        func versions(_ decision: DeliveryHold.Decision) -> [Version]? {
-            if case .deliver(let batches) = decision { return batches.map(\.version) }
-            return nil
-        }
         // Two commits within an interval: below the load, each at once.
         #expect(versions(hold.receive([batch(1)], now: ms(0), commitsUnderWay: idle)) == [1])
         #expect(versions(hold.receive([batch(2)], now: ms(1), commitsUnderWay: idle)) == [2])
@@ -89,11 +88,6 @@ struct ServerStateMachineTests {
     func pacingSkipsUnheardDeliveries() {
         var hold = DeliveryHold(limit: 0, pacing: FanOutPacing(interval: .milliseconds(5), busyCommits: 3))
         let idle = { () -> Bool in false }
-        func ms(_ value: Int) -> Duration { .milliseconds(value) }
-        func versions(_ decision: DeliveryHold.Decision) -> [Version]? {
-            if case .deliver(let batches) = decision { return batches.map(\.version) }
-            return nil
-        }
         #expect(versions(hold.receive([batch(1)], now: ms(0), commitsUnderWay: idle)) == [1])
         #expect(versions(hold.receive([batch(2)], now: ms(1), commitsUnderWay: idle)) == [2])
         // Under load: due 5 ms after the delivery at 1 ms.
