@@ -40,7 +40,9 @@ public final class InProcessServer: Sendable {
         clock = ServerClock(configuration.clock)
         let hub = FanOutHub(store: store, pacing: configuration.fanOutPacing, clock: clock, logger: configuration.logger,
                             onListenerCountChange: configuration.onListenerCountChange)
-        store.observeCommits { hub.receive($0) }
+        // Weakly: the store outlives the hub (a restart runs another on it), and the hub holds the
+        // store; held strongly, neither would ever be freed, nor the database closed.
+        store.observeCommits { [weak hub] in hub?.receive($0) }
         service = SyncService(store: store, hub: hub, limits: configuration.limits, access: configuration.access, now: clock.now)
         // The store's own work (pruning, its writer) and the fan-out, as a `SyncServer` runs them.
         hubTask = Mutex(Task {

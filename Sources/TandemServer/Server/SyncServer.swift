@@ -48,7 +48,9 @@ public struct SyncServer: Service {
         let metrics = self.metrics
         let hub = FanOutHub(store: store, pacing: configuration.fanOutPacing, clock: clock, logger: configuration.logger, metrics: metrics,
                             onListenerCountChange: configuration.onListenerCountChange)
-        store.observeCommits { hub.receive($0) }
+        // Weakly: the store outlives the hub (a restart runs another on it), and the hub holds the
+        // store; held strongly, neither would ever be freed, nor the database closed.
+        store.observeCommits { [weak hub] in hub?.receive($0) }
         store.observeGroupCommits { metrics.grouped($0) }
         let service = SyncService(store: store, hub: hub, limits: configuration.limits, access: configuration.access, metrics: metrics, now: clock.now)
         // HEAD is answered like GET without the body.
