@@ -23,7 +23,7 @@ public enum ChildProcess {
     /// `killAfter` lines, and returns the lines it printed and whether it was killed (rather than
     /// having exited first).
     public static func runAndKill(_ executable: URL, arguments: [String], afterLines killAfter: Int) async throws -> (lines: [String], killed: Bool) {
-        let process = Process()
+        let process = ChildSpawn()
         process.executableURL = executable
         process.arguments = arguments
         let output = Pipe()
@@ -49,6 +49,8 @@ public enum ChildProcess {
                         killed = true
                     }
                 }
+                // At its end: closed now, not whenever the pipe is freed.
+                try? handle.close()
                 continuation.resume(returning: lines)
             }
         }

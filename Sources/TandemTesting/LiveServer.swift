@@ -86,6 +86,12 @@ public final class LiveServer: Sendable {
         return LiveServer(url: URL(string: "\(scheme)://127.0.0.1:\(bound)")!, port: bound, store: store, metrics: server.metrics, directory: directory, task: task, listeners: listeners)
     }
 
+    /// A server whose handle is dropped without ``stop()`` stops too: its port, its connections
+    /// and the store it opened are not kept for the rest of the process.
+    deinit {
+        task.cancel()
+    }
+
     /// How many listeners the server runs now, over every connection.
     public var listenerCount: Int { listeners.value }
 

@@ -66,9 +66,9 @@ public final class PostgresCluster: Sendable {
     private let flushes: Bool
 
     private final class Server: Sendable {
-        let process: Process
+        let process: ChildSpawn
         let exited: Ticket<Int32>
-        init(process: Process, exited: Ticket<Int32>) {
+        init(process: ChildSpawn, exited: Ticket<Int32>) {
             self.process = process
             self.exited = exited
         }
@@ -198,6 +198,7 @@ public final class PostgresCluster: Sendable {
                     if line.contains("ready to accept connections") { ready.fulfill(.success(())) }
                 }
             }
+            try? handle.close()
             ready.fulfill(.failure(ClusterError(message: "postgres exited before it accepted connections: \(lines.joined(separator: "\n"))")))
         }
         // A server that never says it is ready (a recovery that does not end) fails the start
@@ -216,8 +217,8 @@ public final class PostgresCluster: Sendable {
         }
     }
 
-    private func makeProcess(_ tool: String, _ arguments: [String]) -> Process {
-        let process = Process()
+    private func makeProcess(_ tool: String, _ arguments: [String]) -> ChildSpawn {
+        let process = ChildSpawn()
         let path = bin.appendingPathComponent(tool).path
         if let runAs {
             process.executableURL = URL(fileURLWithPath: "/usr/bin/setpriv")
@@ -246,7 +247,10 @@ public final class PostgresCluster: Sendable {
         let text = Ticket<String>()
         let handle = output.fileHandleForReading
         DispatchQueue.global().async {
-            text.fulfill(.success(String(decoding: handle.readDataToEndOfFile(), as: UTF8.self)))
+            let data = handle.readDataToEndOfFile()
+            // At its end: closed now, not whenever the pipe is freed.
+            try? handle.close()
+            text.fulfill(.success(String(decoding: data, as: UTF8.self)))
         }
         let printed = try await text.value()
         return (try await exited.value(), printed.trimmingCharacters(in: .whitespacesAndNewlines))

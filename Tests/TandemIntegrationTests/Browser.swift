@@ -1,4 +1,5 @@
 import Foundation
+import TandemTesting
 import Logging
 import Synchronization
 import TandemCore
@@ -64,7 +65,7 @@ final class Browser: Sendable {
             throw Failure(description: "No Chromium here: install Debian's chromium package (apt-get install chromium).")
         }
         let directory = TemporaryDirectory()
-        let process = Process()
+        let process = ChildSpawn()
         process.executableURL = executable
         process.arguments = [
             "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--remote-debugging-port=0", "--remote-allow-origins=*",

@@ -1,4 +1,5 @@
 import Foundation
+import TandemTesting
 import Synchronization
 
 /// The `tandem` executable, built beside the tests, run as a child process.
@@ -22,7 +23,7 @@ enum CLIProcess {
 
     /// Runs `tandem ARGS…` to completion.
     static func run(_ arguments: [String], input: String? = nil) async throws -> Result {
-        let process = Process()
+        let process = ChildSpawn()
         process.executableURL = executable
         process.arguments = arguments
         let out = Pipe(), err = Pipe()
@@ -63,7 +64,7 @@ extension CLIProcess {
         }
         let terminal = open("/dev/pts/\(number)", O_RDWR | O_NOCTTY)
         guard terminal >= 0 else { throw CocoaError(.fileWriteUnknown, userInfo: [NSLocalizedDescriptionKey: "cannot open the terminal: errno \(errno)"]) }
-        let process = Process()
+        let process = ChildSpawn()
         process.executableURL = executable
         process.arguments = arguments
         process.standardOutput = FileHandle(fileDescriptor: terminal, closeOnDealloc: false)
@@ -92,14 +93,14 @@ extension CLIProcess {
 
 /// A running `tandem` process whose standard output is read line by line.
 final class RunningProcess: Sendable {
-    let process: Process
+    let process: ChildSpawn
     private let lines: Lines
     private let exited = Exit()
 
     /// Runs `tandem` with `arguments`; with `errorsToo`, what it writes to standard error comes
     /// in the same lines, in the order written.
     init(_ arguments: [String], errorsToo: Bool = false) throws {
-        let process = Process()
+        let process = ChildSpawn()
         process.executableURL = CLIProcess.executable
         process.arguments = arguments
         let out = Pipe()
@@ -132,6 +133,8 @@ final class Collector: Sendable {
                 if chunk.isEmpty { break }
                 self.data.withLock { $0.append(chunk) }
             }
+            // At its end: closed now, not whenever the pipe is freed.
+            try? handle.close()
             self.done.fire(0)
         }
     }
@@ -163,6 +166,7 @@ final class Lines: Sendable {
                     buffer.removeSubrange(buffer.startIndex...newline)
                 }
             }
+            try? handle.close()
             self.put(nil)
         }
     }

@@ -1,4 +1,5 @@
 import Foundation
+import TandemTesting
 import Testing
 
 /// The README's client example as an app copies it: a package of its own, next to this one,
@@ -64,7 +65,7 @@ struct ReadmePackageTests {
             }
             """.write(to: app.appendingPathComponent("Sources/App/main.swift"), atomically: true, encoding: .utf8)
 
-        let process = Process()
+        let process = ChildSpawn()
         process.executableURL = URL(filePath: "/usr/bin/env")
         process.arguments = ["swift", "build", "--package-path", app.path, "--scratch-path", app.appendingPathComponent(".build").path]
         let output = Pipe()

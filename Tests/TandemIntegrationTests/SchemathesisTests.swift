@@ -98,7 +98,7 @@ enum Schemathesis {
             "--request-timeout", "120",
         ]
         for header in headers { arguments += ["--header", header] }
-        let process = Process()
+        let process = ChildSpawn()
         process.executableURL = executable
         process.arguments = arguments
         // The report directory schemathesis may write goes to a temporary one.
