@@ -83,7 +83,7 @@ public final class CollectionGroupSyncEngine<T: SyncModel>: Sendable, RegistrarO
         core.shutdown()
     }
 
-    /// Tells observers of each property the change touched, on the thread that made the change.
+    /// Tells observers of each property the change touched, on the engine's executor after the change.
     private func coreDidChange(_ changes: EngineChanges) {
         if changes.contains(.documents) { withMutation(keyPath: keys.currentCollection) {} }
         if changes.contains(.isFromCache) { withMutation(keyPath: keys.isFromCache) {} }

@@ -99,9 +99,9 @@ public final class CollectionSyncEngine<T: SyncModel>: Sendable, RegistrarObserv
         core.shutdown()
     }
 
-    /// Tells observers of each property the change touched. Delivered on the thread that made the
-    /// change (the listener's task, or the writer's); `withObservationTracking` and SwiftUI take it
-    /// from there.
+    /// Tells observers of each property the change touched. Delivered on the engine's executor,
+    /// after the change (on the caller's thread for a dismissal); `withObservationTracking` and
+    /// SwiftUI take it from there.
     private func coreDidChange(_ changes: EngineChanges) {
         if changes.contains(.documents) { withMutation(keyPath: keys.currentCollection) {} }
         if changes.contains(.pendingWrites) { withMutation(keyPath: keys.pendingWrites) {} }
@@ -275,8 +275,9 @@ public enum ChangeDelivery: Sendable, Hashable {
     /// expects; on the thread that made the change elsewhere (Linux, where a server or a tool may
     /// never run its main actor, and a notice waiting for it would never come). The default.
     case automatic
-    /// On the thread that made the change: the engine's executor for its changes, the listener's
-    /// task for server changes. Reads made after the notice see the change.
+    /// On the thread that made the change: the engine's executor, which makes every change of its
+    /// state (the caller's thread for a dismissal of a rejected write). Reads made after the
+    /// notice see the change.
     case immediate
     /// On the main actor, in the order the changes were made, for UI code that must only touch
     /// its state there. Needs a main actor that runs (an app's main run loop, `dispatchMain()`,

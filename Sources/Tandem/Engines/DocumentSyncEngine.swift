@@ -82,7 +82,7 @@ public final class DocumentSyncEngine<T: SyncModel>: Sendable {
         core.shutdown()
     }
 
-    /// Tells observers of each property the change touched, on the thread that made the change.
+    /// Tells observers of each property the change touched, on the engine's executor after the change.
     private func coreDidChange(_ changes: EngineChanges) {
         if changes.contains(.documents) { withMutation(keyPath: keys.currentDocument) {} }
         if changes.contains(.pendingWrites) { withMutation(keyPath: keys.pendingWrites) {} }

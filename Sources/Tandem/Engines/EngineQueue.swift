@@ -1,4 +1,5 @@
 import Dispatch
+import Synchronization
 
 /// An engine's serial executor: every change of the engine's view together with its persistence
 /// runs here, one at a time, in the order it was queued, on a thread of its own.
@@ -37,4 +38,56 @@ final class EngineQueue: Sendable {
         dispatchPrecondition(condition: .notOnQueue(queue))
         return try queue.sync(execute: work)
     }
+}
+
+extension EngineQueue {
+    /// Stops a debug build when the caller is not running on this queue: the engine's working
+    /// state belongs to it alone. Nothing in a release build.
+    @inline(__always)
+    func assertOwner() {
+        #if DEBUG
+        dispatchPrecondition(condition: .onQueue(queue))
+        #endif
+    }
+}
+
+/// A state that belongs to one ``EngineQueue``: read and changed only by work running there, one
+/// step at a time, so it needs no lock, and no change of it can come from two places. A debug build
+/// stops at any access from elsewhere.
+///
+/// What other threads may know of it is `Status`: a few facts taken from the state after each
+/// step that changed them, published under a lock that only readers and the owner's publishing
+/// take.
+final class QueueOwned<State, Status: Equatable & Sendable>: @unchecked Sendable {
+    // Safe to mark unchecked: `state` and `lastStatus` are touched only on `queue` (asserted in
+    // debug builds), which runs one step at a time; `published` is a lock.
+    private var state: State
+    private var lastStatus: Status
+    private let queue: EngineQueue
+    private let status: (State) -> Status
+    private let published: Mutex<Status>
+
+    init(_ state: State, on queue: EngineQueue, status: @escaping (State) -> Status) {
+        self.state = state
+        self.queue = queue
+        self.status = status
+        lastStatus = status(state)
+        published = Mutex(lastStatus)
+    }
+
+    /// Runs one step on the state; called on the owning queue only.
+    func access<Result>(_ body: (inout State) throws -> Result) rethrows -> Result {
+        queue.assertOwner()
+        defer {
+            let now = status(state)
+            if now != lastStatus {
+                lastStatus = now
+                published.withLock { $0 = now }
+            }
+        }
+        return try body(&state)
+    }
+
+    /// The facts the last step published: for any thread.
+    var current: Status { published.withLock { $0 } }
 }

@@ -22,9 +22,11 @@ final class EngineSnapshot<T: SyncModel>: Sendable {
     /// of them shown; nil when every model is shown in path order.
     let query: (keys: ChunkedList<QueryView<T>.Key>, models: ChunkedList<T>, revisions: ChunkedList<UInt64>, window: Range<Int>)?
     let pendingWrites: ChunkedList<PendingWrite>
-    let rejectedWrites: [RejectedWrite]
     let isFromCache: Bool
     let documentID: String?
+    /// The space (user) epoch the state belongs to: how many times the engine had switched
+    /// spaces when it was made. A change made from this snapshot is recorded only in that space.
+    let space: Int
 
     private struct Derived {
         var shown: [T]?
@@ -35,16 +37,16 @@ final class EngineSnapshot<T: SyncModel>: Sendable {
     private let derived = Mutex(Derived())
 
     init(generation: UInt64, paths: ChunkedList<DocumentPath>, models: ChunkedList<T>, revisions: ChunkedList<UInt64>, query: QueryView<T>?,
-         pendingWrites: ChunkedList<PendingWrite>, rejectedWrites: [RejectedWrite], isFromCache: Bool, documentID: String?) {
+         pendingWrites: ChunkedList<PendingWrite>, isFromCache: Bool, documentID: String?, space: Int) {
         self.generation = generation
         self.paths = paths
         self.models = models
         self.revisions = revisions
         self.query = query.map { ($0.keys, $0.models, $0.revisions, $0.window) }
         self.pendingWrites = pendingWrites
-        self.rejectedWrites = rejectedWrites
         self.isFromCache = isFromCache
         self.documentID = documentID
+        self.space = space
     }
 
     /// What the engine shows: the query's window of its members, or every model in path order.

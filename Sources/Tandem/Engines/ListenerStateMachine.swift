@@ -64,7 +64,7 @@ struct ListenerStateMachine: Sendable {
     /// The version the next attach resumes after: the last batch applied, while it belongs to the
     /// query listened to.
     private(set) var resumeVersion: Version?
-    private var lastAttempt = 0
+    private(set) var lastAttempt = 0
     /// Whether the remote's connection is up, as its last event said (up until one says otherwise).
     private(set) var isConnected = true
 

@@ -2,24 +2,24 @@ import Dispatch
 
 /// Splits the work of a large batch across cores, and returns only once all of it is done.
 enum Parallel {
-    /// Runs `first` and `second` at the same time; returns when both have finished.
+    /// Runs `first` on the calling thread (so on the engine's executor when called there, where
+    /// its state may be touched) while `second` runs on another; returns when both have finished.
+    /// `second` must touch nothing that belongs to the caller's executor.
     static func both(_ first: () -> Void, _ second: () -> Void) {
-        withoutActuallyEscaping(first) { first in
-            withoutActuallyEscaping(second) { second in
-                let work = Unchecked((first, second))
-                DispatchQueue.concurrentPerform(iterations: 2) { index in
-                    if index == 0 { work.value.0() } else { work.value.1() }
-                }
-            }
+        withoutActuallyEscaping(second) { second in
+            let work = Unchecked(second)
+            let done = DispatchGroup()
+            DispatchQueue.global(qos: .userInitiated).async(group: done) { work.value() }
+            first()
+            done.wait()
         }
     }
 }
 
-/// Carries a value into `concurrentPerform`'s closure.
+/// Carries the second closure to the thread that runs it.
 ///
-/// Safe here because `concurrentPerform` returns only after every iteration finished, so nothing
-/// outlives the call, and the iterations share only what they read: the closures `both` runs
-/// touch disjoint state (the caller's contract).
+/// Safe here because `both` returns only after that thread finished with it, so nothing outlives
+/// the call, and the closures share only what they read (the caller's contract).
 private struct Unchecked<Value>: @unchecked Sendable {
     let value: Value
     init(_ value: Value) { self.value = value }

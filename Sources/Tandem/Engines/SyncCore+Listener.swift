@@ -72,7 +72,7 @@ extension SyncCore {
     /// ``startListener(replacing:_:)``'s step, run on `queue`; `started` is resumed with the
     /// first batch, or at once when the engine is shut down.
     private func startListenerOnQueue(replacing: Bool, _ listen: @escaping Listen, started: CheckedContinuation<Void, Never>) {
-        let effects = state.withLock { state -> ListenerEffects in
+        let effects = state.access { state -> ListenerEffects in
             guard !state.tasks.isShutDown else { return ListenerEffects(resume: [started]) }
             state.tasks.source = ListenSource(listen)
             state.tasks.starts.append(started)
@@ -87,20 +87,23 @@ extension SyncCore {
         queue.enqueue { [self] in stopListenerNow() }
     }
 
-    /// ``stopListener()``'s step, run on `queue`; or at once where no start can come after it (a
-    /// shut-down engine, whose queued starts do nothing). A start running meanwhile attaches a
-    /// stream this stop has made stale, which it cancels.
+    /// ``stopListener()``'s step, run on `queue`.
     func stopListenerNow() {
-        perform(state.withLock { state in
+        perform(state.access { state in
             state.tasks.source = nil
             return Self.take(state.listener.stop(), in: &state)
         })
     }
 
     /// Stops everything the engine started, for good: the listener, its backoff and the sender's.
-    /// A window in flight finishes; nothing new starts. Called when the engine goes.
+    /// A window in flight finishes; nothing new starts. Called when the engine goes; queued on
+    /// `queue`, after every change asked for before it.
     func shutdown() {
-        let (flushRetry, connection, auth) = state.withLock { state -> (Task<Void, Never>?, ConnectionObservation?, ConnectionObservation?) in
+        queue.enqueue { [self] in shutdownOnQueue() }
+    }
+
+    private func shutdownOnQueue() {
+        let (flushRetry, connection, auth) = state.access { state -> (Task<Void, Never>?, ConnectionObservation?, ConnectionObservation?) in
             state.tasks.isShutDown = true
             defer {
                 state.flushRetry = nil
@@ -117,12 +120,12 @@ extension SyncCore {
         notifyChanged([])
     }
 
-    var isShutDown: Bool { state.withLock { $0.tasks.isShutDown } }
+    var isShutDown: Bool { state.current.isShutDown }
 
-    var isListening: Bool { state.withLock { $0.listener.isRunning } }
+    var isListening: Bool { state.current.isListening }
 
     /// Whether a listener runs and is up (not waiting out a backoff).
-    var isListenerUp: Bool { state.withLock { $0.listener.isUp } }
+    var isListenerUp: Bool { state.current.isListenerUp }
 
     /// Takes what the machine's actions ask out of the state, in its locked step.
     static func take(_ actions: [ListenerStateMachine.Action], in state: inout State) -> ListenerEffects {
@@ -163,7 +166,8 @@ extension SyncCore {
         return effects
     }
 
-    /// Runs the effects outside the locks: cancels, wakes, and starts the stream or the sleep.
+    /// Runs the effects after the step that took them (on `queue`): cancels, wakes, and starts
+    /// the stream or the sleep.
     func perform(_ effects: ListenerEffects) {
         effects.cancel.forEach { $0.cancel() }
         effects.resume.forEach { $0.resume() }
@@ -174,8 +178,8 @@ extension SyncCore {
             attach(attempt, source.listen(resumeFrom))
         }
         if let until = effects.sleepUntil {
-            let sleep = sleep(until: until) { $0.listenerRetryDue(until) }
-            let kept = state.withLock { state -> Bool in
+            let sleep = sleep(until: until) { core in core.queue.enqueue { core.listenerRetryDue(until) } }
+            let kept = state.access { state -> Bool in
                 guard state.listener.phase == .down(until: until), state.tasks.sleep == nil, !state.tasks.isShutDown else { return false }
                 state.tasks.sleep = sleep
                 return true
@@ -199,23 +203,31 @@ extension SyncCore {
         }
     }
 
-    /// Runs one attempt's stream. The task holds the core only while it applies a batch, so an
-    /// engine that goes away is not kept alive by its listener.
+    /// Runs one attempt's stream, on `queue`. The attempt belongs to the space shown now: its
+    /// batches are applied only while that attempt is the listener's and that space is shown. The
+    /// task holds the core only while it applies a batch, so an engine that goes away is not kept
+    /// alive by its listener.
     private func attach(_ attempt: Int, _ stream: AsyncThrowingStream<RemoteChangeBatch, any Error>) {
         log("listener_start")
+        let (epoch, staging) = state.access { state -> (Int, (any SnapshotStaging)?) in
+            if case .collection(let store) = state.persistence { return (state.space, store as? any SnapshotStaging) }
+            return (state.space, nil)
+        }
+        let attachment = Attachment(attempt: attempt, epoch: epoch, staging: staging)
         let task = Task { [weak self] in
             var pieces = BatchPieces()
             var prepared: PreparedBatch?
             do {
                 for try await piece in stream {
-                    guard let self, await self.receive(piece, attempt: attempt, pieces: &pieces, prepared: &prepared) else { return }
+                    guard let self, await self.receive(piece, attachment, pieces: &pieces, prepared: &prepared) else { return }
                 }
                 throw TandemError(.unavailable, "The listener's stream ended.")
             } catch {
-                self?.listenerFailed(attempt, error)
+                guard let self else { return }
+                self.queue.enqueue { self.listenerFailed(attempt, error) }
             }
         }
-        let kept = state.withLock { state -> Bool in
+        let kept = state.access { state -> Bool in
             guard state.listener.isCurrent(attempt) else { return false }
             state.tasks.stream = (attempt, task)
             return true
@@ -223,13 +235,21 @@ extension SyncCore {
         if !kept { task.cancel() }
     }
 
+    /// What a listener's stream belongs to: its attempt, the space it was attached in, and where
+    /// that space's persistence stages a snapshot arriving in pieces.
+    struct Attachment: Sendable {
+        let attempt: Int
+        let epoch: Int
+        let staging: (any SnapshotStaging)?
+    }
+
     /// Takes one element of an attempt's stream; false once the attempt is no longer attached.
-    private func receive(_ piece: RemoteChangeBatch, attempt: Int, pieces: inout BatchPieces, prepared: inout PreparedBatch?) async -> Bool {
-        guard !Task.isCancelled, state.withLock({ $0.listener.isCurrent(attempt) }) else { return false }
+    private func receive(_ piece: RemoteChangeBatch, _ attachment: Attachment, pieces: inout BatchPieces, prepared: inout PreparedBatch?) async -> Bool {
+        guard !Task.isCancelled else { return false }
         if piece.continues || prepared != nil {
             // A batch arriving in pieces: decode its models (and stage a snapshot's documents)
             // now, while the rest comes.
-            if prepared == nil { prepared = PreparedBatch(snapshot: piece.isSnapshot, staging: staging) }
+            if prepared == nil { prepared = PreparedBatch(snapshot: piece.isSnapshot, staging: attachment.staging) }
             // In place: a copy would copy everything prepared so far, for every piece.
             prepared?.add(piece)
         }
@@ -237,10 +257,14 @@ extension SyncCore {
         // Applied on the engine's executor; this task waits suspended, the stream's next pieces
         // gathering meanwhile.
         let ready = prepared
-        guard await queue.run({ [self] in apply(batch, prepared: ready, attempt: attempt) }) else { return false }
-        let effects = state.withLock { Self.take($0.listener.delivered(attempt: attempt), in: &$0) }
-        if effects.up { log("listener_success", ["count": batch.changes.count]) }
-        perform(effects)
+        let applied = await queue.run { [self] () -> Bool in
+            guard apply(batch, prepared: ready, attachment: attachment) else { return false }
+            let effects = state.access { Self.take($0.listener.delivered(attempt: attachment.attempt), in: &$0) }
+            if effects.up { log("listener_success", ["count": batch.changes.count]) }
+            perform(effects)
+            return true
+        }
+        guard applied else { return false }
         // Freed only now, after whoever waits for the first batch was woken: a large batch takes
         // a while to free.
         withExtendedLifetime(batch) {}
@@ -248,11 +272,11 @@ extension SyncCore {
         return true
     }
 
-    /// An attempt's stream failed or ended: back off, or give up, as the machine says.
+    /// An attempt's stream failed or ended: back off, or give up, as the machine says. On `queue`.
     private func listenerFailed(_ attempt: Int, _ error: any Error) {
         let now = elapsed()
         let random = randomness.next()
-        let outcome = state.withLock { state -> (ListenerEffects, failures: Int, fromCache: Bool)? in
+        let outcome = state.access { state -> (ListenerEffects, failures: Int, fromCache: Bool)? in
             let actions = state.listener.failed(attempt: attempt, now: now, random: random)
             guard !actions.isEmpty else { return nil }  // replaced or stopped meanwhile
             if state.tasks.stream?.attempt == attempt { state.tasks.stream = nil }
@@ -275,10 +299,10 @@ extension SyncCore {
         perform(effects)
     }
 
-    /// The backoff's sleep until `deadline` ended.
+    /// The backoff's sleep until `deadline` ended. On `queue`.
     private func listenerRetryDue(_ deadline: Duration) {
         let now = elapsed()
-        perform(state.withLock { state in
+        perform(state.access { state in
             // Only this sleep's own handle: a newer one (after a wake and another failure) stays.
             if state.listener.phase == .down(until: deadline) { state.tasks.sleep = nil }
             return Self.take(state.listener.retryDue(now: now), in: &state)
@@ -291,26 +315,42 @@ extension SyncCore {
         applyNow(batch, prepared: nil)
     }
 
-    /// As above, with what was prepared while its pieces arrived and the attempt it belongs to.
+    /// As above, with what was prepared while its pieces arrived and the attachment it came on.
     @discardableResult
-    func applyNow(_ batch: RemoteChangeBatch, prepared: PreparedBatch?, attempt: Int? = nil) -> Bool {
-        queue.sync { apply(batch, prepared: prepared, attempt: attempt) }
+    func applyNow(_ batch: RemoteChangeBatch, prepared: PreparedBatch?, attachment: Attachment? = nil) -> Bool {
+        queue.sync { apply(batch, prepared: prepared, attachment: attachment) }
+    }
+
+    /// The attachment of the listener's current attempt, as its stream would carry it: for tests
+    /// that apply a batch as if it came on it, or on an earlier one (`attempt`).
+    func currentAttachment(attempt: Int? = nil) -> Attachment {
+        queue.sync {
+            state.access { Attachment(attempt: attempt ?? $0.listener.lastAttempt, epoch: $0.space, staging: nil) }
+        }
     }
 
     /// As above, with what was prepared while the batch's pieces arrived. The batch's models are
     /// decoded before any lock is taken; only documents with pending writes on top are decoded
     /// after the view's locked step.
     ///
-    /// With `attempt`, the batch is applied only while that attempt is the listener's: a switch
-    /// to another query or document (which runs on `queue` too) either comes before, and the
-    /// batch is dropped, or after. Returns false when it was dropped. Runs on `queue`.
+    /// With `attachment`, the batch is applied only while its attempt is the listener's and its
+    /// space is shown: a switch to another query, document or user (which runs on `queue` too)
+    /// either comes before, and the batch is dropped (logged), or after. Returns false when it
+    /// was dropped. Runs on `queue`.
     @discardableResult
-    func apply(_ batch: RemoteChangeBatch, prepared: PreparedBatch?, attempt: Int? = nil) -> Bool {
+    func apply(_ batch: RemoteChangeBatch, prepared: PreparedBatch?, attachment: Attachment? = nil) -> Bool {
         let models = prepared?.models ?? PreparedModels(batch.changes)
         var leftCache = false
         let applied = { () -> [DocumentPath]? in
-            if let attempt, !state.withLock({ $0.listener.isCurrent(attempt) }) { return nil }
-            let (persistence, queryDigest) = state.withLock { ($0.persistence, $0.queryDigest) }
+            if let attachment {
+                let (current, space) = state.access { ($0.listener.isCurrent(attachment.attempt), $0.space) }
+                if space != attachment.epoch {
+                    log("listener_otherSpace", ["count": batch.changes.count, "epoch": attachment.epoch])
+                    return nil
+                }
+                if !current { return nil }
+            }
+            let (persistence, queryDigest) = state.access { ($0.persistence, $0.queryDigest) }
             if batch.changes.count > 64, case .collection(let store) = persistence {
                 // A large batch: the cache write needs only the batch, so it runs on one core while
                 // the view and the models are brought up to date on the other.
@@ -320,6 +360,18 @@ extension SyncCore {
                 // Written directly, so after every change queued before it.
                 cache.flush()
                 Parallel.both({
+                    state.access { state in
+                        state.listener.applied(version: batch.version)
+                        leftCache = state.isFromCache
+                        state.isFromCache = false
+                        if let adopted = Self.adopt(batch, models, into: &state) {
+                            (changed, undecided) = adopted
+                            return
+                        }
+                        changed = state.view.applyRemote(batch, now: Date())
+                        undecided = Self.refreshModels(changed, in: &state, prepared: models)
+                    }
+                }, {
                     if var promotion = prepared?.promotion(of: batch) {
                         promotion.resumeQuery = queryDigest
                         do {
@@ -334,24 +386,12 @@ extension SyncCore {
                     } catch {
                         failure = error
                     }
-                }, {
-                    state.withLock { state in
-                        state.listener.applied(version: batch.version)
-                        leftCache = state.isFromCache
-                        state.isFromCache = false
-                        if let adopted = Self.adopt(batch, models, into: &state) {
-                            (changed, undecided) = adopted
-                            return
-                        }
-                        changed = state.view.applyRemote(batch, now: Date())
-                        undecided = Self.refreshModels(changed, in: &state, prepared: models)
-                    }
                 })
                 if let failure { logPersistFailure(failure) }
                 installModels(undecided)
                 return changed
             }
-            let (changed, undecided, write) = state.withLock { state in
+            let (changed, undecided, write) = state.access { state in
                 state.listener.applied(version: batch.version)
                 leftCache = state.isFromCache
                 state.isFromCache = false
@@ -427,12 +467,6 @@ extension SyncCore {
         // The listened query's view over them.
         refreshQueryView(nil, in: &state)
         return (changed, [])
-    }
-
-    /// The persistence, when it can stage a snapshot while it arrives.
-    var staging: (any SnapshotStaging)? {
-        if case .collection(let store) = state.withLock({ $0.persistence }) { return store as? any SnapshotStaging }
-        return nil
     }
 
     /// The work done on a batch's pieces while the rest arrives: their models decoded, and a

@@ -16,7 +16,7 @@ extension SyncCore {
             queue.enqueue { [self] in
                 var reshown = false
                 var fresh = false
-                let effects = state.withLock { state -> ListenerEffects in
+                let effects = state.access { state -> ListenerEffects in
                     guard !state.tasks.isShutDown else { return ListenerEffects(resume: [started]) }
                     let same = state.query == query || (state.query == nil && state.resumeQuery == digest)
                     fresh = !(same && state.listener.isUp)
@@ -52,7 +52,7 @@ extension SyncCore {
     func stopListening(clearCaches: Bool) {
         queue.enqueue { [self] in
             stopListenerNow()
-            state.withLock { state in
+            state.access { state in
                 // The same query again resumes where this one stopped, while the cache is kept.
                 state.resumeQuery = clearCaches ? nil : state.queryDigest
                 state.query = nil
@@ -79,7 +79,7 @@ extension SyncCore {
     }
 
     /// The query the listener follows, if any.
-    var query: Query? { state.withLock { $0.query } }
+    var query: Query? { state.current.query }
 
     /// Runs a query on the server once, with its analytics events.
     func fetch(_ query: Query, _ fetch: (Query) async throws -> [Document]) async throws -> [T] {

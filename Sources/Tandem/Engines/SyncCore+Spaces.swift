@@ -17,13 +17,16 @@ import TandemCore
 ///   server has confirmed who is signed in.
 extension SyncCore {
     /// The user whose space the engine shows (nil: the signed-out space).
-    var spaceUser: String? { state.withLock { $0.user } }
+    var spaceUser: String? { state.current.user }
+
+    /// How many times the engine switched spaces: the epoch of what it shows now.
+    var spaceEpoch: Int { state.current.space }
 
     /// Shows `user`'s space (nil: the signed-out one), if it shows another now. Runs on `queue`
     /// (the auth handler queues it), since it reads the new space from disk.
     func switchSpace(to user: String?) {
         let switched = { () -> (effects: ListenerEffects, waiters: [WriteWaiter], retry: Task<Void, Never>?, from: String?, failure: (any Error)?)? in
-            guard state.withLock({ $0.user != user && !$0.tasks.isShutDown }) else { return nil }
+            guard state.access({ $0.user != user && !$0.tasks.isShutDown }) else { return nil }
             // The new space is read here, on `queue`: no change of the old space's view can
             // come between, and none of the new one's before it is shown.
             var persistence = basePersistence
@@ -39,7 +42,7 @@ extension SyncCore {
                 loaded = SpaceState(outbox: Outbox(clientID: Self.newClientID(managerKey)))
             }
             let now = Date()
-            let result = state.withLock { state -> (ListenerEffects, [WriteWaiter], Task<Void, Never>?, String?) in
+            let result = state.access { state -> (ListenerEffects, [WriteWaiter], Task<Void, Never>?, String?) in
                 let from = state.user
                 if case .memory = state.persistence {
                     // Nothing on disk: the space left is kept in memory, to come back to.
@@ -60,7 +63,7 @@ extension SyncCore {
                 sender.isHeld = state.sender.isHeld
                 if state.sender.isOffline { _ = sender.disconnected() }
                 state.sender = sender
-                state.rejected = []
+                rejected.withLock { $0 = [] }
                 state.resumeQuery = loaded.resumeQuery
                 state.isFromCache = true
                 _ = Self.rebuildModels(&state, orderHint: documents)

@@ -37,9 +37,9 @@ extension SyncCore {
         let path = mutation.path
         // What the view will show, decoded before the locked step.
         let now = Date()
-        let shown = LocalView.applyLocally(mutation, to: state.withLock { $0.view.documents[path] }, now: now)
+        let shown = LocalView.applyLocally(mutation, to: state.access { $0.view.documents[path] }, now: now)
         let prepared = PreparedModels(showing: shown.map { [$0] } ?? [])
-        let (result, previousLast, write, undecided, pendingCount) = state.withLock { state in
+        let (result, previousLast, write, undecided, pendingCount) = state.access { state in
             let previousLast = state.view.outbox.entries.last
             let result = state.view.enqueue(mutation, now: now)
             var change = LocalCollectionChange()
@@ -55,7 +55,7 @@ extension SyncCore {
             try cache.run(write)
         } catch {
             // Not durable, so not accepted: undo it in memory too.
-            let undone = state.withLock { state -> [Document] in
+            let undone = state.access { state -> [Document] in
                 _ = state.sender.stopWaiting(for: result.entry.id)
                 switch result {
                 case .appended(let entry): state.view.removeEntry(entry.id, now: now)
@@ -75,12 +75,12 @@ extension SyncCore {
         let paths = mutations.map(\.path)
         // What the view will show of each document, decoded before the locked step.
         let now = Date()
-        var shown = state.withLock { state in Dictionary(paths.map { ($0, state.view.documents[$0]) }) { first, _ in first } }
+        var shown = state.access { state in Dictionary(paths.map { ($0, state.view.documents[$0]) }) { first, _ in first } }
         for mutation in mutations {
             shown[mutation.path] = .some(LocalView.applyLocally(mutation, to: shown[mutation.path] ?? nil, now: now))
         }
         let prepared = PreparedModels(showing: shown.values.compactMap { $0 })
-        let (added, write, undecided, pendingCount) = state.withLock { state in
+        let (added, write, undecided, pendingCount) = state.access { state in
             let added = state.view.enqueue(batch: mutations, now: now)
             var change = LocalCollectionChange()
             change.outboxPuts = added
@@ -96,7 +96,7 @@ extension SyncCore {
             try cache.run(write)
         } catch {
             // Not durable, so not accepted: none of it stays.
-            let undone = state.withLock { state -> [Document] in
+            let undone = state.access { state -> [Document] in
                 _ = state.sender.stopWaiting(for: added[0].id)
                 for entry in added.reversed() { state.view.removeEntry(entry.id, now: now) }
                 return Self.refreshModels(paths, in: &state)
@@ -170,7 +170,12 @@ extension SyncCore {
     /// ``writeBatch(_:maximumWrites:)`` sends it. Throws at once when a write is invalid; the
     /// ticket tells when it is recorded and what became of it; `recorded` is called once it is (on
     /// the engine's executor, after observers heard of it).
-    func enqueueBatch(_ mutations: [Mutation], maximumWrites: Int = 500, recorded: (@Sendable () -> Void)? = nil) throws(TandemError) -> WriteTicket {
+    ///
+    /// `epoch` is the space the writes were made from (``spaceEpoch`` when the caller read what it
+    /// changed): when the engine shows another space by the time they are recorded (a user
+    /// switch came between), none is, and the ticket's outcome is `notStored`. One user's edit is
+    /// never recorded in another's space.
+    func enqueueBatch(_ mutations: [Mutation], maximumWrites: Int = 500, epoch: Int? = nil, recorded: (@Sendable () -> Void)? = nil) throws(TandemError) -> WriteTicket {
         guard !mutations.isEmpty else {
             throw TandemError.invalidArgument("A batch holds at least one write.")
         }
@@ -180,7 +185,13 @@ extension SyncCore {
         for mutation in mutations { try mutation.validate() }
         let ticket = WriteTicket()
         queue.enqueue { [self] in
-            let result = record(batch: mutations, waiter: .ticket(ticket))
+            let result: Result<Int, any Error>
+            if let epoch, epoch != state.access({ $0.space }) {
+                log("batch_otherSpace", ["write_count": mutations.count, "epoch": epoch], severity: .warning)
+                result = .failure(TandemError(.aborted, "The signed-in user changed before this edit was saved, so it was not: it was made to the previous user's data. Make it again if it is still wanted."))
+            } else {
+                result = record(batch: mutations, waiter: .ticket(ticket))
+            }
             announce(result, .ticket(ticket), ["write_count": mutations.count])
             // After the announcement published it: whoever sees the ticket recorded finds the
             // write in the engine's snapshot.
@@ -199,7 +210,7 @@ extension SyncCore {
     /// reader, a read) never waits for the disk.
     func triggerFlush(retryIfRunning: Bool = false) {
         queue.enqueue { [self] in
-            let (action, retry, released) = state.withLock { state in
+            let (action, retry, released) = state.access { state in
                 let (action, retry) = Self.take(state.sender.wake(outbox: state.view.outbox, reconnected: retryIfRunning), in: &state)
                 return (action, retry, state.sender.releaseWaitersIfHeld())
             }
@@ -213,7 +224,7 @@ extension SyncCore {
     /// Queued on `queue`, as ``triggerFlush(retryIfRunning:)``.
     func resumeSender() {
         queue.enqueue { [self] in
-            let (action, retry) = state.withLock { state in
+            let (action, retry) = state.access { state in
                 Self.take(state.sender.resumed(outbox: state.view.outbox), in: &state)
             }
             run(action, cancelling: retry)
@@ -223,7 +234,7 @@ extension SyncCore {
     /// The backoff's deadline came.
     private func retryDue() {
         queue.enqueue { [self] in
-            let (action, retry) = state.withLock { state in
+            let (action, retry) = state.access { state in
                 Self.take(state.sender.retryDue(outbox: state.view.outbox, now: elapsed()), in: &state)
             }
             run(action, cancelling: retry)
@@ -249,15 +260,15 @@ extension SyncCore {
             // Readers see the entries' attempts.
             publish()
             // The engine is gone: its writes wait on disk for the next one.
-            guard !state.withLock({ $0.tasks.isShutDown }) else { return }
+            guard !state.access({ $0.tasks.isShutDown }) else { return }
             log("syncPendingWrites_start", ["pending_write_count": pendingWriteCount])
             // The window belongs to the space shown now (this step runs on `queue`, where spaces
             // switch): its answers are settled only while that space is still shown.
-            let epoch = state.withLock { $0.space }
+            let epoch = state.access { $0.space }
             Task { [weak self] in await self?.send(window, epoch: epoch) }
         case .sleep(let deadline):
             let sleeper = sleep(until: deadline) { $0.retryDue() }
-            state.withLock { state in
+            state.access { state in
                 if case .waiting = state.sender.phase, state.flushRetry == nil, !state.tasks.isShutDown { state.flushRetry = sleeper } else { sleeper.cancel() }
             }
         case .none:
@@ -277,46 +288,37 @@ extension SyncCore {
                 log("syncPendingWrites_badAnswer", ["request_count": window.count, "answer_count": answers.count], severity: .severe)
                 answers = window.map { _ in .failure(TandemError(.internal, "The remote answered \(answers.count) of \(window.count) write requests.")) }
             }
-            guard let (action, retry) = await settle(answers, epoch: epoch, writer: window.first?.entries.first?.id.clientID) else {
-                // Sent from a space the engine has left (even one shown again since, whose
-                // sender has started over): its writes stay queued there, and are sent again
-                // (and answered `replayed` if they were applied) by that space's own sender.
-                log("syncPendingWrites_otherSpace", ["request_count": window.count, "epoch": epoch])
-                return
-            }
-            if case .send(let next) = action, !state.withLock({ $0.tasks.isShutDown }) {
-                retry?.cancel()
-                window = next
-                continue
-            }
-            run(action, cancelling: retry)
-            if case .none = action {
-                if state.withLock({ $0.view.outbox.isEmpty }) { log("pendingWritesCleared") }
-                log("syncPendingWrites_complete", ["pending_write_count": pendingWriteCount])
-            }
-            return
+            guard let next = await settle(answers, epoch: epoch, writer: window.first?.entries.first?.id.clientID) else { return }
+            window = next
         }
     }
 
-    /// Records the answers to a window in one durable step: acknowledged writes leave the outbox
-    /// with their results in the base, rejected ones leave the outbox and the view. Then tells
-    /// the waiters, and returns what the sender does next.
-    /// Nil when the window was sent from another space than the one shown now, or from an earlier
-    /// showing of this one (`epoch` is the space it was sent from, `writer` its writer id): those
-    /// answers are not this sender's to settle.
-    private func settle(_ answers: [Result<[WriteAcknowledgement], any Error>], epoch: Int, writer: String?) async -> (Sender.Action, Task<Void, Never>?)? {
+    /// Records the answers to a window in one durable step on `queue`: acknowledged writes leave
+    /// the outbox with their results in the base, rejected ones leave the outbox and the view.
+    /// Then tells the waiters and observers, and takes the sender's next action there. Returns the
+    /// next window when the sender goes on sending from this task.
+    ///
+    /// Answers to a window sent from another space than the one shown now, or from an earlier
+    /// showing of this one (`epoch` is the space it was sent from, `writer` its writer id), are
+    /// not this sender's to settle: they are dropped (logged), and their writes stay queued in
+    /// their space, sent again (and answered `replayed` if they were applied) by its own sender.
+    private func settle(_ answers: [Result<[WriteAcknowledgement], any Error>], epoch: Int, writer: String?) async -> [Sender.Request]? {
         let random = randomness.next()
-        let settled = await queue.run { [self] () -> (Sender.Settlement, Sender.Action, Task<Void, Never>?, [(DocumentPath, Version)])? in
-            guard state.withLock({ state in state.space == epoch && (writer.map { $0 == state.view.outbox.clientID } ?? true) }) else { return nil }
-            let (settlement, write, undecided, action, retry, refetched) = state.withLock { state in
+        return await queue.run { [self] () -> [Sender.Request]? in
+            guard state.access({ state in state.space == epoch && (writer.map { $0 == state.view.outbox.clientID } ?? true) }) else {
+                log("syncPendingWrites_otherSpace", ["request_count": answers.count, "epoch": epoch])
+                return nil
+            }
+            let (settlement, write, undecided, action, retry, refetched) = state.access { state in
                 let settlement = state.sender.answered(answers)
                 var change = LocalCollectionChange()
                 var refetched: [(DocumentPath, Version)] = []
                 // Each document a write was acknowledged for, once, with the version it reached.
                 var cached: [DocumentPath: Version] = [:]
                 // The documents whose data the view shows changed: only their models are decoded
-                // again (after this locked step). An acknowledgement of what the view showed changes none.
+                // again (after this step). An acknowledgement of what the view showed changes none.
                 var changed: [DocumentPath] = []
+                var rejectedNow: [RejectedWrite] = []
                 let now = Date()
                 for (entry, decision) in settlement.decisions {
                     change.outboxRemovals.append(entry.id)
@@ -336,7 +338,7 @@ extension SyncCore {
                     case .rejected(let error):
                         state.view.removeEntry(entry.id, now: now)
                         changed.append(entry.path)
-                        state.rejected.append(RejectedWrite(mutation: entry.mutation, error: error))
+                        rejectedNow.append(RejectedWrite(mutation: entry.mutation, error: error))
                     }
                 }
                 for (path, version) in cached {
@@ -346,37 +348,49 @@ extension SyncCore {
                     : state.persistence.write(change, view: state.view, documentID: state.documentID, resumeVersion: state.listener.resumeVersion)
                 let undecided = Self.refreshModels(changed, in: &state)
                 let (action, retry) = Self.take(state.sender.proceed(outbox: state.view.outbox, now: elapsed(), random: random), in: &state)
+                if !rejectedNow.isEmpty { self.rejected.withLock { $0 += rejectedNow } }
                 return (settlement, write, undecided, action, retry, refetched)
             }
             // The server's answers: written behind the sender, which goes on with the next window.
             if let write { storeLater(write) }
             installModels(undecided)
-            return (settlement, action, retry, refetched)
-        }
-        guard let (settlement, action, retry, refetched) = settled else { return nil }
-        let rejected = settlement.decisions.filter { if case .rejected = $0.decision { return true } else { return false } }
-        if !settlement.decisions.isEmpty {
-            notifyChanged(rejected.isEmpty ? [.documents, .pendingWrites] : [.documents, .pendingWrites, .rejectedWrites])
-        }
-        for case (let entry, .rejected(let error)) in rejected {
-            log("writeRejected", ["document_id": entry.path.id, "error_description": error.message], severity: .severe)
-            metrics?.rejected(error)
-        }
-        if let failure = settlement.failure {
-            var parameters: [String: any Sendable] = ["error_description": "\(failure)", "retry_count": state.withLock { $0.sender.failures }, "pending_write_count": pendingWriteCount]
-            if case .sleep(let deadline) = action {
-                parameters["delay_seconds"] = (deadline - elapsed()).doubleSeconds
-                log("syncPendingWrites_retrying", parameters, severity: .warning)
-            } else if state.withLock({ $0.sender.isOffline }) {
-                // No backoff: the writes go when the remote's connection is back.
-                log("syncPendingWrites_offline", parameters, severity: .warning)
-            } else {
-                log("syncPendingWrites_retrying", parameters, severity: .warning)
+            let refused = settlement.decisions.filter { if case .rejected = $0.decision { return true } else { return false } }
+            if !settlement.decisions.isEmpty {
+                notifyChanged(refused.isEmpty ? [.documents, .pendingWrites] : [.documents, .pendingWrites, .rejectedWrites])
             }
+            for case (let entry, .rejected(let error)) in refused {
+                log("writeRejected", ["document_id": entry.path.id, "error_description": error.message], severity: .severe)
+                metrics?.rejected(error)
+            }
+            let (failures, isOffline, isShutDown, outboxEmpty) = state.access {
+                ($0.sender.failures, $0.sender.isOffline, $0.tasks.isShutDown, $0.view.outbox.isEmpty)
+            }
+            if let failure = settlement.failure {
+                var parameters: [String: any Sendable] = ["error_description": "\(failure)", "retry_count": failures, "pending_write_count": pendingWriteCount]
+                if case .sleep(let deadline) = action {
+                    parameters["delay_seconds"] = (deadline - elapsed()).doubleSeconds
+                    log("syncPendingWrites_retrying", parameters, severity: .warning)
+                } else if isOffline {
+                    // No backoff: the writes go when the remote's connection is back.
+                    log("syncPendingWrites_offline", parameters, severity: .warning)
+                } else {
+                    log("syncPendingWrites_retrying", parameters, severity: .warning)
+                }
+            }
+            settlement.resumed.forEach { $0.resume(returning: $1) }
+            if !refetched.isEmpty { refetch(refetched) }
+            if case .send(let next) = action, !isShutDown {
+                // The next window goes from the task that sent this one.
+                retry?.cancel()
+                return next
+            }
+            run(action, cancelling: retry)
+            if case .none = action {
+                if outboxEmpty { log("pendingWritesCleared") }
+                log("syncPendingWrites_complete", ["pending_write_count": pendingWriteCount])
+            }
+            return nil
         }
-        settlement.resumed.forEach { $0.resume(returning: $1) }
-        if !refetched.isEmpty { refetch(refetched) }
-        return (action, retry)
     }
 
     /// Records in `change` the base's document at `path` after the server answered for it outside
@@ -417,7 +431,7 @@ extension SyncCore {
         if let document { prepared.add([RemoteChange(path: path, document: document, version: version)]) }
         let ready = prepared
         await queue.run { [self] in
-            let (write, undecided) = state.withLock { state -> (LocalWrite?, [Document]) in
+            let (write, undecided) = state.access { state -> (LocalWrite?, [Document]) in
                 let now = Date()
                 if let current = state.view.base[path], current.version > version { return (nil, []) }
                 state.view.setBase(document, at: path, version: version, now: now)
@@ -428,9 +442,9 @@ extension SyncCore {
             }
             if let write { store(write) }
             installModels(undecided)
+            notifyChanged([.documents])
         }
         for (path, error) in prepared.failures { logDecodeFailure(path, error) }
-        notifyChanged([.documents])
         log("refetch_success", ["document_id": path.id])
     }
 }

@@ -74,6 +74,9 @@ final class SyncedStore<Value: DocumentIdentifiable>: Sendable {
         /// The generation of the engine's snapshot the value was last taken from: an older one,
         /// read by a refresh that lost a race with a newer one, is never taken after it.
         var generation: UInt64 = 0
+        /// The engine's space epoch the value was taken in (``EngineSnapshot/space``): an edit of
+        /// it is recorded only while the engine still shows that space.
+        var space = 0
         /// The engine's snapshot the value was last taken from, while the value is aligned with it
         /// (its elements are the snapshot's shown documents, in that order): a refresh then decodes
         /// only the documents whose model changed since. Nil when the value is not aligned (an
@@ -138,6 +141,7 @@ final class SyncedStore<Value: DocumentIdentifiable>: Sendable {
         var initial = State(value: IdentifiedArray(uniqueElements: []))
         initial.order = order.flatMap { try? CompiledQuery($0) }
         initial.clientIds = clientIds
+        initial.space = core.spaceEpoch
         if isTesting {
             initial.value = IdentifiedArray(testingValue ?? [], uniquingIDsWith: { first, _ in first })
         }
@@ -449,7 +453,7 @@ final class SyncedStore<Value: DocumentIdentifiable>: Sendable {
         var start = 0
         while start < writes.count {
             let piece = Array(writes[start..<min(start + 500, writes.count)])
-            tickets.append(try core.enqueueBatch(piece) { [weak self] in self?.engineChanged() })
+            tickets.append(try core.enqueueBatch(piece, epoch: state.space) { [weak self] in self?.engineChanged() })
             start += piece.count
         }
         for (clientId, element) in known {
@@ -562,6 +566,7 @@ final class SyncedStore<Value: DocumentIdentifiable>: Sendable {
             Self.dropRecorded(ready.recorded, from: &state)
             guard state.pending.isEmpty else { return false }
             state.generation = engineSnapshot.generation
+            state.space = engineSnapshot.space
             state.value = IdentifiedArray(uniqueElements: values)
             state.known = known
             state.clientIds = clientIds
@@ -597,6 +602,7 @@ final class SyncedStore<Value: DocumentIdentifiable>: Sendable {
             Self.dropRecorded(recorded, from: &state)
             let kept = state.pending.reduce(into: Set<UUID>()) { $0.formUnion($1.touched) }
             state.generation = snapshot.generation
+            state.space = snapshot.space
             // While an element keeps its value, the value stays aligned with `base`: the next
             // refresh looks at it again. (Its edit's own snapshot can be published before the
             // edit reads as recorded, and a change from the server to it may come meanwhile;

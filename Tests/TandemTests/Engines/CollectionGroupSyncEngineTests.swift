@@ -137,7 +137,7 @@ struct EngineDetailTests {
         engine.stopListening()
     }
 
-    @Test("cache writes run outside the lock readers take: a reader never waits on disk")
+    @Test("cache writes hold no lock readers take: a reader never waits on disk")
     func diskOutsideReaderLock() async throws {
         let persistence = MockLocalCollectionPersistence()
         let remote = MockRemoteCollectionService(collection: Product.mocks, collectionPath: { "products" })
@@ -152,7 +152,7 @@ struct EngineDetailTests {
             // inside the apply.
             var free = false
             for _ in 0..<100_000 where !free {
-                free = engine.core.state.withLockIfAvailable { _ in true } ?? false
+                free = engine.core.published.withLockIfAvailable { _ in true } ?? false
             }
             readable.withLock { $0.append(free) }
         }

@@ -20,8 +20,11 @@ struct EngineLifecycleTests {
         // The server answers with errors while connected: the listener and the sender each wait out a backoff.
         await clock.waitForSleepers(count: 2)
         weak let dropped = engine
+        let executor = try #require(engine?.core.queue)
         engine = nil
         #expect(dropped == nil)
+        // The engine's shutdown runs on its executor, after every step queued before it.
+        await executor.run {}
         #expect(clock.sleeperCount == 0)
         // Nor does it stay registered for the client's connection events.
         #expect(remote.store.client.connectionObserverCount == 0)
@@ -44,7 +47,9 @@ struct EngineLifecycleTests {
         var engine: DocumentSyncEngine<UserModel>? = DocumentSyncEngine(remote: remote, managerKey: "profile", persistence: nil, clock: clock)
         try await engine?.startListening(documentId: "ada")
         await clock.waitForSleepers(count: 1)
+        let executor = try #require(engine?.core.queue)
         engine = nil
+        await executor.run {}
         #expect(clock.sleeperCount == 0)
         #expect(remote.store.client.connectionObserverCount == 0)
     }
@@ -58,7 +63,9 @@ struct EngineLifecycleTests {
         remote.store.goOffline()
         try await engine?.saveDocument(Product(id: "rug", name: "Rug", price: 80, stock: 2))
         #expect(clock.sleeperCount == 0, "offline, nothing backs off: the connection's return is the retry")
+        let executor = try #require(engine?.core.queue)
         engine = nil
+        await executor.run {}
         #expect(remote.store.client.connectionObserverCount == 0)
         let calls = remote.store.commitCount
         remote.store.goOnline()
@@ -85,16 +92,16 @@ struct ListenerSwitchTests {
         let remote = MockRemoteCollectionService(collection: Product.mocks, collectionPath: { "products" })
         let engine = CollectionSyncEngine<Product>(remote: remote, managerKey: "products", persistence: nil, clock: ManualClock())
         await engine.startListening { $0.whereField("price", isLessThan: 100) }
-        let old = try #require(engine.core.state.withLock { $0.listener.attached })
+        let old = try #require(engine.core.onOwner { $0.listener.attached })
         await engine.startListening { $0.whereField("price", isGreaterThan: 100) }
-        let version = engine.core.state.withLock { $0.listener.resumeVersion }
+        let version = engine.core.onOwner { $0.listener.resumeVersion }
         let rug = Document(path: try DocumentPath("products/rug"), data: ["id": "rug", "name": "Rug", "price": 500, "stock": 1], version: 99)
         let stale = RemoteChangeBatch(isSnapshot: false, changes: [.upsert(rug)], version: 99)
-        #expect(!engine.core.applyNow(stale, prepared: nil, attempt: old))
+        #expect(!engine.core.applyNow(stale, prepared: nil, attachment: engine.core.currentAttachment(attempt: old)))
         #expect(engine.getDocument(id: "rug") == nil)
-        #expect(engine.core.state.withLock { $0.listener.resumeVersion } == version)
-        let current = try #require(engine.core.state.withLock { $0.listener.attached })
-        #expect(engine.core.applyNow(stale, prepared: nil, attempt: current))
+        #expect(engine.core.onOwner { $0.listener.resumeVersion } == version)
+        let current = try #require(engine.core.onOwner { $0.listener.attached })
+        #expect(engine.core.applyNow(stale, prepared: nil, attachment: engine.core.currentAttachment(attempt: current)))
         #expect(engine.getDocument(id: "rug")?.price == 500)
     }
 }

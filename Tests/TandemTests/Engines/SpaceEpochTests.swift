@@ -5,8 +5,10 @@ import TandemCore
 import TandemTesting
 @testable import Tandem
 
-/// A window of writes belongs to the showing of the space it was sent from: after ada → bob → ada
-/// its answers are not the new sender's to settle, whose own window carries the same writes.
+/// A window of writes, a batch of edits and a listener's stream belong to the showing of the space
+/// they began in: after a switch, what arrives for the earlier one is dropped (logged). After
+/// ada → bob → ada a window's answers are not the new sender's to settle, whose own window carries
+/// the same writes.
 @Suite("Space epochs", .timeLimit(.minutes(1)))
 struct SpaceEpochTests {
     /// A remote that signs in as the test says, and holds each commit until the test opens its gate.
@@ -76,5 +78,46 @@ struct SpaceEpochTests {
         #expect(server.appliedWriteCount == 1, "applied once; the second window's request is answered as a replay")
         #expect(logger.events(named: "products_syncPendingWrites_otherSpace").count == 1)
         #expect(engine.getDocument(id: "lamp")?.price == 20)
+    }
+
+    @Test("a batch of writes made from one space and recorded after a switch to another is not recorded there: its ticket says so")
+    func editFromEarlierSpaceRefused() async throws {
+        let remote = GatedRemote(MockRemoteCollectionService(collectionPath: { "products" }, store: MockServer()))
+        let logger = RecordingDataSyncLogger()
+        let engine = CollectionSyncEngine<Product>(remote: remote, managerKey: "products", persistence: nil, logger: logger, clock: ManualClock())
+        await engine.core.queue.run {}
+        let adas = engine.core.spaceEpoch
+        // The switch to Bob is queued on the engine's executor before the edit made from Ada's data.
+        let gate = DispatchSemaphore(value: 0)
+        engine.core.queue.enqueue { gate.wait() }
+        remote.signIn("bob")
+        let ticket = try engine.core.enqueueBatch([Mutation(path: try DocumentPath("products/lamp"), kind: .set(["name": "Lamp"]))], epoch: adas)
+        gate.signal()
+        let error = try #require(await ticket.recorded() as? TandemError)
+        #expect(error.code == .aborted)
+        #expect(engine.core.spaceUser == "bob")
+        #expect(!engine.hasPendingWrites, "nothing of Ada's edit is in Bob's outbox")
+        #expect(engine.getDocument(id: "lamp") == nil)
+        #expect(logger.events(named: "products_batch_otherSpace").count == 1)
+        // Made from Bob's data, it is recorded.
+        let bobs = try engine.core.enqueueBatch([Mutation(path: try DocumentPath("products/lamp"), kind: .set(["id": "lamp", "name": "Lamp", "price": 20, "stock": 1]))], epoch: engine.core.spaceEpoch)
+        #expect(await bobs.recorded() == nil)
+        #expect(engine.getDocument(id: "lamp") != nil)
+    }
+
+    @Test("a listener batch that comes on a stream attached in an earlier space is dropped (logged), never applied to the space shown now")
+    func batchFromEarlierSpaceDropped() async throws {
+        let remote = GatedRemote(MockRemoteCollectionService(collectionPath: { "products" }, store: MockServer()))
+        let logger = RecordingDataSyncLogger()
+        let engine = CollectionSyncEngine<Product>(remote: remote, managerKey: "products", persistence: nil, logger: logger, clock: ManualClock())
+        await engine.startListening()
+        let adas = engine.core.currentAttachment()
+        remote.signIn("bob")
+        await engine.core.queue.run {}
+        #expect(engine.core.spaceUser == "bob")
+        let rug = Document(path: try DocumentPath("products/rug"), data: ["id": "rug", "name": "Rug", "price": 500, "stock": 1], version: 99)
+        #expect(!engine.core.applyNow(RemoteChangeBatch(isSnapshot: false, changes: [.upsert(rug)], version: 99), prepared: nil, attachment: adas))
+        #expect(engine.getDocument(id: "rug") == nil)
+        #expect(logger.events(named: "products_listener_otherSpace").count == 1)
     }
 }
