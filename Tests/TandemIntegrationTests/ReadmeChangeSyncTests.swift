@@ -41,6 +41,7 @@ enum ReadmeChangeSyncExample {
             write { db in for sent in records { try Note(sent.record).save(db) } }    // the new version
         }
         func syncEngine(_ engine: ChangeSyncEngine, shouldResolveConflict conflict: RecordConflict) -> SyncedRecord? {
+            guard conflict.client.type == Note.recordType else { return engine.configuration.resolver.resolve(conflict) }
             var merged = conflict.server                                             // theirs…
             merged.properties["title"] = conflict.client.properties["title"]         // …with our title
             return merged

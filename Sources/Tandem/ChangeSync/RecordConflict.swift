@@ -31,11 +31,24 @@ public struct RecordConflict: Sendable, Hashable {
 /// }
 /// ```
 public struct ConflictResolver: Sendable {
-    let resolve: @Sendable (RecordConflict) -> SyncedRecord?
+    private let choose: @Sendable (RecordConflict) -> SyncedRecord?
 
     /// A resolver that asks `resolve` for the record each conflict ends with (nil: unresolved).
     public init(_ resolve: @escaping @Sendable (RecordConflict) -> SyncedRecord?) {
-        self.resolve = resolve
+        choose = resolve
+    }
+
+    /// The record `conflict` ends with by this resolver's rule; nil leaves it unresolved. A
+    /// delegate that decides some conflicts itself hands the others to the configured one:
+    ///
+    /// ```swift
+    /// func syncEngine(_ engine: ChangeSyncEngine, shouldResolveConflict conflict: RecordConflict) -> SyncedRecord? {
+    ///     guard conflict.client.type == "Note" else { return engine.configuration.resolver.resolve(conflict) }
+    ///     …
+    /// }
+    /// ```
+    public func resolve(_ conflict: RecordConflict) -> SyncedRecord? {
+        choose(conflict)
     }
 
     /// Each property from the side that changed it last, by its hybrid-logical-clock stamp (wall
