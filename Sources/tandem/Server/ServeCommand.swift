@@ -209,7 +209,7 @@ struct ServeCommand: AsyncParsableCommand {
         // Past three times the grace, the process ends whatever still runs: a shutdown finishes
         // whatever the database or the clients do.
         let grace = Duration.milliseconds(Int64(shutdownGrace * 1000))
-        var groupConfiguration = ServiceGroupConfiguration(services: [
+        let groupConfiguration = ServiceGroupConfiguration(services: [
             .init(service: server),
             .init(service: ShutdownDeadline(grace: grace), successTerminationBehavior: .ignore),
         ], gracefulShutdownSignals: [.sigint, .sigterm], logger: logger)
