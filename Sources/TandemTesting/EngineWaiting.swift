@@ -2,7 +2,7 @@ import Tandem
 
 // Awaiting an engine's state in tests: each change the engine shows wakes the check, nothing
 // polls. A condition that never holds waits until the task is cancelled (a test's time limit),
-// then answers false.
+// or until the timeout given, then answers false.
 
 /// Awaiting a collection engine's state in tests.
 extension CollectionSyncEngine {
@@ -17,6 +17,13 @@ extension CollectionSyncEngine {
     public func waitUntil(_ condition: () -> Bool) async -> Bool {
         await waitForChanges(core.changeSignals(), condition)
     }
+
+    /// As ``waitUntil(_:)``, giving up after `timeout` on `clock`: false when the condition still
+    /// does not hold then. For tests without a time limit of their own.
+    @discardableResult
+    public func waitUntil(timeout: Duration, clock: any Clock<Duration> = ContinuousClock(), _ condition: () -> Bool) async -> Bool {
+        await waitForChanges(core.changeSignals(), until: timeout, on: clock, condition)
+    }
 }
 
 /// Awaiting a collection-group engine's state in tests.
@@ -26,6 +33,13 @@ extension CollectionGroupSyncEngine {
     public func waitUntil(_ condition: () -> Bool) async -> Bool {
         await waitForChanges(core.changeSignals(), condition)
     }
+
+    /// As ``waitUntil(_:)``, giving up after `timeout` on `clock`: false when the condition still
+    /// does not hold then. For tests without a time limit of their own.
+    @discardableResult
+    public func waitUntil(timeout: Duration, clock: any Clock<Duration> = ContinuousClock(), _ condition: () -> Bool) async -> Bool {
+        await waitForChanges(core.changeSignals(), until: timeout, on: clock, condition)
+    }
 }
 
 /// Awaiting a document engine's state in tests.
@@ -34,6 +48,13 @@ extension DocumentSyncEngine {
     @discardableResult
     public func waitUntil(_ condition: () -> Bool) async -> Bool {
         await waitForChanges(core.changeSignals(), condition)
+    }
+
+    /// As ``waitUntil(_:)``, giving up after `timeout` on `clock`: false when the condition still
+    /// does not hold then. For tests without a time limit of their own.
+    @discardableResult
+    public func waitUntil(timeout: Duration, clock: any Clock<Duration> = ContinuousClock(), _ condition: () -> Bool) async -> Bool {
+        await waitForChanges(core.changeSignals(), until: timeout, on: clock, condition)
     }
 }
 
@@ -45,6 +66,13 @@ extension SyncedCollection {
     public func waitUntil(_ condition: () -> Bool) async -> Bool {
         await waitForChanges(changeSignals(), condition)
     }
+
+    /// As ``waitUntil(_:)``, giving up after `timeout` on `clock`: false when the condition still
+    /// does not hold then. For tests without a time limit of their own.
+    @discardableResult
+    public func waitUntil(timeout: Duration, clock: any Clock<Duration> = ContinuousClock(), _ condition: () -> Bool) async -> Bool {
+        await waitForChanges(changeSignals(), until: timeout, on: clock, condition)
+    }
 }
 
 /// Awaiting a synced document's state in tests.
@@ -54,6 +82,13 @@ extension SyncedDocument {
     public func waitUntil(_ condition: () -> Bool) async -> Bool {
         await waitForChanges(changeSignals(), condition)
     }
+
+    /// As ``waitUntil(_:)``, giving up after `timeout` on `clock`: false when the condition still
+    /// does not hold then. For tests without a time limit of their own.
+    @discardableResult
+    public func waitUntil(timeout: Duration, clock: any Clock<Duration> = ContinuousClock(), _ condition: () -> Bool) async -> Bool {
+        await waitForChanges(changeSignals(), until: timeout, on: clock, condition)
+    }
 }
 
 /// Awaiting a synced query's state in tests.
@@ -62,6 +97,13 @@ extension SyncedQuery {
     @discardableResult
     public func waitUntil(_ condition: () -> Bool) async -> Bool {
         await waitForChanges(changeSignals(), condition)
+    }
+
+    /// As ``waitUntil(_:)``, giving up after `timeout` on `clock`: false when the condition still
+    /// does not hold then. For tests without a time limit of their own.
+    @discardableResult
+    public func waitUntil(timeout: Duration, clock: any Clock<Duration> = ContinuousClock(), _ condition: () -> Bool) async -> Bool {
+        await waitForChanges(changeSignals(), until: timeout, on: clock, condition)
     }
 }
 
@@ -73,6 +115,13 @@ extension ChangeSyncEngine {
     public func waitUntil(_ condition: () -> Bool) async -> Bool {
         await waitForChanges(changeSignals(), condition)
     }
+
+    /// As ``waitUntil(_:)``, giving up after `timeout` on `clock`: false when the condition still
+    /// does not hold then. For tests without a time limit of their own.
+    @discardableResult
+    public func waitUntil(timeout: Duration, clock: any Clock<Duration> = ContinuousClock(), _ condition: () -> Bool) async -> Bool {
+        await waitForChanges(changeSignals(), until: timeout, on: clock, condition)
+    }
 }
 
 private func waitForChanges<Changes: AsyncSequence>(_ changes: Changes, _ condition: () -> Bool) async -> Bool {
@@ -81,6 +130,35 @@ private func waitForChanges<Changes: AsyncSequence>(_ changes: Changes, _ condit
         for try await _ in changes where condition() { return true }
     } catch {
         // The engine's changes ended with an error: answer with the state as it is.
+    }
+    return condition()
+}
+
+/// As above, until `timeout` passes on `clock`: each change, and the deadline, wake the check.
+private func waitForChanges<Changes: AsyncSequence & Sendable>(_ changes: Changes, until timeout: Duration, on clock: any Clock<Duration>,
+                                                             _ condition: () -> Bool) async -> Bool {
+    if condition() { return true }
+    // One stream of wake-ups: true for a change, false for the deadline.
+    let (wakes, wake) = AsyncStream<Bool>.makeStream()
+    let forward = Task {
+        do {
+            for try await _ in changes { wake.yield(true) }
+        } catch {
+            // The engine's changes ended with an error: the deadline still comes.
+        }
+    }
+    let deadline = Task {
+        try? await clock.sleep(for: timeout)
+        wake.yield(false)
+    }
+    defer {
+        forward.cancel()
+        deadline.cancel()
+        wake.finish()
+    }
+    for await changed in wakes {
+        if condition() { return true }
+        if !changed { return false }
     }
     return condition()
 }
