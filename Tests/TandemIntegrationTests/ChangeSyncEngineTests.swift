@@ -371,27 +371,29 @@ struct ChangeSyncEngineTests {
     func switchWhileQueueing() async throws {
         let (server, provider, device) = try await adaOnSharedDevice()
 
-        // Ada's change is in the file, and not yet handed to the engine, when Bob signs in.
-        let (reached, reach) = AsyncStream.makeStream(of: Void.self)
-        let release = DispatchSemaphore(value: 0)
-        device.engine.afterQueueing.withLock { $0 = QueueingHook { reach.yield(); release.wait() } }
-        let (sent, send) = AsyncStream.makeStream(of: (any Error)?.self)
-        let change = device.notebook.edit("a3") { $0.properties = ["title": .value("Ada's, queued as Bob came")] }
-        Thread {
-            do { try device.send([change]) } catch { send.yield(error); return }
-            send.yield(nil)
-        }.start()
-        for await _ in reached { break }
-        device.engine.afterQueueing.withLock { $0 = nil }
+        // Ada's change is in the file, and not yet handed to the engine's machine, when Bob signs
+        // in: the client is Bob's before the step that queues it ends.
         let bobsBook = Notebook()
         device.engine.delegate = bobsBook
-        await signIn(device, provider, as: "bob")
-        #expect(await device.until { device.engine.status.account == "bob" && device.engine.pendingCount == 0 && device.engine.token != nil })
-        release.signal()
-        for await error in sent {
-            #expect(error == nil)
-            break
+        device.engine.afterQueueing.withLock {
+            $0 = QueueingHook {
+                let bob = DispatchSemaphore(value: 0)
+                let client = device.running.client
+                let watch = Task {
+                    for await state in client.authStates() where state.uid == "bob" { break }
+                    bob.signal()
+                }
+                provider.user.withLock { $0 = "bob" }
+                client.setOnline(false)
+                client.setOnline(true)
+                bob.wait()
+                watch.cancel()
+            }
         }
+        let change = device.notebook.edit("a3") { $0.properties = ["title": .value("Ada's, queued as Bob came")] }
+        try device.send([change])
+        device.engine.afterQueueing.withLock { $0 = nil }
+        #expect(await device.until { device.engine.status.account == "bob" && device.engine.pendingCount == 0 && device.engine.token != nil })
         // Bob's own change goes; Ada's does not go with it, or after it.
         try device.engine.sendChanges(modify: [SyncedRecord(id: "b1", type: "Note", properties: ["title": .value("Bob's")], metadata: RecordMetadata(version: Version(0)))], delete: [])
         #expect(await device.until { device.engine.pendingCount == 0 && bobsBook["b1"] != nil })

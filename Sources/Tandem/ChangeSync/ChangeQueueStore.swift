@@ -19,6 +19,26 @@ import TandemCore
 /// (sealed properties sealed) and version. A record the server answered is moved to it in SQL from
 /// the data sent, and a fetched one is stored as the page carried it: nothing is encoded again.
 final class ChangeQueueStore: Sendable {
+    /// What a test hears each time a write waits for another connection's lock.
+    package final class BusyWaits: Sendable {
+        /// Boxed: a closure kept in a `Mutex` directly is thunked again on every access.
+        private final class Hook: Sendable {
+            let body: @Sendable (Int) -> Void
+            init(_ body: @escaping @Sendable (Int) -> Void) { self.body = body }
+        }
+
+        private let hook = Mutex<Hook?>(nil)
+
+        /// Calls `body` with the number of waits so far each time a write waits (nil: nothing).
+        package func onWait(_ body: (@Sendable (Int) -> Void)?) {
+            hook.withLock { $0 = body.map(Hook.init) }
+        }
+
+        func waited(_ attempts: Int) {
+            hook.withLock { $0 }?.body(attempts)
+        }
+    }
+
     /// One stored pending change.
     struct Row: Sendable, Hashable {
         var rowID: Int64
@@ -140,23 +160,14 @@ final class ChangeQueueStore: Sendable {
         }
     }
 
-    /// As above, waiting for the file without holding a thread: the engine's own writes, which
-    /// would otherwise keep one of the few threads that run the connection and the app waiting
-    /// while the app's thread queues changes.
-    private func write<T: Sendable>(account: String, flushed: Bool = false, _ body: @Sendable (Database) throws -> T) async throws -> T {
-        do {
-            return try await queue.writeWithoutTransaction { db in try self.transaction(db, flushed: flushed, body) }
-        } catch {
-            cache.withLock { $0.invalidate(account) }
-            throw error
-        }
-    }
-
     private func transaction<T>(_ db: Database, flushed: Bool, _ body: (Database) throws -> T) throws -> T {
         if flushed { try db.cachedStatement(sql: "PRAGMA synchronous = FULL").execute() }
         defer { if flushed { try? db.cachedStatement(sql: "PRAGMA synchronous = NORMAL").execute() } }
         var result: T?
-        try db.inTransaction {
+        // Immediate: the file's write lock is taken at the start (waiting up to the busy
+        // timeout while another connection holds it), never upgraded from a read midway, which
+        // another writer could refuse at once.
+        try db.inTransaction(.immediate) {
             result = try body(db)
             return .commit
         }
@@ -167,10 +178,27 @@ final class ChangeQueueStore: Sendable {
     /// Commits flushed to disk because they queued changes or handed out sequences (for tests).
     package let flushedCommits = Atomic<Int>(0)
 
-    /// Opens (creating if needed) the file at `path`.
-    init(path: String) throws {
+    /// Told each time a write finds the file locked by another connection and waits (tests).
+    package let busyWaits = BusyWaits()
+
+    /// Opens (creating if needed) the file at `path`. A write that finds the file locked by
+    /// another connection (a second engine of the same zone, another process) waits for it, up
+    /// to `busyTimeout`, before it fails.
+    init(path: String, busyTimeout: Duration = .seconds(5)) throws {
         var configuration = Configuration()
         configuration.journalMode = .wal
+        let hook = busyWaits
+        let limit = Double(busyTimeout.components.seconds) + Double(busyTimeout.components.attoseconds) / 1e18
+        configuration.busyMode = .callback { attempts in
+            // SQLite's own sleeps (1 ms, growing to 100 ms), up to the timeout in all.
+            let delays: [Double] = [0.001, 0.002, 0.005, 0.010, 0.015, 0.020, 0.025, 0.025, 0.025, 0.050, 0.050, 0.100]
+            let waited = attempts < delays.count ? delays[..<attempts].reduce(0, +) : delays.reduce(0, +) + Double(attempts - delays.count) * 0.1
+            let delay = delays[min(attempts, delays.count - 1)]
+            guard waited + delay <= limit else { return false }
+            hook.waited(attempts)
+            usleep(UInt32(delay * 1_000_000))
+            return true
+        }
         queue = try DatabaseQueue(path: path, configuration: configuration)
         try Self.migrator.migrate(queue)
     }
@@ -442,8 +470,8 @@ final class ChangeQueueStore: Sendable {
     /// those sent before are sent again as they went; the others get their mutation now (the next
     /// sequences in order, the document data `fields` gives, conditioned on the version the record
     /// was based on), stored before anything is sent.
-    func prepare(account: String, records: CollectionPath, rowIDs: [Int64], fields: @escaping @Sendable (Row) throws -> JSONObject) async throws -> [Row] {
-        try await write(account: account, flushed: true) { db in
+    func prepare(account: String, records: CollectionPath, rowIDs: [Int64], fields: (Row) throws -> JSONObject) throws -> [Row] {
+        try write(account: account, flushed: true) { db in
             let known = cache.withLock { cache in rowIDs.map { cache[$0, account] } }
             let writer = try Self.writer(db, account: account)
             var next = try UInt64(Self.meta(db, account: account, "next_sequence") ?? "1") ?? 1
@@ -569,8 +597,8 @@ final class ChangeQueueStore: Sendable {
     /// Runs of applied saves (nearly every answer) move to their bases, and the changes leave the
     /// queue, in a statement each, over a JSON list of rows and versions (the list the outer loop,
     /// `CROSS JOIN`, each row found by its id: never a scan of the queue per entry).
-    func settle(account: String, _ answered: [(rowID: Int64, settlement: Settlement)]) async throws {
-        try await write(account: account) { db in try self.settle(db, account: account, answered) }
+    func settle(account: String, _ answered: [(rowID: Int64, settlement: Settlement)]) throws {
+        try write(account: account) { db in try self.settle(db, account: account, answered) }
     }
 
     /// Settles answered changes (``settle(account:_:)``), puts back those an atomic refusal left
@@ -578,8 +606,8 @@ final class ChangeQueueStore: Sendable {
     /// keeping newer changes), in one transaction, flushed when it queues: a crash never leaves a
     /// conflicted change settled with its resolution not yet queued. Returns the changes put back
     /// and those queued.
-    func settle(account: String, _ answered: [(rowID: Int64, settlement: Settlement)], undecided: [Int64], requeue: [SyncedRecord]) async throws -> (again: [Row], requeued: [Row]) {
-        try await write(account: account, flushed: !requeue.isEmpty) { db in
+    func settle(account: String, _ answered: [(rowID: Int64, settlement: Settlement)], undecided: [Int64], requeue: [SyncedRecord]) throws -> (again: [Row], requeued: [Row]) {
+        try write(account: account, flushed: !requeue.isEmpty) { db in
             try self.settle(db, account: account, answered)
             let again = undecided.isEmpty ? [] : try self.unprepare(db, account: account, rowIDs: undecided)
             let requeued = requeue.isEmpty ? [] : try self.enqueue(db, account: account, saves: requeue, deletions: [], keepingNewer: true)
@@ -658,6 +686,14 @@ final class ChangeQueueStore: Sendable {
         return newest
     }
 
+    /// The row of the record's change not yet sent, if it has one.
+    func unsentRow(account: String, recordID: String) throws -> Int64? {
+        try queue.read { db in
+            try Int64.fetchOne(db.cachedStatement(sql: "SELECT row_id FROM pending WHERE account = ? AND record_id = ? AND sequence IS NULL"),
+                               arguments: [account, recordID])
+        }
+    }
+
     // MARK: Bases
 
     /// The server's last state of records, as this engine had it, opened with `encryption`. A base
@@ -690,9 +726,9 @@ final class ChangeQueueStore: Sendable {
     }
 
     /// The types of records as their bases have them.
-    func baseTypes(account: String, ids: [String]) async throws -> [String: String] {
+    func baseTypes(account: String, ids: [String]) throws -> [String: String] {
         guard !ids.isEmpty else { return [:] }
-        return try await queue.read { db in
+        return try queue.read { db in
             var types: [String: String] = [:]
             let select = try db.cachedStatement(sql: "SELECT json_extract(data, '$.\(RecordFields.type)') FROM base WHERE account = ? AND record_id = ?")
             for id in ids {
@@ -704,8 +740,8 @@ final class ChangeQueueStore: Sendable {
 
     /// Stores the server's state of records as fetched, in order: document data (JSON text) at a
     /// version, or nil for a record that is gone.
-    func storeBases(account: String, _ bases: [(id: String, version: Version, data: String?)]) async throws {
-        try await queue.write { db in
+    func storeBases(account: String, _ bases: [(id: String, version: Version, data: String?)]) throws {
+        try write(account: account) { db in
             let put = try db.cachedStatement(sql: "INSERT OR REPLACE INTO base (account, record_id, version, data) VALUES (?, ?, ?, ?)")
             let delete = try db.cachedStatement(sql: "DELETE FROM base WHERE account = ? AND record_id = ?")
             for base in bases {
@@ -723,21 +759,21 @@ final class ChangeQueueStore: Sendable {
     /// Marks that a read of the account's whole feed from version 0 began (a new device, or a
     /// token the server no longer keeps changes for): if the engine stops before the read ends,
     /// the next fetch reads from 0 again rather than go on from a token whose sweep was lost.
-    func beginSweep(account: String) async throws {
-        try await queue.write { db in try Self.setMeta(db, account: account, "sweep", "from-start") }
+    func beginSweep(account: String) throws {
+        try write(account: account) { db in try Self.setMeta(db, account: account, "sweep", "from-start") }
     }
 
     /// Whether a read of the whole feed from 0 began and did not end.
-    func isSweeping(account: String) async throws -> Bool {
-        try await queue.read { db in try Self.meta(db, account: account, "sweep") != nil }
+    func isSweeping(account: String) throws -> Bool {
+        try queue.read { db in try Self.meta(db, account: account, "sweep") != nil }
     }
 
     /// Ends a read of the whole feed from 0 that brought every record in `seen`, through version
     /// `through`: a record this engine knew the server had (its base) at or below `through` that
     /// the read did not bring was deleted, its tombstone since pruned. Such bases are removed and
     /// returned, with their types, to be told as deletions.
-    func endSweep(account: String, seen: Set<String>, through: Version) async throws -> [RecordDeletion] {
-        try await queue.write { db in
+    func endSweep(account: String, seen: Set<String>, through: Version) throws -> [RecordDeletion] {
+        try write(account: account) { db in
             var gone: [RecordDeletion] = []
             let select = try db.cachedStatement(sql: "SELECT record_id, json_extract(data, '$.\(RecordFields.type)') FROM base WHERE account = ? AND version <= ?")
             let rows = try GRDB.Row.fetchAll(select, arguments: [account, Int64(clamping: through.rawValue)])
@@ -757,7 +793,7 @@ final class ChangeQueueStore: Sendable {
 
     /// The account's writer id: random, made once, used for nothing else.
     func writer(account: String) throws -> String {
-        try queue.write { db in try Self.writer(db, account: account) }
+        try write(account: account) { db in try Self.writer(db, account: account) }
     }
 
     private static func writer(_ db: Database, account: String) throws -> String {
@@ -772,7 +808,7 @@ final class ChangeQueueStore: Sendable {
     }
 
     func setMeta(account: String, _ key: String, _ value: String) throws {
-        try queue.write { db in try Self.setMeta(db, account: account, key, value) }
+        try write(account: account) { db in try Self.setMeta(db, account: account, key, value) }
     }
 
     private static func meta(_ db: Database, account: String, _ key: String) throws -> String? {

@@ -14,10 +14,16 @@ import Synchronization
 /// it queues further work instead.
 final class EngineQueue: Sendable {
     private let queue: DispatchQueue
+    /// Marks the queue's threads, so a step can tell it runs here (``isCurrent``).
+    private static let key = DispatchSpecificKey<ObjectIdentifier>()
 
     init(label: String) {
         queue = DispatchQueue(label: label, qos: .userInitiated)
+        queue.setSpecific(key: Self.key, value: ObjectIdentifier(self))
     }
+
+    /// Whether the caller runs on this queue (in one of its steps).
+    var isCurrent: Bool { DispatchQueue.getSpecific(key: Self.key) == ObjectIdentifier(self) }
 
     /// Runs `work` after everything queued before it; the caller goes on at once.
     func enqueue(_ work: @escaping @Sendable () -> Void) {
@@ -36,6 +42,14 @@ final class EngineQueue: Sendable {
     /// benchmarks and tests that measure or drive one step, never for an app's calls.
     func sync<Result>(_ work: () throws -> Result) rethrows -> Result {
         dispatchPrecondition(condition: .notOnQueue(queue))
+        return try queue.sync(execute: work)
+    }
+
+    /// As ``sync(_:)``, or at once when the caller already runs on this queue: for an app's
+    /// synchronous call that a delegate told on this queue may make (it runs between two steps,
+    /// never inside one).
+    func syncOrHere<Result>(_ work: () throws -> Result) rethrows -> Result {
+        if isCurrent { return try work() }
         return try queue.sync(execute: work)
     }
 }
@@ -63,6 +77,8 @@ final class QueueOwned<State, Status: Equatable & Sendable>: @unchecked Sendable
     // debug builds), which runs one step at a time; `published` is a lock.
     private var state: State
     private var lastStatus: Status
+    /// Whether a step is running (debug builds): a step never starts inside another.
+    private var inStep = false
     private let queue: EngineQueue
     private let status: (State) -> Status
     private let published: Mutex<Status>
@@ -78,6 +94,11 @@ final class QueueOwned<State, Status: Equatable & Sendable>: @unchecked Sendable
     /// Runs one step on the state; called on the owning queue only.
     func access<Result>(_ body: (inout State) throws -> Result) rethrows -> Result {
         queue.assertOwner()
+        #if DEBUG
+        precondition(!inStep, "A step on an engine's state started inside another.")
+        inStep = true
+        defer { inStep = false }
+        #endif
         defer {
             let now = status(state)
             if now != lastStatus {
