@@ -16,6 +16,16 @@ import TandemServer
 /// server.dropNextAcknowledgements(1)   // the next write applies, then its answer is lost with the connection
 /// server.goOffline()                   // the client is cut off until goOnline()
 /// ```
+///
+/// For an app that signs in, ``signedIn(as:rules:documents:clock:)`` makes the same mock with
+/// users: the server checks tokens and access rules, and the client signs in with tokens the mock
+/// mints for whoever ``signIn(as:)`` names.
+///
+/// ```swift
+/// let server = try await MockServer.signedIn(as: "ada")   // rules: each user owns users/{uid}
+/// try await server.signIn(as: "bob")                       // the client switches user
+/// try await server.signOut()
+/// ```
 public final class MockServer: Sendable {
     /// The store behind the server.
     public let memoryStore: MemoryServerStore<ContinuousClock>
@@ -26,12 +36,40 @@ public final class MockServer: Sendable {
     let faults: Locked<ConnectionFaults>
     private let listeners: Locked<Int>
     private let running: Task<Void, any Error>
+    /// The users: who the client signs in as, and the keys of their tokens (nil: a server without
+    /// access control, where every caller is anonymous).
+    private let accounts: MockAccounts?
 
     /// - Parameters:
     ///   - documents: the documents the server starts with, committed together (version 1).
     ///   - clock: the clock latency is waited on.
-    public init(documents: [Document] = [], clock: any Clock<Duration> = ContinuousClock()) {
+    public convenience init(documents: [Document] = [], clock: any Clock<Duration> = ContinuousClock()) {
+        self.init(documents: documents, clock: clock, accounts: nil)
+    }
+
+    /// A mock with users: the server verifies tokens and checks `rules`, and the client signs in
+    /// as `uid` (nil: signed out) with a token the mock mints. ``signIn(as:)`` and ``signOut()``
+    /// switch the user later. Returns once the client is connected as `uid` (or signed out).
+    ///
+    /// - Parameters:
+    ///   - uid: the user the client signs in as first; nil starts signed out.
+    ///   - rules: what each user may read and write; by default each reaches `users/{uid}` and below.
+    ///   - documents: the documents the server starts with, committed together (version 1)
+    ///     whatever the rules say.
+    ///   - clock: the clock latency is waited on.
+    public static func signedIn(as uid: String?, rules: AccessRules = .ownDocuments, documents: [Document] = [],
+                                clock: any Clock<Duration> = ContinuousClock()) async throws -> MockServer {
+        let accounts = MockAccounts(user: uid, tokens: try await BearerTokens(secret: "mock-\(UUID().uuidString)"), rules: rules)
+        let server = MockServer(documents: documents, clock: clock, accounts: accounts)
+        await server.client.waitUntilConnected()
+        await server.untilSignedIn(uid)
+        return server
+    }
+
+    private init(documents: [Document], clock: any Clock<Duration>, accounts: MockAccounts?) {
+        self.accounts = accounts
         var configuration = SyncServerConfiguration()
+        if let accounts { configuration.access = AccessControl(tokens: accounts.tokens, rules: accounts.rules) }
         configuration.logger.logLevel = .critical
         configuration.limits.maximumWritesPerSecond = .max
         configuration.limits.maximumPendingWritesPerConnection = .max
@@ -51,6 +89,7 @@ public final class MockServer: Sendable {
         var clientConfiguration = TandemClientConfiguration()
         clientConfiguration.clientID = "mock-\(UUID().uuidString.lowercased())"
         clientConfiguration.logger.logLevel = .critical
+        if let accounts { clientConfiguration.tokenProvider = accounts.provide }
         let client = TandemClient(url: URL(string: "tandem-mock://server")!,
                                   transport: FaultyTransport(server: server, faults: faults, clock: clock), configuration: clientConfiguration)
         self.client = client
@@ -65,6 +104,44 @@ public final class MockServer: Sendable {
         server.stop()
     }
 
+    // MARK: Signing in
+
+    /// The user the client signs in as now (nil: signed out, or a mock without users).
+    public var user: String? { accounts?.user.withLock { $0 } }
+
+    /// Signs the client in as `uid` (switching user when another is signed in), and returns once
+    /// the server accepted it: engines bound to the client follow. Throws for a mock made without
+    /// users (``signedIn(as:rules:documents:clock:)`` makes one with).
+    public func signIn(as uid: String) async throws {
+        try await switchUser(to: uid)
+    }
+
+    /// Signs the client out, and returns once it is connected anonymously.
+    public func signOut() async throws {
+        try await switchUser(to: nil)
+    }
+
+    /// A token of user `uid` that this mock's server accepts, for a client of your own
+    /// (`TandemClient.inProcess(mock.server)` with a token provider).
+    public func token(for uid: String, claims: JSONObject = [:], lifetime: Duration = .seconds(3600)) throws -> String {
+        guard let accounts else { throw Self.noAccounts }
+        return try accounts.tokens.mint(subject: uid, lifetime: lifetime, claims: claims)
+    }
+
+    private static let noAccounts = TandemError(.failedPrecondition, "This mock server was made without users: make it with MockServer.signedIn(as:) to sign in.")
+
+    private func switchUser(to uid: String?) async throws {
+        guard let accounts else { throw Self.noAccounts }
+        accounts.user.withLock { $0 = uid }
+        client.refreshToken()
+        await untilSignedIn(uid)
+    }
+
+    /// Returns once the client's auth state is `uid`'s (signed out for nil).
+    private func untilSignedIn(_ uid: String?) async {
+        for await state in client.authStates() where state.uid == uid { return }
+    }
+
     // MARK: Fault injection
 
     /// The next `count` requests (reads, listens, writes) are answered with `error` instead of
@@ -73,6 +150,15 @@ public final class MockServer: Sendable {
         faults.withLock {
             $0.failuresLeft = count
             $0.failure = error
+        }
+    }
+
+    /// The next `count` write requests are answered with `error` instead of reaching the server;
+    /// reads and listens go through.
+    public func failNextWrites(_ count: Int, with error: TandemError = TandemError(.unavailable, "The mock server failed this write on purpose.")) {
+        faults.withLock {
+            $0.writeFailuresLeft = count
+            $0.writeFailure = error
         }
     }
 
@@ -149,6 +235,8 @@ public final class MockServer: Sendable {
 struct ConnectionFaults: Sendable {
     var failuresLeft = 0
     var failure = TandemError(.unavailable, "The mock server failed this call on purpose.")
+    var writeFailuresLeft = 0
+    var writeFailure = TandemError(.unavailable, "The mock server failed this write on purpose.")
     var acknowledgementsToDrop = 0
     var latency: Duration = .zero
     var commitCount = 0
@@ -217,6 +305,10 @@ struct FaultyTransport: ClientTransport {
                     faults.failuresLeft -= 1
                     return JSONText.encode(ServerMessage.error(id: id, faults.failure).wireValue)
                 }
+                if type == "write", faults.writeFailuresLeft > 0 {
+                    faults.writeFailuresLeft -= 1
+                    return JSONText.encode(ServerMessage.error(id: id, faults.writeFailure).wireValue)
+                }
                 if type == "listen" { faults.waitingListens.insert(id) }
                 if type == "write" { faults.commitCount += 1 }
             case ("unlisten", let id?):
@@ -254,6 +346,27 @@ struct FaultyTransport: ClientTransport {
                 break
             }
             return true
+        }
+    }
+}
+
+/// A mock server's users: who its client signs in as, and the keys their tokens are minted with.
+final class MockAccounts: Sendable {
+    let user: Mutex<String?>
+    let tokens: BearerTokens
+    let rules: AccessRules
+
+    init(user: String?, tokens: BearerTokens, rules: AccessRules) {
+        self.user = Mutex(user)
+        self.tokens = tokens
+        self.rules = rules
+    }
+
+    /// The client's token provider: a fresh token of the user now, nil when signed out.
+    var provide: TokenProvider {
+        { [self] in
+            guard let uid = user.withLock({ $0 }) else { return nil }
+            return try tokens.mint(subject: uid, lifetime: .seconds(3600))
         }
     }
 }

@@ -246,4 +246,40 @@ struct ReadmeChangeSyncTests {
         for device in devices { await device.client.stop() }
         await server.stop()
     }
+
+    /// The README's awaited send.
+    func awaitedSend(engine: ChangeSyncEngine, database: DatabaseQueue, note: Note) async throws -> [SendOutcome] {
+        let results = try await engine.send(modify: [note], delete: [])               // once the server answered each
+        for case .saved(let sent) in results { try await database.write { db in try Note(sent.record).save(db) } }
+        return results
+    }
+
+    @Test("the README's awaited send is the code here: it returns once the server answered, and the note it saves carries the server's version")
+    func readmeAwaitedSend() async throws {
+        let readme = try String(contentsOf: URL(fileURLWithPath: #filePath).deletingLastPathComponent()
+            .deletingLastPathComponent().deletingLastPathComponent().appendingPathComponent("README.md"), encoding: .utf8)
+        let source = try String(contentsOf: URL(fileURLWithPath: #filePath), encoding: .utf8)
+        let section = try #require(readme.range(of: "To wait for the server instead, `send`"))
+        let start = try #require(readme.range(of: "```swift\n", range: section.upperBound..<readme.endIndex))
+        let end = try #require(readme.range(of: "```", range: start.upperBound..<readme.endIndex))
+        let lines = readme[start.upperBound..<end.lowerBound].split(separator: "\n").map { $0.trimmingCharacters(in: .whitespaces) }
+        #expect(!lines.isEmpty)
+        for line in lines where !line.isEmpty {
+            #expect(source.contains(line), "the README's line is not in the test: \(line)")
+        }
+
+        let server = try await MockServer.signedIn(as: "ada")
+        let files = TemporaryDirectory()
+        var configuration = ChangeSyncEngine.Configuration(zoneName: "notes")
+        configuration.directory = files.url
+        configuration.encryption = try RecordEncryption(keyID: "2026-11", key: SymmetricKey(size: .bits256))
+        let engine = try ChangeSyncEngine(client: server.client, configuration: configuration)
+        engine.start()
+        let database = try database(in: files.url)
+        let results = try await awaitedSend(engine: engine, database: database, note: Note(id: "n1", title: "Groceries", body: "eggs"))
+        #expect(results.map(\.recordID) == ["n1"])
+        let saved = try #require(note(database, "n1"))
+        #expect(saved.recordMetadata?.version == server.documents[try DocumentPath("users/ada/zones/notes/records/n1")]?.version)
+        #expect(saved.body == "eggs")
+    }
 }

@@ -313,14 +313,7 @@ public final class ChangeSyncEngine: Observable, Sendable {
 
     /// Every event, from now on, to this subscriber (each subscriber gets each event).
     public func events() -> AsyncStream<ChangeSyncEvent> {
-        let (stream, continuation) = AsyncStream.makeStream(of: ChangeSyncEvent.self)
-        let token = listeners.withLock { listeners in
-            listeners.next += 1
-            listeners.events[listeners.next] = continuation
-            return listeners.next
-        }
-        continuation.onTermination = { [weak self] _ in _ = self?.listeners.withLock { $0.events.removeValue(forKey: token) } }
-        return stream
+        subscribe(\.events)
     }
 
     /// The engine's status now, then each time it changes.
@@ -341,13 +334,18 @@ public final class ChangeSyncEngine: Observable, Sendable {
 
     /// A signal after each event and each change of status: for tests that await a state.
     package func changeSignals() -> AsyncStream<Void> {
-        let (stream, continuation) = AsyncStream.makeStream(of: Void.self)
+        subscribe(\.signals)
+    }
+
+    /// A stream fed from `subscribers`, until its reader stops.
+    private func subscribe<Element: Sendable>(_ subscribers: any WritableKeyPath<Listeners, [Int: AsyncStream<Element>.Continuation]> & Sendable) -> AsyncStream<Element> {
+        let (stream, continuation) = AsyncStream.makeStream(of: Element.self)
         let token = listeners.withLock { listeners in
             listeners.next += 1
-            listeners.signals[listeners.next] = continuation
+            listeners[keyPath: subscribers][listeners.next] = continuation
             return listeners.next
         }
-        continuation.onTermination = { [weak self] _ in _ = self?.listeners.withLock { $0.signals.removeValue(forKey: token) } }
+        continuation.onTermination = { [weak self] _ in _ = self?.listeners.withLock { $0[keyPath: subscribers].removeValue(forKey: token) } }
         return stream
     }
 
