@@ -84,7 +84,7 @@ final class ChangeQueueStore: Sendable {
         case unchanged
     }
 
-    private struct RecordKey: Hashable {
+    struct RecordKey: Hashable {
         var account: String
         var recordID: String
     }
@@ -92,7 +92,7 @@ final class ChangeQueueStore: Sendable {
     /// The rows queued or sent by this process and not yet answered, as read, and every pending
     /// row of the accounts whose queues were loaded whole: a send takes them from here instead of
     /// reading and decoding them again, and a record's newest queued state is found without a read.
-    private struct Cache {
+    struct Cache {
         /// Boxed: a row is large, and the table would move each whole on every insert and resize.
         private final class Entry: Sendable {
             let row: Row
@@ -140,7 +140,7 @@ final class ChangeQueueStore: Sendable {
     let queue: DatabaseQueue
     /// Read and changed only inside the queue's accesses (which run one at a time), together with
     /// the file: what is decided from it holds in the file too.
-    private let cache = Mutex(Cache())
+    let cache = Mutex(Cache())
 
     /// A write to the account's part of the file. When it fails, the account's rows in memory are
     /// forgotten (the file is the truth), and read again when next needed.
@@ -151,7 +151,7 @@ final class ChangeQueueStore: Sendable {
     /// were sent (the server would answer the next change given the same id as a replay of the
     /// first). The rest (answers settled, bases stored) the server tells again, and commits with the
     /// cheaper NORMAL.
-    private func write<T>(account: String, flushed: Bool = false, _ body: (Database) throws -> T) throws -> T {
+    func write<T>(account: String, flushed: Bool = false, _ body: (Database) throws -> T) throws -> T {
         do {
             return try queue.writeWithoutTransaction { db in try transaction(db, flushed: flushed, body) }
         } catch {
@@ -160,7 +160,7 @@ final class ChangeQueueStore: Sendable {
         }
     }
 
-    private func transaction<T>(_ db: Database, flushed: Bool, _ body: (Database) throws -> T) throws -> T {
+    func transaction<T>(_ db: Database, flushed: Bool, _ body: (Database) throws -> T) throws -> T {
         if flushed { try db.cachedStatement(sql: "PRAGMA synchronous = FULL").execute() }
         defer { if flushed { try? db.cachedStatement(sql: "PRAGMA synchronous = NORMAL").execute() } }
         var result: T?
@@ -317,7 +317,7 @@ final class ChangeQueueStore: Sendable {
     }
 
     /// ``enqueue(account:saves:deletions:keepingNewer:)`` inside a write.
-    private func enqueue(_ db: Database, account: String, saves: [SyncedRecord], deletions: [(id: String, type: String)], keepingNewer: Bool) throws -> [Row] {
+    func enqueue(_ db: Database, account: String, saves: [SyncedRecord], deletions: [(id: String, type: String)], keepingNewer: Bool) throws -> [Row] {
         // With the account's whole queue in memory, a record's unsent change is found there, and
         // replaced by its row; otherwise the file finds it (the upsert).
         let unsent = cache.withLock { cache -> [String: Int64]? in
@@ -409,7 +409,7 @@ final class ChangeQueueStore: Sendable {
 
     /// A new change waiting to be inserted with others (`enqueue`): `index` is its place among
     /// the rows returned.
-    private struct Waiting {
+    struct Waiting {
         var index: Int
         var id: String
         var type: String
@@ -423,7 +423,7 @@ final class ChangeQueueStore: Sendable {
     /// Runs one insert of `waiting` rows, bound through SQLite's C API (GRDB's arguments, built
     /// for seven values a row, cost the app's thread more than the insert), and returns the row
     /// id it gave each record.
-    private static func insert(_ waiting: [Waiting], account: String, with statement: Statement) throws -> [String: Int64] {
+    static func insert(_ waiting: [Waiting], account: String, with statement: Statement) throws -> [String: Int64] {
         let handle = statement.sqliteStatement
         // Every value is bound before the one step: SQLite keeps its own copies (SQLITE_TRANSIENT).
         let transient = unsafeBitCast(-1, to: sqlite3_destructor_type.self)
@@ -464,473 +464,5 @@ final class ChangeQueueStore: Sendable {
             given[String(cString: bytes)] = rowID
         }
         return given
-    }
-
-    /// The rows of a batch about to be sent, each with its mutation, for records at `records`:
-    /// those sent before are sent again as they went; the others get their mutation now (the next
-    /// sequences in order, the document data `fields` gives, conditioned on the version the record
-    /// was based on), stored before anything is sent.
-    func prepare(account: String, records: CollectionPath, rowIDs: [Int64], fields: (Row) throws -> JSONObject) throws -> [Row] {
-        try write(account: account, flushed: true) { db in
-            let known = cache.withLock { cache in rowIDs.map { cache[$0, account] } }
-            let writer = try Self.writer(db, account: account)
-            var next = try UInt64(Self.meta(db, account: account, "next_sequence") ?? "1") ?? 1
-            var rows: [Row] = []
-            rows.reserveCapacity(rowIDs.count)
-            let select = try db.cachedStatement(sql: "SELECT * FROM pending WHERE row_id = ? AND account = ?")
-            // Only the account's own rows: another account's are never numbered under its writer.
-            let update = try db.cachedStatement(sql: "UPDATE pending SET sequence = ?, data = ?, alone = ? WHERE row_id = ? AND account = ?")
-            let number = try db.cachedStatement(sql: "UPDATE pending SET sequence = ?, alone = ? WHERE row_id = ? AND account = ?")
-            var batch: [Row] = []
-            for (rowID, known) in zip(rowIDs, known) {
-                if let row = try known ?? Row.fetchOne(select, arguments: [rowID, account]) { batch.append(row) }
-            }
-            // A batch with a change to send one by one goes one by one; its new mutations are
-            // sent so from the first time.
-            let alone = batch.contains { $0.alone }
-            for var row in batch {
-                let rowID = row.rowID
-                if row.sequence == nil {
-                    row.alone = alone
-                    row.sequence = next
-                    next += 1
-                    let id = MutationID(clientID: writer, sequence: next - 1)
-                    let path = try records.document(row.recordID)
-                    if row.isDeletion {
-                        row.mutation = Mutation(path: path, kind: .delete, id: id)
-                    } else {
-                        let data = try fields(row)
-                        // A record with sealed properties is sent as its sealed data, kept apart;
-                        // any other as the text it is stored as.
-                        if let record = row.record, let text = row.text, RecordText.isSentAsKept(record) {
-                            row.data = nil
-                            row.mutation = Self.save(data, text: text, at: path, precondition: row.precondition, id: id)
-                        } else {
-                            var text = WireWriter(capacity: row.bytes + 64)
-                            text.value(.object(data))
-                            row.data = text.text
-                            row.mutation = Self.save(data, text: text.text, at: path, precondition: row.precondition, id: id)
-                        }
-                    }
-                    if row.data == nil {
-                        // Nearly every change: only its sequence is stored.
-                        try number.execute(arguments: [row.sequence, row.alone, rowID, account])
-                    } else {
-                        try update.execute(arguments: [row.sequence, row.data, row.alone, rowID, account])
-                    }
-                } else if row.mutation == nil {
-                    // Sent by an earlier process: sent again as it went.
-                    row.mutation = try Self.mutation(of: row, writer: writer, records: records)
-                }
-                rows.append(row)
-            }
-            try Self.setMeta(db, account: account, "next_sequence", String(next))
-            cache.withLock { cache in for row in rows { cache.put(row, account: account) } }
-            return rows
-        }
-    }
-
-    /// A sent row's mutation, from what the file keeps of it.
-    private static func mutation(of row: Row, writer: String, records: CollectionPath) throws -> Mutation {
-        let path = try records.document(row.recordID)
-        let id = MutationID(clientID: writer, sequence: row.sequence ?? 0)
-        if row.isDeletion { return Mutation(path: path, kind: .delete, id: id) }
-        guard let text = row.data ?? row.text, case .object(var fields)? = try? JSONText.parse(text) else {
-            throw TandemError(.dataLoss, "The sent change of record '\(row.recordID)' cannot be read from the engine's file; it cannot be sent again as it went. Send the record again.")
-        }
-        guard row.data != nil || fields[RecordText.clear] == nil else {
-            throw TandemError(.dataLoss, "The sent change of record '\(row.recordID)' lost its sealed data in the engine's file; it cannot be sent again as it went. Send the record again.")
-        }
-        fields.removeValue(forKey: RecordText.clear)
-        return save(fields, text: text, at: path, precondition: row.precondition, id: id)
-    }
-
-    /// A save of `fields` (spelled `text`) conditioned on the version it is based on.
-    private static func save(_ fields: JSONObject, text: String, at path: DocumentPath, precondition: UInt64?, id: MutationID) -> Mutation {
-        let version = precondition ?? 0
-        var mutation = Mutation(path: path, kind: .set(fields), precondition: version > 0 ? .version(Version(version)) : .exists(false), id: id)
-        mutation.encodedData = text
-        return mutation
-    }
-
-    /// Sent changes an atomic request's refusal left undecided for good (their ids refused with
-    /// the request): each goes back to the queue unsent, to be sent again one by one under a new
-    /// id, unless the record has a newer change queued, which replaces it. Returns those kept.
-    func unprepare(account: String, rowIDs: [Int64]) throws -> [Row] {
-        try write(account: account) { db in try unprepare(db, account: account, rowIDs: rowIDs) }
-    }
-
-    /// ``unprepare(account:rowIDs:)`` inside a write.
-    private func unprepare(_ db: Database, account: String, rowIDs: [Int64]) throws -> [Row] {
-        let select = try db.cachedStatement(sql: "SELECT * FROM pending WHERE row_id = ? AND account = ?")
-        // Whether the record has a change not yet sent, beside this one: the file decides.
-        let newer = try db.cachedStatement(sql: "SELECT 1 FROM pending WHERE account = ? AND record_id = ? AND sequence IS NULL AND row_id != ?")
-        let reset = try db.cachedStatement(sql: "UPDATE pending SET sequence = NULL, data = NULL, alone = 1 WHERE row_id = ? AND account = ?")
-        let delete = try db.cachedStatement(sql: "DELETE FROM pending WHERE row_id = ? AND account = ?")
-        var kept: [Row] = []
-        var dropped: [Int64] = []
-        for rowID in rowIDs {
-            guard var row = try cache.withLock({ $0[rowID, account] }) ?? Row.fetchOne(select, arguments: [rowID, account]) else { continue }
-            if try Bool.fetchOne(newer, arguments: [account, row.recordID, rowID]) != nil {
-                try delete.execute(arguments: [rowID, account])
-                dropped.append(rowID)
-                continue
-            }
-            try reset.execute(arguments: [rowID, account])
-            row.sequence = nil
-            row.data = nil
-            row.mutation = nil
-            row.alone = true
-            kept.append(row)
-        }
-        cache.withLock { cache in
-            for rowID in dropped { cache.remove(rowID, account: account) }
-            for row in kept {
-                cache.remove(row.rowID, account: account)
-                cache.put(row, account: account)
-            }
-        }
-        return kept
-    }
-
-    /// Removes answered changes, in order, and sets the server's state of the records they left.
-    /// Runs of applied saves (nearly every answer) move to their bases, and the changes leave the
-    /// queue, in a statement each, over a JSON list of rows and versions (the list the outer loop,
-    /// `CROSS JOIN`, each row found by its id: never a scan of the queue per entry).
-    func settle(account: String, _ answered: [(rowID: Int64, settlement: Settlement)]) throws {
-        try write(account: account) { db in try self.settle(db, account: account, answered) }
-    }
-
-    /// Settles answered changes (``settle(account:_:)``), puts back those an atomic refusal left
-    /// undecided (``unprepare(account:rowIDs:)``) and queues conflicts' resolutions (``enqueue(account:saves:deletions:keepingNewer:)``,
-    /// keeping newer changes), in one transaction, flushed when it queues: a crash never leaves a
-    /// conflicted change settled with its resolution not yet queued. Returns the changes put back
-    /// and those queued.
-    func settle(account: String, _ answered: [(rowID: Int64, settlement: Settlement)], undecided: [Int64], requeue: [SyncedRecord]) throws -> (again: [Row], requeued: [Row]) {
-        try write(account: account, flushed: !requeue.isEmpty) { db in
-            try self.settle(db, account: account, answered)
-            let again = undecided.isEmpty ? [] : try self.unprepare(db, account: account, rowIDs: undecided)
-            let requeued = requeue.isEmpty ? [] : try self.enqueue(db, account: account, saves: requeue, deletions: [], keepingNewer: true)
-            return (again, requeued)
-        }
-    }
-
-    /// ``settle(account:_:)`` inside a write.
-    private func settle(_ db: Database, account: String, _ answered: [(rowID: Int64, settlement: Settlement)]) throws {
-        let sent = try db.cachedStatement(sql: """
-            INSERT OR REPLACE INTO base (account, record_id, version, data)
-            SELECT p.account, p.record_id, j.value ->> 1, coalesce(p.data, p.record) FROM json_each(?) AS j CROSS JOIN pending AS p ON p.row_id = j.value ->> 0
-            WHERE p.account = ? AND p.is_deletion = 0 ORDER BY j.key
-            """)
-        let removeBase = try db.cachedStatement(sql: "DELETE FROM base WHERE account = ? AND record_id = (SELECT record_id FROM pending WHERE row_id = ?)")
-        let putBase = try db.cachedStatement(sql: "INSERT OR REPLACE INTO base (account, record_id, version, data) SELECT account, record_id, ?, ? FROM pending WHERE row_id = ?")
-        let delete = try db.cachedStatement(sql: "DELETE FROM pending WHERE account = ? AND row_id IN (SELECT value FROM json_each(?))")
-        var run = WireWriter(capacity: 32 * answered.count)
-        var runCount = 0
-        func flush() throws {
-            guard runCount > 0 else { return }
-            run.raw("]")
-            try sent.execute(arguments: [run.text, account])
-            run = WireWriter(capacity: 32 * answered.count)
-            runCount = 0
-        }
-        for (rowID, settlement) in answered {
-            if case .sent(let version) = settlement {
-                run.raw(runCount == 0 ? "[[" : ",[")
-                run.int(Int(rowID))
-                run.raw(",")
-                run.int(Int(clamping: version.rawValue))
-                run.raw("]")
-                runCount += 1
-                continue
-            }
-            try flush()
-            switch settlement {
-            case .server(let version, let data): try putBase.execute(arguments: [Int64(clamping: version.rawValue), data, rowID])
-            case .gone: try removeBase.execute(arguments: [account, rowID])
-            case .sent, .unchanged: break
-            }
-        }
-        try flush()
-        var rowIDs = WireWriter(capacity: 12 * answered.count)
-        rowIDs.raw("[")
-        for (index, (rowID, _)) in answered.enumerated() {
-            if index > 0 { rowIDs.raw(",") }
-            rowIDs.int(Int(rowID))
-        }
-        rowIDs.raw("]")
-        try delete.execute(arguments: [account, rowIDs.text])
-        cache.withLock { cache in for (rowID, _) in answered { cache.remove(rowID, account: account) } }
-    }
-
-    /// The newest queued state of each of these records (a save, sent or not), if any.
-    func newestQueued(account: String, ids: [String]) throws -> [String: SyncedRecord] {
-        var newest: [String: SyncedRecord] = [:]
-        let complete = cache.withLock { cache -> Bool in
-            for id in ids {
-                guard let rowIDs = cache.byRecord[RecordKey(account: account, recordID: id)] else { continue }
-                for rowID in rowIDs.reversed() {
-                    if let record = cache[rowID, account]?.record {
-                        newest[id] = record
-                        break
-                    }
-                }
-            }
-            return cache.complete.contains(account)
-        }
-        // Rows queued by an earlier process: the account's queue is read whole once, then known.
-        if !complete {
-            _ = try pending(account: account)
-            return try newestQueued(account: account, ids: ids)
-        }
-        return newest
-    }
-
-    /// The row of the record's change not yet sent, if it has one.
-    func unsentRow(account: String, recordID: String) throws -> Int64? {
-        try queue.read { db in
-            try Int64.fetchOne(db.cachedStatement(sql: "SELECT row_id FROM pending WHERE account = ? AND record_id = ? AND sequence IS NULL"),
-                               arguments: [account, recordID])
-        }
-    }
-
-    // MARK: Bases
-
-    /// The server's last state of records, as this engine had it, opened with `encryption`. A base
-    /// that cannot be read or opened is left out.
-    func bases(account: String, ids: [String], encryption: RecordEncryption?) throws -> [String: SyncedRecord] {
-        guard !ids.isEmpty else { return [:] }
-        // One statement over a JSON list of the ids: most records asked for have none.
-        var list = WireWriter(capacity: ids.count * 12)
-        list.raw("[")
-        for (index, id) in ids.enumerated() {
-            if index > 0 { list.raw(",") }
-            list.string(id)
-        }
-        list.raw("]")
-        return try queue.read { db in
-            var bases: [String: SyncedRecord] = [:]
-            let select = try db.cachedStatement(sql: "SELECT record_id, version, data FROM base WHERE account = ? AND record_id IN (SELECT value FROM json_each(?))")
-            let rows = try GRDB.Row.fetchCursor(select, arguments: [account, list.text])
-            while let row = try rows.next() {
-                let id: String = row[0]
-                let version: Int64 = row[1]
-                let text: String = row[2]
-                if case .object(let fields)? = try? JSONText.parse(text),
-                   let record = try? RecordCoding.record(id: id, fields: fields, version: Version(UInt64(max(0, version))), encryption: encryption) {
-                    bases[id] = record
-                }
-            }
-            return bases
-        }
-    }
-
-    /// The types of records as their bases have them.
-    func baseTypes(account: String, ids: [String]) throws -> [String: String] {
-        guard !ids.isEmpty else { return [:] }
-        return try queue.read { db in
-            var types: [String: String] = [:]
-            let select = try db.cachedStatement(sql: "SELECT json_extract(data, '$.\(RecordFields.type)') FROM base WHERE account = ? AND record_id = ?")
-            for id in ids {
-                if let type = try String.fetchOne(select, arguments: [account, id]) { types[id] = type }
-            }
-            return types
-        }
-    }
-
-    /// Stores the server's state of records as fetched, in order: document data (JSON text) at a
-    /// version, or nil for a record that is gone.
-    func storeBases(account: String, _ bases: [(id: String, version: Version, data: String?)]) throws {
-        try write(account: account) { db in
-            let put = try db.cachedStatement(sql: "INSERT OR REPLACE INTO base (account, record_id, version, data) VALUES (?, ?, ?, ?)")
-            let delete = try db.cachedStatement(sql: "DELETE FROM base WHERE account = ? AND record_id = ?")
-            for base in bases {
-                if let data = base.data {
-                    try put.execute(arguments: [account, base.id, Int64(clamping: base.version.rawValue), data])
-                } else {
-                    try delete.execute(arguments: [account, base.id])
-                }
-            }
-        }
-    }
-
-    // MARK: Reading the whole feed again
-
-    /// Marks that a read of the account's whole feed from version 0 began (a new device, or a
-    /// token the server no longer keeps changes for): if the engine stops before the read ends,
-    /// the next fetch reads from 0 again rather than go on from a token whose sweep was lost.
-    func beginSweep(account: String) throws {
-        try write(account: account) { db in try Self.setMeta(db, account: account, "sweep", "from-start") }
-    }
-
-    /// Whether a read of the whole feed from 0 began and did not end.
-    func isSweeping(account: String) throws -> Bool {
-        try queue.read { db in try Self.meta(db, account: account, "sweep") != nil }
-    }
-
-    /// Ends a read of the whole feed from 0 that brought every record in `seen`, through version
-    /// `through`: a record this engine knew the server had (its base) at or below `through` that
-    /// the read did not bring was deleted, its tombstone since pruned. Such bases are removed and
-    /// returned, with their types, to be told as deletions.
-    func endSweep(account: String, seen: Set<String>, through: Version) throws -> [RecordDeletion] {
-        try write(account: account) { db in
-            var gone: [RecordDeletion] = []
-            let select = try db.cachedStatement(sql: "SELECT record_id, json_extract(data, '$.\(RecordFields.type)') FROM base WHERE account = ? AND version <= ?")
-            let rows = try GRDB.Row.fetchAll(select, arguments: [account, Int64(clamping: through.rawValue)])
-            let delete = try db.cachedStatement(sql: "DELETE FROM base WHERE account = ? AND record_id = ?")
-            for row in rows {
-                let id: String = row[0]
-                guard !seen.contains(id) else { continue }
-                try delete.execute(arguments: [account, id])
-                gone.append(RecordDeletion(recordID: id, recordType: (row[1] as String?) ?? ""))
-            }
-            try db.execute(sql: "DELETE FROM meta WHERE account = ? AND key = 'sweep'", arguments: [account])
-            return gone
-        }
-    }
-
-    // MARK: Meta
-
-    /// The account's writer id: random, made once, used for nothing else.
-    func writer(account: String) throws -> String {
-        try write(account: account) { db in try Self.writer(db, account: account) }
-    }
-
-    private static func writer(_ db: Database, account: String) throws -> String {
-        if let writer = try meta(db, account: account, "writer") { return writer }
-        let writer = "\(UUID().uuidString.lowercased())/changes"
-        try setMeta(db, account: account, "writer", writer)
-        return writer
-    }
-
-    func meta(account: String, _ key: String) throws -> String? {
-        try queue.read { db in try Self.meta(db, account: account, key) }
-    }
-
-    func setMeta(account: String, _ key: String, _ value: String) throws {
-        try write(account: account) { db in try Self.setMeta(db, account: account, key, value) }
-    }
-
-    private static func meta(_ db: Database, account: String, _ key: String) throws -> String? {
-        try String.fetchOne(db.cachedStatement(sql: "SELECT value FROM meta WHERE account = ? AND key = ?"), arguments: [account, key])
-    }
-
-    private static func setMeta(_ db: Database, account: String, _ key: String, _ value: String) throws {
-        try db.cachedStatement(sql: "INSERT OR REPLACE INTO meta (account, key, value) VALUES (?, ?, ?)").execute(arguments: [account, key, value])
-    }
-}
-
-extension ChangeQueueStore.Row: FetchableRecord {
-    init(row: GRDB.Row) throws {
-        let recordID: String = row["record_id"]
-        let recordText: String? = row["record"]
-        let sequence: Int64? = row["sequence"]
-        let precondition = (row["precondition"] as Int64?).map { UInt64(max(0, $0)) }
-        self.init(rowID: row["row_id"], recordID: recordID, recordType: row["record_type"], isDeletion: row["is_deletion"],
-                  record: recordText.flatMap { RecordText.decode($0, id: recordID, version: Version(precondition ?? 0)) }, text: recordText, bytes: row["bytes"],
-                  sequence: sequence.map { UInt64(max(0, $0)) }, data: row["data"], precondition: precondition, alone: row["alone"])
-    }
-}
-
-/// A record as the engine's queue keeps it: the document it is sent as, its encrypted properties
-/// in the clear under `_clear` (the file stays on the device). A record with none is kept as the
-/// exact text that is sent, so sending it encodes nothing again. Its version is kept apart (the
-/// `precondition` column), as the document has none.
-enum RecordText {
-    static let clear = "_clear"
-
-    static func encode(_ record: SyncedRecord) -> String {
-        var writer = WireWriter(capacity: 96 + record.properties.count * 48)
-        writer.raw(#"{"_type":"#)
-        writer.string(record.type)
-        var clear: [(String, JSONValue)] = []
-        for (name, property) in record.properties {
-            switch property {
-            case .value(let value):
-                writer.raw(",")
-                writer.string(name)
-                writer.raw(":")
-                writer.value(value)
-            case .encryptedValue(let value):
-                clear.append((name, value))
-            }
-        }
-        if !clear.isEmpty {
-            writer.raw(#","_clear":{"#)
-            for (index, (name, value)) in clear.enumerated() {
-                if index > 0 { writer.raw(",") }
-                writer.string(name)
-                writer.raw(":")
-                writer.value(value)
-            }
-            writer.raw("}")
-        }
-        if !record.metadata.stamps.isEmpty {
-            writer.raw(#","_stamps":{"#)
-            var first = true
-            for (name, stamp) in record.metadata.stamps {
-                if !first { writer.raw(",") }
-                first = false
-                writer.string(name)
-                writer.raw(":")
-                Self.write(stamp, to: &writer)
-            }
-            writer.raw("}")
-        }
-        writer.raw("}")
-        return writer.text
-    }
-
-    /// A stamp as its description, in quotes, without building that string first when its node
-    /// needs no escaping (a client id nearly always).
-    static func write(_ stamp: HLCTimestamp, to writer: inout WireWriter) {
-        guard stamp.node.utf8.allSatisfy({ $0 >= 0x20 && $0 < 0x80 && $0 != UInt8(ascii: "\"") && $0 != UInt8(ascii: "\\") }) else {
-            writer.string(stamp.description)
-            return
-        }
-        writer.raw("\"")
-        writer.int(Int(stamp.wallMilliseconds))
-        writer.raw("-")
-        writer.int(Int(stamp.counter))
-        writer.raw("-")
-        writer.raw(unescaped: stamp.node)
-        writer.raw("\"")
-    }
-
-    static func decode(_ text: String, id: String, version: Version) -> SyncedRecord? {
-        guard case .object(var fields)? = try? JSONText.parse(text) else { return nil }
-        let clear = fields.removeValue(forKey: clear)
-        guard var record = try? RecordCoding.record(id: id, fields: fields, version: version, encryption: nil) else { return nil }
-        if case .object(let values)? = clear {
-            for (name, value) in values { record.properties[name] = .encryptedValue(value) }
-        }
-        return record
-    }
-
-    /// Whether a record is kept as the text it is sent as (it has no encrypted property).
-    static func isSentAsKept(_ record: SyncedRecord) -> Bool {
-        !record.properties.values.contains { $0.isEncrypted }
-    }
-
-    /// A record as the first schema kept it: `{"type", "version", "properties": {name: {"value" |
-    /// "encrypted": …}}, "stamps": {name: "wall-counter-node"}}`.
-    static func decodeFirstSchema(_ text: String, id: String) -> SyncedRecord? {
-        guard case .object(let object)? = try? JSONText.parse(text), case .object(let stored)? = object["properties"] else { return nil }
-        var properties: [String: SyncableValue] = [:]
-        for (name, entry) in stored {
-            if let value = entry[field: "value"] {
-                properties[name] = .value(value)
-            } else if let value = entry[field: "encrypted"] {
-                properties[name] = .encryptedValue(value)
-            }
-        }
-        var stamps: [String: HLCTimestamp] = [:]
-        if case .object(let texts)? = object["stamps"] {
-            for (name, text) in texts { if let stamp = text.stringValue.flatMap(HLCTimestamp.init) { stamps[name] = stamp } }
-        }
-        let version: UInt64
-        if case .int(let number)? = object["version"], number >= 0 { version = UInt64(number) } else { version = 0 }
-        return SyncedRecord(id: id, type: object["type"]?.stringValue ?? "", properties: properties,
-                            metadata: RecordMetadata(version: Version(version), stamps: stamps))
     }
 }
