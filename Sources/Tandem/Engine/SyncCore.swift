@@ -167,6 +167,12 @@ package final class SyncCore<T: SyncModel>: Sendable {
         set { queue.sync { state.access { $0.sender.limits = .init(writesPerRequest: newValue.writesPerRequest, requestsInFlight: newValue.requestsInFlight) } } }
     }
 
+    /// Returns once every step queued before has run (suspending meanwhile): for tests and
+    /// simulations that check the engine after the changes they caused.
+    package func barrier() async {
+        await queue.run {}
+    }
+
     /// Runs `body` on the working state on its owner, after every change queued before, blocking
     /// the caller meanwhile: for tests and benchmarks that look inside, never for an app's calls.
     func onOwner<Result>(_ body: (inout State) throws -> Result) rethrows -> Result {
@@ -356,6 +362,10 @@ extension SyncCore {
             state.isFromCache = true
             var change = LocalCollectionChange()
             change.replacesAllDocuments = true
+            // The resume point belongs to the documents dropped: kept, a listener started later
+            // (after a relaunch, or back in this user's data) would resume from it and never be
+            // sent the documents that did not change since.
+            change.forgetsResumePoint = true
             let write = state.persistence.write(change, view: state.view, documentID: state.documentID, resumeVersion: nil)
             return (write, Self.pruneModels(in: &state))
         }

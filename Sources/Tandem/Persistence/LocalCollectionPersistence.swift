@@ -49,6 +49,10 @@ public struct LocalCollectionChange: Sendable, Hashable {
     public var resumeVersion: Version?
     /// The digest of the query it belongs to (see ``LocalCollectionState/resumeQuery``).
     public var resumeQuery: String?
+    /// The cache was dropped: the stored resume point and its query go with it, so a listener
+    /// started later (after a relaunch too) loads a whole snapshot instead of resuming from a
+    /// version whose documents are no longer kept. Applied before `resumeVersion`.
+    public var forgetsResumePoint = false
 
     /// A change that changes nothing, to fill in field by field.
     public init() {}
@@ -56,7 +60,7 @@ public struct LocalCollectionChange: Sendable, Hashable {
     /// Whether the change holds nothing to apply.
     public var isEmpty: Bool {
         promotesStagedSnapshot == nil && !replacesAllDocuments && upserts.isEmpty && deletions.isEmpty && outboxPuts.isEmpty && outboxRemovals.isEmpty
-            && nextSequence == nil && resumeVersion == nil
+            && nextSequence == nil && resumeVersion == nil && !forgetsResumePoint
     }
 }
 

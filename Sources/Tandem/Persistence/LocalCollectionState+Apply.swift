@@ -22,6 +22,10 @@ extension LocalCollectionState {
         }
         entries.sort { $0.id.sequence < $1.id.sequence }
         outbox = Outbox(clientID: outbox.clientID, entries: entries, nextSequence: max(outbox.nextSequence, change.nextSequence ?? 0))
+        if change.forgetsResumePoint {
+            resumeVersion = nil
+            resumeQuery = nil
+        }
         if let resume = change.resumeVersion {
             resumeVersion = resume
             resumeQuery = change.resumeQuery

@@ -242,6 +242,10 @@ public final class SQLiteCollectionPersistence: LocalCollectionPersistence, Snap
             try db.cachedStatement(sql: "UPDATE engine_state SET next_sequence = max(next_sequence, ?) WHERE manager_key = ?")
                 .execute(arguments: [Int64(next), managerKey])
         }
+        if change.forgetsResumePoint {
+            try db.cachedStatement(sql: "UPDATE engine_state SET resume_version = NULL, resume_query = NULL WHERE manager_key = ?")
+                .execute(arguments: [managerKey])
+        }
         if let resume = change.resumeVersion {
             try db.cachedStatement(sql: "UPDATE engine_state SET resume_version = ?, resume_query = ? WHERE manager_key = ?")
                 .execute(arguments: [Int64(resume.rawValue), change.resumeQuery, managerKey])

@@ -34,6 +34,33 @@ struct ResumeTests {
         func observeConnection(_ handler: @escaping @Sendable (ConnectionEvent) -> Void) -> ConnectionObservation? { inner.observeConnection(handler) }
     }
 
+    @Test("a cache dropped by stopListening() drops its saved resume point too: a relaunch listening to the same query loads every document again, not only what changed since")
+    func clearedCacheForgetsResumePoint() async throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let server = MockServer()
+        _ = try await server.client.commit([.set(try DocumentPath("items/a"), ["n": 1]), .set(try DocumentPath("items/b"), ["n": 2])])
+        do {
+            let engine = CollectionSyncEngine<Item>(remote: MockRemoteCollectionService(collectionPath: { "items" }, store: server), managerKey: "items",
+                                                    persistence: try SQLiteCollectionPersistence(managerKey: "items", directory: directory.url))
+            await engine.startListening()
+            #expect(engine.currentCollection.map(\.id) == ["a", "b"])
+            engine.stopListening()
+            await engine.core.barrier()
+            engine.core.flushCache()
+        }
+        let saved = try #require(try SQLiteCollectionPersistence(managerKey: "items", directory: directory.url).load())
+        #expect(saved.documents.isEmpty && saved.resumeVersion == nil && saved.resumeQuery == nil, "the cache and its resume point went together")
+        // A change after the stop: resumed from the old point, only it would come.
+        _ = try await server.client.commit([.set(try DocumentPath("items/c"), ["n": 3])])
+
+        let remote = CountingRemote(MockRemoteCollectionService(collectionPath: { "items" }, store: server))
+        let relaunched = CollectionSyncEngine<Item>(remote: remote, managerKey: "items", persistence: try SQLiteCollectionPersistence(managerKey: "items", directory: directory.url))
+        await relaunched.startListening()
+        #expect(remote.listens.withLock { $0 } == [nil], "a snapshot, not a resume")
+        #expect(await relaunched.waitUntil { relaunched.currentCollection.map(\.id) == ["a", "b", "c"] })
+    }
+
     @Test("a relaunched collection engine listening to the same query resumes from its saved version; another query starts from a snapshot")
     func relaunchResumes() async throws {
         let directory = try TemporaryDirectory()
