@@ -132,9 +132,21 @@ public final class MockServer: Sendable {
 
     private func switchUser(to uid: String?) async throws {
         guard let accounts else { throw Self.noAccounts }
+        let asked = accounts.asked.value
+        try requestUser(uid)
+        // The client asked for a token after the switch (an earlier attempt's answer does not
+        // count), then connected with it.
+        _ = await accounts.asked.wait(until: { $0 > asked })
+        await client.waitUntilConnected()
+        await untilSignedIn(uid)
+    }
+
+    /// Starts switching the client to `uid` (nil: signed out) and returns at once: the client
+    /// asks for a token again and reconnects with it, and engines follow when it is accepted.
+    package func requestUser(_ uid: String?) throws {
+        guard let accounts else { throw Self.noAccounts }
         accounts.user.withLock { $0 = uid }
         client.refreshToken()
-        await untilSignedIn(uid)
     }
 
     /// Returns once the client's auth state is `uid`'s (signed out for nil).
@@ -353,6 +365,8 @@ struct FaultyTransport: ClientTransport {
 /// A mock server's users: who its client signs in as, and the keys their tokens are minted with.
 final class MockAccounts: Sendable {
     let user: Mutex<String?>
+    /// How many times the client asked for a token.
+    let asked = Locked(0)
     let tokens: BearerTokens
     let rules: AccessRules
 
@@ -365,6 +379,7 @@ final class MockAccounts: Sendable {
     /// The client's token provider: a fresh token of the user now, nil when signed out.
     var provide: TokenProvider {
         { [self] in
+            asked.withLock { $0 += 1 }
             guard let uid = user.withLock({ $0 }) else { return nil }
             return try tokens.mint(subject: uid, lifetime: .seconds(3600))
         }

@@ -187,4 +187,19 @@ struct ChangeSyncSendTests {
         #expect(second.pendingCount == 1)
         #expect(try first.store.pending(account: "ada").map(\.recordID) == ["n1"], "in the shared file")
     }
+
+    @Test("a write made for one user is never sent on a connection signed in as another: it fails as unavailable (kept by its sender), and goes once that user is back")
+    func writeMadeForAnotherUser() async throws {
+        let server = try await MockServer.signedIn(as: "ada")
+        var request = WriteRequest([Mutation(path: try DocumentPath("users/bob/notes/n1"), kind: .set(["title": "Bob's"]), id: MutationID(clientID: "bobs-writer", sequence: 1))])
+        request.madeFor = .some("bob")
+        let refused = await server.client.startWrites([request]).answers()
+        guard case .failure(let error as TandemError) = refused[0] else { Issue.record("sent as ada: \(refused)"); return }
+        #expect(error.code == .unavailable)
+        #expect(server.commitCount == 0, "nothing reached the server")
+        try await server.signIn(as: "bob")
+        let sent = await server.client.startWrites([request]).answers()
+        #expect((try? sent[0].get())?.first?.status == .applied)
+        #expect(server.documents[try DocumentPath("users/bob/notes/n1")] != nil)
+    }
 }

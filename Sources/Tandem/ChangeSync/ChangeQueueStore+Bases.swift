@@ -7,6 +7,7 @@ import TandemCore
 extension ChangeQueueStore {
     /// The newest queued state of each of these records (a save, sent or not), if any.
     func newestQueued(account: String, ids: [String]) throws -> [String: SyncedRecord] {
+        try queue.read { db in try syncCache(db) }
         var newest: [String: SyncedRecord] = [:]
         let complete = cache.withLock { cache -> Bool in
             for id in ids {
@@ -32,6 +33,14 @@ extension ChangeQueueStore {
     func unsentRow(account: String, recordID: String) throws -> Int64? {
         try queue.read { db in
             try Int64.fetchOne(db.cachedStatement(sql: "SELECT row_id FROM pending WHERE account = ? AND record_id = ? AND sequence IS NULL"),
+                               arguments: [account, recordID])
+        }
+    }
+
+    /// The row of the record's newest change (one not yet sent, else the one sent last), if any.
+    func newestRow(account: String, recordID: String) throws -> Int64? {
+        try queue.read { db in
+            try Int64.fetchOne(db.cachedStatement(sql: "SELECT row_id FROM pending WHERE account = ? AND record_id = ? ORDER BY sequence IS NULL DESC, sequence DESC LIMIT 1"),
                                arguments: [account, recordID])
         }
     }

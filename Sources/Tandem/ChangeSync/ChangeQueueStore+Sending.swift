@@ -102,15 +102,18 @@ extension ChangeQueueStore {
     /// ``unprepare(account:rowIDs:)`` inside a write.
     func unprepare(_ db: Database, account: String, rowIDs: [Int64]) throws -> [Row] {
         let select = try db.cachedStatement(sql: "SELECT * FROM pending WHERE row_id = ? AND account = ?")
-        // Whether the record has a change not yet sent, beside this one: the file decides.
-        let newer = try db.cachedStatement(sql: "SELECT 1 FROM pending WHERE account = ? AND record_id = ? AND sequence IS NULL AND row_id != ?")
+        // Whether the record has a newer change than this one: one not yet sent, or one sent after
+        // it (a higher sequence). The file decides. An older change never wins over a newer one:
+        // two sent changes of a record left undecided together keep the newer, whichever comes
+        // first here.
+        let newer = try db.cachedStatement(sql: "SELECT 1 FROM pending WHERE account = ? AND record_id = ? AND row_id != ? AND (sequence IS NULL OR sequence > ?)")
         let reset = try db.cachedStatement(sql: "UPDATE pending SET sequence = NULL, data = NULL, alone = 1 WHERE row_id = ? AND account = ?")
         let delete = try db.cachedStatement(sql: "DELETE FROM pending WHERE row_id = ? AND account = ?")
         var kept: [Row] = []
         var dropped: [Int64] = []
         for rowID in rowIDs {
             guard var row = try cache.withLock({ $0[rowID, account] }) ?? Row.fetchOne(select, arguments: [rowID, account]) else { continue }
-            if try Bool.fetchOne(newer, arguments: [account, row.recordID, rowID]) != nil {
+            if try Bool.fetchOne(newer, arguments: [account, row.recordID, rowID, row.sequence.map { Int64(clamping: $0) }]) != nil {
                 try delete.execute(arguments: [rowID, account])
                 dropped.append(rowID)
                 continue

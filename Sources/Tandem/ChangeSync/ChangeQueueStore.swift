@@ -107,6 +107,9 @@ final class ChangeQueueStore: Sendable {
         var byRecord: [RecordKey: [Int64]] = [:]
         /// Accounts whose every pending row is in `rows`.
         var complete: Set<String> = []
+        /// The file's `data_version` when this connection last looked: another connection's
+        /// commit changes it.
+        var dataVersion: Int64?
 
         /// The row, when it is in `account`'s queue: another account's row is never found for it.
         subscript(rowID: Int64, account: String) -> Row? {
@@ -127,6 +130,13 @@ final class ChangeQueueStore: Sendable {
                 for rowID in rowIDs { rows.removeValue(forKey: rowID) }
                 byRecord.removeValue(forKey: key)
             }
+        }
+
+        /// Forgets every row: the file changed under another connection.
+        mutating func invalidateAll() {
+            rows = [:]
+            byRecord = [:]
+            complete = []
         }
 
         mutating func remove(_ rowID: Int64, account: String) {
@@ -168,11 +178,27 @@ final class ChangeQueueStore: Sendable {
         // timeout while another connection holds it), never upgraded from a read midway, which
         // another writer could refuse at once.
         try db.inTransaction(.immediate) {
+            try syncCache(db)
             result = try body(db)
             return .commit
         }
         if flushed { flushedCommits.add(1, ordering: .relaxed) }
         return result!
+    }
+
+    /// Forgets the rows kept in memory when another connection committed to the file since this
+    /// one last looked (a second engine of the zone, another process): they may have changed
+    /// there (a record queued again replaces its unsent change in place), and a row sent as
+    /// remembered would send a state the app replaced. Called at the start of each access that
+    /// reads the rows in memory.
+    func syncCache(_ db: Database) throws {
+        let version = try Int64.fetchOne(db.cachedStatement(sql: "PRAGMA data_version")) ?? 0
+        cache.withLock { cache in
+            if cache.dataVersion != version {
+                if cache.dataVersion != nil { cache.invalidateAll() }
+                cache.dataVersion = version
+            }
+        }
     }
 
     /// Commits flushed to disk because they queued changes or handed out sequences (for tests).
@@ -296,6 +322,7 @@ final class ChangeQueueStore: Sendable {
         // Sent changes first, in the order of their sequences (which is not always their rows'
         // order: a conflict's resolution goes ahead of changes queued before it), then the others.
         try queue.read { db in
+            try syncCache(db)
             let rows = try Row.fetchAll(db, sql: "SELECT * FROM pending WHERE account = ? ORDER BY sequence IS NULL, sequence, row_id", arguments: [account])
             cache.withLock { cache in
                 for row in rows where cache[row.rowID, account] == nil { cache.put(row, account: account) }

@@ -40,6 +40,9 @@ extension ChangeSyncEngine {
         // the engine has what it sent, and needs only the versions.
         var request = WriteRequest(rows.map { $0.mutation! }, isAtomic: !rows.contains { $0.alone })
         request.isBrief = true
+        // Sent only on a connection signed in as the account (a sign-in the engine has not heard
+        // yet fails it as unavailable, and it stays queued for its account).
+        request.madeFor = .some(account)
         let writes = client.startWrites([request])
         Task { await self.finishSend(batch, rows, writes, account: account, attempt: attempt) }
     }
@@ -188,7 +191,7 @@ extension ChangeSyncEngine {
             if step({ !$0.waiters.isEmpty }) {
                 let replaced = answer.undecided.filter { rowID in !again.contains { $0.rowID == rowID } }.compactMap { rowID in answer.undecidedRecords[rowID].map { (rowID, $0) } }
                 for (rowID, recordID) in replaced + conflicted.map({ ($0.value, $0.key) }) {
-                    if let newer = try requeued.first(where: { $0.recordID == recordID })?.rowID ?? store.unsentRow(account: account, recordID: recordID) {
+                    if let newer = try requeued.first(where: { $0.recordID == recordID })?.rowID ?? store.newestRow(account: account, recordID: recordID) {
                         moves.append((rowID, newer))
                     }
                 }

@@ -349,6 +349,26 @@ public final class ChangeSyncEngine: Observable, Sendable {
         return stream
     }
 
+    /// Returns once every step queued before has run (suspending meanwhile): for tests and
+    /// simulations that check the engine after the changes they caused.
+    package func barrier() async {
+        await owner.run {}
+    }
+
+    /// How many changes of `account` its stored queue holds (-1 when it cannot be read): for
+    /// tests and simulations.
+    package func storedChangeCount(account: String) -> Int {
+        (try? store.pending(account: account).count) ?? -1
+    }
+
+    /// The stored queue of `account`, a line per change (row, record, sequence once sent, and the
+    /// record's properties): for simulation traces.
+    package func storedChanges(account: String) -> [String] {
+        ((try? store.pending(account: account)) ?? []).map { row in
+            "#\(row.rowID) \(row.recordID)\(row.sequence.map { " seq \($0)" } ?? "") \(row.record.map { "\($0.properties)" } ?? "deletion")"
+        }
+    }
+
     /// Runs `body` on the engine's state on its owner, after every step queued before, blocking
     /// the caller meanwhile: for tests that look inside.
     func onOwner<Result>(_ body: (inout Core) throws -> Result) rethrows -> Result {

@@ -121,8 +121,8 @@ extension TandemClient {
                         listener.sent = true
                         state.listeners[id] = listener
                     }
-                    for (id, frame, user) in state.deferred {
-                        if let user, user != state.authState.uid, let reply = state.pending.removeValue(forKey: id) {
+                    for (id, frame, user, strict) in state.deferred {
+                        if strict || user != nil, user != state.authState.uid, let reply = state.pending.removeValue(forKey: id) {
                             // Made for another user than the one welcomed now: never sent as them.
                             if effects.failed == nil { effects.failed = ([], []) }
                             effects.failed?.pending.append(reply)

@@ -81,7 +81,10 @@ public final class TandemClient: Service, Sendable, Observable {
         /// Requests made while an attempt was under way, sent once it is welcomed, with the user
         /// signed in when they were made: one made for a user is never sent on a connection
         /// welcomed as someone else (it fails, to be sent again by its owner).
-        var deferred: [(id: Int, frame: String, user: String?)] = []
+        /// Requests made while connecting, sent after the welcome: each with the user it was made
+        /// for, and whether it must go as that user only (else it goes as anyone unless made for
+        /// a signed-in user and another was welcomed).
+        var deferred: [(id: Int, frame: String, user: String?, strict: Bool)] = []
         var connectedWaiters: [CheckedContinuation<Void, Never>] = []
         /// Who hears of the connection going and coming back, by token.
         var connectionObservers: [Int: ConnectionObserver] = [:]
@@ -391,14 +394,22 @@ public final class TandemClient: Service, Sendable, Observable {
     /// Queues requests on the connection now, behind every request queued before (or, while
     /// connecting, to go after the welcome); their answers come to the collector returned. Not
     /// connected and not connecting, each fails at once.
-    func enqueue(_ requests: [(Int) -> ClientMessage]) -> ReplyCollector {
+    func enqueue(_ requests: [(Int) -> ClientMessage], madeFor: [String??] = []) -> ReplyCollector {
         let collector = ReplyCollector(count: requests.count)
+        var refused: [(slot: Int, error: TandemError)] = []
         let (sent, wake) = state.withLock { state -> (Bool, CheckedContinuation<Void, Never>?) in
             let connection = state.welcomed
             guard connection != nil || state.machine.isConnecting else {
                 return (false, Self.requestWake(&state))
             }
             for (slot, make) in requests.enumerated() {
+                let user = slot < madeFor.count ? madeFor[slot] : nil
+                if connection != nil, let user, user != state.authState.uid {
+                    // Made for another user than the one this connection is signed in as: never
+                    // sent as them.
+                    refused.append((slot, Self.madeForAnother(user, signedIn: state.authState.uid)))
+                    continue
+                }
                 let id = state.nextRequestID
                 state.nextRequestID += 1
                 state.pending[id] = PendingReply(collector: collector, slot: slot)
@@ -407,7 +418,7 @@ public final class TandemClient: Service, Sendable, Observable {
                     connection.frames.yield(frame)
                 } else {
                     // Sent after the welcome, or failed with the attempt (with every pending reply).
-                    state.deferred.append((id, frame, state.authState.uid))
+                    state.deferred.append((id, frame, user ?? state.authState.uid, user != nil))
                 }
             }
             return (true, nil)
@@ -416,7 +427,14 @@ public final class TandemClient: Service, Sendable, Observable {
         if !sent {
             for slot in requests.indices { collector.fill(slot, with: .failure(notConnected)) }
         }
+        for (slot, error) in refused { collector.fill(slot, with: .failure(error)) }
         return collector
+    }
+
+    /// Why a request made for `user` is not sent while `signedIn` is: it passes (the sender keeps
+    /// it, and sends it again once that user is back).
+    static func madeForAnother(_ user: String?, signedIn: String?) -> TandemError {
+        TandemError(.unavailable, "This write was made for \(user.map { "user \($0)" } ?? "the signed-out user"), and the client is signed in as \(signedIn ?? "nobody") now: it was not sent, and stays queued for its user.")
     }
 
     /// Write requests sent by ``startWrites(_:)``, whose answers are awaited later.
@@ -445,7 +463,7 @@ public final class TandemClient: Service, Sendable, Observable {
             request.isOneWrite
                 ? { .write(id: $0, mutations: request.mutations, brief: request.isBrief) }
                 : { .writeEach(id: $0, mutations: request.mutations, brief: request.isBrief) }
-        })
+        }, madeFor: requests.map(\.madeFor))
         return PendingWrites(collector: collector, atomic: requests.map(\.isOneWrite))
     }
 

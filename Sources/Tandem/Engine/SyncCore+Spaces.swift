@@ -17,7 +17,7 @@ import TandemCore
 ///   server has confirmed who is signed in.
 extension SyncCore {
     /// The user whose space the engine shows (nil: the signed-out space).
-    var spaceUser: String? { state.current.user }
+    package var spaceUser: String? { state.current.user }
 
     /// How many times the engine switched spaces: the epoch of what it shows now.
     var spaceEpoch: Int { state.current.space }

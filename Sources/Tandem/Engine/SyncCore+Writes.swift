@@ -264,8 +264,8 @@ extension SyncCore {
             log("syncPendingWrites_start", ["pending_write_count": pendingWriteCount])
             // The window belongs to the space shown now (this step runs on `queue`, where spaces
             // switch): its answers are settled only while that space is still shown.
-            let epoch = state.access { $0.space }
-            Task { [weak self] in await self?.send(window, epoch: epoch) }
+            let (epoch, user) = state.access { ($0.space, $0.user) }
+            Task { [weak self] in await self?.send(window, epoch: epoch, user: user) }
         case .sleep(let deadline):
             let sleeper = sleep(until: deadline) { $0.retryDue() }
             state.access { state in
@@ -277,11 +277,17 @@ extension SyncCore {
     }
 
     /// Sends windows until the outbox is empty or a failure that may pass stops it. `epoch` is the
-    /// space the windows belong to (``State/space``).
-    private func send(_ first: [Sender.Request], epoch: Int) async {
+    /// space the windows belong to (``State/space``), and `user` that space's user: the client
+    /// sends them on a connection signed in as that user only (after a sign-in the engine has
+    /// not heard yet, they fail as unavailable, and stay queued in their space).
+    private func send(_ first: [Sender.Request], epoch: Int, user: String?) async {
         var window = first
         while true {
-            var answers = await commit(window.map(\.writeRequest))
+            var answers = await commit(window.map { request in
+                var write = request.writeRequest
+                write.madeFor = .some(user)
+                return write
+            })
             if answers.count != window.count {
                 // A remote that answers another number of requests than it was sent: what it did
                 // with them is unknown, so every one stays queued and is sent again.

@@ -10,6 +10,11 @@ public struct WriteRequest: Sendable, Hashable {
     /// Whether the answer may leave out the documents of applied writes (their versions only;
     /// refusals still carry theirs): for a caller that has what it wrote.
     public var isBrief = false
+    /// The user the request is made for, when its sender keeps one user's writes apart from
+    /// another's (an engine's space, a change-sync account): `.some(nil)` for the signed-out one.
+    /// A client never sends it on a connection signed in as anyone else; it fails with
+    /// `unavailable` instead, and is sent again once that user is back. Nil: whoever is signed in.
+    package var madeFor: String?? = nil
 
     /// Whether it goes as a plain atomic write: atomic, or one mutation, which is the same thing.
     public var isOneWrite: Bool { isAtomic || mutations.count <= 1 }

@@ -17,6 +17,22 @@ struct ChangeQueueStoreTests {
         return SyncedRecord(id: id, type: "Note", properties: properties, metadata: RecordMetadata(version: Version(version)))
     }
 
+    @Test("two connections to one file (a second engine of the zone): a change one queues again replaces the other's unsent change, and the other sends the new state, never the one it remembered")
+    func secondConnectionReplaces() async throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let path = directory.url.appendingPathComponent("q.sqlite").path
+        let first = try ChangeQueueStore(path: path)
+        let second = try ChangeQueueStore(path: path)
+        let queued = try first.enqueue(account: "u1", saves: [Self.note("n1", "a")], deletions: [])
+        _ = try first.pending(account: "u1")
+        let again = try second.enqueue(account: "u1", saves: [Self.note("n1", "b")], deletions: [])
+        #expect(again[0].rowID == queued[0].rowID, "replaced in place")
+        #expect(try first.newestQueued(account: "u1", ids: ["n1"])["n1"]?["title"] == "b")
+        let sent = try first.prepare(account: "u1", records: Self.records, rowIDs: [queued[0].rowID]) { try RecordCoding.fields(of: $0.record!, encryption: nil) }
+        #expect(sent[0].mutation?.kind == .set(["_type": "Note", "title": "b"]))
+    }
+
     @Test("a record queued again before it is sent replaces its change; once sent, the next change is a new row after it, and is the newest queued state")
     func queuedAgain() async throws {
         let directory = try TemporaryDirectory()
@@ -251,5 +267,30 @@ struct ChangeQueueStoreTests {
         #expect(pending[2].record?.properties == ["title": .value("y"), "secret": .encryptedValue("s")])
         #expect(pending[2].record?.metadata.stamps == ["title": HLCTimestamp("5-0-d")!])
         #expect(try store.bases(account: "u1", ids: ["n1"], encryption: nil).isEmpty)
+    }
+}
+
+extension ChangeQueueStoreTests {
+    @Test("two sent changes of one record left undecided by an atomic refusal: the newer is kept, to be sent again, and the older gives way to it, in whichever order they are put back")
+    func newerUndecidedKept() async throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let path = directory.url.appendingPathComponent("q.sqlite").path
+        let store = try ChangeQueueStore(path: path)
+        let v4 = try store.enqueue(account: "bob", saves: [Self.note("r2", "v4")], deletions: [])
+        _ = try store.prepare(account: "bob", records: Self.records, rowIDs: [v4[0].rowID]) { try RecordCoding.fields(of: $0.record!, encryption: nil) }
+        let v6 = try store.enqueue(account: "bob", saves: [Self.note("r2", "v6")], deletions: [])
+        let v7 = try store.enqueue(account: "bob", saves: [Self.note("r1", "v7")], deletions: [])
+        let relaunched = try ChangeQueueStore(path: path)
+        let pending = try relaunched.pending(account: "bob")
+        #expect(pending.map(\.rowID) == [v4[0].rowID, v6[0].rowID, v7[0].rowID])
+        // All three sent in one atomic request, which the server refused for another's sake.
+        let sent = try relaunched.prepare(account: "bob", records: Self.records, rowIDs: pending.map(\.rowID)) { try RecordCoding.fields(of: $0.record!, encryption: nil) }
+        #expect(sent.map(\.sequence) == [1, 2, 3])
+        let (kept, _) = try relaunched.settle(account: "bob", [], undecided: pending.map(\.rowID), requeue: [])
+        #expect(kept.map(\.rowID) == [v6[0].rowID, v7[0].rowID], "the older change of r2 gave way")
+        #expect(try relaunched.pending(account: "bob").map { $0.record?["title"] } == ["v6", "v7"])
+        let again = try relaunched.prepare(account: "bob", records: Self.records, rowIDs: kept.map(\.rowID)) { try RecordCoding.fields(of: $0.record!, encryption: nil) }
+        #expect(again.map { $0.record?["title"] } == ["v6", "v7"])
     }
 }

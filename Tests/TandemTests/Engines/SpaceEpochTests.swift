@@ -37,7 +37,12 @@ struct SpaceEpochTests {
             calls.update { $0 += 1; counted = $0 }
             let call = counted
             await opened.wait { $0.contains(call) }
-            return await inner.commit(requests: requests)
+            // Its users are its own, not the client's: the client is not told whom they are for.
+            return await inner.commit(requests: requests.map { request in
+                var request = request
+                request.madeFor = nil
+                return request
+            })
         }
         func observeAuthState(_ handler: @escaping @Sendable (AuthState) -> Void) -> ConnectionObservation? {
             self.handler.withLock { $0 = HandlerBox(handler) }
