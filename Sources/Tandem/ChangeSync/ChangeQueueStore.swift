@@ -9,7 +9,7 @@ import TandemCore
 /// server's last state of each record (the base of a conflict, and of each property's stamp), the
 /// writer id and next sequence of the account's mutations.
 ///
-/// A change is on disk before ``ChangeSyncEngine/sendChanges(modify:delete:)`` returns (flushed, so
+/// A change is on disk before ``ChangeSyncEngine/sendChanges(modify:delete:)-([SyncedRecord],_)`` returns (flushed, so
 /// it survives a power loss as well as a crash), and so is a sequence before it is sent. Once
 /// sent it keeps its mutation (its sequence, precondition and the document data as sent, sealed
 /// properties included) until answered, so a send after a crash or a reconnect is the same write,

@@ -1,7 +1,7 @@
 import Synchronization
 import TandemCore
 
-/// What became of one record of a ``ChangeSyncEngine/send(modify:delete:)``.
+/// What became of one record of a ``ChangeSyncEngine/send(modify:delete:)-([SyncedRecord],_)``.
 public enum SendOutcome: Sendable {
     /// Saved: the record as the server has it now (its version in its metadata), which is the
     /// conflict's resolution when it met one, or the newer state of it the app queued meanwhile.
@@ -36,7 +36,7 @@ extension ChangeSyncEngine {
 
     /// Stops the engine: nothing runs until ``start()``; everything queued stays queued (on disk),
     /// the operation running included, and an answer to it is not taken. Each
-    /// ``send(modify:delete:)`` awaited ends with a `cancelled` error (its changes stay queued).
+    /// ``send(modify:delete:)-([SyncedRecord],_)`` awaited ends with a `cancelled` error (its changes stay queued).
     public func stop() {
         owner.enqueue {
             let subscription = self.step { core -> Task<Void, Never>? in
@@ -60,7 +60,7 @@ extension ChangeSyncEngine {
     /// property with no keys).
     ///
     /// Blocks the caller until the changes are on disk: it waits for the engine's queue and a
-    /// flush of its file. ``enqueue(modify:delete:)`` is the same without holding a thread.
+    /// flush of its file. ``enqueue(modify:delete:)-([SyncedRecord],_)`` is the same without holding a thread.
     public func sendChanges<Record: SyncableRecord>(modify records: [Record], delete deletedIDs: [String]) throws {
         try sendChanges(modify: records.map(SyncedRecord.init), delete: deletedIDs.map { RecordDeletion(recordID: $0, recordType: Record.recordType) })
     }
@@ -71,7 +71,7 @@ extension ChangeSyncEngine {
         _ = try owner.syncOrHere { try queueChanges(records, deletions) }
     }
 
-    /// As ``sendChanges(modify:delete:)``, suspending instead of blocking: returns once the changes
+    /// As ``sendChanges(modify:delete:)-([SyncedRecord],_)``, suspending instead of blocking: returns once the changes
     /// are on disk.
     public func enqueue<Record: SyncableRecord>(modify records: [Record], delete deletedIDs: [String]) async throws {
         try await enqueue(modify: records.map(SyncedRecord.init), delete: deletedIDs.map { RecordDeletion(recordID: $0, recordType: Record.recordType) })
@@ -80,10 +80,10 @@ extension ChangeSyncEngine {
     /// As above, for records of any types.
     public func enqueue(modify records: [SyncedRecord], delete deletions: [RecordDeletion]) async throws {
         try validate(records, deletions)
-        try await owner.run { Result { try self.queueChanges(records, deletions) } }.get()
+        _ = try await owner.run { Result { try self.queueChanges(records, deletions) } }.get()
     }
 
-    /// Queues the changes as ``enqueue(modify:delete:)`` does, then waits for the server's answer
+    /// Queues the changes as ``enqueue(modify:delete:)-([SyncedRecord],_)`` does, then waits for the server's answer
     /// to each: the outcome of every record given, in order (saves, then deletions). The wait lives
     /// through retries, reconnects and splits of a batch; a conflict's outcome is its resolution's.
     ///
@@ -183,7 +183,7 @@ extension ChangeSyncEngine {
     }
 }
 
-/// One awaited ``ChangeSyncEngine/send(modify:delete:)``: its continuation, resumed exactly once
+/// One awaited ``ChangeSyncEngine/send(modify:delete:)-([SyncedRecord],_)``: its continuation, resumed exactly once
 /// (by the outcome, a failure or the task's cancellation, whichever comes first).
 final class SendTicket: Sendable {
     private enum Stage {

@@ -21,9 +21,9 @@ import TandemCore
 /// time, and the engine's file is written there. The delegate is called there, in order, between
 /// steps; a delegate may call the engine back (its synchronous calls then run at once). Reading
 /// ``status``, ``state`` or ``lastError`` never waits: they are published after each step.
-/// ``sendChanges(modify:delete:)`` blocks its caller until the changes are on disk (a wait for
+/// ``sendChanges(modify:delete:)-([SyncedRecord],_)`` blocks its caller until the changes are on disk (a wait for
 /// the queue's turn and a flush, about a millisecond on a quiet device);
-/// ``enqueue(modify:delete:)`` and ``send(modify:delete:)`` wait without holding a thread.
+/// ``enqueue(modify:delete:)-([SyncedRecord],_)`` and ``send(modify:delete:)-([SyncedRecord],_)`` wait without holding a thread.
 ///
 /// - Account: the client's signed-in user. Nothing runs while nobody is; another user is another
 ///   account, with its own queue and token.
@@ -139,7 +139,7 @@ public final class ChangeSyncEngine: Observable, Sendable {
         var failure: TandemError?
         /// Fetches the app asked for while nobody was signed in: run when someone signs in.
         var fetchesAtSignIn: [(token: ChangeToken?, account: String?)] = []
-        /// Sends the app awaits (``send(modify:delete:)``).
+        /// Sends the app awaits (``send(modify:delete:)-([SyncedRecord],_)``).
         var waiters = SendWaiters()
         var isShutDown = false
 
@@ -376,7 +376,7 @@ public final class ChangeSyncEngine: Observable, Sendable {
     }
 }
 
-/// A step a test runs inside ``ChangeSyncEngine/sendChanges(modify:delete:)`` (boxed: a closure kept
+/// A step a test runs inside ``ChangeSyncEngine/sendChanges(modify:delete:)-([SyncedRecord],_)`` (boxed: a closure kept
 /// in a `Mutex` directly is thunked again on every access).
 package final class QueueingHook: Sendable {
     let body: @Sendable () -> Void

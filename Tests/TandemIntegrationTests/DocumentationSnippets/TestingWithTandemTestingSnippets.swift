@@ -32,6 +32,26 @@ struct TestingWithTandemTestingSnippets {
         // end snippet
     }
 
+    @Test("a signed-in mock: the change-sync engine sends as Ada, then follows Bob")
+    func signedInMock() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("snippet-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let note = SyncedRecord(id: "n1", type: "Note", properties: ["title": .value("Groceries")], metadata: RecordMetadata(version: Version(0)))
+        // snippet: testing-signed-in
+        let server = try await MockServer.signedIn(as: "ada")    // tokens and rules: each user owns users/{uid}
+        var configuration = ChangeSyncEngine.Configuration(zoneName: "notes")
+        configuration.directory = directory
+        let engine = try ChangeSyncEngine(client: server.client, configuration: configuration)
+        engine.start()
+        let results = try await engine.send(modify: [note], delete: [])
+        #expect(results.count == 1)
+        #expect(server.documents[try DocumentPath("users/ada/zones/notes/records/n1")] != nil)
+
+        try await server.signIn(as: "bob")                        // the engine follows the client
+        #expect(await engine.waitUntil { engine.status.account == "bob" })
+        // end snippet
+    }
+
     @Test("a refusal rolls the write back, lists it and logs it")
     func refusal() async throws {
         // snippet: testing-refusal
@@ -98,6 +118,21 @@ struct TestingWithTandemTestingSnippets {
     @Test(arguments: ServerStoreConformance.checks + ServerStoreConformance.sharedChecks)
     func conforms(_ check: ServerStoreConformance.Check) async throws {
         try await check.run(on: Self.subject)
+    }
+}
+// end snippet
+
+// snippet: testing-simulation
+/// The app's promises under the steps each seed draws: `TANDEM_SIM_SEEDS=N` runs N seeds,
+/// `TANDEM_SIM_SEED=S` replays one, `TANDEM_SIM_TRACE=1` prints each step.
+@Suite("Client simulation", .timeLimit(.minutes(10)))
+struct ClientSimulationTests {
+    @Test(arguments: ClientSimulation.seeds(defaultCount: 12))
+    func promisesHold(seed: UInt64) async {
+        let simulation = ClientSimulation(steps: 40, printsTrace: ClientSimulation.tracing)
+        if let failure = await simulation.run(seed: seed) {
+            Issue.record("\(failure)\n\(failure.trace.suffix(40).joined(separator: "\n"))")
+        }
     }
 }
 // end snippet
