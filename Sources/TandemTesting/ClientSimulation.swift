@@ -91,12 +91,13 @@ public struct ClientSimulation: Sendable {
     }
 
     /// The seeds a test runs: `TANDEM_SIM_SEED` alone when it is set, else `TANDEM_SIM_SEEDS`
-    /// seeds from 1 (or `defaultCount`).
+    /// seeds (or `defaultCount`) from `TANDEM_SIM_FIRST_SEED` (or 1).
     public static func seeds(defaultCount: Int) -> [UInt64] {
         let environment = ProcessInfo.processInfo.environment
         if let seed = environment["TANDEM_SIM_SEED"].flatMap(UInt64.init) { return [seed] }
-        let count = environment["TANDEM_SIM_SEEDS"].flatMap(Int.init) ?? defaultCount
-        return (1...UInt64(max(1, count))).map { $0 }
+        let count = UInt64(max(1, environment["TANDEM_SIM_SEEDS"].flatMap(Int.init) ?? defaultCount))
+        let first = environment["TANDEM_SIM_FIRST_SEED"].flatMap(UInt64.init) ?? 1
+        return (first..<first + count).map { $0 }
     }
 
     /// Whether `TANDEM_SIM_TRACE` asks for each step to be printed.
