@@ -202,4 +202,41 @@ struct ChangeSyncSendTests {
         #expect((try? sent[0].get())?.first?.status == .applied)
         #expect(server.documents[try DocumentPath("users/bob/notes/n1")] != nil)
     }
+
+    @Test("two changes of one record sent together (one sent before a relaunch, one queued after it) both meet conflicts: their resolutions are one change, sent once, and nothing stays in the file")
+    func twoConflictsOfOneRecord() async throws {
+        let server = try await MockServer.signedIn(as: "ada")
+        let directory = TemporaryDirectory()
+        let path = try DocumentPath("users/ada/zones/notes/records/n1")
+        var saved = ChangeSyncEngine.State()
+        do {
+            let first = try engine(server, directory)
+            first.start()
+            _ = try await first.send(modify: [note("n1", "v1")], delete: [])
+            first.stop()
+            await first.barrier()
+            saved = first.state
+            // Both based on no version, so both conflict with v1: the first sent alone (after an
+            // atomic refusal put it back) before the engine went, the second queued after it.
+            let records = try CollectionPath("users/ada/zones/notes/records")
+            let fields: (ChangeQueueStore.Row) throws -> JSONObject = { try RecordCoding.fields(of: $0.record!, encryption: nil) }
+            let sent = try first.store.enqueue(account: "ada", saves: [note("n1", "v4")], deletions: [])
+            _ = try first.store.prepare(account: "ada", records: records, rowIDs: sent.map(\.rowID), fields: fields)
+            _ = try first.store.settle(account: "ada", [], undecided: sent.map(\.rowID), requeue: [])
+            _ = try first.store.prepare(account: "ada", records: records, rowIDs: sent.map(\.rowID), fields: fields)
+            _ = try first.store.enqueue(account: "ada", saves: [note("n1", "v5")], deletions: [])
+        }
+        let applied = server.appliedWriteCount
+        // With its state, as an app gives it back: the zone is not made again.
+        var configuration = ChangeSyncEngine.Configuration(zoneName: "notes")
+        configuration.directory = directory.url
+        configuration.resolver = .clientWins
+        let relaunched = try ChangeSyncEngine(client: server.client, configuration: configuration, state: saved)
+        relaunched.start()
+        #expect(await relaunched.waitUntil(timeout: .seconds(60)) {
+            relaunched.storedChangeCount(account: "ada") == 0 && server.documents[path]?.data["title"] == "v5"
+        }, "stored: \(relaunched.storedChanges(account: "ada")), server: \(String(describing: server.documents[path]?.data))")
+        #expect(server.appliedWriteCount - applied == 1, "the two conflicts' one resolution, sent once")
+        #expect(!relaunched.status.isHalted)
+    }
 }

@@ -47,6 +47,24 @@ extension ChangeSyncEngine {
         Task { await self.finishSend(batch, rows, writes, account: account, attempt: attempt) }
     }
 
+    /// The changes of rows, one per row, each as its last mention has it: two resolutions of one
+    /// record (two of its changes met conflicts in one send) are queued as one row, which the
+    /// file replaced in place, and the machine must hear of it once (twice, it sent the row twice
+    /// in one request, under two sequences, and the second met a conflict of its own).
+    static func distinct(_ rows: [ChangeQueueStore.Row]) -> [ChangeSyncStateMachine.PendingChange] {
+        var index: [Int64: Int] = [:]
+        var changes: [ChangeSyncStateMachine.PendingChange] = []
+        for row in rows {
+            if let at = index[row.rowID] {
+                changes[at] = row.change
+            } else {
+                index[row.rowID] = changes.count
+                changes.append(row.change)
+            }
+        }
+        return changes
+    }
+
     /// What a send's answer says of each change, before the engine acts on it.
     private struct Answer {
         var saved: [SentRecord] = []
@@ -200,7 +218,7 @@ extension ChangeSyncEngine {
                 for (rowID, outcome) in answer.outcomes { core.waiters.decide(rowID, outcome) }
                 for move in moves { core.waiters.move(move.from, to: move.to) }
             }
-            if !again.isEmpty || !requeued.isEmpty { handle(.resolved(again.map(\.change) + requeued.map(\.change), now: now()), for: account) }
+            if !again.isEmpty || !requeued.isEmpty { handle(.resolved(Self.distinct(again + requeued), now: now()), for: account) }
         } catch {
             handle(.failed(.fatal(Self.tandemError(error)), attempt: attempt, now: now()))
             return
