@@ -47,8 +47,9 @@ extension SimulationWorld {
         for counter in Self.counters {
             let onServer = Self.serverCounters(server, user)[counter] ?? -1
             let queued = expected[counter] ?? 0
-            if onServer != queued {
-                return "\(onServer < queued ? "Lost" : "Applied twice"): \(user)'s \(counter) is \(onServer) on the server, and the app queued \(queued) increment(s)."
+            let either = unattributed[counter] ?? 0
+            if onServer < queued || onServer > queued + either {
+                return "\(onServer < queued ? "Lost" : "Applied twice"): \(user)'s \(counter) is \(onServer) on the server, and the app queued \(queued) increment(s)\(either > 0 ? " (and \(either) while the user switched)" : "")."
             }
         }
         let changesSettled = await within {
@@ -64,6 +65,20 @@ extension SimulationWorld {
             return "Listeners: the server runs \(server.listenerCount), and the device has two engines, one listener each."
         }
         log("quiet as \(user): every promise held")
+        return nil
+    }
+
+    /// After every user's quiet point: each counter's increments, over both users' data, are the
+    /// app's exactly (those made while the user switched included, in one user's data or the
+    /// other's).
+    func checkTotals() -> String? {
+        for counter in Self.counters {
+            let onServer = Self.users.reduce(0) { $0 + (Self.serverCounters(server, $1)[counter] ?? 0) }
+            let queued = Self.users.reduce(0) { $0 + (increments[$1]?[counter] ?? 0) } + (unattributed[counter] ?? 0)
+            if onServer != queued {
+                return "\(onServer < queued ? "Lost" : "Applied twice"): \(counter) is \(onServer) on the server over both users, and the app queued \(queued) increment(s)."
+            }
+        }
         return nil
     }
 

@@ -28,6 +28,10 @@ final class SimulationWorld {
     var listening = false
     /// Increments the app was told are queued, by user and counter.
     var increments: [String: [String: Int]] = [:]
+    /// Increments queued while the user switched, by counter: the app's path for them names the
+    /// user the client is signed in as when the engine reads it, which may already be the next
+    /// one. Each is in one user's data or the other's, exactly once.
+    var unattributed: [String: Int] = [:]
     /// The value last sent of each record, by user.
     var sent: [String: [String: String]] = [:]
     var nextValue = 0
@@ -158,7 +162,7 @@ final class SimulationWorld {
             try? server.requestUser(other)
             do {
                 try await writing.value
-                increments[uid, default: [:]][counter, default: 0] += 1
+                unattributed[counter, default: 0] += 1
                 log("write \(uid)/\(counter) while switching to \(other): queued")
             } catch {
                 log("write \(uid)/\(counter) while switching to \(other): refused (\(error))")

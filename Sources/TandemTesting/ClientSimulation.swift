@@ -87,6 +87,10 @@ public struct ClientSimulation: Sendable {
                 return Failure(seed: seed, step: steps + 1, message: message, trace: world.trace)
             }
         }
+        if let message = world.checkTotals() {
+            world.log("broken: \(message)")
+            return Failure(seed: seed, step: steps + 1, message: message, trace: world.trace)
+        }
         return nil
     }
 

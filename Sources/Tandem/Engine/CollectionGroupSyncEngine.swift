@@ -58,7 +58,7 @@ public final class CollectionGroupSyncEngine<T: SyncModel>: Sendable, RegistrarO
     ) {
         self.remote = remote
         let base = persistence.map { EnginePersistence.collection($0) } ?? .memory
-        var (space, loadError) = base.openLastSpace { SyncCore<T>.newClientID(managerKey) }
+        var (space, loadError) = base.openLastSpace(managerKey: managerKey) { SyncCore<T>.newClientID(managerKey) }
         // Read-only: nothing queued is ever sent from here.
         space.state.outbox = Outbox(clientID: space.state.outbox.clientID)
         let relay = ChangeRelay()

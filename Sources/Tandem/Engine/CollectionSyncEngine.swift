@@ -68,7 +68,7 @@ public final class CollectionSyncEngine<T: SyncModel>: Sendable, RegistrarObserv
     ) {
         self.remote = remote
         let base = persistence.map { EnginePersistence.collection($0) } ?? .memory
-        let (space, loadError) = base.openLastSpace { SyncCore<T>.newClientID(managerKey) }
+        let (space, loadError) = base.openLastSpace(managerKey: managerKey) { SyncCore<T>.newClientID(managerKey) }
         let box = ChangeRelay()
         core = SyncCore(
             managerKey: managerKey, logger: logger, clock: clock, retryPolicy: retryPolicy, random: random,

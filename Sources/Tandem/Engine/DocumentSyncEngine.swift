@@ -51,7 +51,7 @@ public final class DocumentSyncEngine<T: SyncModel>: Sendable {
     ) {
         self.remote = remote
         let base = persistence.map { EnginePersistence.document($0) } ?? .memory
-        let (space, loadError) = base.openLastSpace { SyncCore<T>.newClientID(managerKey) }
+        let (space, loadError) = base.openLastSpace(managerKey: managerKey) { SyncCore<T>.newClientID(managerKey) }
         let relay = ChangeRelay()
         core = SyncCore(
             managerKey: managerKey, logger: logger, clock: clock, retryPolicy: retryPolicy, random: random,

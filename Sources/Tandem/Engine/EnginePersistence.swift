@@ -6,7 +6,7 @@ enum EnginePersistence: Sendable {
     case memory
     case collection(any LocalCollectionPersistence)
     case document(any LocalDocumentPersistence)
-    /// A space whose saved state could not be read (``openLastSpace(newWriterID:)``): nothing is
+    /// A space whose saved state could not be read (``openLastSpace(managerKey:newWriterID:)``): nothing is
     /// written to it, so the writes queued there stay as they are (another writer id's entries
     /// would overwrite them, and be sent under the stored id with numbers it already used, which
     /// the server takes for replays). A write that must be queued on disk is refused with `error`.
@@ -123,10 +123,12 @@ extension EnginePersistence {
         }
     }
 
-    /// Opens the space the engine showed last, as an engine does when it is made. A space that
-    /// cannot be read opens empty, in memory, with the error to log, and takes no write that must
-    /// be queued on disk (``unreadable(_:)``).
-    func openLastSpace(newWriterID: () -> String) -> (OpenedSpace, (any Error)?) {
+    /// Opens the space the engine showed last, as an engine does when it is made: once a released
+    /// engine of `managerKey` has run its last steps (``EngineHandover``). A space that cannot be
+    /// read opens empty, in memory, with the error to log, and takes no write that must be queued
+    /// on disk (``unreadable(_:)``).
+    func openLastSpace(managerKey: String, newWriterID: () -> String) -> (OpenedSpace, (any Error)?) {
+        if case .memory = self {} else { EngineHandover.waitForLeaving(managerKey) }
         var user: String?
         do {
             user = try lastUser()

@@ -99,7 +99,13 @@ extension SyncCore {
     /// A window in flight finishes; nothing new starts. Called when the engine goes; queued on
     /// `queue`, after every change asked for before it.
     func shutdown() {
-        queue.enqueue { [self] in shutdownOnQueue() }
+        // The next engine of this key loads its cache after this one's last step, and its writes.
+        EngineHandover.leave(managerKey, on: queue)
+        queue.enqueue { [self] in
+            shutdownOnQueue()
+            cache.flush()
+            EngineHandover.left(managerKey, from: queue)
+        }
     }
 
     private func shutdownOnQueue() {

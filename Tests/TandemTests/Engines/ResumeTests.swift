@@ -106,3 +106,45 @@ struct ResumeTests {
         }
     }
 }
+
+extension ResumeTests {
+    @Test("a new engine of a managerKey loads its cache only after a released one ran the steps asked of it: a stop that drops the cache lands before, never after, the new engine's own writes")
+    func nextEngineWaitsForTheReleasedOne() async throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let server = MockServer()
+        _ = try await server.client.commit([.set(try DocumentPath("items/a"), ["n": 1]), .set(try DocumentPath("items/b"), ["n": 2])])
+        let persistence = { try SQLiteCollectionPersistence(managerKey: "handover", directory: directory.url) }
+        let gate = DispatchSemaphore(value: 0)
+        do {
+            let first = CollectionSyncEngine<Item>(remote: MockRemoteCollectionService(collectionPath: { "items" }, store: server), managerKey: "handover", persistence: try persistence())
+            await first.startListening()
+            #expect(first.currentCollection.count == 2)
+            await first.core.barrier()
+            first.core.flushCache()
+            // Its queue is held; the stop (dropping the cache) and its release wait behind.
+            first.core.queue.enqueue { gate.wait() }
+            first.stopListening()
+        }
+        // Whichever comes first: the new engine waiting for the released one, or the new engine made.
+        let (events, event) = AsyncStream.makeStream(of: String.self)
+        EngineHandover.onWait { if $0 == "handover" { event.yield("waited") } }
+        defer { EngineHandover.onWait(nil) }
+        let made = Task.detached {
+            let engine = CollectionSyncEngine<Item>(remote: MockRemoteCollectionService(collectionPath: { "items" }, store: server), managerKey: "handover", persistence: try persistence())
+            event.yield("made")
+            return engine
+        }
+        var first: String?
+        for await happened in events {
+            first = happened
+            break
+        }
+        gate.signal()
+        let second = try await made.value
+        #expect(first == "waited", "the new engine was made while the released one still had its stop to run")
+        #expect(second.currentCollection.isEmpty, "loaded after the released engine dropped its cache")
+        await second.startListening()
+        #expect(await second.waitUntil { second.currentCollection.map(\.id) == ["a", "b"] })
+    }
+}
