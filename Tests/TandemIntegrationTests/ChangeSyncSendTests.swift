@@ -151,6 +151,36 @@ struct ChangeSyncSendTests {
         #expect(server.documents[try DocumentPath("users/ada/zones/notes/records/n2")] != nil)
     }
 
+    @Test("offline, the engine tries nothing and counts no failure however long it waits; back online, it sends at once")
+    func waitsForTheConnection() async throws {
+        let server = try await MockServer.signedIn(as: "ada")
+        let directory = TemporaryDirectory()
+        let clock = ManualClock()
+        let engine = try engine(server, directory) { $0.clock = clock }
+        engine.start()
+        _ = try await engine.send(modify: [note("n1", "First")], delete: [])
+        server.goOffline()
+        #expect(await engine.waitUntil { engine.status.isWaitingForConnection })
+        let sending = Task { try await engine.send(modify: [note("n2", "Second")], delete: []) }
+        #expect(await engine.waitUntil { engine.pendingCount == 1 })
+        // An hour on the engine's clock: no retry, no halt.
+        for _ in 0..<60 {
+            clock.advance(by: .seconds(60))
+            await engine.barrier()
+        }
+        #expect(engine.status.retryCount == 0 && !engine.status.isHalted && engine.status.isRunning)
+        #expect(try queued(engine) == ["n2"])
+        server.goOnline()
+        let outcomes = try await sending.value
+        #expect(outcomes.map(\.recordID) == ["n2"])
+        guard case .saved? = outcomes.first else {
+            Issue.record("n2 was not saved: \(outcomes)")
+            return
+        }
+        #expect(server.documents[try DocumentPath("users/ada/zones/notes/records/n2")] != nil)
+        #expect(!engine.status.isWaitingForConnection && engine.status.failure == nil)
+    }
+
     @Test("a fetch asked while nobody is signed in is kept, and runs once a user signs in")
     func fetchAskedWhileSignedOut() async throws {
         let server = try await MockServer.signedIn(as: nil)

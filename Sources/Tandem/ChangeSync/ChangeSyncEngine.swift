@@ -36,7 +36,8 @@ import TandemCore
 /// zone, subscribe, send (batches of at most 400 records and 2 MB), fetch (pages, following
 /// `hasMore`). Failures that may pass are retried with a backoff (or after the server's
 /// `retryAfter`); after `maxRetries`, or an error no retry changes, the engine halts and tells its
-/// delegate; ``start()`` resumes it. A token older than the server keeps is dropped
+/// delegate; ``start()`` resumes it. While the client's connection is down nothing is tried and no
+/// failure counted: the engine waits for the connection, and goes on at once when it is back. A token older than the server keeps is dropped
 /// (`didUpdateChangeToken(nil)`) and everything fetched again from the beginning, at once; refused
 /// again before that fetch ends, it is retried with the backoff. It never changes the app's data on
 /// its own: every result, and every failure, is the app's to apply.
@@ -122,6 +123,9 @@ public final class ChangeSyncEngine: Observable, Sendable {
         public var failure: TandemError?
         /// Where the last fetch ended (the token of `ChangeSyncEngine.state`).
         public var token: ChangeToken?
+        /// Whether the client's connection is down, as the engine last heard: it tries nothing,
+        /// and counts no failure, until the connection is back (then it goes on at once).
+        public var isWaitingForConnection = false
     }
 
     /// The engine's state, which only steps on ``owner`` read or change.
@@ -159,7 +163,8 @@ public final class ChangeSyncEngine: Observable, Sendable {
         init(_ core: Core) {
             status = Status(account: core.machine.account, isRunning: core.machine.isRunning, isHalted: core.machine.isHalted,
                             pendingCount: core.machine.pendingCount, currentQueue: core.machine.currentQueue?.rawValue,
-                            retryCount: core.machine.retryCount, failure: core.failure, token: core.state.token)
+                            retryCount: core.machine.retryCount, failure: core.failure, token: core.state.token,
+                            isWaitingForConnection: !core.machine.isConnected)
             state = core.state
             lastError = core.lastError
         }
@@ -214,6 +219,8 @@ public final class ChangeSyncEngine: Observable, Sendable {
     /// Sleeps on the configured clock until an elapsed time.
     let sleep: @Sendable (Duration) async throws -> Void
     private let authTask = Mutex<Task<Void, Never>?>(nil)
+    /// The client's connection, followed: nothing is tried while it is down (held until release).
+    private let connectionObservation = Mutex<ConnectionObservation?>(nil)
 
     /// - Parameters:
     ///   - client: the connection to the server the zone lives on.
@@ -249,6 +256,11 @@ public final class ChangeSyncEngine: Observable, Sendable {
         }
         let uid = client.authState.uid
         owner.enqueue { self.accountChanged(uid) }
+        let observation = client.observeConnection { [weak self] event in
+            guard let self else { return }
+            self.owner.enqueue { self.handle(.connection(up: event == .resumed, now: self.now())) }
+        }
+        connectionObservation.withLock { $0 = observation }
     }
 
     /// Elapsed time on `clock`, and a sleep until an elapsed time on it.

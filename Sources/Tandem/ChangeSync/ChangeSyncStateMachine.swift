@@ -33,6 +33,10 @@ public struct ChangeToken: Sendable, Hashable, Codable, CustomStringConvertible 
 ///     ▲                              │                                              │
 ///     └────────────stop──────────────┘◀───────────────────start─────────────────────┘
 /// ```
+///
+/// While the client's connection is down (``Event/connection(up:now:)``) a running engine starts
+/// nothing and counts no transient failure: being offline for long never halts it. Its work runs
+/// as soon as the connection is back.
 struct ChangeSyncStateMachine: Sendable {
     /// The limits the machine runs under.
     struct Limits: Sendable, Hashable {
@@ -156,6 +160,10 @@ struct ChangeSyncStateMachine: Sendable {
         case resolved([PendingChange], now: Duration)
         /// A conflict was left unresolved: the engine halts.
         case unresolved(TandemError)
+        /// The client's connection went (`up` false) or came back. While it is down nothing
+        /// starts, and a transient failure waits for it instead of counting toward a halt; once
+        /// it is back, the work waiting runs at once.
+        case connection(up: Bool, now: Duration)
         case tick(now: Duration)
     }
 
@@ -175,6 +183,8 @@ struct ChangeSyncStateMachine: Sendable {
     private(set) var account: String?
     private(set) var zoneReady = false
     private(set) var subscribed = false
+    /// Whether the client's connection is up, as last told (up until told otherwise).
+    private(set) var isConnected = true
     /// Changes waiting to be sent, in order: a record's change not yet sent once, after its
     /// change sent and not yet answered, if any.
     private(set) var pending: [PendingChange] = [] {
@@ -304,6 +314,17 @@ struct ChangeSyncStateMachine: Sendable {
             return [.persist] + next(now: now)
         case .unresolved(let error):
             return halt(error)
+        case .connection(let up, let now):
+            guard up != isConnected else { return next(now: now) }
+            isConnected = up
+            guard up else {
+                wakeAt = nil
+                return []
+            }
+            // Failures while the connection was down were the network's, not the server's.
+            retryCount = 0
+            notBefore = min(notBefore, now)
+            return next(now: now)
         case .tick(let now):
             if let wakeAt, wakeAt <= now { self.wakeAt = nil }
             return next(now: now)
@@ -334,7 +355,7 @@ struct ChangeSyncStateMachine: Sendable {
     /// The operation that runs next, if one may: the first queue in priority order with work.
     /// Beside running sends, only another send may start.
     private func runnable() -> Operation? {
-        guard isRunning, !isHalted, account != nil else { return nil }
+        guard isRunning, !isHalted, isConnected, account != nil else { return nil }
         let sending = running.filter { $0.operation.queue == .send }
         guard sending.count == running.count, sending.count < max(1, limits.maxSendsInFlight) else { return nil }
         if !zoneReady { return running.isEmpty ? .createZone : nil }
@@ -469,6 +490,10 @@ struct ChangeSyncStateMachine: Sendable {
     private mutating func failed(_ failure: Failure, at index: Int, now: Duration) -> [Action] {
         let operation = running[index].operation
         switch failure {
+        case .transient where !isConnected:
+            // The connection is down: the work waits for it, with no failure counted.
+            requeueRunning()
+            return []
         case .transient(let error, let retryAfter):
             return retry(error, after: retryAfter, now: now)
         case .rateLimited(let error, let retryAfter):

@@ -360,6 +360,36 @@ struct ChangeSyncStateMachineTests {
                 == [.wake(at: .seconds(4) + .milliseconds(1))])
     }
 
+    @Test("while the connection is down nothing starts and a transient failure counts nothing (an hour offline never halts); back, the work runs at once, with the failures before it forgotten")
+    func waitsForTheConnection() {
+        var machine = Self.ready()
+        var sent = Self.sentBatch(machine.handle(.enqueue(Self.saves(1), now: .zero)))!
+        // A failure heard before the connection's loss is a counted retry, with its backoff.
+        #expect(machine.handle(.failed(.transient(TandemError(.unavailable, "down"), retryAfter: nil), attempt: sent.attempt, now: .zero)) == [.wake(at: .seconds(1))])
+        #expect(machine.retryCount == 1)
+        #expect(machine.handle(.connection(up: false, now: .milliseconds(10))).isEmpty)
+        #expect(machine.handle(.tick(now: .seconds(1))).isEmpty, "the backoff's end starts nothing while down")
+        #expect(machine.handle(.enqueue(Self.saves(1, from: 1), now: .seconds(2))) == [.persist])
+        #expect(machine.handle(.fetch(nil, now: .seconds(2))).isEmpty)
+        #expect(machine.handle(.tick(now: .seconds(3_600))).isEmpty, "an hour down: nothing tried, no halt")
+        #expect(!machine.isHalted && machine.isRunning && machine.retryCount == 1)
+        // Back: at once, whatever the backoff said, and the failures before it are forgotten.
+        sent = Self.sentBatch(machine.handle(.connection(up: true, now: .seconds(3_601))))!
+        #expect(sent.changes.map(\.recordID) == ["r0", "r1"] && machine.retryCount == 0)
+        // Out when the connection goes again: its failure waits, uncounted, as many times as it happens.
+        for round in 1...10 {
+            #expect(machine.handle(.connection(up: false, now: .seconds(3_602))).isEmpty)
+            #expect(machine.handle(.failed(.transient(TandemError(.unavailable, "Not connected"), retryAfter: nil), attempt: sent.attempt, now: .seconds(3_602))).isEmpty)
+            #expect(machine.retryCount == 0 && !machine.isHalted, "round \(round)")
+            sent = Self.sentBatch(machine.handle(.connection(up: true, now: .seconds(3_603))))!
+            #expect(sent.changes.map(\.recordID) == ["r0", "r1"])
+        }
+        // A refusal the connection does not explain still halts while down.
+        _ = machine.handle(.connection(up: false, now: .seconds(3_604)))
+        #expect(machine.handle(.failed(.fatal(TandemError(.permissionDenied, "no")), attempt: sent.attempt, now: .seconds(3_604))) == [.halted(TandemError(.permissionDenied, "no"))])
+        #expect(machine.pendingCount == 3)
+    }
+
     @Test("a non-retryable error halts at once, keeping the queue")
     func fatalHalts() {
         var machine = Self.ready()
