@@ -5,7 +5,7 @@
 /// reviews.parent            // products/p1
 /// try reviews.document("r9") // products/p1/reviews/r9
 /// ```
-public struct CollectionPath: Sendable, Hashable, Comparable, Codable, CustomStringConvertible {
+public struct CollectionPath: ResourcePath {
     /// The segments, from the root collection down.
     public let segments: [String]
     /// The slash-separated form, kept so hashing, equality and `description` cost one string.
@@ -13,24 +13,12 @@ public struct CollectionPath: Sendable, Hashable, Comparable, Codable, CustomStr
 
     /// Parses and validates a collection path; an invalid one throws `invalid-argument` naming the rule.
     public init(_ path: String) throws(TandemError) {
-        let segments = try PathRules.segments(of: path, kind: "collection")
-        try self.init(validatedSegments: segments, original: path)
+        (segments, joined) = try PathKind.collection.parse(path)
     }
 
     /// A collection path from its segments.
     public init(segments: [String]) throws(TandemError) {
-        let original = segments.joined(separator: "/")
-        try PathRules.validate(segments, original: original, kind: "collection")
-        try self.init(validatedSegments: segments, original: original)
-    }
-
-    private init(validatedSegments segments: [String], original: String) throws(TandemError) {
-        guard segments.count % 2 == 1 else {
-            throw TandemError.invalidArgument("'\(original)' has \(segments.count) segments and names a document; a collection path has an odd number, like users or users/ada/posts.")
-        }
-        self.segments = segments
-        let bytes = original.utf8
-        self.joined = bytes.first == UInt8(ascii: "/") || bytes.last == UInt8(ascii: "/") ? segments.joined(separator: "/") : original
+        (self.segments, joined) = try PathKind.collection.check(segments)
     }
 
     init(unchecked segments: [String]) {
@@ -66,30 +54,4 @@ public struct CollectionPath: Sendable, Hashable, Comparable, Codable, CustomStr
 
     /// The slash-separated form.
     public var description: String { joined }
-
-    /// Paths are equal when their bytes are, as the stores key documents: two spellings Swift
-    /// calls equal (`é` precomposed and decomposed) are two paths.
-    public static func == (lhs: Self, rhs: Self) -> Bool { PathRules.sameBytes(lhs.joined, rhs.joined) }
-
-    /// Hashes the path's bytes.
-    public func hash(into hasher: inout Hasher) { PathRules.hashBytes(joined, into: &hasher) }
-
-    public static func < (lhs: CollectionPath, rhs: CollectionPath) -> Bool {
-        PathRules.compareJoined(lhs.joined, rhs.joined) == .less
-    }
-
-    public init(from decoder: any Decoder) throws {
-        let container = try decoder.singleValueContainer()
-        let text = try container.decode(String.self)
-        do {
-            try self.init(text)
-        } catch {
-            throw DecodingError.dataCorruptedError(in: container, debugDescription: error.message)
-        }
-    }
-
-    public func encode(to encoder: any Encoder) throws {
-        var container = encoder.singleValueContainer()
-        try container.encode(description)
-    }
 }

@@ -6,7 +6,7 @@
 /// review.parent           // products/p1/reviews
 /// review.collectionGroup  // "reviews"
 /// ```
-public struct DocumentPath: Sendable, Hashable, Comparable, Codable, CustomStringConvertible {
+public struct DocumentPath: ResourcePath {
     /// The segments, from the root collection down.
     public let segments: [String]
     /// The slash-separated form, kept so hashing, equality and `description` cost one string.
@@ -14,24 +14,12 @@ public struct DocumentPath: Sendable, Hashable, Comparable, Codable, CustomStrin
 
     /// Parses and validates a document path; an invalid one throws `invalid-argument` naming the rule.
     public init(_ path: String) throws(TandemError) {
-        let segments = try PathRules.segments(of: path, kind: "document")
-        try self.init(validatedSegments: segments, original: path)
+        (segments, joined) = try PathKind.document.parse(path)
     }
 
     /// A document path from its segments.
     public init(segments: [String]) throws(TandemError) {
-        let original = segments.joined(separator: "/")
-        try PathRules.validate(segments, original: original, kind: "document")
-        try self.init(validatedSegments: segments, original: original)
-    }
-
-    private init(validatedSegments segments: [String], original: String) throws(TandemError) {
-        guard segments.count % 2 == 0 else {
-            throw TandemError.invalidArgument("'\(original)' has \(segments.count) segments and names a collection; a document path has an even number, like users/ada.")
-        }
-        self.segments = segments
-        let bytes = original.utf8
-        self.joined = bytes.first == UInt8(ascii: "/") || bytes.last == UInt8(ascii: "/") ? segments.joined(separator: "/") : original
+        (self.segments, joined) = try PathKind.document.check(segments)
     }
 
     init(unchecked segments: [String]) {
@@ -72,30 +60,4 @@ public struct DocumentPath: Sendable, Hashable, Comparable, Codable, CustomStrin
 
     /// The slash-separated form.
     public var description: String { joined }
-
-    /// Paths are equal when their bytes are, as the stores key documents: two spellings Swift
-    /// calls equal (`é` precomposed and decomposed) are two paths.
-    public static func == (lhs: Self, rhs: Self) -> Bool { PathRules.sameBytes(lhs.joined, rhs.joined) }
-
-    /// Hashes the path's bytes.
-    public func hash(into hasher: inout Hasher) { PathRules.hashBytes(joined, into: &hasher) }
-
-    public static func < (lhs: DocumentPath, rhs: DocumentPath) -> Bool {
-        PathRules.compareJoined(lhs.joined, rhs.joined) == .less
-    }
-
-    public init(from decoder: any Decoder) throws {
-        let container = try decoder.singleValueContainer()
-        let text = try container.decode(String.self)
-        do {
-            try self.init(text)
-        } catch {
-            throw DecodingError.dataCorruptedError(in: container, debugDescription: error.message)
-        }
-    }
-
-    public func encode(to encoder: any Encoder) throws {
-        var container = encoder.singleValueContainer()
-        try container.encode(description)
-    }
 }
