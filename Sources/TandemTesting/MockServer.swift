@@ -91,7 +91,8 @@ public final class MockServer: Sendable {
         clientConfiguration.logger.logLevel = .critical
         if let accounts { clientConfiguration.tokenProvider = accounts.provide }
         let client = TandemClient(url: URL(string: "tandem-mock://server")!,
-                                  transport: FaultyTransport(server: server, faults: faults, clock: clock), configuration: clientConfiguration)
+                                  transport: FaultyTransport(server: server, faults: faults, clock: clock, failCommit: { [memoryStore] error in memoryStore.failNextCommits(1, with: error) }),
+                                  configuration: clientConfiguration)
         self.client = client
         // Connecting from here on: the mocks' first calls wait for the connection, as they
         // would for a server that is up.
@@ -157,7 +158,10 @@ public final class MockServer: Sendable {
     // MARK: Fault injection
 
     /// The next `count` requests (reads, listens, writes) are answered with `error` instead of
-    /// reaching the server.
+    /// reaching the server. A write reaches the server and fails there, as one its database could
+    /// not commit (``MemoryServerStore/failNextCommits(_:with:)``): a client that sent later writes
+    /// without waiting sees the server hold them back behind it (`aborted`), as a real server does,
+    /// instead of applying them ahead of it.
     public func failNextCalls(_ count: Int, with error: TandemError = TandemError(.unavailable, "The mock server failed this call on purpose.")) {
         faults.withLock {
             $0.failuresLeft = count
@@ -165,8 +169,8 @@ public final class MockServer: Sendable {
         }
     }
 
-    /// The next `count` write requests are answered with `error` instead of reaching the server;
-    /// reads and listens go through.
+    /// The next `count` write requests fail with `error` at the server, as writes its database
+    /// could not commit (see ``failNextCalls(_:with:)``); reads and listens go through.
     public func failNextWrites(_ count: Int, with error: TandemError = TandemError(.unavailable, "The mock server failed this write on purpose.")) {
         faults.withLock {
             $0.writeFailuresLeft = count
@@ -262,6 +266,8 @@ struct FaultyTransport: ClientTransport {
     let server: InProcessServer
     let faults: Locked<ConnectionFaults>
     let clock: any Clock<Duration>
+    /// Makes the store fail its next commit with the error: how a write fails on purpose.
+    let failCommit: @Sendable (TandemError) -> Void
 
     var endpoint: String { "tandem-mock://server" }
 
@@ -293,10 +299,14 @@ struct FaultyTransport: ClientTransport {
         let messages = AsyncThrowingStream<TransportMessage, any Error>(unfolding: {
             try await iterator.next().map { .text($0) }
         })
-        let send: @Sendable (String) async throws -> Void = { [faults] text in
-            if let answer = Self.send(text, faults: faults) {
+        let send: @Sendable (String) async throws -> Void = { [faults, failCommit] text in
+            switch Self.send(text, faults: faults) {
+            case .pass:
+                connection.send(text)
+            case .answer(let answer):
                 deliver.yield(answer)
-            } else {
+            case .failAtTheStore(let error):
+                failCommit(error)
                 connection.send(text)
             }
         }
@@ -306,20 +316,31 @@ struct FaultyTransport: ClientTransport {
         faults.withLock { $0.waitingListens = [] }
     }
 
-    /// A message on its way to the server: nil to let it through, or the answer that replaces it.
-    /// Only its envelope is read: the server parses the message itself.
-    private static func send(_ text: String, faults: Locked<ConnectionFaults>) -> String? {
-        guard let envelope = WireEnvelope(text), let type = envelope.type else { return nil }
-        return faults.withLock { faults -> String? in
+    /// What becomes of a message on its way to the server.
+    private enum Passage {
+        /// It goes through.
+        case pass
+        /// This answer replaces it.
+        case answer(String)
+        /// It goes through, and the store fails its commit with this error.
+        case failAtTheStore(TandemError)
+    }
+
+    /// A message on its way to the server. Only its envelope is read: the server parses the
+    /// message itself.
+    private static func send(_ text: String, faults: Locked<ConnectionFaults>) -> Passage {
+        guard let envelope = WireEnvelope(text), let type = envelope.type else { return .pass }
+        return faults.withLock { faults -> Passage in
             switch (type, envelope.id) {
             case ("listen", let id?), ("get", let id?), ("query", let id?), ("write", let id?):
                 if faults.failuresLeft > 0 {
                     faults.failuresLeft -= 1
-                    return JSONText.encode(ServerMessage.error(id: id, faults.failure).wireValue)
+                    if type == "write" { return .failAtTheStore(faults.failure) }
+                    return .answer(JSONText.encode(ServerMessage.error(id: id, faults.failure).wireValue))
                 }
                 if type == "write", faults.writeFailuresLeft > 0 {
                     faults.writeFailuresLeft -= 1
-                    return JSONText.encode(ServerMessage.error(id: id, faults.writeFailure).wireValue)
+                    return .failAtTheStore(faults.writeFailure)
                 }
                 if type == "listen" { faults.waitingListens.insert(id) }
                 if type == "write" { faults.commitCount += 1 }
@@ -328,7 +349,7 @@ struct FaultyTransport: ClientTransport {
             default:
                 break
             }
-            return nil
+            return .pass
         }
     }
 

@@ -58,6 +58,8 @@ public final class MemoryServerStore<C: Clock>: ServerStore where C.Duration == 
     public let configuration: Configuration
     private let storage = Mutex(Storage())
     private let observers = Mutex<[@Sendable (CommitNotice) -> Void]>([])
+    /// Commits to fail on purpose, and how (``failNextCommits(_:with:)``).
+    private let failures = Mutex<(left: Int, error: TandemError)>((0, TandemError(.unavailable, "")))
 
     /// An empty store whose housekeeping runs on `clock`.
     public init(clock: C, configuration: Configuration = Configuration()) {
@@ -88,7 +90,22 @@ public final class MemoryServerStore<C: Clock>: ServerStore where C.Duration == 
     // MARK: Writes
 
     public func commit(_ requests: [[Mutation]], limits: ServerLimits, clientID: String?, authorizer: WriteAuthorizer?) async -> [Result<CommitResult, TandemError>] {
-        commitNow(requests, limits: limits, clientID: clientID, authorizer: authorizer)
+        if let failure = failures.withLock({ failures -> TandemError? in
+            guard failures.left > 0 else { return nil }
+            failures.left -= 1
+            return failures.error
+        }) {
+            // As a database that could not commit: every request of the commit, nothing written.
+            return requests.map { _ in .failure(failure) }
+        }
+        return commitNow(requests, limits: limits, clientID: clientID, authorizer: authorizer)
+    }
+
+    /// Fault injection for tests: the next `count` commits fail whole with `error`, writing
+    /// nothing, as a database that could not commit would (the server answers each request of
+    /// them with it; a passing error holds back its writers' later writes, as the protocol says).
+    public func failNextCommits(_ count: Int, with error: TandemError = TandemError(.unavailable, "The store could not commit (a failure injected on purpose); send the write again.")) {
+        failures.withLock { $0 = (count, error) }
     }
 
     /// ``commit(_:limits:clientID:)`` without suspending: a memory store decides a commit in one
