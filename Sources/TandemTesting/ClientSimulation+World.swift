@@ -83,6 +83,7 @@ final class SimulationWorld {
         }
         engine = CollectionSyncEngine(remote: remote, managerKey: "sim-counters",
                                       persistence: try SQLiteCollectionPersistence(managerKey: "sim-counters", directory: directory),
+                                      logger: TraceLogger(inbox: told),
                                       clock: clock, retryPolicy: RetryPolicy(initial: .milliseconds(200), maximum: .seconds(10), jitter: 0.2),
                                       random: SeededRandomNumberGenerator(seed: random.next()))
         var configuration = ChangeSyncEngine.Configuration(zoneName: "sim")
@@ -303,5 +304,14 @@ final class TraceInbox: Sendable {
             defer { lines = [] }
             return lines
         }
+    }
+}
+
+/// The collection engine's events, into the trace (all but the busiest).
+struct TraceLogger: DataSyncLogger {
+    let inbox: TraceInbox
+
+    func trackEvent(_ event: DataSyncLogEvent) {
+        inbox.add("engine: \(event)")
     }
 }

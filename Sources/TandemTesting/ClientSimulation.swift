@@ -94,11 +94,15 @@ public struct ClientSimulation: Sendable {
         return nil
     }
 
-    /// The seeds a test runs: `TANDEM_SIM_SEED` alone when it is set, else `TANDEM_SIM_SEEDS`
+    /// The seeds a test runs: `TANDEM_SIM_SEED` alone when it is set (`TANDEM_SIM_REPEAT` times),
+    /// else `TANDEM_SIM_SEEDS`
     /// seeds (or `defaultCount`) from `TANDEM_SIM_FIRST_SEED` (or 1).
     public static func seeds(defaultCount: Int) -> [UInt64] {
         let environment = ProcessInfo.processInfo.environment
-        if let seed = environment["TANDEM_SIM_SEED"].flatMap(UInt64.init) { return [seed] }
+        if let seed = environment["TANDEM_SIM_SEED"].flatMap(UInt64.init) {
+            // Run again and again at once, a failure that needs a rare interleaving shows sooner.
+            return Array(repeating: seed, count: max(1, environment["TANDEM_SIM_REPEAT"].flatMap(Int.init) ?? 1))
+        }
         let count = UInt64(max(1, environment["TANDEM_SIM_SEEDS"].flatMap(Int.init) ?? defaultCount))
         let first = environment["TANDEM_SIM_FIRST_SEED"].flatMap(UInt64.init) ?? 1
         return (first..<first + count).map { $0 }

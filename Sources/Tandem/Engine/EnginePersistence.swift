@@ -35,6 +35,19 @@ enum EnginePersistence: Sendable {
     }
 }
 
+extension EnginePersistence {
+    /// What names the storage itself when Tandem made it (a file, and the key's rows in it): two
+    /// engines with the same name share one storage, and only one may live at a time. Nil for
+    /// memory and for persistences of the app's own, which Tandem cannot tell apart.
+    var storageName: String? {
+        switch self {
+        case .collection(let persistence as SQLiteCollectionPersistence): "\(persistence.pool.path)#\(persistence.managerKey)"
+        case .document(let persistence as FileDocumentPersistence): persistence.fileURL.standardizedFileURL.path
+        default: nil
+        }
+    }
+}
+
 /// One write to an engine's persistence, ready to run outside the state's lock.
 enum LocalWrite: Sendable {
     case none
@@ -128,6 +141,7 @@ extension EnginePersistence {
     /// read opens empty, in memory, with the error to log, and takes no write that must be queued
     /// on disk (``unreadable(_:)``).
     func openLastSpace(managerKey: String, newWriterID: () -> String) -> (OpenedSpace, (any Error)?) {
+        if let storage = storageName { EngineHandover.supersede(in: storage) }
         if case .memory = self {} else { EngineHandover.waitForLeaving(managerKey) }
         var user: String?
         do {

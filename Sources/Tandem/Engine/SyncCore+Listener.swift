@@ -108,6 +108,25 @@ extension SyncCore {
         }
     }
 
+    /// A newer engine of this `managerKey` opened while this one lives: this one stops what it
+    /// started as a released one does, keeps nothing more on disk (the persistence is the newer
+    /// one's), refuses writes, and tells whoever awaits a write of it that it stays queued (the
+    /// newer engine loaded it, and sends it).
+    func supersede() {
+        EngineHandover.leave(managerKey, on: queue)
+        queue.enqueue { [self] in
+            let waiters = state.access { state -> [WriteWaiter] in
+                state.persistence = .unreadable(TandemError(.failedPrecondition, "A newer engine with managerKey '\(managerKey)' took this one's cache and outbox over: this engine no longer listens, sends or keeps anything on disk, and the write was not made. Use the newer engine."))
+                return state.sender.releaseAllWaiters()
+            }
+            shutdownOnQueue()
+            cache.flush()
+            log("superseded", severity: .warning)
+            for waiter in waiters { waiter.resume(returning: .queued) }
+            EngineHandover.left(managerKey, from: queue)
+        }
+    }
+
     private func shutdownOnQueue() {
         let (flushRetry, connection, auth) = state.access { state -> (Task<Void, Never>?, ConnectionObservation?, ConnectionObservation?) in
             state.tasks.isShutDown = true

@@ -152,6 +152,9 @@ package final class SyncCore<T: SyncModel>: Sendable {
         published = Mutex(Published(snapshot: Self.snapshot(of: &initial)))
         state = QueueOwned(initial, on: queue, status: { EngineStatus($0) })
         for (path, error) in failures { logDecodeFailure(path, error) }
+        if let storage = persistence.storageName {
+            EngineHandover.arrive(storage, on: queue) { [weak self] in self?.supersede() }
+        }
     }
 
     /// Time elapsed on `clock` from now on.

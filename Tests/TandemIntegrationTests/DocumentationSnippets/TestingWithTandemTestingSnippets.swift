@@ -131,7 +131,7 @@ struct ClientSimulationTests {
     func promisesHold(seed: UInt64) async {
         let simulation = ClientSimulation(steps: 40, printsTrace: ClientSimulation.tracing)
         if let failure = await simulation.run(seed: seed) {
-            Issue.record("\(failure)\n\(failure.trace.suffix(40).joined(separator: "\n"))")
+            Issue.record("\(failure)\n\(failure.trace.suffix(400).joined(separator: "\n"))")
         }
     }
 }

@@ -148,3 +148,41 @@ extension ResumeTests {
         #expect(await second.waitUntil { second.currentCollection.map(\.id) == ["a", "b"] })
     }
 }
+
+extension ResumeTests {
+    @Test("a new engine of a managerKey made while an older one still lives (a task holds it) takes its cache and outbox over: the older one stops listening and sending, keeps nothing more on disk, and refuses writes with a reason; a write it was sending stays queued for the new one")
+    func newEngineSupersedesALiveOne() async throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let server = MockServer()
+        _ = try await server.client.commit([.set(try DocumentPath("items/a"), ["n": 1]), .set(try DocumentPath("items/b"), ["n": 2])])
+        let persistence = { try SQLiteCollectionPersistence(managerKey: "takeover", directory: directory.url) }
+        let remote = { MockRemoteCollectionService(collectionPath: { "items" }, store: server) }
+        let first = CollectionSyncEngine<Item>(remote: remote(), managerKey: "takeover", persistence: try persistence())
+        await first.startListening()
+        #expect(first.currentCollection.count == 2)
+        // A write on its way when the next engine comes: offline, it stays queued.
+        server.goOffline()
+        let writing = Task { try await first.updateDocument(id: "a", data: ["n": .increment(1)]) }
+        #expect(await first.waitUntil { first.pendingWrites.count == 1 })
+
+        let second = CollectionSyncEngine<Item>(remote: remote(), managerKey: "takeover", persistence: try persistence())
+        // Loaded after the first let go: its documents, and its queued write.
+        #expect(second.currentCollection.count == 2 && second.pendingWrites.count == 1)
+        await first.core.barrier()
+        #expect(first.core.isShutDown && !first.core.isListening)
+        // Its caller hears it stays queued (returns, as an offline write does), not a refusal.
+        try await writing.value
+        do {
+            try await first.updateDocument(id: "b", data: ["n": .increment(1)])
+            Issue.record("a superseded engine took a write")
+        } catch let error as TandemError {
+            #expect(error.code == .failedPrecondition && error.message.contains("newer engine"))
+        }
+        // The new engine sends the write once it is online: applied once.
+        server.goOnline()
+        await second.startListening()
+        #expect(await second.waitUntil { !second.hasPendingWrites && second.currentCollection.first { $0.id == "a" }?.n == 2 })
+        #expect(try await server.client.document(at: try DocumentPath("items/a"))?.data["n"] == 2)
+    }
+}
