@@ -92,6 +92,7 @@ final class SimulationWorld {
         let changes = try ChangeSyncEngine(client: client, configuration: configuration)
         self.changes = changes
         let told = told
+        changes.machineTrace.withLock { $0 = MachineTrace { told.add("change \($0)") } }
         let events = changes.events()
         listening_.append(Task {
             for await event in events {

@@ -181,6 +181,34 @@ struct ChangeSyncSendTests {
         #expect(!engine.status.isWaitingForConnection && engine.status.failure == nil)
     }
 
+    @Test("an engine made on a zone file while another engine of it lives takes it over: the older one stops (its awaited send throws, the change stays queued) and queues nothing more; the newer one sends what it left")
+    func newerEngineTakesTheFileOver() async throws {
+        let server = try await MockServer.signedIn(as: "ada")
+        let directory = TemporaryDirectory()
+        let first = try engine(server, directory)
+        first.start()
+        _ = try await first.send(modify: [note("n1", "First")], delete: [])
+        server.goOffline()
+        let waiting = Task { try await first.send(modify: [note("n2", "Queued by the first")], delete: []) }
+        #expect(await first.waitUntil { (try? first.store.pending(account: "ada").map(\.recordID)) == ["n2"] })
+
+        let second = try engine(server, directory)
+        #expect(try queued(second) == ["n2"])
+        #expect(!first.status.isRunning)
+        await #expect(throws: TandemError.self) { try await waiting.value }
+        do {
+            try first.sendChanges(modify: [note("n3", "Too late")], delete: [])
+            Issue.record("a superseded engine queued a change")
+        } catch let error as TandemError {
+            #expect(error.code == .failedPrecondition)
+        }
+        server.goOnline()
+        second.start()
+        #expect(await second.waitUntil { second.status.isRunning && second.status.account == "ada" && second.storedChangeCount(account: "ada") == 0 })
+        #expect(server.documents[try DocumentPath("users/ada/zones/notes/records/n2")] != nil)
+        #expect(server.documents[try DocumentPath("users/ada/zones/notes/records/n3")] == nil)
+    }
+
     @Test("a fetch asked while nobody is signed in is kept, and runs once a user signs in")
     func fetchAskedWhileSignedOut() async throws {
         let server = try await MockServer.signedIn(as: nil)

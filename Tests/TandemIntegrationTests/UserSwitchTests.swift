@@ -60,18 +60,21 @@ struct UserSwitchTests {
         #expect(try await server.store.document(at: documentPath("users/ada/notes/a2")) == nil, "never sent as Bob")
         #expect(Set(notes.currentCollection.map(\.id)) == ["old", "b1"])
 
-        // A new engine with the same key shows the space shown last: Bob's, never Ada's cache.
+        // A new engine with the same key shows the space shown last: Bob's, never Ada's cache. It
+        // takes the cache over: the first one writes nothing more to it.
         let relaunched = CollectionSyncEngine<Note>(remote: remote, managerKey: "notes", persistence: try SQLiteCollectionPersistence(managerKey: "notes", directory: directory.url))
         #expect(Set(relaunched.currentCollection.map(\.id)) == ["old", "b1"] && !relaunched.hasPendingWrites)
+        await #expect(throws: TandemError.self) { try await notes.saveDocument(Note(id: "b2", text: "to the engine taken over")) }
+        await relaunched.startListening()
 
         // Ada again: her space as she left it, and her queued write goes, as her.
         provider.user.withLock { $0 = "ada" }
         running.client.refreshToken()
         await signedIn(running.client, as: .signedIn(uid: "ada"))
-        #expect(await notes.waitUntil { Set(notes.currentCollection.map(\.id)) == ["a1", "a2"] && !notes.hasPendingWrites }, "\(notes.currentCollection)")
+        #expect(await relaunched.waitUntil { Set(relaunched.currentCollection.map(\.id)) == ["a1", "a2"] && !relaunched.hasPendingWrites }, "\(relaunched.currentCollection)")
         #expect(try await server.store.document(at: documentPath("users/ada/notes/a2"))?.data["text"] == "ada's, offline")
         #expect(await profile.waitUntil { profile.currentDocument?.text == "Ada" })
-        #expect(notes.rejectedWrites.isEmpty)
+        #expect(relaunched.rejectedWrites.isEmpty)
         await running.stop()
         await server.stop()
     }

@@ -148,6 +148,9 @@ extension ChangeSyncEngine {
     /// Stamps and queues changes for the account signed in now, in the file and the machine, in
     /// one step: no user switch comes between. Returns the account and the rows queued.
     private func queueChanges(_ records: [SyncedRecord], _ deletions: [RecordDeletion]) throws -> (String, [ChangeQueueStore.Row]) {
+        guard !step({ $0.isShutDown }) else {
+            throw TandemError(.failedPrecondition, "A newer engine of this zone took this one's file over: this engine queues and sends nothing more, and the changes were not queued. Use the newer engine.")
+        }
         // Who the client says is signed in now, even before its stream of sign-ins told the engine.
         accountChanged(client.authState.uid)
         guard let account = step({ $0.machine.account }) else {

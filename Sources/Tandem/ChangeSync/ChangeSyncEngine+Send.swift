@@ -17,6 +17,19 @@ extension ChangeSyncEngine {
             accountChanged(signedIn)
             return
         }
+        // A send beside others goes only on the socket the first of them went on, right behind
+        // it: on another (the connection came back between the two), this one's later sequences
+        // could reach the server ahead of the earlier ones, which the server would then refuse
+        // for good as out of order. When it cannot, it fails unsent, and all go again, in order.
+        let (first, socket) = step { core -> (Bool, Int?) in
+            let first = core.machine.running.first?.attempt == attempt
+            if first { core.roundSocket = nil }
+            return (first, core.roundSocket)
+        }
+        guard first || socket != nil else {
+            handle(.failed(.transient(TandemError(.unavailable, "A send before this one did not go out on an open connection; this one goes again behind it."), retryAfter: nil), attempt: attempt, now: now()))
+            return
+        }
         let rows: [ChangeQueueStore.Row]
         do {
             let encryption = configuration.encryption
@@ -43,7 +56,8 @@ extension ChangeSyncEngine {
         // Sent only on a connection signed in as the account (a sign-in the engine has not heard
         // yet fails it as unavailable, and it stays queued for its account).
         request.madeFor = .some(account)
-        let writes = client.startWrites([request])
+        let writes = client.startWrites([request], onlyOn: first ? nil : socket)
+        if first { step { $0.roundSocket = writes.socket } }
         Task { await self.finishSend(batch, rows, writes, account: account, attempt: attempt) }
     }
 

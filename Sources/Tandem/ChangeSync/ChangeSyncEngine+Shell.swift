@@ -88,6 +88,9 @@ extension ChangeSyncEngine {
                 break
             }
             let actions = core.machine.handle(event)
+            if let trace = machineTrace.withLock({ $0 }) {
+                trace.body("machine: \(event) -> \(actions); pending \(core.machine.pending.map { "\($0.recordID)#\($0.rowID)\($0.isSent ? "s" : "")" }), running \(core.machine.running.map(\.attempt))")
+            }
             if core.machine.account == core.state.account {
                 core.state.token = core.machine.token
                 core.state.zoneReady = core.machine.zoneReady

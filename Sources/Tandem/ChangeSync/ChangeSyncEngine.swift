@@ -146,6 +146,9 @@ public final class ChangeSyncEngine: Observable, Sendable {
         /// Sends the app awaits (``send(modify:delete:)-([SyncedRecord],_)``).
         var waiters = SendWaiters()
         var isShutDown = false
+        /// The socket the first of the sends running now went on: the others go only on it
+        /// (nil: it waited for a connection, or was not sent, and they do not go).
+        var roundSocket: Int?
 
         /// Cancels the page read ahead, if any: it is of no use now.
         mutating func dropReadAhead() {
@@ -213,6 +216,9 @@ public final class ChangeSyncEngine: Observable, Sendable {
     let listeners = Mutex(Listeners())
     /// Runs inside the step that queues a change, between the file and the machine: for tests.
     package let afterQueueing = Mutex<QueueingHook?>(nil)
+    /// Told each event the machine takes and the actions it answers, on the owner: for
+    /// simulations that trace the engine.
+    package let machineTrace = Mutex<MachineTrace?>(nil)
     let registrar = ObservationRegistrar()
     /// Time elapsed on the configured clock since the engine was made.
     let now: @Sendable () -> Duration
@@ -234,8 +240,11 @@ public final class ChangeSyncEngine: Observable, Sendable {
         self.client = client
         let directory = configuration.directory ?? client.configuration.storageDirectory
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-        store = try ChangeQueueStore(path: directory.appendingPathComponent("changes-\(LocalStorageLocation.fileName(for: configuration.zoneName)).sqlite").path,
-                                     busyTimeout: configuration.fileBusyTimeout)
+        let path = directory.appendingPathComponent("changes-\(LocalStorageLocation.fileName(for: configuration.zoneName)).sqlite").standardizedFileURL.path
+        // One live engine per zone file in this process: an older one the app still holds (a task
+        // keeps it) stops here, before this one reads the queue it would otherwise go on changing.
+        EngineHandover.supersede(in: "changes:\(path)")
+        store = try ChangeQueueStore(path: path, busyTimeout: configuration.fileBusyTimeout)
         var limits = ChangeSyncStateMachine.Limits()
         limits.maxRetries = configuration.maxRetries
         limits.maxRecordsPerBatch = max(1, configuration.maxRecordsPerBatch)
@@ -261,6 +270,23 @@ public final class ChangeSyncEngine: Observable, Sendable {
             self.owner.enqueue { self.handle(.connection(up: event == .resumed, now: self.now())) }
         }
         connectionObservation.withLock { $0 = observation }
+        EngineHandover.arrive("changes:\(path)", on: owner) { [weak self] in self?.supersede() }
+    }
+
+    /// A newer engine of this zone file was made while this one lives: this one stops at once
+    /// (its answers still coming are not taken, and it sends nothing more), and its calls that
+    /// queue changes fail; the changes stay queued in the file, for the newer engine.
+    private func supersede() {
+        owner.syncOrHere {
+            step { core in
+                core.isShutDown = true
+                _ = core.machine.handle(.stop)
+                core.subscription?.cancel()
+                core.wake?.cancel()
+                core.dropReadAhead()
+                core.waiters.failAll(TandemError(.cancelled, "A newer engine of this zone took its file over; the changes stay queued there, and the newer engine sends them."))
+            }
+        }
     }
 
     /// Elapsed time on `clock`, and a sleep until an elapsed time on it.
@@ -270,6 +296,7 @@ public final class ChangeSyncEngine: Observable, Sendable {
     }
 
     deinit {
+        EngineHandover.gone(owner)
         authTask.withLock { $0?.cancel() }
         // The last step: after every one queued before (none of which holds the engine).
         let core = core
@@ -393,4 +420,11 @@ public final class ChangeSyncEngine: Observable, Sendable {
 package final class QueueingHook: Sendable {
     let body: @Sendable () -> Void
     package init(_ body: @escaping @Sendable () -> Void) { self.body = body }
+}
+
+/// A hook told each event of a change-sync engine's machine and its actions (boxed: a closure kept
+/// in a `Mutex` directly is thunked again on every access).
+package final class MachineTrace: Sendable {
+    let body: @Sendable (String) -> Void
+    package init(_ body: @escaping @Sendable (String) -> Void) { self.body = body }
 }

@@ -121,7 +121,7 @@ extension TandemClient {
                         listener.sent = true
                         state.listeners[id] = listener
                     }
-                    for (id, frame, user, strict) in state.deferred {
+                    for (id, frame, user, strict, _) in state.deferred {
                         if strict || user != nil, user != state.authState.uid, let reply = state.pending.removeValue(forKey: id) {
                             // Made for another user than the one welcomed now: never sent as them.
                             if effects.failed == nil { effects.failed = ([], []) }
@@ -147,7 +147,13 @@ extension TandemClient {
                     if queue(.connection(.disconnected, Array(state.connectionObservers.values)), in: &state) { effects.tellEvents = true }
                 }
                 // Requests and listens sent on the socket that went fail (their answer is lost);
-                // those never sent wait for the next socket when one follows at once.
+                // those never sent wait for the next socket when one follows at once. Not a write
+                // made after a request that was sent and fails now: sent on the next socket, its
+                // sequences could reach the server ahead of that one's, which the server would
+                // then refuse for good as out of order. It fails too, and its sender sends both
+                // again, in order.
+                let sentFailing = state.pending.keys.contains { id in !state.deferred.contains { $0.id == id } }
+                if reconnecting, sentFailing { state.deferred.removeAll { $0.ordered } }
                 let unsent = reconnecting ? Set(state.deferred.map(\.id)) : []
                 if !reconnecting { state.deferred = [] }
                 effects.failed = ([], [])

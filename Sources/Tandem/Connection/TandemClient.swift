@@ -84,7 +84,9 @@ public final class TandemClient: Service, Sendable, Observable {
         /// Requests made while connecting, sent after the welcome: each with the user it was made
         /// for, and whether it must go as that user only (else it goes as anyone unless made for
         /// a signed-in user and another was welcomed).
-        var deferred: [(id: Int, frame: String, user: String?, strict: Bool)] = []
+        /// A write (`ordered`) never overtakes a request sent before it: when the socket fails
+        /// with requests sent on it, the writes waiting for the next one fail too.
+        var deferred: [(id: Int, frame: String, user: String?, strict: Bool, ordered: Bool)] = []
         var connectedWaiters: [CheckedContinuation<Void, Never>] = []
         /// Who hears of the connection going and coming back, by token.
         var connectionObservers: [Int: ConnectionObserver] = [:]
@@ -394,14 +396,19 @@ public final class TandemClient: Service, Sendable, Observable {
     /// Queues requests on the connection now, behind every request queued before (or, while
     /// connecting, to go after the welcome); their answers come to the collector returned. Not
     /// connected and not connecting, each fails at once.
-    func enqueue(_ requests: [(Int) -> ClientMessage], madeFor: [String??] = []) -> ReplyCollector {
+    func enqueue(_ requests: [(Int) -> ClientMessage], madeFor: [String??] = [], ordered: Bool = false, onlyOn socket: Int? = nil) -> ReplyCollector {
         let collector = ReplyCollector(count: requests.count)
         var refused: [(slot: Int, error: TandemError)] = []
         let (sent, wake) = state.withLock { state -> (Bool, CheckedContinuation<Void, Never>?) in
             let connection = state.welcomed
+            if let socket, connection?.attempt != socket {
+                // Asked to go right behind requests sent on a socket that is gone: not sent.
+                return (false, nil)
+            }
             guard connection != nil || state.machine.isConnecting else {
                 return (false, Self.requestWake(&state))
             }
+            if let connection { collector.sentOn(connection.attempt) }
             for (slot, make) in requests.enumerated() {
                 let user = slot < madeFor.count ? madeFor[slot] : nil
                 if connection != nil, let user, user != state.authState.uid {
@@ -418,7 +425,7 @@ public final class TandemClient: Service, Sendable, Observable {
                     connection.frames.yield(frame)
                 } else {
                     // Sent after the welcome, or failed with the attempt (with every pending reply).
-                    state.deferred.append((id, frame, user ?? state.authState.uid, user != nil))
+                    state.deferred.append((id, frame, user ?? state.authState.uid, user != nil, ordered))
                 }
             }
             return (true, nil)
@@ -437,10 +444,14 @@ public final class TandemClient: Service, Sendable, Observable {
         TandemError(.unavailable, "This write was made for \(user.map { "user \($0)" } ?? "the signed-out user"), and the client is signed in as \(signedIn ?? "nobody") now: it was not sent, and stays queued for its user.")
     }
 
-    /// Write requests sent by ``startWrites(_:)``, whose answers are awaited later.
+    /// Write requests sent by ``startWrites(_:onlyOn:)``, whose answers are awaited later.
     package struct PendingWrites: Sendable {
         let collector: ReplyCollector
         let atomic: [Bool]
+
+        /// The socket (connection attempt) they were put on when they were started; nil when they
+        /// waited for a connection under way, or were not sent.
+        package var socket: Int? { collector.socket }
 
         /// Each request's acknowledgements, or why it was not applied (as ``commit(requests:)``
         /// answers, without its waits and sends again after a rate limit: those are the caller's).
@@ -458,12 +469,16 @@ public final class TandemClient: Service, Sendable, Observable {
     /// Sends write requests now, in order behind every request sent before, without waiting for
     /// their answers: a caller that must put several on the wire in a given order (each with
     /// sequences after the last) starts them one after another, then awaits each.
-    package func startWrites(_ requests: [WriteRequest]) -> PendingWrites {
+    ///
+    /// With `socket` (the ``PendingWrites/socket`` of writes started before), they go only on that
+    /// socket, right behind those: if it is gone (or not welcomed yet) they fail at once, unsent,
+    /// and can never reach the server ahead of the earlier ones.
+    package func startWrites(_ requests: [WriteRequest], onlyOn socket: Int? = nil) -> PendingWrites {
         let collector = enqueue(requests.map { request -> (Int) -> ClientMessage in
             request.isOneWrite
                 ? { .write(id: $0, mutations: request.mutations, brief: request.isBrief) }
                 : { .writeEach(id: $0, mutations: request.mutations, brief: request.isBrief) }
-        }, madeFor: requests.map(\.madeFor))
+        }, madeFor: requests.map(\.madeFor), ordered: true, onlyOn: socket)
         return PendingWrites(collector: collector, atomic: requests.map(\.isOneWrite))
     }
 
@@ -490,6 +505,7 @@ final class ReplyCollector: Sendable {
         var answers: [Result<ServerMessage, any Error>?]
         var remaining: Int
         var continuation: CheckedContinuation<[Result<ServerMessage, any Error>], Never>?
+        var socket: Int?
     }
 
     private let state: Mutex<State>
@@ -497,6 +513,12 @@ final class ReplyCollector: Sendable {
     init(count: Int) {
         state = Mutex(State(answers: Array(repeating: nil, count: count), remaining: count))
     }
+
+    /// They were put on the socket of connection attempt `attempt`, when they were made.
+    func sentOn(_ attempt: Int) { state.withLock { $0.socket = attempt } }
+
+    /// The socket they were put on when they were made, if they were.
+    var socket: Int? { state.withLock { $0.socket } }
 
     /// Records one answer; the last one hands them all over.
     func fill(_ slot: Int, with answer: Result<ServerMessage, any Error>) {

@@ -38,7 +38,7 @@ enum EngineHandover {
     }
 
     /// The engine on `queue` is no longer live anywhere (released or superseded).
-    static func superseded(_ queue: EngineQueue) {
+    static func gone(_ queue: EngineQueue) {
         live.withLock { live in
             for key in Array(live.keys) {
                 live[key]?.removeValue(forKey: ObjectIdentifier(queue))
@@ -57,7 +57,7 @@ enum EngineHandover {
 
     /// The engine on `queue` was released; ``left(_:from:)`` follows when its last step has run.
     static func leave(_ key: String, on queue: EngineQueue) {
-        superseded(queue)
+        gone(queue)
         leaving.withLock { $0[key, default: [:]][ObjectIdentifier(queue)] = queue }
     }
 
