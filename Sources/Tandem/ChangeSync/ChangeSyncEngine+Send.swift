@@ -26,10 +26,6 @@ extension ChangeSyncEngine {
             if first { core.roundSocket = nil }
             return (first, core.roundSocket)
         }
-        guard first || socket != nil else {
-            handle(.failed(.transient(TandemError(.unavailable, "A send before this one did not go out on an open connection; this one goes again behind it."), retryAfter: nil), attempt: attempt, now: now()))
-            return
-        }
         let rows: [ChangeQueueStore.Row]
         do {
             let encryption = configuration.encryption
@@ -46,6 +42,12 @@ extension ChangeSyncEngine {
         }
         guard !rows.isEmpty else {
             handle(.succeeded(.sent(batch: batch), attempt: attempt, now: now()))
+            return
+        }
+        // Numbered even when it does not go: the machine holds its changes as sent from now on (a
+        // newer change of one of its records is queued behind it, never in its place).
+        guard first || socket != nil else {
+            handle(.failed(.transient(TandemError(.unavailable, "A send before this one did not go out on an open connection; this one goes again behind it."), retryAfter: nil), attempt: attempt, now: now()))
             return
         }
         // Atomic, unless a change in it goes one by one: one decision for the batch, at one version
@@ -119,9 +121,12 @@ extension ChangeSyncEngine {
         }
         var answer = Answer()
         answer.settlements.reserveCapacity(rows.count)
+        // Sent atomic unless a change in it goes one by one (startSend): then the server decided
+        // each change on its own, and a refusal is that change's own.
+        let atomic = !rows.contains { $0.alone }
         for (row, acknowledgement) in zip(rows, acknowledgements) {
             let id = row.mutation!.id!
-            if acknowledgement.status == .refused, !row.alone {
+            if acknowledgement.status == .refused, atomic {
                 answer.undecided.append(row.rowID)
                 answer.undecidedRecords[row.rowID] = row.recordID
                 continue
@@ -154,7 +159,15 @@ extension ChangeSyncEngine {
                     answer.settlements.append((row.rowID, current.map { .server($0.version, JSONText.encode(.object($0.data))) } ?? .gone))
                     answer.conflicts.append((row, server))
                 } catch {
-                    answer.fail(row, FailedRecord(recordID: row.recordID, mutationID: id, error: error))
+                    if case .transient = Self.classify(error) {
+                        // The server's record could not be read (the connection went): the change
+                        // was not applied, and goes again under a new id, to meet the conflict
+                        // again. Failed for good, a passing failure would have lost it.
+                        answer.undecided.append(row.rowID)
+                        answer.undecidedRecords[row.rowID] = row.recordID
+                    } else {
+                        answer.fail(row, FailedRecord(recordID: row.recordID, mutationID: id, error: error))
+                    }
                 }
             case .refused, .unknown:
                 answer.fail(row, FailedRecord(recordID: row.recordID, mutationID: id,

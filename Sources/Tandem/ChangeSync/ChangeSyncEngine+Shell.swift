@@ -117,9 +117,12 @@ extension ChangeSyncEngine {
     private func perform(_ action: ChangeSyncStateMachine.Action) {
         switch action {
         case .run(.send(let batch, let changes), let attempt):
-            // Put on the wire in the order the machine started them: each send is the next step.
+            // Numbered in the file and put on the wire now, in the order the machine started
+            // them, before any other step: the machine holds these changes as sent from here on,
+            // and a change the app queued in between must not replace one of them in the file
+            // (the machine would then hold that row twice, and send it twice in one request).
             guard let account = step({ $0.machine.account }) else { return }
-            owner.enqueue { self.startSend(batch: batch, changes: changes, account: account, attempt: attempt) }
+            startSend(batch: batch, changes: changes, account: account, attempt: attempt)
         case .run(let operation, let attempt):
             guard let account = step({ $0.machine.account }) else { return }
             Task { await self.run(operation, account: account, attempt: attempt) }
