@@ -120,7 +120,7 @@ final class SimulationWorld {
         switch roll {
         case 0..<30: await write(counter: Self.counters[a % Self.counters.count], alsoSwitching: b % 10 == 0)
         case 30..<40: sendChange(record: Self.records[a % Self.records.count])
-        case 40..<46: startListening(awaited: b % 2 == 0)
+        case 40..<46: startListening()
         case 46..<50: stopListening(clearCaches: a % 2 == 0)
         case 50..<55: await blink()
         case 55..<61: await switchUser(to: b % 8 == 0 ? nil : Self.users[a % Self.users.count], awaited: b % 3 != 0)
@@ -141,7 +141,17 @@ final class SimulationWorld {
         default:
             log("nothing")
         }
-        return checkShownOwner()
+        if let broken = checkShownOwner() { return broken }
+        return await checkListening()
+    }
+
+    /// The engine listens only while the app's last call was a start: a stop made right after a
+    /// start leaves no listener running.
+    private func checkListening() async -> String? {
+        guard !listening, let engine else { return nil }
+        await engine.core.barrier()
+        if engine.core.isListening { return "Listening: the app's last call was a stop, and the engine still runs a listener." }
+        return nil
     }
 
     /// Whether the device is settled as `intended`: the client, and both engines, are that user's.
@@ -197,14 +207,11 @@ final class SimulationWorld {
         }
     }
 
-    private func startListening(awaited: Bool) {
+    private func startListening() {
         guard let engine else { return }
         listening = true
-        if awaited {
-            Task { await engine.startListening() }
-        } else {
-            Task.immediate { await engine.startListening() }
-        }
+        // Called now: its first step is queued before the next call the app makes.
+        Task.immediate { await engine.startListening() }
         log("start listening")
     }
 

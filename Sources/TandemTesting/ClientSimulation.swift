@@ -18,6 +18,9 @@ import TandemServer
 /// - a relaunch: both engines dropped and made again from their files;
 /// - a quiet point, where the checks below run.
 ///
+/// After every step: the engine shows one user's documents only, and runs no listener when the
+/// app's last call was a stop (a stop made right after a start included).
+///
 /// At a quiet point (and at the end, for every user) the device goes online as one user and waits
 /// for both engines to settle, then checks: every write the app was told was queued is applied on
 /// the server exactly once, in that user's data (no increment lost or doubled); no write was

@@ -147,7 +147,7 @@ extension SyncCore {
 
     var isShutDown: Bool { state.current.isShutDown }
 
-    var isListening: Bool { state.current.isListening }
+    package var isListening: Bool { state.current.isListening }
 
     /// Whether a listener runs and is up (not waiting out a backoff).
     var isListenerUp: Bool { state.current.isListenerUp }
