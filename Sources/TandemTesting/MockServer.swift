@@ -159,7 +159,7 @@ public final class MockServer: Sendable {
 
     /// The next `count` requests (reads, listens, writes) are answered with `error` instead of
     /// reaching the server. A write reaches the server and fails there, as one its database could
-    /// not commit (``MemoryServerStore/failNextCommits(_:with:)``): a client that sent later writes
+    /// not commit (`MemoryServerStore.failNextCommits(_:with:)`): a client that sent later writes
     /// without waiting sees the server hold them back behind it (`aborted`), as a real server does,
     /// instead of applying them ahead of it.
     public func failNextCalls(_ count: Int, with error: TandemError = TandemError(.unavailable, "The mock server failed this call on purpose.")) {
