@@ -150,6 +150,16 @@ public final class ChangeSyncEngine: Observable, Sendable {
         /// (nil: it waited for a connection, or was not sent, and they do not go).
         var roundSocket: Int?
 
+        /// The engine takes no more steps: what it waits for is cancelled, and the sends awaited
+        /// fail with `error` (their changes stay queued in the file).
+        mutating func shutDown(failing error: TandemError) {
+            isShutDown = true
+            subscription?.cancel()
+            wake?.cancel()
+            dropReadAhead()
+            waiters.failAll(error)
+        }
+
         /// Cancels the page read ahead, if any: it is of no use now.
         mutating func dropReadAhead() {
             readAhead?.page.cancel()
@@ -279,12 +289,8 @@ public final class ChangeSyncEngine: Observable, Sendable {
     private func supersede() {
         owner.syncOrHere {
             step { core in
-                core.isShutDown = true
                 _ = core.machine.handle(.stop)
-                core.subscription?.cancel()
-                core.wake?.cancel()
-                core.dropReadAhead()
-                core.waiters.failAll(TandemError(.cancelled, "A newer engine of this zone took its file over; the changes stay queued there, and the newer engine sends them."))
+                core.shutDown(failing: TandemError(.cancelled, "A newer engine of this zone took its file over; the changes stay queued there, and the newer engine sends them."))
             }
         }
     }
@@ -301,13 +307,7 @@ public final class ChangeSyncEngine: Observable, Sendable {
         // The last step: after every one queued before (none of which holds the engine).
         let core = core
         owner.enqueue {
-            core.access { core in
-                core.isShutDown = true
-                core.subscription?.cancel()
-                core.wake?.cancel()
-                core.dropReadAhead()
-                core.waiters.failAll(TandemError(.cancelled, "The engine was released; its changes stay queued in its file, for the next engine of this zone."))
-            }
+            core.access { $0.shutDown(failing: TandemError(.cancelled, "The engine was released; its changes stay queued in its file, for the next engine of this zone.")) }
         }
         listeners.withLock { listeners in
             listeners.events.values.forEach { $0.finish() }

@@ -152,9 +152,11 @@ extension TandemClient {
                 // sequences could reach the server ahead of that one's, which the server would
                 // then refuse for good as out of order. It fails too, and its sender sends both
                 // again, in order.
-                let sentFailing = state.pending.keys.contains { id in !state.deferred.contains { $0.id == id } }
-                if reconnecting, sentFailing { state.deferred.removeAll { $0.ordered } }
-                let unsent = reconnecting ? Set(state.deferred.map(\.id)) : []
+                var unsent = reconnecting ? Set(state.deferred.map(\.id)) : []
+                if reconnecting, state.pending.keys.contains(where: { !unsent.contains($0) }) {
+                    state.deferred.removeAll { $0.ordered }
+                    unsent = Set(state.deferred.map(\.id))
+                }
                 if !reconnecting { state.deferred = [] }
                 effects.failed = ([], [])
                 for (id, reply) in state.pending where !unsent.contains(id) {

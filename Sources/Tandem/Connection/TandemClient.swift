@@ -408,7 +408,8 @@ public final class TandemClient: Service, Sendable, Observable {
             guard connection != nil || state.machine.isConnecting else {
                 return (false, Self.requestWake(&state))
             }
-            if let connection { collector.sentOn(connection.attempt) }
+            // Writes remember their socket, for those started behind them (``startWrites(_:onlyOn:)``).
+            if ordered, let connection { collector.sentOn(connection.attempt) }
             for (slot, make) in requests.enumerated() {
                 let user = slot < madeFor.count ? madeFor[slot] : nil
                 if connection != nil, let user, user != state.authState.uid {
