@@ -7,8 +7,10 @@
 /// Reading an element by position costs a binary search over the chunks; iterating goes chunk by
 /// chunk.
 struct ChunkedList<Element> {
-    /// A chunk grows up to twice this before it splits in two.
-    static var chunkSize: Int { 256 }
+    /// A chunk grows up to twice this before it splits in two. A change copies the list of chunks
+    /// (a reference each, retained) and one chunk: plain values such as revisions copy as bytes,
+    /// so their chunks are longer and their list of chunks shorter.
+    static var chunkSize: Int { _isPOD(Element.self) ? 2_048 : 256 }
 
     /// The elements, in order. Never holds an empty chunk.
     private(set) var chunks: [[Element]] = []

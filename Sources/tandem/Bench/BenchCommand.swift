@@ -61,6 +61,9 @@ struct EnginesBench: AsyncParsableCommand {
     @Flag(help: "Measure only one local write until durably queued (for profiling it).")
     var localWriteOnly = false
 
+    @Flag(help: "Measure only one remote change with the documents cached (for profiling it).")
+    var remoteChangeOnly = false
+
     func validate() throws {
         guard documents > 0, repetitions > 0 else {
             throw ValidationError("--documents and --repetitions must be positive.")
@@ -68,7 +71,7 @@ struct EnginesBench: AsyncParsableCommand {
     }
 
     func run() async throws {
-        try await EngineBenchmarks.run(documents: documents, repetitions: repetitions, coldStartOnly: coldStartOnly, replayOnly: replayOnly, localWriteOnly: localWriteOnly).print()
+        try await EngineBenchmarks.run(documents: documents, repetitions: repetitions, coldStartOnly: coldStartOnly, replayOnly: replayOnly, localWriteOnly: localWriteOnly, remoteChangeOnly: remoteChangeOnly).print()
     }
 }
 

@@ -69,6 +69,8 @@ enum EngineBenchmarks {
         await engine.startListening { _ in query }
         let shown = engine.currentCollection.count
         precondition(shown > 0)
+        // The first snapshot's cache write done, so each sample is one change and its own write.
+        engine.core.flushCache()
         let clock = ContinuousClock()
         var samples: [Duration] = []
         for step in 0..<changes {
@@ -194,7 +196,7 @@ extension EngineBenchmarks {
 
     static func localWrite(directory: URL, into report: inout BenchReport) async throws {
         let (writeOurs, writeBaseline) = try await localWrite(writes: 500, directory: directory)
-        report.notes.append("engines: one local write until durably queued: p50 \(BenchReport.time(writeOurs.doubleSeconds)), beside one synchronous = FULL insert through GRDB: p50 \(BenchReport.time(writeBaseline.doubleSeconds)); ratio \(String(format2: writeOurs.doubleSeconds / writeBaseline.doubleSeconds))× (target ≤ 1.5×: \(writeOurs.doubleSeconds <= 1.5 * writeBaseline.doubleSeconds ? "meets" : "MISSES"))")
+        report.notes.append("engines: one local write until durably queued: p50 \(BenchReport.time(writeOurs.doubleSeconds)), beside one synchronous = FULL insert through GRDB: p50 \(BenchReport.time(writeBaseline.doubleSeconds)); ratio \(String(format2: writeOurs.doubleSeconds / writeBaseline.doubleSeconds))× (target ≤ 1.2×: \(writeOurs.doubleSeconds <= 1.2 * writeBaseline.doubleSeconds ? "meets" : "MISSES"))")
     }
 
     /// The p50 of one local write until it is durably queued (the server unreachable), beside the
@@ -227,7 +229,7 @@ extension EngineBenchmarks {
 }
 
 extension EngineBenchmarks {
-    static func run(documents: Int, repetitions: Int, coldStartOnly: Bool = false, replayOnly: Bool = false, localWriteOnly: Bool = false) async throws -> BenchReport {
+    static func run(documents: Int, repetitions: Int, coldStartOnly: Bool = false, replayOnly: Bool = false, localWriteOnly: Bool = false, remoteChangeOnly: Bool = false) async throws -> BenchReport {
         var report = BenchReport(title: "tandem bench engines")
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("tandem-bench-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
@@ -240,10 +242,13 @@ extension EngineBenchmarks {
             try await localWrite(directory: directory, into: &report)
             return report
         }
-        try coldStart(count: documents, repetitions: repetitions, directory: directory, into: &report)
-        if coldStartOnly { return report }
-        let (p50, p99) = try await remoteChange(count: documents, changes: 500, directory: directory)
-        report.notes.append("engines: one remote change with \(documents) documents cached (persisted): p50 \(BenchReport.time(p50.doubleSeconds)), p99 \(BenchReport.time(p99.doubleSeconds)) (target p50 ≤ 0.1 ms: \(p50 <= .microseconds(100) ? "meets" : "MISSES"))")
+        if !remoteChangeOnly {
+            try coldStart(count: documents, repetitions: repetitions, directory: directory, into: &report)
+            if coldStartOnly { return report }
+        }
+        let (p50, p99) = try await remoteChange(count: documents, changes: remoteChangeOnly ? 20_000 : 500, directory: directory)
+        report.notes.append("engines: one remote change with \(documents) documents cached (persisted): p50 \(BenchReport.time(p50.doubleSeconds)), p99 \(BenchReport.time(p99.doubleSeconds)) (target p50 ≤ 0.05 ms: \(p50 <= .microseconds(50) ? "meets" : "MISSES"))")
+        if remoteChangeOnly { return report }
         let ordered = Query().whereField("tags", arrayContains: "bulk").order(by: "price", descending: true)
         let (orderedP50, orderedP99) = try await remoteChange(count: documents, changes: 500, directory: directory, query: ordered)
         report.notes.append("engines: the same under a filtered, ordered query (each change moves its document in the view): p50 \(BenchReport.time(orderedP50.doubleSeconds)), p99 \(BenchReport.time(orderedP99.doubleSeconds)); \(String(format2: orderedP50.doubleSeconds / p50.doubleSeconds))× the p50 above (no target)")

@@ -151,18 +151,19 @@ struct ChunkedListTests {
 
     @Test("an adopted array is shared until the first change, which cuts it into chunks")
     func adoption() {
-        let array = Array(0..<2_000)
+        let count = 8 * ChunkedList<Int>.chunkSize
+        let array = Array(0..<count)
         var list = ChunkedList(adopting: array)
         #expect(list.chunks.count == 1 && list.array == array)
-        list.insert(-1, at: 1_000)
+        list.insert(-1, at: count / 2)
         var expected = array
-        expected.insert(-1, at: 1_000)
-        #expect(list.chunks.count > 1 && list.array == expected && array.count == 2_000)
+        expected.insert(-1, at: count / 2)
+        #expect(list.chunks.count > 1 && list.array == expected && array.count == count)
         var removed = ChunkedList(adopting: array)
         removed.remove(at: 0)
         #expect(Array(removed) == Array(array.dropFirst()))
         var replaced = ChunkedList(adopting: array)
-        replaced[1_999] = 0
+        replaced[count - 1] = 0
         #expect(replaced.last == 0 && replaced.chunks.count > 1)
     }
 
