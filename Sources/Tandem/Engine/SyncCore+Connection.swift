@@ -77,15 +77,19 @@ extension SyncCore {
         }
     }
 
-    /// Called by reads and writes: a listener waiting to retry tries again now (signed out, it
+    /// Called by reads (a write does the same in its own step): a listener waiting to retry tries again now (signed out, it
     /// waits for the sign-in). Queued on `queue`; the caller goes on at once.
     func retryNowIfDown() {
-        queue.enqueue { [self] in
-            perform(state.access { state in
-                state.tasks.reachability.signedIn ? Self.take(state.listener.wake(), in: &state) : ListenerEffects()
-            })
-        }
+        queue.enqueue { [self] in wakeListener() }
         triggerFlush(retryIfRunning: true)
+    }
+
+    /// A listener waiting out a backoff tries again now (signed out, it waits for the sign-in).
+    /// In the current step on `queue`.
+    func wakeListener() {
+        perform(state.access { state in
+            state.tasks.reachability.signedIn ? Self.take(state.listener.wake(), in: &state) : ListenerEffects()
+        })
     }
 }
 

@@ -110,7 +110,12 @@ extension SyncCore {
 
     /// After a write's locked steps: answers one that could not be stored, or tells observers of
     /// the queued one and starts the sender.
-    private func announce(_ enqueued: Result<Int, any Error>, _ continuation: WriteWaiter, _ parameters: [String: any Sendable]) {
+    ///
+    /// An app's write (`wakes`) also does what ``retryNowIfDown()`` does for a read, in this same
+    /// step: a listener waiting out a backoff tries again, and a window in flight that fails is
+    /// sent again at once. One step per write, where a wake queued ahead of it would start a send
+    /// the write then waits behind.
+    private func announce(_ enqueued: Result<Int, any Error>, _ continuation: WriteWaiter, _ parameters: [String: any Sendable], wakes: Bool = true) {
         switch enqueued {
         case .failure(let error):
             // Rolled back: a snapshot published while the write was on its way to disk showed it.
@@ -119,8 +124,9 @@ extension SyncCore {
         case .success(let pendingCount):
             notifyChanged([.documents, .pendingWrites])
             log("pendingWriteAdded", parameters.merging(["pending_write_count": pendingCount]) { $1 })
-            triggerFlush()
         }
+        if wakes { wakeListener() }
+        if wakes || (try? enqueued.get()) != nil { flushNow(retryIfRunning: wakes) }
     }
 
     /// Logs a write's outcome as `{event}_success` or `_fail`, and throws its error.
@@ -192,7 +198,7 @@ extension SyncCore {
             } else {
                 result = record(batch: mutations, waiter: .ticket(ticket))
             }
-            announce(result, .ticket(ticket), ["write_count": mutations.count])
+            announce(result, .ticket(ticket), ["write_count": mutations.count], wakes: false)
             // After the announcement published it: whoever sees the ticket recorded finds the
             // write in the engine's snapshot.
             ticket.markRecorded()
@@ -209,15 +215,18 @@ extension SyncCore {
     /// Queued on `queue`, after every write recorded before it: the caller (the connection's
     /// reader, a read) never waits for the disk.
     func triggerFlush(retryIfRunning: Bool = false) {
-        queue.enqueue { [self] in
-            let (action, retry, released) = state.access { state in
-                let (action, retry) = Self.take(state.sender.wake(outbox: state.view.outbox, reconnected: retryIfRunning), in: &state)
-                return (action, retry, state.sender.releaseWaitersIfHeld())
-            }
-            // Signed out, nothing is sent: a write's caller hears it is queued.
-            released.forEach { $0.resume(returning: .queued) }
-            run(action, cancelling: retry)
+        queue.enqueue { [self] in flushNow(retryIfRunning: retryIfRunning) }
+    }
+
+    /// As ``triggerFlush(retryIfRunning:)``, in the current step on `queue`.
+    private func flushNow(retryIfRunning: Bool) {
+        let (action, retry, released) = state.access { state in
+            let (action, retry) = Self.take(state.sender.wake(outbox: state.view.outbox, reconnected: retryIfRunning), in: &state)
+            return (action, retry, state.sender.releaseWaitersIfHeld())
         }
+        // Signed out, nothing is sent: a write's caller hears it is queued.
+        released.forEach { $0.resume(returning: .queued) }
+        run(action, cancelling: retry)
     }
 
     /// The remote's connection is back: the sender sends at once.
