@@ -12,19 +12,15 @@ import TandemCore
 /// await reviews.startListening { $0.whereField("rating", isGreaterThan: 3) }
 /// reviews.currentCollection
 /// ```
-public final class CollectionGroupSyncEngine<T: SyncModel>: Sendable, RegistrarObservable {
-    @usableFromInline package let core: SyncCore<T>
+public final class CollectionGroupSyncEngine<T: SyncModel>: SyncEngineBase<T>, @unchecked Sendable {
     let remote: any RemoteCollectionGroupService
-    /// The observed key paths, made once: a key path into a generic type is built anew at each
+    /// The observed key path, made once: a key path into a generic type is built anew at each
     /// use, which cost more than the read it guards.
     @usableFromInline let keys = ObservedKeys()
-    /// Observable by hand (``RegistrarObservable``), so the hot read can be `@inlinable`.
-    @usableFromInline let registrar = ObservationRegistrar()
 
     @usableFromInline
     struct ObservedKeys: @unchecked Sendable {
         @usableFromInline let currentCollection: KeyPath<CollectionGroupSyncEngine<T>, [T]> = \.currentCollection
-        let isFromCache: KeyPath<CollectionGroupSyncEngine<T>, Bool> = \.isFromCache
     }
 
     /// - Parameters:
@@ -34,20 +30,9 @@ public final class CollectionGroupSyncEngine<T: SyncModel>: Sendable, RegistrarO
     ///   - logger: receives `{managerKey}_{event}` analytics events.
     ///   - changeDelivery: where observers hear of changes (``ChangeDelivery``).
     public convenience init(remote: any RemoteCollectionGroupService, managerKey: String, enableLocalPersistence: Bool = true, logger: (any DataSyncLogger)? = nil, changeDelivery: ChangeDelivery = .automatic) {
-        var persistence: (any LocalCollectionPersistence)?
-        var openError: (any Error)?
-        if enableLocalPersistence {
-            do {
-                persistence = try SQLiteCollectionPersistence(managerKey: managerKey)
-            } catch {
-                openError = error
-            }
-        }
-        self.init(remote: remote, managerKey: managerKey, persistence: persistence, logger: logger, changeDelivery: changeDelivery)
-        if let openError {
-            // The engine runs on in memory; the failure is said, not swallowed.
-            core.log("persistence_fail", ["error_description": "\(openError)"], severity: .severe)
-        }
+        let opened = Self.openSQLite(managerKey: managerKey, enabled: enableLocalPersistence)
+        self.init(remote: remote, managerKey: managerKey, persistence: opened.persistence, logger: logger, changeDelivery: changeDelivery)
+        logOpenFailure(opened.error)
     }
 
     /// The designated initializer. The cache loads here, before any network call.
@@ -57,36 +42,14 @@ public final class CollectionGroupSyncEngine<T: SyncModel>: Sendable, RegistrarO
         random: any RandomNumberGenerator & Sendable = SystemRandomNumberGenerator(), changeDelivery: ChangeDelivery = .automatic
     ) {
         self.remote = remote
-        let base = persistence.map { EnginePersistence.collection($0) } ?? .memory
-        var (space, loadError) = base.openLastSpace(managerKey: managerKey) { SyncCore<T>.newClientID(managerKey) }
-        // Read-only: nothing queued is ever sent from here.
-        space.state.outbox = Outbox(clientID: space.state.outbox.clientID)
-        let relay = ChangeRelay()
-        core = SyncCore(
-            managerKey: managerKey, logger: logger, clock: clock, retryPolicy: retryPolicy, random: random,
-            persistence: base, space: space,
-            commit: { requests in requests.map { _ in .failure(TandemError(.unimplemented, "A collection group is read-only; write through a CollectionSyncEngine.")) } },
-            didChange: { relay.fire($0) }
-        )
-        core.bindConnection(of: remote)
-        relay.set(changeDelivery) { [weak self] in self?.coreDidChange($0) }
-        if let loadError {
-            core.log("persistence_fail", ["error_description": "\(loadError)"], severity: .severe)
-        }
+        // Read-only (no writes): nothing queued is ever sent from here.
+        super.init(
+            remote: remote, writes: nil, managerKey: managerKey, persistence: persistence.map { EnginePersistence.collection($0) } ?? .memory,
+            logger: logger, clock: clock, retryPolicy: retryPolicy, random: random, changeDelivery: changeDelivery)
     }
 
-    /// An engine that goes stops what it started, whether or not `stopListening()` was called: its
-    /// listener leaves the server, and no retry of its listener or of its sender stays asleep. A
-    /// window of writes in flight still records its answers; writes not yet sent stay queued on
-    /// disk, for the next engine with this `managerKey`.
-    deinit {
-        core.shutdown()
-    }
-
-    /// Tells observers of each property the change touched, on the engine's executor after the change.
-    private func coreDidChange(_ changes: EngineChanges) {
-        if changes.contains(.documents) { withMutation(keyPath: keys.currentCollection) {} }
-        if changes.contains(.isFromCache) { withMutation(keyPath: keys.isFromCache) {} }
+    override func documentsDidChange() {
+        withMutation(keyPath: keys.currentCollection) {}
     }
 
     /// Loads the group's matching documents, then streams changes. The same query again does nothing;
@@ -118,12 +81,6 @@ public final class CollectionGroupSyncEngine<T: SyncModel>: Sendable, RegistrarO
 
     /// The documents of `currentCollection` passing a predicate, in its order.
     public func getDocuments(where predicate: (T) -> Bool) -> [T] { currentCollection.filter(predicate) }
-
-    /// True until the server's first batch arrives in this session.
-    public var isFromCache: Bool {
-        access(keyPath: keys.isFromCache)
-        return core.isFromCache
-    }
 
     /// What ``currentCollection`` shows, each model with its document's full path as its identity:
     /// two documents with the same id under different parents are two elements (`ForEach`,

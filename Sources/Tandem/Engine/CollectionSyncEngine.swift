@@ -18,21 +18,15 @@ import TandemCore
 /// Changes are announced on the main actor on platforms with SwiftUI, and on the thread that made
 /// them elsewhere (`changeDelivery: .automatic`, the default; see ``ChangeDelivery``). Every method is safe from the main actor
 /// and from any task.
-public final class CollectionSyncEngine<T: SyncModel>: Sendable, RegistrarObservable {
-    @usableFromInline package let core: SyncCore<T>
+public final class CollectionSyncEngine<T: SyncModel>: WritingSyncEngineBase<T>, @unchecked Sendable {
     let remote: any RemoteCollectionService
-    /// The observed key paths, made once: a key path into a generic type is built anew at each
+    /// The observed key path, made once: a key path into a generic type is built anew at each
     /// use, which cost more than the read it guards.
     @usableFromInline let keys = ObservedKeys()
-    /// Observable by hand (``RegistrarObservable``), so the hot reads can be `@inlinable`.
-    @usableFromInline let registrar = ObservationRegistrar()
 
     @usableFromInline
     struct ObservedKeys: @unchecked Sendable {
         @usableFromInline let currentCollection: KeyPath<CollectionSyncEngine<T>, [T]> = \.currentCollection
-        let pendingWrites: KeyPath<CollectionSyncEngine<T>, [PendingWrite]> = \.pendingWrites
-        let rejectedWrites: KeyPath<CollectionSyncEngine<T>, [RejectedWrite]> = \.rejectedWrites
-        let isFromCache: KeyPath<CollectionSyncEngine<T>, Bool> = \.isFromCache
     }
 
     /// - Parameters:
@@ -43,19 +37,9 @@ public final class CollectionSyncEngine<T: SyncModel>: Sendable, RegistrarObserv
     ///   - logger: receives `{managerKey}_{event}` analytics events.
     ///   - changeDelivery: where observers hear of changes (``ChangeDelivery``).
     public convenience init(remote: any RemoteCollectionService, managerKey: String, enableLocalPersistence: Bool = true, logger: (any DataSyncLogger)? = nil, changeDelivery: ChangeDelivery = .automatic) {
-        var persistence: (any LocalCollectionPersistence)?
-        var openError: (any Error)?
-        if enableLocalPersistence {
-            do {
-                persistence = try SQLiteCollectionPersistence(managerKey: managerKey)
-            } catch {
-                openError = error
-            }
-        }
-        self.init(remote: remote, managerKey: managerKey, persistence: persistence, logger: logger, changeDelivery: changeDelivery)
-        if let openError {
-            core.log("persistence_fail", ["error_description": "\(openError)"], severity: .severe)
-        }
+        let opened = Self.openSQLite(managerKey: managerKey, enabled: enableLocalPersistence)
+        self.init(remote: remote, managerKey: managerKey, persistence: opened.persistence, logger: logger, changeDelivery: changeDelivery)
+        logOpenFailure(opened.error)
     }
 
     /// The designated initializer: any persistence (nil for memory only), clock, retry policy, and
@@ -67,46 +51,16 @@ public final class CollectionSyncEngine<T: SyncModel>: Sendable, RegistrarObserv
         random: any RandomNumberGenerator & Sendable = SystemRandomNumberGenerator(), changeDelivery: ChangeDelivery = .automatic
     ) {
         self.remote = remote
-        let base = persistence.map { EnginePersistence.collection($0) } ?? .memory
-        let (space, loadError) = base.openLastSpace(managerKey: managerKey) { SyncCore<T>.newClientID(managerKey) }
-        let box = ChangeRelay()
-        core = SyncCore(
-            managerKey: managerKey, logger: logger, clock: clock, retryPolicy: retryPolicy, random: random,
-            persistence: base, space: space,
-            commit: { [remote] in await remote.commit(requests: $0) },
-            refetch: { [remote] path in
-                guard try remote.collectionPath() == path.parent else {
-                    throw TandemError(.failedPrecondition, "\(path) is no longer in the remote's collection; it is read again when listened to.")
-                }
-                return try await remote.getDocument(id: path.id)
-            },
-            metrics: remote.metrics,
-            didChange: { box.fire($0) }
-        )
-        core.bindConnection(of: remote)
-        box.set(changeDelivery) { [weak self] in self?.coreDidChange($0) }
-        if let loadError {
-            core.log("persistence_fail", ["error_description": "\(loadError)"], severity: .severe)
-        }
-        core.checkCachedCollection(space.state.documents.lazy.map(\.path.parent), against: try? remote.collectionPath())
+        super.init(
+            remote: remote,
+            writes: Writes(collectionPath: { try remote.collectionPath() }, getDocument: { try await remote.getDocument(id: $0) },
+                           commit: { await remote.commit(requests: $0) }),
+            managerKey: managerKey, persistence: persistence.map { EnginePersistence.collection($0) } ?? .memory,
+            logger: logger, clock: clock, retryPolicy: retryPolicy, random: random, changeDelivery: changeDelivery)
     }
 
-    /// An engine that goes stops what it started, whether or not `stopListening()` was called: its
-    /// listener leaves the server, and no retry of its listener or of its sender stays asleep. A
-    /// window of writes in flight still records its answers; writes not yet sent stay queued on
-    /// disk, for the next engine with this `managerKey`.
-    deinit {
-        core.shutdown()
-    }
-
-    /// Tells observers of each property the change touched. Delivered on the engine's executor,
-    /// after the change (on the caller's thread for a dismissal); `withObservationTracking` and
-    /// SwiftUI take it from there.
-    private func coreDidChange(_ changes: EngineChanges) {
-        if changes.contains(.documents) { withMutation(keyPath: keys.currentCollection) {} }
-        if changes.contains(.pendingWrites) { withMutation(keyPath: keys.pendingWrites) {} }
-        if changes.contains(.rejectedWrites) { withMutation(keyPath: keys.rejectedWrites) {} }
-        if changes.contains(.isFromCache) { withMutation(keyPath: keys.isFromCache) {} }
+    override func documentsDidChange() {
+        withMutation(keyPath: keys.currentCollection) {}
     }
 
     // MARK: Listening
@@ -161,38 +115,7 @@ public final class CollectionSyncEngine<T: SyncModel>: Sendable, RegistrarObserv
 
     /// Whether a document has writes not yet acknowledged, and whether it came from the cache.
     public func metadata(id: String) -> DocumentMetadata {
-        access(keyPath: keys.pendingWrites)
-        access(keyPath: keys.isFromCache)
-        guard let path = try? remote.collectionPath().document(id) else { return DocumentMetadata(hasPendingWrites: false, isFromCache: true) }
-        return core.metadata(at: path)
-    }
-
-    /// Whether any write is waiting for the server. Observed, as every state property is.
-    public var hasPendingWrites: Bool {
-        access(keyPath: keys.pendingWrites)
-        return core.pendingWriteCount > 0
-    }
-    /// The writes waiting for the server, oldest first.
-    public var pendingWrites: [PendingWrite] {
-        access(keyPath: keys.pendingWrites)
-        return core.pendingWrites
-    }
-    /// Writes the server refused for good, rolled back from the view.
-    public var rejectedWrites: [RejectedWrite] {
-        access(keyPath: keys.rejectedWrites)
-        return core.rejectedWrites
-    }
-
-    /// Forgets one rejected write the app has dealt with: it leaves ``rejectedWrites``.
-    public func dismissRejectedWrite(_ write: RejectedWrite) { core.dismissRejected(write) }
-
-    /// Forgets every rejected write: ``rejectedWrites`` is empty after.
-    public func clearRejectedWrites() { core.dismissRejected(nil) }
-
-    /// True until the server's first batch arrives in this session.
-    public var isFromCache: Bool {
-        access(keyPath: keys.isFromCache)
-        return core.isFromCache
+        observedMetadata(at: try? remote.collectionPath().document(id))
     }
 
     /// The collection from the cache when listening (or holding data), else fetched.
@@ -235,14 +158,12 @@ public final class CollectionSyncEngine<T: SyncModel>: Sendable, RegistrarObserv
     /// Saves (replaces) a document. It shows in ``currentCollection`` at once and is sent in order.
     /// Returns once acknowledged or durably queued; throws when the server refuses it for good.
     public func saveDocument(_ model: T) async throws {
-        core.retryNowIfDown()
         let path = try remote.collectionPath().document(model.id)
         try await core.write(.set(path, try JSONValueEncoder().encodeObject(model)), event: "save", parameters: model.eventParameters)
     }
 
     /// Updates fields (dotted paths) of a document, with transforms such as `.increment(1)`.
     public func updateDocument(id: String, data: [String: FieldUpdate]) async throws {
-        core.retryNowIfDown()
         let path = try remote.collectionPath().document(id)
         try await core.write(try FieldUpdate.mutation(path, data), event: "update")
     }
@@ -253,7 +174,6 @@ public final class CollectionSyncEngine<T: SyncModel>: Sendable, RegistrarObserv
     /// write of it is then rolled back), or before writing anything when a write cannot be made.
     /// At most 500 writes, the server's limit.
     public func commit(_ build: (inout WriteBatch<T>) throws -> Void) async throws {
-        core.retryNowIfDown()
         var batch = WriteBatch<T>(collection: try remote.collectionPath())
         try build(&batch)
         if let failure = batch.failure { throw failure }
@@ -262,7 +182,6 @@ public final class CollectionSyncEngine<T: SyncModel>: Sendable, RegistrarObserv
 
     /// Deletes a document.
     public func deleteDocument(id: String) async throws {
-        core.retryNowIfDown()
         let path = try remote.collectionPath().document(id)
         try await core.write(.delete(path), event: "delete")
     }

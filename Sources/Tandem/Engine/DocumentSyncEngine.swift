@@ -14,19 +14,14 @@ import TandemCore
 /// ```
 ///
 /// Switching to another id keeps the previous document's pending writes: they are still sent.
-@Observable
-public final class DocumentSyncEngine<T: SyncModel>: Sendable {
-    @ObservationIgnored package let core: SyncCore<T>
-    @ObservationIgnored let remote: any RemoteDocumentService
-    /// The observed key paths, made once: a key path into a generic type is built anew at each
+public final class DocumentSyncEngine<T: SyncModel>: WritingSyncEngineBase<T>, @unchecked Sendable {
+    let remote: any RemoteDocumentService
+    /// The observed key path, made once: a key path into a generic type is built anew at each
     /// use, which cost more than the read it guards.
-    @ObservationIgnored private let keys = ObservedKeys()
+    private let keys = ObservedKeys()
 
     private struct ObservedKeys: @unchecked Sendable {
         let currentDocument: KeyPath<DocumentSyncEngine<T>, T?> = \.currentDocument
-        let pendingWrites: KeyPath<DocumentSyncEngine<T>, [PendingWrite]> = \.pendingWrites
-        let rejectedWrites: KeyPath<DocumentSyncEngine<T>, [RejectedWrite]> = \.rejectedWrites
-        let isFromCache: KeyPath<DocumentSyncEngine<T>, Bool> = \.isFromCache
     }
 
     /// - Parameters:
@@ -50,44 +45,16 @@ public final class DocumentSyncEngine<T: SyncModel>: Sendable {
         random: any RandomNumberGenerator & Sendable = SystemRandomNumberGenerator(), changeDelivery: ChangeDelivery = .automatic
     ) {
         self.remote = remote
-        let base = persistence.map { EnginePersistence.document($0) } ?? .memory
-        let (space, loadError) = base.openLastSpace(managerKey: managerKey) { SyncCore<T>.newClientID(managerKey) }
-        let relay = ChangeRelay()
-        core = SyncCore(
-            managerKey: managerKey, logger: logger, clock: clock, retryPolicy: retryPolicy, random: random,
-            persistence: base, space: space,
-            commit: { [remote] in await remote.commit(requests: $0) },
-            refetch: { [remote] path in
-                guard try remote.collectionPath() == path.parent else {
-                    throw TandemError(.failedPrecondition, "\(path) is no longer in the remote's collection; it is read again when listened to.")
-                }
-                return try await remote.getDocument(id: path.id)
-            },
-            metrics: remote.metrics,
-            didChange: { relay.fire($0) }
-        )
-        core.bindConnection(of: remote)
-        relay.set(changeDelivery) { [weak self] in self?.coreDidChange($0) }
-        if let loadError {
-            core.log("persistence_fail", ["error_description": "\(loadError)"], severity: .severe)
-        }
-        core.checkCachedCollection(space.state.documents.map(\.path.parent), against: try? remote.collectionPath())
+        super.init(
+            remote: remote,
+            writes: Writes(collectionPath: { try remote.collectionPath() }, getDocument: { try await remote.getDocument(id: $0) },
+                           commit: { await remote.commit(requests: $0) }),
+            managerKey: managerKey, persistence: persistence.map { EnginePersistence.document($0) } ?? .memory,
+            logger: logger, clock: clock, retryPolicy: retryPolicy, random: random, changeDelivery: changeDelivery)
     }
 
-    /// An engine that goes stops what it started, whether or not `stopListening()` was called: its
-    /// listener leaves the server, and no retry of its listener or of its sender stays asleep. A
-    /// window of writes in flight still records its answers; writes not yet sent stay queued on
-    /// disk, for the next engine with this `managerKey`.
-    deinit {
-        core.shutdown()
-    }
-
-    /// Tells observers of each property the change touched, on the engine's executor after the change.
-    private func coreDidChange(_ changes: EngineChanges) {
-        if changes.contains(.documents) { withMutation(keyPath: keys.currentDocument) {} }
-        if changes.contains(.pendingWrites) { withMutation(keyPath: keys.pendingWrites) {} }
-        if changes.contains(.rejectedWrites) { withMutation(keyPath: keys.rejectedWrites) {} }
-        if changes.contains(.isFromCache) { withMutation(keyPath: keys.isFromCache) {} }
+    override func documentsDidChange() {
+        withMutation(keyPath: keys.currentDocument) {}
     }
 
     // MARK: Listening
@@ -162,40 +129,7 @@ public final class DocumentSyncEngine<T: SyncModel>: Sendable {
 
     /// Whether the document has writes not yet acknowledged, and whether it came from the cache.
     public func metadata(id: String? = nil) -> DocumentMetadata {
-        access(keyPath: keys.pendingWrites)
-        access(keyPath: keys.isFromCache)
-        guard let id = id ?? core.documentID, let path = try? remote.collectionPath().document(id) else {
-            return DocumentMetadata(hasPendingWrites: false, isFromCache: true)
-        }
-        return core.metadata(at: path)
-    }
-
-    /// Whether any write is waiting for the server. Observed, as every state property is.
-    public var hasPendingWrites: Bool {
-        access(keyPath: keys.pendingWrites)
-        return core.pendingWriteCount > 0
-    }
-    /// The writes waiting for the server, oldest first.
-    public var pendingWrites: [PendingWrite] {
-        access(keyPath: keys.pendingWrites)
-        return core.pendingWrites
-    }
-    /// Writes the server refused for good, rolled back from the document.
-    public var rejectedWrites: [RejectedWrite] {
-        access(keyPath: keys.rejectedWrites)
-        return core.rejectedWrites
-    }
-
-    /// Forgets one rejected write the app has dealt with: it leaves ``rejectedWrites``.
-    public func dismissRejectedWrite(_ write: RejectedWrite) { core.dismissRejected(write) }
-
-    /// Forgets every rejected write: ``rejectedWrites`` is empty after.
-    public func clearRejectedWrites() { core.dismissRejected(nil) }
-
-    /// True until the server's first state of the document arrives in this session.
-    public var isFromCache: Bool {
-        access(keyPath: keys.isFromCache)
-        return core.isFromCache
+        observedMetadata(at: (id ?? core.documentID).flatMap { try? remote.collectionPath().document($0) })
     }
 
     /// A document (default: the listened one) from the cache or the server.
@@ -211,21 +145,18 @@ public final class DocumentSyncEngine<T: SyncModel>: Sendable {
 
     /// Saves (replaces) a document; it shows at once if it is the listened one.
     public func saveDocument(_ model: T) async throws {
-        core.retryNowIfDown()
         let path = try remote.collectionPath().document(model.id)
         try await core.write(.set(path, try JSONValueEncoder().encodeObject(model)), event: "save", parameters: model.eventParameters)
     }
 
     /// Updates fields (dotted paths, transforms allowed) of a document, by default the listened one.
     public func updateDocument(id: String? = nil, data: [String: FieldUpdate]) async throws {
-        core.retryNowIfDown()
         let path = try remote.collectionPath().document(try id ?? getDocumentId())
         try await core.write(try FieldUpdate.mutation(path, data), event: "update")
     }
 
     /// Deletes a document, by default the listened one.
     public func deleteDocument(id: String? = nil) async throws {
-        core.retryNowIfDown()
         let path = try remote.collectionPath().document(try id ?? getDocumentId())
         try await core.write(.delete(path), event: "delete")
     }

@@ -82,14 +82,11 @@ public struct CollectionConfiguration<Value: DocumentIdentifiable>: Sendable {
 /// applied on top, so a change from the server never reverts an edit still on its way; it stays in
 /// the configuration's order. An edit the server refuses for good is rolled back, and `lastError`
 /// says why.
-public final class SyncedCollection<Value: DocumentIdentifiable>: Observable, Sendable {
+public final class SyncedCollection<Value: DocumentIdentifiable>: SyncedEditingHandle<Value>, @unchecked Sendable {
     /// The configuration the handle was made with.
     public let configuration: CollectionConfiguration<Value>
     /// The engine underneath: its cache, outbox and listener.
     package let engine: CollectionSyncEngine<SyncedRow>
-    let store: SyncedStore<Value>
-    private let registrar = ObservationRegistrar()
-    private let listener = Mutex<Int?>(nil)
     /// What this handle shares with others of its configuration: held, so the registry keeps it.
     private let shared: any AnyObject & Sendable
 
@@ -120,16 +117,8 @@ public final class SyncedCollection<Value: DocumentIdentifiable>: Observable, Se
             return SyncedShared(engine: engine, store: store)
         }
         engine = shared.engine
-        store = shared.store
         self.shared = shared
-        let token = store.addListener { [weak self] changes in
-            changeDelivery.deliver { [weak self] in self?.tell(changes) }
-        }
-        listener.withLock { $0 = token }
-    }
-
-    deinit {
-        if let token = listener.withLock({ $0 }) { store.removeListener(token) }
+        super.init(store: shared.store, changeDelivery: changeDelivery, animation: configuration.synced)
     }
 
     /// A handle on a ``TandemClient``'s server.
@@ -145,14 +134,8 @@ public final class SyncedCollection<Value: DocumentIdentifiable>: Observable, Se
         self.init(request.configuration, client: client, persistence: persistence)
     }
 
-    private func tell(_ changes: SyncedChanges) {
-        configuration.synced.perform(changes) { [self] in
-            if changes.contains(.value) { registrar.withMutation(of: self, keyPath: \.value) {} }
-            if changes.contains(.hasPendingWrites) { registrar.withMutation(of: self, keyPath: \.hasPendingWrites) {} }
-            if changes.contains(.lastError) { registrar.withMutation(of: self, keyPath: \.lastError) {} }
-            if changes.contains(.loadError) { registrar.withMutation(of: self, keyPath: \.loadError) {} }
-            if changes.contains(.isLoading) { registrar.withMutation(of: self, keyPath: \.isLoading) {} }
-        }
+    override func valueDidChange() {
+        registrar.withMutation(of: self, keyPath: \.value) {}
     }
 
     // MARK: State
@@ -164,45 +147,7 @@ public final class SyncedCollection<Value: DocumentIdentifiable>: Observable, Se
         return store.value
     }
 
-    /// Whether an edit is not yet acknowledged by the server.
-    public var hasPendingWrites: Bool {
-        registrar.access(self, keyPath: \.hasPendingWrites)
-        return store.hasPendingWrites
-    }
-
-    /// Whether the first state is still loading.
-    public var isLoading: Bool {
-        registrar.access(self, keyPath: \.isLoading)
-        return store.isLoading
-    }
-
-    /// Why the collection could not be loaded (no path: nobody signed in), if it could not.
-    public var loadError: (any Error)? {
-        registrar.access(self, keyPath: \.loadError)
-        return store.loadError
-    }
-
-    /// The last edit that failed for good: refused by the server (it was rolled back), or refused
-    /// at once (no collection, an invalid value).
-    public var lastError: (any Error)? {
-        registrar.access(self, keyPath: \.lastError)
-        return store.lastError
-    }
-
     // MARK: Loading and editing
-
-    /// Attaches the handle's listener (one, however often it is called) and returns once the first
-    /// state is in, or at once with the cache when the server cannot be reached. Not available (no
-    /// path): `loadError` says why, and no listener runs.
-    public func load() async {
-        await store.load()
-    }
-
-    /// Returns once every edit made so far is in the engine's outbox, durable (not once the server
-    /// answered it). Throws the error of one that could not be stored.
-    public func save() async throws {
-        try await store.save()
-    }
 
     /// Edits the value: the closure's changes are shown at once and become writes (see the type's
     /// description). Returns what the closure returns. Do not read or edit this handle inside it.
@@ -213,7 +158,4 @@ public final class SyncedCollection<Value: DocumentIdentifiable>: Observable, Se
     public func withLock<Result>(_ edit: (inout IdentifiedArrayOf<Value>) throws -> Result) rethrows -> Result {
         try store.edit(edit)
     }
-
-    /// A signal after each change of the handle's state, for tests that await one.
-    package func changeSignals() -> AsyncStream<Void> { store.changeSignals() }
 }

@@ -52,16 +52,13 @@ public struct DocumentConfiguration<Value: DocumentIdentifiable>: Sendable {
 /// so fields written meanwhile elsewhere stay); later edits merge exactly the field paths they
 /// changed. As with ``SyncedCollection``, edits are queued in order, durable, sent exactly once; a
 /// refused one is rolled back and `lastError` says why.
-public final class SyncedDocument<Value: DocumentIdentifiable>: Observable, Sendable {
+public final class SyncedDocument<Value: DocumentIdentifiable>: SyncedEditingHandle<Value>, @unchecked Sendable {
     /// The configuration the handle was made with.
     public let configuration: DocumentConfiguration<Value>
     /// The engine underneath.
     let engine: DocumentSyncEngine<SyncedRow>
-    let store: SyncedStore<Value>
     /// The value while the document does not exist: the default, as this document.
     private let fallback: Value
-    private let registrar = ObservationRegistrar()
-    private let listener = Mutex<Int?>(nil)
     /// What this handle shares with others of its configuration: held, so the registry keeps it.
     private let shared: any AnyObject & Sendable
 
@@ -104,16 +101,8 @@ public final class SyncedDocument<Value: DocumentIdentifiable>: Observable, Send
             return SyncedShared(engine: engine, store: store)
         }
         engine = shared.engine
-        store = shared.store
         self.shared = shared
-        let token = store.addListener { [weak self] changes in
-            changeDelivery.deliver { [weak self] in self?.tell(changes) }
-        }
-        listener.withLock { $0 = token }
-    }
-
-    deinit {
-        if let token = listener.withLock({ $0 }) { store.removeListener(token) }
+        super.init(store: shared.store, changeDelivery: changeDelivery, animation: configuration.synced)
     }
 
     /// A handle on a ``TandemClient``'s server.
@@ -129,14 +118,8 @@ public final class SyncedDocument<Value: DocumentIdentifiable>: Observable, Send
         self.init(request.configuration, default: defaultValue, client: client, persistence: persistence)
     }
 
-    private func tell(_ changes: SyncedChanges) {
-        configuration.synced.perform(changes) { [self] in
-            if changes.contains(.value) { registrar.withMutation(of: self, keyPath: \.value) {} }
-            if changes.contains(.hasPendingWrites) { registrar.withMutation(of: self, keyPath: \.hasPendingWrites) {} }
-            if changes.contains(.lastError) { registrar.withMutation(of: self, keyPath: \.lastError) {} }
-            if changes.contains(.loadError) { registrar.withMutation(of: self, keyPath: \.loadError) {} }
-            if changes.contains(.isLoading) { registrar.withMutation(of: self, keyPath: \.isLoading) {} }
-        }
+    override func valueDidChange() {
+        registrar.withMutation(of: self, keyPath: \.value) {}
     }
 
     // MARK: State
@@ -153,44 +136,7 @@ public final class SyncedDocument<Value: DocumentIdentifiable>: Observable, Send
         return !store.value.isEmpty
     }
 
-    /// Whether an edit is not yet acknowledged by the server.
-    public var hasPendingWrites: Bool {
-        registrar.access(self, keyPath: \.hasPendingWrites)
-        return store.hasPendingWrites
-    }
-
-    /// Whether `load()` is waiting for the document's first state.
-    public var isLoading: Bool {
-        registrar.access(self, keyPath: \.isLoading)
-        return store.isLoading
-    }
-
-    /// Why the document could not be loaded (no path: nobody signed in), if it could not.
-    public var loadError: (any Error)? {
-        registrar.access(self, keyPath: \.loadError)
-        return store.loadError
-    }
-
-    /// The last edit that failed for good: refused by the server (it was rolled back), or refused
-    /// at once (no collection, nobody signed in, a value that does not encode).
-    public var lastError: (any Error)? {
-        registrar.access(self, keyPath: \.lastError)
-        return store.lastError
-    }
-
     // MARK: Loading and editing
-
-    /// Attaches the handle's listener and returns once the document's state is in (or at once
-    /// with the cache when the server cannot be reached). Not available: `loadError` says why.
-    public func load() async {
-        await store.load()
-    }
-
-    /// Returns once every edit made so far is durable in the engine's outbox. Throws the error of
-    /// one that could not be stored.
-    public func save() async throws {
-        try await store.save()
-    }
 
     /// Edits the value; the changed field paths become one write (a create while the document does
     /// not exist, once the closure changed the default). Do not read or edit this handle inside
@@ -217,7 +163,4 @@ public final class SyncedDocument<Value: DocumentIdentifiable>: Observable, Send
     public func delete() {
         store.edit { $0 = [] }
     }
-
-    /// A signal after each change of the handle's state, for tests that await one.
-    package func changeSignals() -> AsyncStream<Void> { store.changeSignals() }
 }

@@ -17,14 +17,10 @@ import TandemCore
 ///
 /// One listener at any time: `load(_:)` with another query replaces it, and the value follows the
 /// new query's answer.
-public final class SyncedQuery<Value: DocumentIdentifiable>: Observable, Sendable {
+public final class SyncedQuery<Value: DocumentIdentifiable>: SyncedHandle<Value>, @unchecked Sendable {
     /// The engine underneath (memory only by default: a query is a view, it has nothing to send).
     let engine: CollectionSyncEngine<SyncedRow>
-    let store: SyncedStore<Value>
-    private let registrar = ObservationRegistrar()
     private let query: Mutex<Query>
-    private let listener = Mutex<Int?>(nil)
-    private let animated: SyncedAnimation
 
     /// A live query of `remote`'s collection.
     ///
@@ -46,16 +42,12 @@ public final class SyncedQuery<Value: DocumentIdentifiable>: Observable, Sendabl
 
     init(collectionPath: @escaping @Sendable () -> String?, remote: any RemoteCollectionService, persistence: (any LocalCollectionPersistence)?,
          managerKey: String?, logger: (any DataSyncLogger)?, changeDelivery: ChangeDelivery, animated: SyncedAnimation, query build: (Query) -> Query) {
-        self.animated = animated
         let query = build(Query())
         self.query = Mutex(query)
         let key = managerKey ?? "synced-query-\(collectionPath() ?? "none")"
         engine = CollectionSyncEngine<SyncedRow>(remote: remote, managerKey: key, persistence: persistence, logger: logger)
-        store = SyncedStore(core: engine.core, collectionPath: { try remote.collectionPath() }, order: query)
-        let token = store.addListener { [weak self] changes in
-            changeDelivery.deliver { [weak self] in self?.tell(changes) }
-        }
-        listener.withLock { $0 = token }
+        super.init(store: SyncedStore(core: engine.core, collectionPath: { try remote.collectionPath() }, order: query),
+                   changeDelivery: changeDelivery, animation: animated)
         store.follow(remote) { [weak self] in
             guard let self else { return nil }
             let query = self.query.withLock { $0 }
@@ -64,44 +56,19 @@ public final class SyncedQuery<Value: DocumentIdentifiable>: Observable, Sendabl
         }
     }
 
-    deinit {
-        if let token = listener.withLock({ $0 }) { store.removeListener(token) }
-    }
-
     /// A query of a collection on a ``TandemClient``'s server.
     public convenience init(collectionPath: String, client: TandemClient, query build: (Query) -> Query = { $0 }) {
         self.init(collectionPath: { collectionPath }, remote: TandemRemoteCollectionService(client: client, collectionPath: { collectionPath }), query: build)
     }
 
-    private func tell(_ changes: SyncedChanges) {
-        animated.perform(changes) { [self] in
-            if changes.contains(.value) { registrar.withMutation(of: self, keyPath: \.value) {} }
-            if changes.contains(.loadError) { registrar.withMutation(of: self, keyPath: \.loadError) {} }
-            if changes.contains(.isLoading) { registrar.withMutation(of: self, keyPath: \.isLoading) {} }
-        }
+    override func valueDidChange() {
+        registrar.withMutation(of: self, keyPath: \.value) {}
     }
 
     /// The query's answer, in its order.
     public var value: IdentifiedArrayOf<Value> {
         registrar.access(self, keyPath: \.value)
         return store.value
-    }
-
-    /// Whether `load()` is waiting for the query's first answer.
-    public var isLoading: Bool {
-        registrar.access(self, keyPath: \.isLoading)
-        return store.isLoading
-    }
-
-    /// Why the query could not be attached (no path: nobody signed in), if it could not.
-    public var loadError: (any Error)? {
-        registrar.access(self, keyPath: \.loadError)
-        return store.loadError
-    }
-
-    /// Attaches the listener for the current query and returns once its first answer is in.
-    public func load() async {
-        await store.load()
     }
 
     /// Swaps the live query for another (built from an empty one) and returns once its first
@@ -112,7 +79,4 @@ public final class SyncedQuery<Value: DocumentIdentifiable>: Observable, Sendabl
         store.setOrder(query)
         await load()
     }
-
-    /// A signal after each change of the handle's state, for tests that await one.
-    package func changeSignals() -> AsyncStream<Void> { store.changeSignals() }
 }
