@@ -33,22 +33,23 @@ extension SyncCore {
     /// Applies a write to the view and the outbox and makes it durable, on `queue`; registers its
     /// waiter in the same locked step. Returns the outbox's size, or the error that kept the write
     /// from disk (it is then undone in memory too).
-    private func record(_ mutation: Mutation, waiter continuation: WriteWaiter) -> Result<Int, any Error> {
+    private func record(_ mutation: Mutation, waiter continuation: WriteWaiter) -> Result<Recorded, any Error> {
         let path = mutation.path
         // What the view will show, decoded before the locked step.
         let now = Date()
         let shown = LocalView.applyLocally(mutation, to: state.access { $0.view.documents[path] }, now: now)
         let prepared = PreparedModels(showing: shown.map { [$0] } ?? [])
-        let (result, previousLast, write, undecided, pendingCount) = state.access { state in
+        let (result, previousLast, write, undecided, recorded) = state.access { state in
             let previousLast = state.view.outbox.entries.last
             let result = state.view.enqueue(mutation, now: now)
             var change = LocalCollectionChange()
             change.outboxPuts = [result.entry]
             change.nextSequence = state.view.outbox.nextSequence
             let undecided = Self.refreshModels([path], in: &state, prepared: prepared)
-            state.sender.wait(for: result.entry.id, continuation)
+            let waits = !state.sender.answersQueuedAtOnce
+            if waits { state.sender.wait(for: result.entry.id, continuation) }
             let write = state.persistence.write(change, view: state.view, documentID: state.documentID, resumeVersion: state.listener.resumeVersion)
-            return (result, previousLast, write, undecided, state.view.outbox.count)
+            return (result, previousLast, write, undecided, Recorded(pendingCount: state.view.outbox.count, waits: waits))
         }
         for (path, error) in prepared.failures { logDecodeFailure(path, error) }
         do {
@@ -56,7 +57,7 @@ extension SyncCore {
         } catch {
             // Not durable, so not accepted: undo it in memory too.
             let undone = state.access { state -> [Document] in
-                _ = state.sender.stopWaiting(for: result.entry.id)
+                if recorded.waits { _ = state.sender.stopWaiting(for: result.entry.id) }
                 switch result {
                 case .appended(let entry): state.view.removeEntry(entry.id, now: now)
                 case .merged: state.view.restoreLast(previousLast!, now: now)
@@ -67,11 +68,19 @@ extension SyncCore {
             return .failure(error)
         }
         installModels(undecided)
-        return .success(pendingCount)
+        return .success(recorded)
+    }
+
+    /// A write recorded durably: the outbox's size after it, and whether its caller waits for the
+    /// sender's answer (not when it would only hear that the write stays queued: see
+    /// `OutboxSender.answersQueuedAtOnce`).
+    struct Recorded {
+        var pendingCount: Int
+        var waits: Bool
     }
 
     /// As ``record(_:waiter:)`` for an atomic batch: every write of it, or none.
-    private func record(batch mutations: [Mutation], waiter continuation: WriteWaiter) -> Result<Int, any Error> {
+    private func record(batch mutations: [Mutation], waiter continuation: WriteWaiter) -> Result<Recorded, any Error> {
         let paths = mutations.map(\.path)
         // What the view will show of each document, decoded before the locked step.
         let now = Date()
@@ -80,16 +89,17 @@ extension SyncCore {
             shown[mutation.path] = .some(LocalView.applyLocally(mutation, to: shown[mutation.path] ?? nil, now: now))
         }
         let prepared = PreparedModels(showing: shown.values.compactMap { $0 })
-        let (added, write, undecided, pendingCount) = state.access { state in
+        let (added, write, undecided, recorded) = state.access { state in
             let added = state.view.enqueue(batch: mutations, now: now)
             var change = LocalCollectionChange()
             change.outboxPuts = added
             change.nextSequence = state.view.outbox.nextSequence
             let undecided = Self.refreshModels(paths, in: &state, prepared: prepared)
             // Every write of the batch is answered together; its first one carries the waiter.
-            state.sender.wait(for: added[0].id, continuation)
+            let waits = !state.sender.answersQueuedAtOnce
+            if waits { state.sender.wait(for: added[0].id, continuation) }
             let write = state.persistence.write(change, view: state.view, documentID: state.documentID, resumeVersion: state.listener.resumeVersion)
-            return (added, write, undecided, state.view.outbox.count)
+            return (added, write, undecided, Recorded(pendingCount: state.view.outbox.count, waits: waits))
         }
         for (path, error) in prepared.failures { logDecodeFailure(path, error) }
         do {
@@ -97,7 +107,7 @@ extension SyncCore {
         } catch {
             // Not durable, so not accepted: none of it stays.
             let undone = state.access { state -> [Document] in
-                _ = state.sender.stopWaiting(for: added[0].id)
+                if recorded.waits { _ = state.sender.stopWaiting(for: added[0].id) }
                 for entry in added.reversed() { state.view.removeEntry(entry.id, now: now) }
                 return Self.refreshModels(paths, in: &state)
             }
@@ -105,7 +115,7 @@ extension SyncCore {
             return .failure(error)
         }
         installModels(undecided)
-        return .success(pendingCount)
+        return .success(recorded)
     }
 
     /// After a write's locked steps: answers one that could not be stored, or tells observers of
@@ -115,15 +125,16 @@ extension SyncCore {
     /// step: a listener waiting out a backoff tries again, and a window in flight that fails is
     /// sent again at once. One step per write, where a wake queued ahead of it would start a send
     /// the write then waits behind.
-    private func announce(_ enqueued: Result<Int, any Error>, _ continuation: WriteWaiter, _ parameters: [String: any Sendable], wakes: Bool = true) {
+    private func announce(_ enqueued: Result<Recorded, any Error>, _ continuation: WriteWaiter, _ parameters: [String: any Sendable], wakes: Bool = true) {
         switch enqueued {
         case .failure(let error):
             // Rolled back: a snapshot published while the write was on its way to disk showed it.
             notifyChanged([.documents, .pendingWrites])
             continuation.resume(returning: .notStored(error))
-        case .success(let pendingCount):
+        case .success(let recorded):
             notifyChanged([.documents, .pendingWrites])
-            log("pendingWriteAdded", parameters.merging(["pending_write_count": pendingCount]) { $1 })
+            log("pendingWriteAdded", parameters.merging(["pending_write_count": recorded.pendingCount]) { $1 })
+            if !recorded.waits { continuation.resume(returning: .queued) }
         }
         if wakes { wakeListener() }
         if wakes || (try? enqueued.get()) != nil { flushNow(retryIfRunning: wakes) }
@@ -191,7 +202,7 @@ extension SyncCore {
         for mutation in mutations { try mutation.validate() }
         let ticket = WriteTicket()
         queue.enqueue { [self] in
-            let result: Result<Int, any Error>
+            let result: Result<Recorded, any Error>
             if let epoch, epoch != state.access({ $0.space }) {
                 log("batch_otherSpace", ["write_count": mutations.count, "epoch": epoch], severity: .warning)
                 result = .failure(TandemError(.aborted, "The signed-in user changed before this edit was saved, so it was not: it was made to the previous user's data. Make it again if it is still wanted."))

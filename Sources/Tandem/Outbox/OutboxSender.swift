@@ -123,6 +123,13 @@ struct OutboxSender<Waiter> {
         waiters[id, default: []].append(waiter)
     }
 
+    /// Whether a write queued now would only hear that it stays queued: signed out, or with the
+    /// connection down and the last attempt failed for it, no answer comes before the user or the
+    /// connection does. Its caller is told so once the write is durable, without waiting for the
+    /// next attempt to fail; the attempt still goes (a write wakes the connection). While a
+    /// connection is being made (down, and nothing failed on it yet) a write still waits for it.
+    var answersQueuedAtOnce: Bool { isHeld || (isOffline && lastFailed) }
+
     /// Takes back the latest waiter for `id` (its write could not be stored).
     mutating func stopWaiting(for id: MutationID) -> Waiter? {
         guard var list = waiters[id], !list.isEmpty else { return nil }

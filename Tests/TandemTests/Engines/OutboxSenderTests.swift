@@ -147,6 +147,26 @@ struct OutboxSenderTests {
         #expect(full.map(\.entries.count) == [4])
     }
 
+    @Test("a write hears at once that it stays queued only when nothing can answer it: signed out, or down with an attempt failed on it; while a connection is made, it waits")
+    func answersQueuedAtOnce() throws {
+        var sender = Sender(limits: .init(writesPerRequest: 10, requestsInFlight: 1), policy: .default)
+        let queue = try outbox(singles: 2)
+        #expect(!sender.answersQueuedAtOnce)
+        _ = sender.disconnected()
+        #expect(!sender.answersQueuedAtOnce, "down, and nothing failed on it yet: a connection may be on its way")
+        _ = sent(sender.wake(outbox: queue))
+        _ = sender.answered([.failure(TandemError(.unavailable, "offline"))])
+        #expect(sender.proceed(outbox: queue, now: .seconds(1), random: 0.5) == .none)
+        #expect(sender.answersQueuedAtOnce)
+        // The next attempt still goes (a write wakes the connection), and a write queued meanwhile is not held for it.
+        _ = sent(sender.wake(outbox: queue))
+        #expect(sender.answersQueuedAtOnce)
+        _ = sender.resumed(outbox: queue)
+        #expect(!sender.answersQueuedAtOnce, "back: the next answer decides")
+        sender.isHeld = true
+        #expect(sender.answersQueuedAtOnce)
+    }
+
     @Test("with the connection down a failed window waits for it instead of backing off, a backoff under way ends, and its return sends at once")
     func followsTheConnection() throws {
         var sender = Sender(limits: .init(writesPerRequest: 10, requestsInFlight: 2), policy: .default)
