@@ -3,7 +3,7 @@ import Tandem
 import TandemCore
 
 extension SimulationWorld {
-    /// Brings the device online as `user`, waits for both engines to settle, and checks every
+    /// Brings the device online as `user`, waits for the engines and the synced handle to settle, and checks every
     /// promise for that user's data. Returns what broke, if anything.
     func quiet(as user: String) async -> String? {
         log("quiet as \(user)")
@@ -59,10 +59,11 @@ extension SimulationWorld {
             return "Hang: the change engine did not settle for \(user) (status \(changes.status), \(changes.storedChangeCount(account: user)) change(s) stored, last error \(String(describing: changes.lastError)))."
         }
         if let message = checkZone(of: user) { return message }
-        // One listener for each engine, on the server.
+        if let message = await checkNotes(of: user) { return message }
+        // One listener for each engine (the synced handle's included), on the server.
         await server.settle()
-        guard await within({ await server.waitForListeners(count: 2) }) else {
-            return "Listeners: the server runs \(server.listenerCount), and the device has two engines, one listener each."
+        guard await within({ await server.waitForListeners(count: 3) }) else {
+            return "Listeners: the server runs \(server.listenerCount), and the device has three engines, one listener each."
         }
         log("quiet as \(user): every promise held")
         return nil
@@ -98,6 +99,53 @@ extension SimulationWorld {
             }
         }
         return nil
+    }
+
+    /// The synced handle settles on `user`'s notes, exactly the server's; each note there is
+    /// `user`'s (written while the handle showed their data), and holds the text last written to
+    /// it unless an edit made while the user switched may have come after.
+    private func checkNotes(of user: String) async -> String? {
+        guard let notes else { return "No synced handle." }
+        let server = self.server
+        let signals = notes.changeSignals()
+        Task.immediate { await notes.load() }
+        let settled = await within {
+            var changes = signals.makeAsyncIterator()
+            while true {
+                if notes.engine.core.spaceUser == user && !notes.hasPendingWrites && Self.notesMatch(notes.value, server: server, user: user) {
+                    return true
+                }
+                guard await changes.next() != nil else { return false }
+            }
+        }
+        guard settled else {
+            return "Hang: \(user)'s synced notes did not settle (the handle shows \(notes.engine.core.spaceUser ?? "nobody")'s data, pending \(notes.hasPendingWrites), last error \(notes.lastError.map { "\($0)" } ?? "none")): it shows \(notes.value.map { "\($0.documentId ?? "-")=\($0.text)" }), the server has \(Self.serverNotes(server, user))."
+        }
+        let onServer = Self.serverNotes(server, user)
+        for (id, note) in onServer where note.owner != user {
+            return "Another user's edit is in \(user)'s data: note \(id) was written as \(note.owner)'s (\(note.text))."
+        }
+        for (id, written) in noteTexts[user, default: [:]] {
+            guard let note = onServer[id] else { return "Lost: \(user)'s note \(id) (last written \(written.text)) is not on the server." }
+            if !written.uncertain && note.text != written.text {
+                return "\(user)'s note \(id) is \(note.text) on the server, and was last written \(written.text)."
+            }
+        }
+        return nil
+    }
+
+    static func notesMatch(_ shown: some Collection<SimulationNote>, server: MockServer, user: String) -> Bool {
+        let onServer = serverNotes(server, user)
+        return shown.count == onServer.count && shown.allSatisfy { note in note.documentId.flatMap { onServer[$0] }.map { $0.text == note.text && $0.owner == note.owner } ?? false }
+    }
+
+    static func serverNotes(_ server: MockServer, _ user: String) -> [String: (owner: String, text: String)] {
+        guard let collection = try? CollectionPath("users/\(user)/notes") else { return [:] }
+        var notes: [String: (owner: String, text: String)] = [:]
+        for (path, document) in server.documents where path.parent == collection {
+            notes[path.id] = (document.data["owner"]?.stringValue ?? "-", document.data["text"]?.stringValue ?? "-")
+        }
+        return notes
     }
 
     /// Whether the engine shows exactly the server's counters of `user`.

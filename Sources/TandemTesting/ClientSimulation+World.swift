@@ -10,6 +10,7 @@ final class SimulationWorld {
     static let users = ["ada", "bob"]
     static let counters = ["c0", "c1", "c2", "c3"]
     static let records = ["r0", "r1", "r2"]
+    static let notes = ["n0", "n1", "n2"]
 
     let server: MockServer
     let directory: URL
@@ -22,6 +23,11 @@ final class SimulationWorld {
 
     var engine: CollectionSyncEngine<SimulationCounter>?
     var changes: ChangeSyncEngine?
+    /// A synced handle on the user's notes, edited in place as an app does.
+    var notes: SyncedCollection<SimulationNote>?
+    /// What the app last wrote to each note, by user, and whether an edit made while the user
+    /// switched may have come after it (in that user's data or refused, never another's).
+    var noteTexts: [String: [String: (text: String, uncertain: Bool)]] = [:]
     /// The user the app asked the client to sign in as last (nil: signed out).
     var intended: String? = "ada"
     /// Whether the app listens (its last call was a start, not a stop).
@@ -60,6 +66,7 @@ final class SimulationWorld {
         for task in listening_ { task.cancel() }
         engine = nil
         changes = nil
+        notes = nil
         try? FileManager.default.removeItem(at: directory)
     }
 
@@ -74,7 +81,7 @@ final class SimulationWorld {
         if printsTrace { print(line) }
     }
 
-    /// Makes both engines from the device's files, as a relaunched app does.
+    /// Makes the engines and the synced handle from the device's files, as a relaunched app does.
     func launch() throws {
         let client = server.client
         let remote = TandemRemoteCollectionService(client: client) {
@@ -86,6 +93,17 @@ final class SimulationWorld {
                                       logger: TraceLogger(inbox: told),
                                       clock: clock, retryPolicy: RetryPolicy(initial: .milliseconds(200), maximum: .seconds(10), jitter: 0.2),
                                       random: SeededRandomNumberGenerator(seed: random.next()))
+        let notesPath: @Sendable () -> String? = { client.authState.uid.map { "users/\($0)/notes" } }
+        let notes = SyncedCollection(
+            CollectionConfiguration<SimulationNote>(collectionPath: notesPath),
+            remote: TandemRemoteCollectionService(client: client) {
+                guard let path = notesPath() else { throw TandemError(.unauthenticated, "Nobody is signed in.") }
+                return try CollectionPath(path)
+            },
+            persistence: try SQLiteCollectionPersistence(managerKey: "sim-notes", directory: directory), managerKey: "sim-notes",
+            changeDelivery: .immediate)
+        self.notes = notes
+        Task.immediate { await notes.load() }
         var configuration = ChangeSyncEngine.Configuration(zoneName: "sim")
         configuration.directory = directory
         configuration.clock = clock
@@ -138,6 +156,7 @@ final class SimulationWorld {
         case 81..<86: changeEngine(start: a % 3 != 0)
         case 86..<91: await relaunch()
         case 91..<95: return await quiet(as: Self.users[a % Self.users.count])
+        case 95..<99: editNote(Self.notes[a % Self.notes.count], alsoSwitching: b % 4 == 0)
         default:
             log("nothing")
         }
@@ -207,6 +226,39 @@ final class SimulationWorld {
         }
     }
 
+    /// An edit of the synced handle's value: a note's text, made as the user whose data the handle
+    /// shows, and that user's name written in the note. With `alsoSwitching`, a switch to the
+    /// other user is asked for just before the edit, which the app makes on the value it still
+    /// shows: the edit is in the first user's data or refused, never in the other's.
+    private func editNote(_ note: String, alsoSwitching: Bool) {
+        guard isSettled, let notes, let uid = intended, notes.engine.core.spaceUser == uid else {
+            log("edit \(note): skipped (not settled)")
+            return
+        }
+        nextValue += 1
+        let text = "t\(nextValue)"
+        let other = Self.users.first { $0 != uid }!
+        if alsoSwitching {
+            intended = other
+            try? server.requestUser(other)
+        }
+        notes.withLock { value in
+            if let index = value.firstIndex(where: { $0.documentId == note }) {
+                value[index].text = text
+                value[index].owner = uid
+            } else {
+                value.append(SimulationNote(documentId: note, owner: uid, text: text))
+            }
+        }
+        guard alsoSwitching else {
+            noteTexts[uid, default: [:]][note] = (text, false)
+            log("edit \(uid)/\(note) = \(text)")
+            return
+        }
+        if let last = noteTexts[uid]?[note] { noteTexts[uid]?[note] = (last.text, true) }
+        log("switch to \(other), and edit \(uid)/\(note) = \(text) at once")
+    }
+
     private func startListening() {
         guard let engine else { return }
         listening = true
@@ -269,6 +321,7 @@ final class SimulationWorld {
     private func relaunch() async {
         engine = nil
         changes = nil
+        notes = nil
         listening = false
         do {
             try launch()

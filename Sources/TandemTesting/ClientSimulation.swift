@@ -4,28 +4,33 @@ import Tandem
 import TandemCore
 import TandemServer
 
-/// A seeded simulation of an app on one device: a `CollectionSyncEngine` and a `ChangeSyncEngine`
-/// on a signed-in mock server, driven by calls, sign-ins, network faults and relaunches that are
+/// A seeded simulation of an app on one device: a `CollectionSyncEngine`, a `SyncedCollection` and
+/// a `ChangeSyncEngine` on a signed-in mock server, driven by calls, sign-ins, network faults and relaunches that are
 /// all drawn from one seed, with the promises checked along the way and once everything is quiet.
 ///
 /// Each step draws one thing to do:
 /// - the app's calls: writes (an increment of a counter, so a write applied twice or lost shows in
-///   the total), changes sent through the change-sync engine, listeners started and stopped (at
-///   once after a start, too), engines stopped and started;
+///   the total), edits of the synced handle's notes (each naming the user whose data the handle
+///   showed; sometimes with a switch to the other user right after), changes sent through the
+///   change-sync engine, listeners started and stopped (at once after a start, too), engines
+///   stopped and started;
 /// - the user: switching to another (sometimes there and back at once), signing out;
 /// - the network: going offline and back, an acknowledgement lost with the connection, a request
 ///   refused as unavailable, latency;
-/// - a relaunch: both engines dropped and made again from their files;
+/// - a relaunch: the engines and the handle dropped and made again from their files;
 /// - a quiet point, where the checks below run.
 ///
 /// After every step: the engine shows one user's documents only, and runs no listener when the
 /// app's last call was a stop (a stop made right after a start included).
 ///
 /// At a quiet point (and at the end, for every user) the device goes online as one user and waits
-/// for both engines to settle, then checks: every write the app was told was queued is applied on
-/// the server exactly once, in that user's data (no increment lost or doubled); no write was
-/// refused; the engine shows exactly the server's documents; each engine has one listener on the
-/// server; every change sent is in the user's zone as last sent, and no other user's record is.
+/// for the engines and the synced handle to settle, then checks: every write the app was told was
+/// queued is applied on the server exactly once, in that user's data (no increment lost or
+/// doubled); no write was refused; the engine shows exactly the server's documents; the synced handle shows exactly the
+/// user's notes on the server, each written as that user's (an edit made as the user switched is in
+/// the first user's data or refused, never the other's) and holding the text last written to it;
+/// each engine has one listener on the server; every change sent is in the user's zone as last
+/// sent, and no other user's record is.
 /// A wait that never ends is a failure too (nothing can advance), after a deadline.
 ///
 /// The steps taken are the seed's: `TANDEM_SIM_SEED` replays one. Threads still interleave as they
@@ -113,6 +118,14 @@ public struct ClientSimulation: Sendable {
 
     /// Whether `TANDEM_SIM_TRACE` asks for each step to be printed.
     public static var tracing: Bool { ProcessInfo.processInfo.environment["TANDEM_SIM_TRACE"] == "1" }
+}
+
+/// A note of the simulation's synced handle, with the user whose data it was written to.
+struct SimulationNote: DocumentIdentifiable {
+    var clientId = UUID()
+    var documentId: String?
+    var owner: String
+    var text: String
 }
 
 /// A counter document of the simulation: an increment per write.
