@@ -77,8 +77,9 @@ extension SyncCore {
         }
     }
 
-    /// Called by reads (a write does the same in its own step): a listener waiting to retry tries again now (signed out, it
-    /// waits for the sign-in). Queued on `queue`; the caller goes on at once.
+    /// Called by reads (a write does the same in its own step): a listener waiting to retry tries
+    /// again now (signed out, it waits for the sign-in). Queued on `queue`; the caller goes on at
+    /// once.
     func retryNowIfDown() {
         queue.enqueue { [self] in wakeListener() }
         triggerFlush(retryIfRunning: true)

@@ -31,7 +31,7 @@ extension SyncCore {
     }
 
     /// Applies a write to the view and the outbox and makes it durable, on `queue`; registers its
-    /// waiter in the same locked step. Returns the outbox's size, or the error that kept the write
+    /// waiter in the same locked step, unless the sender would only answer that it stays queued. Returns the outbox's size, or the error that kept the write
     /// from disk (it is then undone in memory too).
     private func record(_ mutation: Mutation, waiter continuation: WriteWaiter) -> Result<Recorded, any Error> {
         let path = mutation.path
@@ -136,8 +136,12 @@ extension SyncCore {
             log("pendingWriteAdded", parameters.merging(["pending_write_count": recorded.pendingCount]) { $1 })
             if !recorded.waits { continuation.resume(returning: .queued) }
         }
-        if wakes { wakeListener() }
-        if wakes || (try? enqueued.get()) != nil { flushNow(retryIfRunning: wakes) }
+        if wakes {
+            wakeListener()
+            flushNow(retryIfRunning: true)
+        } else if case .success = enqueued {
+            flushNow(retryIfRunning: false)
+        }
     }
 
     /// Logs a write's outcome as `{event}_success` or `_fail`, and throws its error.
