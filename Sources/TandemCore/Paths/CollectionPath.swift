@@ -6,45 +6,33 @@
 /// try reviews.document("r9") // products/p1/reviews/r9
 /// ```
 public struct CollectionPath: ResourcePath {
-    /// The segments, from the root collection down.
-    public let segments: [String]
-    /// The slash-separated form, kept so hashing, equality and `description` cost one string.
-    private let joined: String
+    private let core: PathCore
 
     /// Parses and validates a collection path; an invalid one throws `invalid-argument` naming the rule.
-    public init(_ path: String) throws(TandemError) {
-        (segments, joined) = try PathKind.collection.parse(path)
-    }
+    public init(_ path: String) throws(TandemError) { core = try PathCore(parsing: path, as: .collection) }
 
     /// A collection path from its segments.
-    public init(segments: [String]) throws(TandemError) {
-        (self.segments, joined) = try PathKind.collection.check(segments)
-    }
+    public init(segments: [String]) throws(TandemError) { core = try PathCore(checking: segments, as: .collection) }
 
-    init(unchecked segments: [String]) {
-        self.segments = segments
-        self.joined = segments.joined(separator: "/")
-    }
+    init(core: PathCore) { self.core = core }
 
-    init(unchecked segments: [String], joined: String) {
-        self.segments = segments
-        self.joined = joined
-    }
+    /// The segments, from the root collection down.
+    public var segments: [String] { core.segments }
 
     /// The collection's id: its last segment, which is also its collection-group name.
-    public var id: String { segments[segments.count - 1] }
+    public var id: String { core.last }
 
     /// The collection-group name: every collection with this last segment belongs to the group.
     public var collectionGroup: String { id }
 
     /// The document that holds this subcollection, or nil for a root collection.
     public var parent: DocumentPath? {
-        segments.count == 1 ? nil : DocumentPath(unchecked: Array(segments.dropLast()))
+        core.segments.count == 1 ? nil : DocumentPath(core: core.parent)
     }
 
     /// A document of this collection.
     public func document(_ id: String) throws(TandemError) -> DocumentPath {
-        try DocumentPath(segments: segments + [id])
+        try DocumentPath(core: core.appending(id, as: .document))
     }
 
     /// Whether a document lies directly in this collection.
@@ -53,5 +41,5 @@ public struct CollectionPath: ResourcePath {
     }
 
     /// The slash-separated form.
-    public var description: String { joined }
+    public var description: String { core.joined }
 }

@@ -46,6 +46,44 @@ extension ResourcePath {
     }
 }
 
+/// What both path types hold, validated once: the segments and their slash-separated form, kept
+/// so hashing, equality and `description` cost one string. ``CollectionPath`` and ``DocumentPath``
+/// each wrap one and add what their kind means (a collection's documents, a document's parent).
+struct PathCore: Sendable {
+    let segments: [String]
+    let joined: String
+
+    /// Parses and validates `path` as `kind`.
+    init(parsing path: String, as kind: PathKind) throws(TandemError) {
+        (segments, joined) = try kind.parse(path)
+    }
+
+    /// Validates `segments` as `kind`.
+    init(checking segments: [String], as kind: PathKind) throws(TandemError) {
+        (self.segments, joined) = try kind.check(segments)
+    }
+
+    /// Segments already known valid (cut from a valid path), with their joined form when known.
+    init(unchecked segments: [String], joined: String? = nil) {
+        self.segments = segments
+        self.joined = joined ?? segments.joined(separator: "/")
+    }
+
+    /// The last segment: a collection's id, or a document's.
+    var last: String { segments[segments.count - 1] }
+
+    /// Every segment but the last, as the parent path's core; its joined form is cut from this one's.
+    var parent: PathCore {
+        let cut = joined.utf8.count - last.utf8.count - 1
+        return PathCore(unchecked: Array(segments.dropLast()), joined: String(joined.utf8.prefix(cut))!)
+    }
+
+    /// This path with one more segment, validated as `kind`.
+    func appending(_ segment: String, as kind: PathKind) throws(TandemError) -> PathCore {
+        try PathCore(checking: segments + [segment], as: kind)
+    }
+}
+
 /// Which of the two a path is, and the parity of its segments.
 enum PathKind {
     case collection, document
