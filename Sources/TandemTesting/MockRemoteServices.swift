@@ -53,6 +53,7 @@ public final class MockRemoteCollectionService: RemoteCollectionService, Reachab
     public func observeConnection(_ handler: @escaping @Sendable (ConnectionEvent) -> Void) -> ConnectionObservation? {
         remote.observeConnection(handler)
     }
+    public func wakeConnection() { remote.wakeConnection() }
 }
 
 /// A `RemoteDocumentService` over a ``MockServer``.
@@ -95,6 +96,7 @@ public final class MockRemoteDocumentService: RemoteDocumentService, Reachabilit
     public func observeConnection(_ handler: @escaping @Sendable (ConnectionEvent) -> Void) -> ConnectionObservation? {
         remote.observeConnection(handler)
     }
+    public func wakeConnection() { remote.wakeConnection() }
 }
 
 /// A read-only `RemoteCollectionGroupService` over a ``MockServer``.
@@ -134,6 +136,7 @@ public final class MockRemoteCollectionGroupService: RemoteCollectionGroupServic
     public func observeConnection(_ handler: @escaping @Sendable (ConnectionEvent) -> Void) -> ConnectionObservation? {
         remote.observeConnection(handler)
     }
+    public func wakeConnection() { remote.wakeConnection() }
 }
 
 /// A model for mocks made without one.

@@ -483,6 +483,12 @@ public final class TandemClient: Service, Sendable, Observable {
         return PendingWrites(collector: collector, atomic: requests.map(\.isOneWrite))
     }
 
+    /// Asks the connection loop to try now, if it is waiting out a backoff (an engine's write made
+    /// while the connection is down).
+    package func wakeConnection() {
+        state.withLock { Self.requestWake(&$0) }?.resume()
+    }
+
     /// Asks the connection loop to try now, if it is waiting out a backoff; returns the sleep to end.
     static func requestWake(_ state: inout State) -> CheckedContinuation<Void, Never>? {
         guard state.machine.wake() == [.endSleep] else { return nil }

@@ -34,6 +34,7 @@ extension SyncCore {
                 guard !state.tasks.isShutDown else { return false }
                 state.tasks.connection = connection
                 state.tasks.auth = auth
+                state.tasks.wakeConnection = { remote.wakeConnection() }
                 return true
             }
             if !kept {

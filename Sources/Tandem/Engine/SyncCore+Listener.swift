@@ -24,6 +24,8 @@ extension SyncCore {
         /// The remote's connection and auth events, while the engine is there.
         var connection: ConnectionObservation?
         var auth: ConnectionObservation?
+        /// Asks the remote's connection to try now (``ReachabilityReporting/wakeConnection()``).
+        var wakeConnection: (@Sendable () -> Void)?
         /// What those events said last.
         var reachability = Reachability()
         /// Set once the engine is gone: nothing new starts.

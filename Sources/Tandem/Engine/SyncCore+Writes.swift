@@ -235,12 +235,16 @@ extension SyncCore {
 
     /// As ``triggerFlush(retryIfRunning:)``, in the current step on `queue`.
     private func flushNow(retryIfRunning: Bool) {
-        let (action, retry, released) = state.access { state in
+        let (action, retry, released, wake) = state.access { state in
             let (action, retry) = Self.take(state.sender.wake(outbox: state.view.outbox, reconnected: retryIfRunning), in: &state)
-            return (action, retry, state.sender.releaseWaitersIfHeld())
+            // Down with an attempt failed on it, the sender rests: the connection is asked to try
+            // now instead, and its `resumed` sends.
+            let wake = state.sender.restsUntilResumed && !state.sender.isHeld ? state.tasks.wakeConnection : nil
+            return (action, retry, state.sender.releaseWaitersIfHeld(), wake)
         }
         // Signed out, nothing is sent: a write's caller hears it is queued.
         released.forEach { $0.resume(returning: .queued) }
+        wake?()
         run(action, cancelling: retry)
     }
 

@@ -126,9 +126,15 @@ struct OutboxSender<Waiter> {
     /// Whether a write queued now would only hear that it stays queued: signed out, or with the
     /// connection down and the last attempt failed for it, no answer comes before the user or the
     /// connection does. Its caller is told so once the write is durable, without waiting for the
-    /// next attempt to fail; the attempt still goes (a write wakes the connection). While a
-    /// connection is being made (down, and nothing failed on it yet) a write still waits for it.
-    var answersQueuedAtOnce: Bool { isHeld || (isOffline && lastFailed) }
+    /// next attempt to fail. While a connection is being made (down, and nothing failed on it yet)
+    /// a write still waits for it.
+    var answersQueuedAtOnce: Bool { isHeld || restsUntilResumed }
+
+    /// Whether the sender rests until the connection is back: it is down and an attempt already
+    /// failed on it, so another could only fail too. A wake then sends nothing; the shell asks the
+    /// remote to try its connection now (``ReachabilityReporting/wakeConnection()``), and its
+    /// `resumed` event sends.
+    var restsUntilResumed: Bool { isOffline && lastFailed }
 
     /// Takes back the latest waiter for `id` (its write could not be stored).
     mutating func stopWaiting(for id: MutationID) -> Waiter? {
@@ -164,6 +170,11 @@ struct OutboxSender<Waiter> {
         }
         if phase == .sending {
             if reconnected { self.reconnected = true }
+            return .none
+        }
+        if restsUntilResumed {
+            // Nothing will answer until the connection is back: `resumed` sends.
+            phase = .idle
             return .none
         }
         return sendWindow(outbox)

@@ -129,6 +129,11 @@ public protocol ReachabilityReporting: Sendable {
     /// Where the remote's engine reports its outbox's depth and the writes refused to it (nil:
     /// nowhere). The `TandemRemote…Service`s give their client's ``TandemClientConfiguration/metrics``.
     var metrics: ClientMetrics? { get }
+
+    /// Asks a connection that is down to try again now, if it is waiting out a backoff: the engine
+    /// calls it when a write or a read is made while ``observeConnection(_:)`` said the connection
+    /// is down, instead of sending what could only fail; the `resumed` event then sends.
+    func wakeConnection()
 }
 
 extension ReachabilityReporting {
@@ -140,6 +145,9 @@ extension ReachabilityReporting {
 
     /// A remote whose engine reports no metrics.
     public var metrics: ClientMetrics? { nil }
+
+    /// A remote with no connection to wake: nothing.
+    public func wakeConnection() {}
 }
 
 /// A registration for connection events: cancelling it (or freeing it) stops the calls.

@@ -73,6 +73,8 @@ public struct TandemRemoteCollectionService: RemoteCollectionService, Reachabili
         client.observeConnection(handler)
     }
 
+    public func wakeConnection() { client.wakeConnection() }
+
     public var metrics: ClientMetrics? { client.configuration.metrics }
 
     public func observeAuthState(_ handler: @escaping @Sendable (AuthState) -> Void) -> ConnectionObservation? {
@@ -118,6 +120,8 @@ public struct TandemRemoteDocumentService: RemoteDocumentService, ReachabilityRe
         collection.observeConnection(handler)
     }
 
+    public func wakeConnection() { collection.wakeConnection() }
+
     public var metrics: ClientMetrics? { collection.metrics }
 
     public func observeAuthState(_ handler: @escaping @Sendable (AuthState) -> Void) -> ConnectionObservation? {
@@ -148,6 +152,8 @@ public struct TandemRemoteCollectionGroupService: RemoteCollectionGroupService, 
     public func observeConnection(_ handler: @escaping @Sendable (ConnectionEvent) -> Void) -> ConnectionObservation? {
         client.observeConnection(handler)
     }
+
+    public func wakeConnection() { client.wakeConnection() }
 
     public var metrics: ClientMetrics? { client.configuration.metrics }
 

@@ -81,6 +81,27 @@ struct CollectionSyncEngineTests {
         #expect(logger.names.contains("products_pendingWritesCleared"))
     }
 
+    @Test("down with an attempt failed on it, a write is not sent: it asks the connection to try now, and the connection's return sends the outbox")
+    func restsWhileDown() async throws {
+        let remote = CountingRemote(MockRemoteCollectionService(collection: Product.mocks, collectionPath: { "products" }))
+        let engine = CollectionSyncEngine<Product>(remote: remote, managerKey: "products", persistence: nil, clock: ManualClock())
+        remote.base.store.goOffline()
+        // Nothing failed on the connection yet: the write is tried, and its caller hears it stays queued.
+        try await engine.saveDocument(Product(id: "rug", name: "Rug", price: 80, stock: 2))
+        #expect(remote.counts.commits == 1)
+        // Now each write is only queued (its caller hears so once it is durable) and wakes the connection.
+        for stock in 3...5 {
+            try await engine.updateDocument(id: "rug", data: ["stock": .value(.int(stock))])
+        }
+        #expect(engine.pendingWrites.count == 2, "the save was tried, so the updates queue behind it, merged into one")
+        // Each write's wake runs in its own step, right after its caller was answered.
+        await engine.core.queue.run {}
+        #expect(remote.counts.commits == 1 && remote.counts.wakes == 3)
+        remote.base.store.goOnline()
+        #expect(await engine.waitUntil { !engine.hasPendingWrites })
+        #expect(remote.base.store.documents[try DocumentPath("products/rug")]?.data["stock"] == .int(5))
+    }
+
     @Test("large batches merge into the models and the SQLite cache, with pending writes kept on top")
     func largeBatches() async throws {
         let directory = try TemporaryDirectory()
@@ -360,4 +381,36 @@ final class ChangeCounter: Sendable {
     private let fired = Atomic<Int>(0)
     var count: Int { fired.load(ordering: .relaxed) }
     func fire() { fired.wrappingAdd(1, ordering: .relaxed) }
+}
+
+/// A remote that counts the write requests it is asked to send and the wakes of its connection.
+private final class CountingRemote: RemoteCollectionService, Sendable {
+    struct Counts { var commits = 0, wakes = 0 }
+    let base: MockRemoteCollectionService
+    private let counted = Mutex(Counts())
+    var counts: Counts { counted.withLock { $0 } }
+
+    init(_ base: MockRemoteCollectionService) { self.base = base }
+
+    func collectionPath() throws -> CollectionPath { try base.collectionPath() }
+    func getDocuments(query: Query) async throws -> [Document] { try await base.getDocuments(query: query) }
+    func getDocument(id: String) async throws -> Document? { try await base.getDocument(id: id) }
+    func listen(query: Query, resumeFrom: Version?) -> AsyncThrowingStream<RemoteChangeBatch, any Error> {
+        base.listen(query: query, resumeFrom: resumeFrom)
+    }
+    func listenDocument(id: String, resumeFrom: Version?) -> AsyncThrowingStream<RemoteChangeBatch, any Error> {
+        base.listenDocument(id: id, resumeFrom: resumeFrom)
+    }
+    func commit(_ mutations: [Mutation]) async throws -> [WriteAcknowledgement] { try await base.commit(mutations) }
+    func commit(requests: [WriteRequest]) async -> [Result<[WriteAcknowledgement], any Error>] {
+        counted.withLock { $0.commits += 1 }
+        return await base.commit(requests: requests)
+    }
+    func observeConnection(_ handler: @escaping @Sendable (ConnectionEvent) -> Void) -> ConnectionObservation? {
+        base.observeConnection(handler)
+    }
+    func wakeConnection() {
+        counted.withLock { $0.wakes += 1 }
+        base.wakeConnection()
+    }
 }

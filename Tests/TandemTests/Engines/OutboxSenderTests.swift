@@ -178,23 +178,21 @@ struct OutboxSenderTests {
         let endedBackoff = sender.disconnected()
         #expect(endedBackoff)
         #expect(sender.phase == .idle && sender.isOffline)
-        // A write still sends (it wakes the connection); failing, it waits with no sleep.
-        #expect(sent(sender.wake(outbox: queue)).map(\.entries.count) == [1])
-        _ = sender.answered([.failure(TandemError(.unavailable, "still down"))])
-        #expect(sender.proceed(outbox: queue, now: .seconds(2), random: 0.5) == .none)
+        // Down with an attempt failed on it, a write sends nothing (its caller hears it is
+        // queued): the shell asks the connection to try now, and its return sends.
+        #expect(sender.restsUntilResumed && sender.answersQueuedAtOnce)
+        #expect(sender.wake(outbox: queue) == .none)
         #expect(sender.phase == .idle)
         let endedAgain = sender.disconnected()
         #expect(!endedAgain, "no backoff to end")
         // Back: the probe goes at once, then full windows.
         let probe = sent(sender.resumed(outbox: queue))
-        #expect(probe.map(\.entries.count) == [1] && !sender.isOffline)
+        #expect(probe.map(\.entries.count) == [1] && !sender.isOffline && !sender.restsUntilResumed)
         _ = sender.answered([acknowledgements(probe[0])])
         #expect(sent(sender.proceed(outbox: acknowledged(probe, in: queue), now: .seconds(3), random: 0.5)).map(\.entries.count) == [2])
-        // A return while a window is in flight: if that window fails, it goes again at once.
-        _ = sender.answered([.failure(TandemError(.unavailable, "lost again"))])
-        _ = sender.proceed(outbox: queue, now: .seconds(4), random: 0.5)
+        // A drop and a return while that window is in flight: if it fails, it goes again at once.
         _ = sender.disconnected()
-        _ = sent(sender.wake(outbox: queue))
+        #expect(!sender.restsUntilResumed, "nothing failed on this connection yet")
         #expect(sender.resumed(outbox: queue) == .none)
         _ = sender.answered([.failure(TandemError(.unavailable, "failed on the old connection"))])
         #expect(sent(sender.proceed(outbox: queue, now: .seconds(5), random: 0.5)).count == 1)
