@@ -30,30 +30,30 @@ extension SyncCore {
         return outcome
     }
 
-    /// Applies a write to the view and the outbox and makes it durable, on `queue`; registers its
-    /// waiter in the same locked step, unless the sender would only answer that it stays queued. Returns the outbox's size, or the error that kept the write
-    /// from disk (it is then undone in memory too).
+    /// Applies a write to the view and the outbox and makes it durable, in one step on `queue`;
+    /// registers its waiter in it, unless the sender would only answer that it stays queued.
+    /// Returns the outbox's size, or the error that kept the write from disk (it is then undone in
+    /// memory too).
     private func record(_ mutation: Mutation, waiter continuation: WriteWaiter) -> Result<Recorded, any Error> {
         let path = mutation.path
-        // What the view will show, decoded before the locked step.
         let now = Date()
-        let shown = LocalView.applyLocally(mutation, to: state.access { $0.view.documents[path] }, now: now)
-        let prepared = PreparedModels(showing: shown.map { [$0] } ?? [])
-        let (result, previousLast, write, undecided, recorded) = state.access { state in
+        let (result, previousLast, write, recorded) = state.access { state in
             let previousLast = state.view.outbox.entries.last
             let result = state.view.enqueue(mutation, now: now)
             var change = LocalCollectionChange()
             change.outboxPuts = [result.entry]
             change.nextSequence = state.view.outbox.nextSequence
-            let undecided = Self.refreshModels([path], in: &state, prepared: prepared)
             let waits = !state.sender.answersQueuedAtOnce
             if waits { state.sender.wait(for: result.entry.id, continuation) }
             let write = state.persistence.write(change, view: state.view, documentID: state.documentID, resumeVersion: state.listener.resumeVersion)
-            return (result, previousLast, write, undecided, Recorded(pendingCount: state.view.outbox.count, waits: waits))
+            return (result, previousLast, write, Recorded(pendingCount: state.view.outbox.count, waits: waits))
         }
-        for (path, error) in prepared.failures { logDecodeFailure(path, error) }
+        // The outbox's row goes to disk while the view's model is made: nothing outside this
+        // step sees either before the write is durable.
+        let disk = cache.start(write)
+        installModels(refreshModels(showing: [path]))
         do {
-            try cache.run(write)
+            try disk.wait()
         } catch {
             // Not durable, so not accepted: undo it in memory too.
             let undone = state.access { state -> [Document] in
@@ -67,8 +67,18 @@ extension SyncCore {
             installModels(undone)
             return .failure(error)
         }
-        installModels(undecided)
         return .success(recorded)
+    }
+
+    /// Puts in place the models of what the view shows at `paths` now, after a local write:
+    /// decoded here, where the view cannot change meanwhile. Returns what is left to
+    /// ``installModels(_:)``.
+    private func refreshModels(showing paths: [DocumentPath]) -> [Document] {
+        let shown = state.access { state in paths.compactMap { state.view.documents[$0] } }
+        let prepared = PreparedModels(showing: shown)
+        let undecided = state.access { Self.refreshModels(paths, in: &$0, prepared: prepared) }
+        for (path, error) in prepared.failures { logDecodeFailure(path, error) }
+        return undecided
     }
 
     /// A write recorded durably: the outbox's size after it, and whether its caller waits for the
@@ -82,28 +92,22 @@ extension SyncCore {
     /// As ``record(_:waiter:)`` for an atomic batch: every write of it, or none.
     private func record(batch mutations: [Mutation], waiter continuation: WriteWaiter) -> Result<Recorded, any Error> {
         let paths = mutations.map(\.path)
-        // What the view will show of each document, decoded before the locked step.
         let now = Date()
-        var shown = state.access { state in Dictionary(paths.map { ($0, state.view.documents[$0]) }) { first, _ in first } }
-        for mutation in mutations {
-            shown[mutation.path] = .some(LocalView.applyLocally(mutation, to: shown[mutation.path] ?? nil, now: now))
-        }
-        let prepared = PreparedModels(showing: shown.values.compactMap { $0 })
-        let (added, write, undecided, recorded) = state.access { state in
+        let (added, write, recorded) = state.access { state in
             let added = state.view.enqueue(batch: mutations, now: now)
             var change = LocalCollectionChange()
             change.outboxPuts = added
             change.nextSequence = state.view.outbox.nextSequence
-            let undecided = Self.refreshModels(paths, in: &state, prepared: prepared)
             // Every write of the batch is answered together; its first one carries the waiter.
             let waits = !state.sender.answersQueuedAtOnce
             if waits { state.sender.wait(for: added[0].id, continuation) }
             let write = state.persistence.write(change, view: state.view, documentID: state.documentID, resumeVersion: state.listener.resumeVersion)
-            return (added, write, undecided, Recorded(pendingCount: state.view.outbox.count, waits: waits))
+            return (added, write, Recorded(pendingCount: state.view.outbox.count, waits: waits))
         }
-        for (path, error) in prepared.failures { logDecodeFailure(path, error) }
+        let disk = cache.start(write)
+        installModels(refreshModels(showing: Array(Set(paths)).sorted()))
         do {
-            try cache.run(write)
+            try disk.wait()
         } catch {
             // Not durable, so not accepted: none of it stays.
             let undone = state.access { state -> [Document] in
@@ -114,25 +118,26 @@ extension SyncCore {
             installModels(undone)
             return .failure(error)
         }
-        installModels(undecided)
         return .success(recorded)
     }
 
-    /// After a write's locked steps: answers one that could not be stored, or tells observers of
-    /// the queued one and starts the sender.
+    /// After a write is recorded (or could not be): publishes the view, answers the caller when it
+    /// hears at once, and starts the sender.
     ///
     /// An app's write (`wakes`) also does what ``retryNowIfDown()`` does for a read, in this same
     /// step: a listener waiting out a backoff tries again, and a window in flight that fails is
-    /// sent again at once. One step per write, where a wake queued ahead of it would start a send
-    /// the write then waits behind.
+    /// sent again at once; with the connection down and an attempt failed on it, the sender rests
+    /// and the remote's connection is asked to try now (see `flushNow`). One step per write, where
+    /// a wake queued ahead of it would start a send the write then waits behind.
     private func announce(_ enqueued: Result<Recorded, any Error>, _ continuation: WriteWaiter, _ parameters: [String: any Sendable], wakes: Bool = true) {
+        // The replaced snapshot is freed after the caller is resumed: it may be the last holder of
+        // the chunks this write copied.
+        let retired = notifyChanged([.documents, .pendingWrites])
+        defer { withExtendedLifetime(retired) {} }
         switch enqueued {
         case .failure(let error):
-            // Rolled back: a snapshot published while the write was on its way to disk showed it.
-            notifyChanged([.documents, .pendingWrites])
             continuation.resume(returning: .notStored(error))
         case .success(let recorded):
-            notifyChanged([.documents, .pendingWrites])
             log("pendingWriteAdded", parameters.merging(["pending_write_count": recorded.pendingCount]) { $1 })
             if !recorded.waits { continuation.resume(returning: .queued) }
         }

@@ -189,8 +189,10 @@ package final class SyncCore<T: SyncModel>: Sendable {
 
     // MARK: Events
 
-    func log(_ event: String, _ parameters: [String: any Sendable] = [:], severity: DataSyncLogEvent.Severity = .info) {
-        logger?.trackEvent(DataSyncLogEvent(name: "\(managerKey)_\(event)", parameters: parameters, severity: severity))
+    func log(_ event: String, _ parameters: @autoclosure () -> [String: any Sendable] = [:], severity: DataSyncLogEvent.Severity = .info) {
+        // The parameters are made only for a logger.
+        guard let logger else { return }
+        logger.trackEvent(DataSyncLogEvent(name: "\(managerKey)_\(event)", parameters: parameters(), severity: severity))
     }
 
     /// A document that no longer decodes into the model: it stays out of the models, and says so.
@@ -268,8 +270,11 @@ package final class SyncCore<T: SyncModel>: Sendable {
             documentID: state.documentID, space: state.space)
     }
 
-    /// Publishes the working state to readers; on `queue`, like every step on the state.
-    func publish() {
+    /// Publishes the working state to readers; on `queue`, like every step on the state. Returns
+    /// the snapshot it replaced, freed (if no reader holds it) where the caller drops it: a local
+    /// write drops it once its caller is resumed.
+    @discardableResult
+    func publish() -> Retired? {
         let snapshot = state.access { Self.snapshot(of: &$0) }
         // Reported before readers see the snapshot, newest last, under a lock no reader takes.
         if let metrics {
@@ -285,8 +290,13 @@ package final class SyncCore<T: SyncModel>: Sendable {
             defer { published = Published(snapshot: snapshot, shown: snapshot.showsSame(as: published.snapshot) ? published.shown : nil) }
             return published
         }
-        // The old snapshot is freed here, outside the lock, if no reader holds it.
-        withExtendedLifetime(replaced) {}
+        // The old snapshot is freed outside the lock.
+        return replaced.map(Retired.init)
+    }
+
+    /// A snapshot readers no longer get: freeing it frees the lists' chunks that later steps copied.
+    struct Retired {
+        fileprivate let published: Published
     }
 
     /// Observers of every change, for the engines' streams. Returns a token for `removeObserver`.
@@ -335,9 +345,11 @@ package final class SyncCore<T: SyncModel>: Sendable {
     }
 
     /// Publishes the state and tells observers what changed; on `queue`, after the change.
-    func notifyChanged(_ changes: EngineChanges) {
-        publish()
+    @discardableResult
+    func notifyChanged(_ changes: EngineChanges) -> Retired? {
+        let retired = publish()
         tellObservers(changes)
+        return retired
     }
 
     /// Tells observers what changed, on the calling thread.

@@ -18,6 +18,8 @@ final class CacheWriter: Sendable {
     }
 
     private let queue = Mutex(Queue())
+    /// Where ``start(_:)`` writes: a serial queue has a thread of its own to run on.
+    private let writer = DispatchQueue(label: "tandem.cache-writer", qos: .userInitiated)
     /// Held while a change is written: the background drain and a caller's writes never overlap.
     private let writing = Mutex<Void>(())
     /// Told each failed write (logged as `persist_fail` by the engine).
@@ -45,6 +47,20 @@ final class CacheWriter: Sendable {
             writeQueued()
             try write.run()
         }
+    }
+
+    /// Starts ``run(_:)`` on the writer's own thread and returns at once: the caller does its
+    /// in-memory work while the disk syncs, then waits for the write with ``DiskWrite/wait()``.
+    /// The caller must queue no other change before it waited (the engine's executor, blocked in
+    /// its step until then).
+    func start(_ write: LocalWrite) -> DiskWrite {
+        if case .none = write { return DiskWrite(done: true) }
+        let pending = DiskWrite(done: false)
+        writer.async {
+            do { try self.run(write) } catch { pending.fail(error) }
+            pending.finish()
+        }
+        return pending
     }
 
     /// Writes every queued change now, on the caller's thread: before a change written another way
@@ -80,5 +96,27 @@ final class CacheWriter: Sendable {
             }
             if !more { return }
         }
+    }
+}
+
+/// A local write under way on the cache writer's thread (``CacheWriter/start(_:)``).
+final class DiskWrite: @unchecked Sendable {
+    // Safe to mark unchecked: `error` is written once before `done` is signalled and read only
+    // after waiting for it.
+    private let done: DispatchSemaphore?
+    private var error: (any Error)?
+
+    init(done finished: Bool) {
+        done = finished ? nil : DispatchSemaphore(value: 0)
+    }
+
+    fileprivate func fail(_ error: any Error) { self.error = error }
+
+    fileprivate func finish() { done?.signal() }
+
+    /// Blocks until the write is durable, or throws why it is not.
+    func wait() throws {
+        done?.wait()
+        if let error { throw error }
     }
 }

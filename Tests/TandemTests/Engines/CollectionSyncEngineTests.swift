@@ -102,6 +102,23 @@ struct CollectionSyncEngineTests {
         #expect(remote.base.store.documents[try DocumentPath("products/rug")]?.data["stock"] == .int(5))
     }
 
+    @Test("a local write is shown once it is durable, never before: while its outbox entry is on its way to disk, readers see the engine as it was")
+    func shownOnceDurable() async throws {
+        let persistence = GatedPersistence()
+        let remote = MockRemoteCollectionService(collection: Product.mocks, collectionPath: { "products" })
+        let engine = CollectionSyncEngine<Product>(remote: remote, managerKey: "products", persistence: persistence, clock: ManualClock())
+        remote.store.goOffline()
+        persistence.closeGate()
+        let save = Task { try await engine.saveDocument(Product(id: "rug", name: "Rug", price: 80, stock: 2)) }
+        var entered = persistence.entered.makeAsyncIterator()
+        _ = await entered.next()
+        // The engine's step is blocked in the disk write: the model is made, but not published.
+        #expect(engine.getDocument(id: "rug") == nil && engine.pendingWrites.isEmpty)
+        persistence.openGate()
+        try await save.value
+        #expect(engine.getDocument(id: "rug")?.name == "Rug" && engine.pendingWrites.count == 1)
+    }
+
     @Test("large batches merge into the models and the SQLite cache, with pending writes kept on top")
     func largeBatches() async throws {
         let directory = try TemporaryDirectory()
@@ -413,4 +430,36 @@ private final class CountingRemote: RemoteCollectionService, Sendable {
         counted.withLock { $0.wakes += 1 }
         base.wakeConnection()
     }
+}
+
+/// A persistence whose outbox writes wait at a gate while it is closed, telling `entered` first.
+private final class GatedPersistence: LocalCollectionPersistence, @unchecked Sendable {
+    // Safe to mark unchecked: `base` is called by one engine step at a time; the rest are locks,
+    // a semaphore and a stream.
+    private let base = MockLocalCollectionPersistence()
+    private let closed = Mutex(false)
+    private let gate = DispatchSemaphore(value: 0)
+    private let enteredPair = AsyncStream<Void>.makeStream()
+    var entered: AsyncStream<Void> { enteredPair.stream }
+
+    func closeGate() { closed.withLock { $0 = true } }
+
+    func openGate() {
+        closed.withLock { $0 = false }
+        gate.signal()
+    }
+
+    func load() throws -> LocalCollectionState? { try base.load() }
+    func create(clientID: String) throws -> LocalCollectionState { try base.create(clientID: clientID) }
+    func apply(_ change: LocalCollectionChange) throws {
+        if !change.outboxPuts.isEmpty, closed.withLock({ $0 }) {
+            enteredPair.continuation.yield()
+            gate.wait()
+        }
+        try base.apply(change)
+    }
+    func clear() throws { try base.clear() }
+    func space(for user: String) throws -> any LocalCollectionPersistence { try base.space(for: user) }
+    func lastUser() throws -> String? { try base.lastUser() }
+    func setLastUser(_ user: String?) throws { try base.setLastUser(user) }
 }
