@@ -7,10 +7,22 @@
 /// Reading an element by position costs a binary search over the chunks; iterating goes chunk by
 /// chunk.
 struct ChunkedList<Element> {
-    /// A chunk grows up to twice this before it splits in two. A change copies the list of chunks
-    /// (a reference each, retained) and one chunk: plain values such as revisions copy as bytes,
-    /// so their chunks are longer and their list of chunks shorter.
+    /// The longest chunk for plain values, and for the others.
     static var chunkSize: Int { _isPOD(Element.self) ? 2_048 : 256 }
+
+    /// How long a chunk of a list of `count` elements grows (up to twice this before it splits in
+    /// two). A change of a list shared with a reader copies the list of chunks (a reference each,
+    /// retained) and one chunk (each element retained, unless a plain value): the two costs are
+    /// about even when a chunk holds about the square root of the count, so a short list (an
+    /// outbox, a small collection) keeps short chunks, from 32, and a long one chunks of up to
+    /// ``chunkSize``. Plain values such as revisions copy as bytes: their chunks are always long.
+    /// Chunks made while the list was shorter stay as they are until a change splits or joins them.
+    static func chunkSize(for count: Int) -> Int {
+        if _isPOD(Element.self) { return chunkSize }
+        var size = 32
+        while size < chunkSize && size * size < count { size *= 2 }
+        return size
+    }
 
     /// The elements, in order. Never holds an empty chunk.
     private(set) var chunks: [[Element]] = []
@@ -28,7 +40,7 @@ struct ChunkedList<Element> {
         guard !elements.isEmpty else { return }
         chunks = [elements]
         ends = [elements.count]
-        isAdopted = elements.count > 2 * Self.chunkSize
+        isAdopted = elements.count > 2 * Self.chunkSize(for: elements.count)
     }
 
     /// Before a change: an adopted array is cut into chunks.
@@ -38,14 +50,15 @@ struct ChunkedList<Element> {
     }
 
     init(_ elements: some Sequence<Element>) {
+        let size = Self.chunkSize(for: elements.underestimatedCount)
         var chunk: [Element] = []
-        chunk.reserveCapacity(Self.chunkSize)
+        chunk.reserveCapacity(size)
         for element in elements {
             chunk.append(element)
-            if chunk.count == Self.chunkSize {
+            if chunk.count == size {
                 appendChunk(chunk)
                 chunk = []
-                chunk.reserveCapacity(Self.chunkSize)
+                chunk.reserveCapacity(size)
             }
         }
         if !chunk.isEmpty { appendChunk(chunk) }
@@ -96,12 +109,13 @@ struct ChunkedList<Element> {
 
     mutating func append(_ element: Element) {
         cutIfAdopted()
-        if let last = chunks.indices.last, chunks[last].count < Self.chunkSize {
+        let size = Self.chunkSize(for: count + 1)
+        if let last = chunks.indices.last, chunks[last].count < size {
             chunks[last].append(element)
             ends[last] += 1
         } else {
             var chunk: [Element] = []
-            chunk.reserveCapacity(Self.chunkSize)
+            chunk.reserveCapacity(size)
             chunk.append(element)
             appendChunk(chunk)
         }
@@ -117,7 +131,7 @@ struct ChunkedList<Element> {
         let (chunk, offset) = locate(index)
         chunks[chunk].insert(element, at: offset)
         for later in chunk..<ends.count { ends[later] += 1 }
-        if chunks[chunk].count >= 2 * Self.chunkSize {
+        if chunks[chunk].count >= 2 * Self.chunkSize(for: count) {
             // Split in two halves, so later inserts here move half as much.
             let half = chunks[chunk].count / 2
             let tail = Array(chunks[chunk][half...])
@@ -138,7 +152,7 @@ struct ChunkedList<Element> {
         if chunks[chunk].isEmpty {
             chunks.remove(at: chunk)
             ends.remove(at: chunk)
-        } else if chunk + 1 < chunks.count, chunks[chunk].count + chunks[chunk + 1].count <= Self.chunkSize {
+        } else if chunk + 1 < chunks.count, chunks[chunk].count + chunks[chunk + 1].count <= Self.chunkSize(for: count) {
             // Two small neighbours become one, so removals never leave a trail of tiny chunks.
             let next = chunks.remove(at: chunk + 1)
             chunks[chunk].append(contentsOf: next)
