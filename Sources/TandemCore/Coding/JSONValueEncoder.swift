@@ -31,12 +31,27 @@ public struct JSONValueEncoder: Sendable {
 }
 
 /// A node of the value being built; containers write into nodes, which resolve to a JSONValue.
+/// A container's scalar members are kept as values, without a node of their own, and its
+/// members are changed in place (taken out of `content` first, so never copied).
 final class EncodingNode {
+    /// A member of an object or an array: a value already, or a node still being written.
+    enum Slot {
+        case value(JSONValue)
+        case node(EncodingNode)
+
+        func resolve() -> JSONValue {
+            switch self {
+            case .value(let value): return value
+            case .node(let node): return node.resolve()
+            }
+        }
+    }
+
     enum Content {
         case empty
         case value(JSONValue)
-        case object([String: EncodingNode])
-        case array([EncodingNode])
+        case object([String: Slot])
+        case array([Slot])
     }
 
     var content: Content = .empty
@@ -45,22 +60,70 @@ final class EncodingNode {
         switch content {
         case .empty: return .object([:])
         case .value(let value): return value
-        case .object(let children): return .object(children.mapValues { $0.resolve() })
-        case .array(let children): return .array(children.map { $0.resolve() })
+        case .object(let members): return .object(members.mapValues { $0.resolve() })
+        case .array(let members): return .array(members.map { $0.resolve() })
         }
     }
 
+    /// Sets an object's member to a value (nothing when this node is not an object).
+    func set(_ value: JSONValue, forKey key: String) {
+        guard case .object(var members) = content else { return }
+        content = .empty
+        members[key] = .value(value)
+        content = .object(members)
+    }
+
+    /// The node of an object's member, made when it is not one yet (a detached node when this
+    /// node is not an object: what is written there is dropped, as the container was misused).
+    func member(_ key: String) -> EncodingNode {
+        guard case .object(var members) = content else { return EncodingNode() }
+        if case .node(let existing)? = members[key] { return existing }
+        let node = EncodingNode()
+        content = .empty
+        members[key] = .node(node)
+        content = .object(members)
+        return node
+    }
+
+    /// Appends a value to an array (nothing when this node is not an array).
+    func append(_ value: JSONValue) {
+        guard case .array(var members) = content else { return }
+        content = .empty
+        members.append(.value(value))
+        content = .array(members)
+    }
+
+    /// Appends a node to an array and returns it (a detached node when this node is not one).
+    func appendNode() -> EncodingNode {
+        guard case .array(var members) = content else { return EncodingNode() }
+        let node = EncodingNode()
+        content = .empty
+        members.append(.node(node))
+        content = .array(members)
+        return node
+    }
+
+    var count: Int {
+        if case .array(let members) = content { return members.count }
+        return 0
+    }
+
     func encodeValue<T: Encodable>(_ value: T, codingPath: [any CodingKey]) throws {
-        if let special = try Self.special(value) {
-            content = .value(special)
+        if let direct = try Self.direct(value) {
+            content = .value(direct)
             return
         }
         try value.encode(to: ValueEncoder(node: self, codingPath: codingPath))
     }
 
-    /// Values with a direct JSON form, skipping their own (Foundation-specific) Codable forms.
-    static func special<T: Encodable>(_ value: T) throws -> JSONValue? {
+    /// Values with a direct JSON form: the common scalars, and those whose own (Foundation-specific)
+    /// Codable forms are skipped.
+    static func direct<T: Encodable>(_ value: T) throws -> JSONValue? {
         switch value {
+        case let string as String: return .string(string)
+        case let int as Int: return .int(int)
+        case let double as Double: return .double(double)
+        case let bool as Bool: return .bool(bool)
         case let json as JSONValue: return json
         case let date as Date: return .string(ServerTime(date).iso8601)
         case let data as Data: return .string(data.base64EncodedString())
@@ -94,16 +157,9 @@ struct KeyedValueEncoder<Key: CodingKey>: KeyedEncodingContainerProtocol {
     let node: EncodingNode
     let codingPath: [any CodingKey]
 
-    private func child(_ key: any CodingKey) -> EncodingNode {
-        guard case .object(var children) = node.content else { return EncodingNode() }
-        if let existing = children[key.stringValue] { return existing }
-        let child = EncodingNode()
-        children[key.stringValue] = child
-        node.content = .object(children)
-        return child
-    }
+    private func child(_ key: any CodingKey) -> EncodingNode { node.member(key.stringValue) }
 
-    private func set(_ value: JSONValue, _ key: Key) { child(key).content = .value(value) }
+    private func set(_ value: JSONValue, _ key: Key) { node.set(value, forKey: key.stringValue) }
 
     mutating func encodeNil(forKey key: Key) throws { set(.null, key) }
     mutating func encode(_ value: Bool, forKey key: Key) throws { set(.bool(value), key) }
@@ -122,6 +178,7 @@ struct KeyedValueEncoder<Key: CodingKey>: KeyedEncodingContainerProtocol {
     mutating func encode(_ value: UInt64, forKey key: Key) throws { set(try unsigned(value), key) }
 
     mutating func encode<T: Encodable>(_ value: T, forKey key: Key) throws {
+        if let direct = try EncodingNode.direct(value) { return set(direct, key) }
         try child(key).encodeValue(value, codingPath: codingPath + [key])
     }
 
@@ -146,20 +203,11 @@ struct UnkeyedValueEncoder: UnkeyedEncodingContainer {
     let node: EncodingNode
     let codingPath: [any CodingKey]
 
-    var count: Int {
-        if case .array(let children) = node.content { return children.count }
-        return 0
-    }
+    var count: Int { node.count }
 
-    private func append() -> EncodingNode {
-        guard case .array(var children) = node.content else { return EncodingNode() }
-        let child = EncodingNode()
-        children.append(child)
-        node.content = .array(children)
-        return child
-    }
+    private func append() -> EncodingNode { node.appendNode() }
 
-    private func add(_ value: JSONValue) { append().content = .value(value) }
+    private func add(_ value: JSONValue) { node.append(value) }
 
     mutating func encodeNil() throws { add(.null) }
     mutating func encode(_ value: Bool) throws { add(.bool(value)) }
@@ -178,6 +226,7 @@ struct UnkeyedValueEncoder: UnkeyedEncodingContainer {
     mutating func encode(_ value: UInt64) throws { add(try unsigned(value)) }
 
     mutating func encode<T: Encodable>(_ value: T) throws {
+        if let direct = try EncodingNode.direct(value) { return add(direct) }
         let index = count
         try append().encodeValue(value, codingPath: codingPath + [IndexKey(intValue: index)])
     }
