@@ -91,20 +91,26 @@ public enum PathRules {
     /// and `e` followed by U+0301; `K` and U+212A KELVIN SIGN), which are two documents on the
     /// server, and would disagree with the byte order of `compareJoined`.
     package static func sameBytes(_ a: String, _ b: String) -> Bool {
-        var a = a, b = b
-        return a.withUTF8 { x in b.withUTF8 { y in x.count == y.count && x.elementsEqual(y) } }
+        withBytes(a) { x in withBytes(b) { y in x.count == y.count && x.elementsEqual(y) } }
     }
 
     /// Hashes a path's UTF-8 bytes, consistent with `sameBytes`.
     package static func hashBytes(_ text: String, into hasher: inout Hasher) {
+        withBytes(text) { hasher.combine(bytes: UnsafeRawBufferPointer($0)) }
+    }
+
+    /// Calls `body` with the string's UTF-8 bytes: in place for a native string (no copy, no
+    /// retain), from a contiguous copy otherwise.
+    @inline(__always)
+    static func withBytes<R>(_ text: String, _ body: (UnsafeBufferPointer<UInt8>) throws -> R) rethrows -> R {
+        if let result = try text.utf8.withContiguousStorageIfAvailable(body) { return result }
         var text = text
-        text.withUTF8 { hasher.combine(bytes: UnsafeRawBufferPointer($0)) }
+        return try text.withUTF8(body)
     }
 
     static func compareJoined(_ a: String, _ b: String) -> JSONValue.Ordering {
-        var a = a, b = b
-        return a.withUTF8 { x in
-            b.withUTF8 { y in
+        withBytes(a) { x in
+            withBytes(b) { y in
                 let count = min(x.count, y.count)
                 var index = 0
                 while index < count {
