@@ -44,13 +44,4 @@ public struct DocumentPath: ResourcePath {
 
     /// The slash-separated form.
     public var description: String { core.joined }
-
-    /// Whether two paths have the same bytes (see ``ResourcePath``), compared in place.
-    public static func == (lhs: Self, rhs: Self) -> Bool { PathRules.sameBytes(lhs.core.joined, rhs.core.joined) }
-
-    /// Orders paths by their bytes, segment by segment (see ``ResourcePath``), compared in place.
-    public static func < (lhs: Self, rhs: Self) -> Bool { PathRules.compareJoined(lhs.core.joined, rhs.core.joined) == .less }
-
-    /// Hashes the path's bytes.
-    public func hash(into hasher: inout Hasher) { PathRules.hashBytes(core.joined, into: &hasher) }
 }
